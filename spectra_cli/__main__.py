@@ -1,0 +1,3 @@
+from spectra_cli.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Pure numpy analyses of a spectrum: power-law fits and effective ranks."""

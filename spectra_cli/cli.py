@@ -1,0 +1,202 @@
+"""The `spectra` command: parse options, call one library function, render the result.
+
+This is the one place where errors become exit codes: 0 success, 1 a check failed,
+2 usage or input error (one ``error:`` line on stderr), 3 a bug (traceback shown).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Annotated, Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from spectra_cli import __version__
+from spectra_cli.errors import SpectraError
+
+EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
+
+
+class SpectraGroup(TyperGroup):
+    """Maps exceptions to exit codes for the entry point and for CliRunner alike."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except SpectraError as exc:
+            _error(str(exc))
+            sys.exit(EXIT_USAGE)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+            sys.exit(EXIT_USAGE)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _error(exc.format_message().replace("\n", " ") + hint)
+            sys.exit(EXIT_USAGE)
+        except click.exceptions.Abort:
+            _error("aborted")
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            _error(exc.format_message())
+            sys.exit(EXIT_USAGE)
+        except BrokenPipeError:
+            sys.exit(EXIT_OK)
+        except Exception:  # noqa: BLE001 - anything else is a bug: show it
+            traceback.print_exc()
+            sys.stderr.write("spectra: unexpected error (a bug): please report it with the traceback above\n")
+            sys.exit(EXIT_BUG)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"error: {message.strip().splitlines()[0] if message.strip() else 'failed'}\n")
+
+
+app = typer.Typer(
+    cls=SpectraGroup,
+    name="spectra",
+    help="Measure the geometry of embedding and activation matrices: covariance spectra, "
+    "power-law exponents, effective ranks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"spectra {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """spectra: covariance spectra, power laws and effective ranks of embedding matrices."""
+
+
+# Options shared by the commands that read a matrix.
+Path = Annotated[str, typer.Argument(help="Input: .npy, .npz, .parquet, a directory or a glob of Parquet files.",
+                                     show_default=False)]
+Key = Annotated[str | None, typer.Option("--key", help="Array name inside a .npz archive.")]
+Column = Annotated[str | None, typer.Option("--column", help="Parquet vector column (list or fixed-size list).")]
+Columns = Annotated[str | None, typer.Option("--columns", help="Comma-separated numeric Parquet columns, one feature each.")]
+Rows = Annotated[str | None, typer.Option("--rows", help="Row range START:STOP (0-based, half-open).")]
+Sample = Annotated[int | None, typer.Option("--sample", help="Use N rows drawn uniformly without replacement.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
+Weights = Annotated[str | None, typer.Option("--weights", help="1-D .npy of row weights (counts or probabilities).")]
+WeightCol = Annotated[str | None, typer.Option("--weight-column", help="Parquet column of row weights.")]
+Uncentered = Annotated[bool, typer.Option("--uncentered", help="Second moment X^T X / n instead of the covariance.")]
+Ddof = Annotated[int, typer.Option("--ddof", help="Delta degrees of freedom of the unweighted covariance.")]
+Precision = Annotated[str, typer.Option("--precision", help="Arithmetic of the products: float64 (exact) or float32 (fast, higher floor).")]
+BlockRows = Annotated[int, typer.Option("--block-rows", help="Rows per block (memory is O(d^2 + block)).")]
+DropNonfinite = Annotated[bool, typer.Option("--drop-nonfinite", help="Skip rows with NaN/inf instead of failing.")]
+Json = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of tables.")]
+
+
+def _columns(text: str | None) -> list[str] | None:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def _emit(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        from spectra_cli.render.json import dumps
+
+        sys.stdout.write(dumps(doc) + "\n")
+        return
+    from rich.console import Console
+
+    from spectra_cli.render.table import print_report
+
+    print_report(doc, Console())
+
+
+def _analyse(command: str, path: str, opts: dict[str, Any], as_json: bool) -> None:
+    from spectra_cli import api
+    from spectra_cli.render.progress import LazyProgress
+
+    with LazyProgress(f"reading {path}") as progress:
+        report = getattr(api, command)(path, progress=progress, **opts)
+    _emit(report.to_dict(), as_json)
+
+
+@app.command()
+def fit(
+    path: Path,
+    window: Annotated[str | None, typer.Option("--window", help="Fit ranks K1:K2 (1-based, inclusive); default 11:floor(d/10).")] = None,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, json: Json = False,
+) -> None:
+    """Spectrum, power-law fit and effective ranks of a matrix (the main job)."""
+    _analyse("fit", path, dict(
+        window=window, key=key, column=column, columns=_columns(columns), rows=rows, sample=sample,
+        seed=seed, weights=weights, weight_column=weight_column, centered=not uncentered, ddof=ddof,
+        precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite), json)
+
+
+@app.command()
+def spectrum(
+    path: Path,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, json: Json = False,
+) -> None:
+    """Eigenvalues (descending), explained variance, k90/k95/k99 and floors."""
+    _analyse("spectrum", path, dict(
+        key=key, column=column, columns=_columns(columns), rows=rows, sample=sample, seed=seed,
+        weights=weights, weight_column=weight_column, centered=not uncentered, ddof=ddof,
+        precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite), json)
+
+
+@app.command()
+def info(
+    path: Path, key: Key = None, column: Column = None, columns: Columns = None, json: Json = False,
+) -> None:
+    """Shape, dtype, layout, columns and row groups of an input, without reading its rows."""
+    from spectra_cli.inspect import describe
+
+    doc = describe(path, key=key, column=column, columns=_columns(columns))
+    if json:
+        from spectra_cli.render.json import dumps
+
+        sys.stdout.write(dumps(doc) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=path, title_justify="left", show_header=False, box=None)
+    t.add_column(style="bold cyan")
+    t.add_column()
+    for k, v in doc.items():
+        if k in ("columns_schema", "arrays"):
+            continue
+        if v is not None:
+            t.add_row(k, str(v))
+    console = Console()
+    console.print(t)
+    if doc.get("columns_schema"):
+        ct = Table("column", "type", title="Columns", title_justify="left", box=None)
+        for c in doc["columns_schema"]:
+            ct.add_row(c["name"], c["type"])
+        console.print(ct)
+    if doc.get("arrays"):
+        at = Table("key", "shape", "dtype", title="Arrays", title_justify="left", box=None)
+        for a in doc["arrays"]:
+            at.add_row(a["key"], str(tuple(a["shape"])), a["dtype"])
+        console.print(at)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,161 @@
+"""Mergeable first and second moments of (optionally weighted) rows.
+
+Each block of rows becomes a :class:`Moments` (count, weight sum, mean, centred
+second moment); two are combined with the pairwise update of Chan, Golub & LeVeque
+(1979), so any split of the rows into blocks, files or processes gives the same
+result up to rounding. Blocks are centred on their own float64 mean before the
+product, so a mean offset far larger than the spread costs no accuracy.
+
+Values are stored divided by ``scale`` (a power of two, so the division is exact);
+inputs near 1e150 or 1e-150 are rescaled instead of overflowing or underflowing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spectra_cli.errors import InputError
+
+PRECISIONS = ("float64", "float32")
+
+# A block whose largest centred second moment falls outside [2^-900, finite) is rescaled.
+_TINY = 2.0**-900
+
+
+@dataclass(frozen=True, slots=True)
+class Moments:
+    """Sufficient statistics of a set of rows.
+
+    Attributes:
+        n: number of rows (zero-weight rows included).
+        weight_sum: ``sum w`` (equals ``n`` when unweighted).
+        n_positive: rows with positive weight (the sample's rank limit).
+        mean: ``sum w x / sum w``, shape ``(d,)``, in units of ``scale``.
+        m2: ``sum w (x - mean)(x - mean)^T``, shape ``(d, d)``, in units of ``scale**2``.
+        scale: power of two that stored values are divided by.
+        weighted: whether row weights were given.
+    """
+
+    n: int
+    weight_sum: float
+    n_positive: int
+    mean: np.ndarray
+    m2: np.ndarray
+    scale: float = 1.0
+    weighted: bool = False
+
+    @property
+    def d(self) -> int:
+        return int(self.mean.shape[0])
+
+    @classmethod
+    def empty(cls, d: int, *, weighted: bool = False) -> Moments:
+        return cls(0, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, weighted)
+
+    @classmethod
+    def from_block(
+        cls,
+        X: np.ndarray,
+        w: np.ndarray | None = None,
+        *,
+        precision: str = "float64",
+        out: np.ndarray | None = None,
+    ) -> Moments:
+        """Moments of one block. ``out`` is an optional float64 scratch buffer of X's shape."""
+        n, d = X.shape
+        if w is None:
+            W = float(n)
+            npos = n
+            mean = X.mean(axis=0, dtype=np.float64)
+        else:
+            w = np.asarray(w, dtype=np.float64)
+            W = float(w.sum())
+            npos = int(np.count_nonzero(w))
+            if W == 0.0:
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True)
+            mean = (w @ X.astype(np.float64, copy=False)) / W
+        scale = 1.0
+        if not np.all(np.isfinite(mean)):
+            if not np.all(np.isfinite(X)):
+                # Non-finite input: the caller inspects the rows; nothing to accumulate.
+                return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None)
+            # Finite values whose sum overflows: divide by a power of two first.
+            amax = float(np.max(np.abs(X)))
+            scale = float(2.0 ** np.ceil(np.log2(amax)))
+            X = X.astype(np.float64) / scale
+            mean = X.mean(axis=0) if w is None else (w @ X) / W
+        if out is None or out.shape[0] < n:
+            xc = np.subtract(X, mean, dtype=np.float64)
+        else:
+            xc = np.subtract(X, mean, out=out[:n], dtype=np.float64)
+        if w is not None:
+            xc *= np.sqrt(w)[:, None]
+        m2 = _gram(xc, precision)
+        top = float(np.max(np.diag(m2))) if d else 0.0
+        if not np.isfinite(top) or (top < _TINY and (top > 0.0 or np.any(xc))):
+            amax = float(np.max(np.abs(xc)))
+            s = float(2.0 ** np.ceil(np.log2(amax))) if amax > 0 else 1.0
+            xc /= s
+            mean = mean / s
+            scale *= s
+            m2 = _gram(xc, precision)
+        return cls(n, W, npos, mean, m2, scale, w is not None)
+
+    def merge(self, other: Moments) -> Moments:
+        """Pairwise combination (Chan et al.): exact up to rounding for any split."""
+        if self.d != other.d:
+            raise InputError(f"cannot merge moments of {self.d} and {other.d} features.")
+        weighted = self.weighted or other.weighted
+        if other.weight_sum == 0.0:
+            return Moments(self.n + other.n, self.weight_sum, self.n_positive, self.mean, self.m2,
+                           self.scale, weighted)
+        if self.weight_sum == 0.0:
+            return Moments(self.n + other.n, other.weight_sum, other.n_positive, other.mean, other.m2,
+                           other.scale, weighted)
+        scale = max(self.scale, other.scale)
+        ma, m2a = _rescale(self.mean, self.m2, self.scale / scale)
+        mb, m2b = _rescale(other.mean, other.m2, other.scale / scale)
+        Wa, Wb = self.weight_sum, other.weight_sum
+        W = Wa + Wb
+        delta = mb - ma
+        mean = ma + delta * (Wb / W)
+        m2 = m2a + m2b
+        m2 += np.outer(delta, delta * (Wa * Wb / W))
+        return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean, m2, scale, weighted)
+
+    def second_moment_matrix(self, *, centered: bool = True, ddof: int = 1) -> np.ndarray:
+        """The covariance (or uncentred second moment) in units of ``scale**2``.
+
+        Unweighted centred: ``m2 / (n - ddof)``. Weighted: the population covariance
+        ``m2 / sum w`` of the normalised weights (SPEC: no ddof applies). Uncentred:
+        ``sum w x x^T / sum w`` (``X^T X / n`` when unweighted).
+        """
+        if centered:
+            denom = self.weight_sum if self.weighted else self.n - ddof
+            return self.m2 / denom
+        m = self.m2 + np.outer(self.mean, self.mean * self.weight_sum)
+        return m / self.weight_sum
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays (for saving with ``np.savez`` or sending between processes)."""
+        return {
+            "n": np.array(self.n), "weight_sum": np.array(self.weight_sum),
+            "n_positive": np.array(self.n_positive), "mean": self.mean, "m2": self.m2,
+            "scale": np.array(self.scale), "weighted": np.array(self.weighted),
+        }
+
+
+def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
+    if r == 1.0:
+        return mean, m2
+    return mean * r, m2 * (r * r)
+
+
+def _gram(xc: np.ndarray, precision: str) -> np.ndarray:
+    """``xc^T xc`` in float64, or in float32 blocks accumulated into float64."""
+    if precision == "float32":
+        x32 = xc.astype(np.float32)
+        return (x32.T @ x32).astype(np.float64)
+    return xc.T @ xc

@@ -1,0 +1,1 @@
+"""Renderers: rich tables for terminals, strict JSON for pipes."""

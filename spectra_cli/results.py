@@ -1,0 +1,76 @@
+"""The report of one run: frozen, self-describing, JSON-safe through ``to_dict()``.
+
+The JSON Schema of ``to_dict()`` is ``schema/report.schema.json`` beside this file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from spectra_cli import __version__
+from spectra_cli.analysis.powerlaw import PowerLawFit
+from spectra_cli.analysis.rank import EffectiveRanks
+from spectra_cli.spectrum import Spectrum
+
+SCHEMA_VERSION = "spectra.report/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything one ``spectra fit`` / ``spectra spectrum`` run found.
+
+    Attributes:
+        command: the command (or library function) that made it.
+        source: path, format, stored shape, dtype, rows used and how they were selected.
+        options: every option that changes a number (centering, ddof, weights, precision, window).
+        spectrum: eigenvalues and floors; fit and rank: None for ``spectrum``.
+        warnings: suspect but computable findings, one sentence each.
+        timings: wall-clock seconds of each stage.
+    """
+
+    command: str
+    source: dict[str, Any]
+    options: dict[str, Any]
+    spectrum: Spectrum
+    fit: PowerLawFit | None = None
+    rank: EffectiveRanks | None = None
+    warnings: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "spectra_version": __version__,
+            "command": self.command,
+            "source": self.source,
+            "options": self.options,
+            "spectrum": self.spectrum.to_dict(),
+        }
+        if self.fit is not None or self.command == "fit":
+            out["fit"] = self.fit.to_dict() if self.fit is not None else None
+        if self.rank is not None:
+            out["rank"] = self.rank.to_dict()
+        out["warnings"] = list(self.warnings)
+        out["timings"] = dict(self.timings)
+        return json_safe(out)
+
+
+def json_safe(obj: Any) -> Any:
+    """Builtins only; non-finite floats become None (strict JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if hasattr(obj, "item"):  # numpy scalar
+        return json_safe(obj.item())
+    if hasattr(obj, "tolist"):
+        return json_safe(obj.tolist())
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")

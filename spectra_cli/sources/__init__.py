@@ -1,0 +1,59 @@
+"""Readers that turn a path into a :class:`Source` of row blocks."""
+
+from __future__ import annotations
+
+import os
+
+from spectra_cli.errors import InputError, OptionError
+from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo
+from spectra_cli.sources.select import Block, RowSpec, WeightsFile, iter_selected
+
+__all__ = [
+    "DEFAULT_BLOCK_ROWS",
+    "Block",
+    "RowSpec",
+    "Source",
+    "SourceInfo",
+    "WeightsFile",
+    "iter_selected",
+    "open_source",
+]
+
+_PARQUET_EXT = (".parquet", ".pq")
+
+
+def open_source(
+    path: str,
+    *,
+    key: str | None = None,
+    column: str | None = None,
+    columns: list[str] | None = None,
+    weight_column: str | None = None,
+) -> Source:
+    """Open ``path`` by its extension (or as a directory/glob of Parquet files)."""
+    is_glob = any(ch in path for ch in "*?[")
+    if not is_glob and not os.path.exists(path):
+        raise InputError(f"no such file or directory: {path}")
+    lower = path.lower()
+    is_parquet = is_glob or os.path.isdir(path) or lower.endswith(_PARQUET_EXT)
+    if not is_parquet and (column or columns or weight_column):
+        raise OptionError("--column, --columns and --weight-column apply to Parquet input only.")
+    if key is not None and not lower.endswith(".npz"):
+        raise OptionError("--key applies to .npz archives only.")
+    if lower.endswith(".npy"):
+        from spectra_cli.sources.npy import NpySource
+
+        return NpySource(path)
+    if lower.endswith(".npz"):
+        from spectra_cli.sources.npy import NpzSource
+
+        return NpzSource(path, key)
+    if is_parquet:
+        from spectra_cli.sources.parquet import ParquetSource
+
+        return ParquetSource(path, column=column, columns=columns, weight_column=weight_column)
+    ext = os.path.splitext(path)[1] or "(none)"
+    raise InputError(
+        f"unknown extension {ext} for {path}; spectra reads .npy, .npz and Parquet "
+        "(.parquet files, a directory or a glob of them)."
+    )

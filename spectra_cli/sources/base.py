@@ -1,0 +1,115 @@
+"""What every reader provides: a description of the matrix and its rows in blocks."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import InputError
+
+#: Default rows per block: large enough for BLAS to run at full speed, small enough
+#: that a block of 768 float64 features is ~50 MB.
+DEFAULT_BLOCK_ROWS = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What a reader found in the input, before any row is read.
+
+    ``shape`` is the stored shape; ``n_rows`` x ``n_features`` is the matrix the
+    analyses see (a 3-D sequence dump is pooled to tokens, seed 001 §4.2.2).
+    """
+
+    path: str
+    format: str
+    shape: tuple[int, ...]
+    dtype: str
+    n_rows: int
+    n_features: int
+    layout: str
+    column: str | None = None
+    key: str | None = None
+    files: int = 1
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "n_rows": self.n_rows,
+            "n_features": self.n_features,
+            "layout": self.layout,
+            "column": self.column,
+            "key": self.key,
+            "files": self.files,
+        }
+
+
+class Source(ABC):
+    """A matrix readable as consecutive row blocks, never all at once."""
+
+    info: SourceInfo
+    #: True when the source reads a weight column alongside the data.
+    has_weights: bool = False
+
+    @abstractmethod
+    def iter_blocks(
+        self, start: int, stop: int, block_rows: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Yield ``(X_block, w_block)`` covering rows ``[start, stop)`` in order.
+
+        ``w_block`` is a weight column read alongside the data, or None.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release open files."""
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_NUMERIC_KINDS = "fiu"
+
+
+def check_numeric_dtype(dtype: np.dtype, where: str) -> None:
+    """Refuse dtypes that are not real numbers, naming what was found."""
+    if dtype.hasobject:
+        raise InputError(
+            f"{where} has object dtype; spectra never unpickles data. "
+            "Save a numeric array (e.g. np.save(path, X.astype(np.float32)))."
+        )
+    if dtype.names is not None:
+        raise InputError(f"{where} has a structured dtype {dtype}; a plain numeric array is required.")
+    if dtype.kind == "b":
+        raise InputError(f"{where} has dtype bool; a numeric (float or integer) array is required.")
+    if dtype.kind == "c":
+        raise InputError(
+            f"{where} has complex dtype {dtype}; spectra analyses real matrices. "
+            "Pass the real and imaginary parts as separate features if that is what you mean."
+        )
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise InputError(f"{where} has dtype {dtype}; a numeric (float or integer) array is required.")
+
+
+def matrix_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, str]:
+    """Map a stored shape to ``(n_rows, n_features, layout)`` or refuse it."""
+    if len(shape) == 2:
+        return shape[0], shape[1], "matrix"
+    if len(shape) == 3:
+        return shape[0] * shape[1], shape[2], "sequence (windows x positions pooled to tokens)"
+    hint = ""
+    if len(shape) == 1:
+        hint = " (a 1-D array is a vector, not a matrix of rows)"
+    raise InputError(
+        f"{where} is {len(shape)}-D with shape {shape}{hint}; a 2-D (n_samples, n_features) "
+        "matrix or a 3-D (windows, positions, features) sequence dump is required."
+    )

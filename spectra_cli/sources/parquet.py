@@ -1,0 +1,276 @@
+"""Parquet reader: one vector column (fixed-size list or equal-length list) or many
+numeric columns, from a file, a directory of files or a glob, in record batches."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import InputError, OptionError
+from spectra_cli.sources.base import Source, SourceInfo
+
+
+def resolve_parquet_files(path: str) -> list[str]:
+    """The files a path, directory or glob stands for, in sorted order."""
+    if any(ch in path for ch in "*?["):
+        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise InputError(f"no files match {path}.")
+        return files
+    if os.path.isdir(path):
+        files = sorted(
+            os.path.join(root, name)
+            for root, _, names in os.walk(path)
+            for name in names
+            if name.endswith((".parquet", ".pq")) and not name.startswith((".", "_"))
+        )
+        if not files:
+            raise InputError(f"directory {path} holds no .parquet files.")
+        return files
+    return [path]
+
+
+def _is_number(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _is_vector(t: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _is_number(t.value_type)
+    return False
+
+
+def _describe_type(t: Any) -> str:
+    return str(t)
+
+
+class ParquetSource(Source):
+    """Rows of a Parquet dataset; see the module docstring for the column rules."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        column: str | None = None,
+        columns: list[str] | None = None,
+        weight_column: str | None = None,
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._files = resolve_parquet_files(path)
+        self._pf = []
+        for f in self._files:
+            try:
+                self._pf.append(pq.ParquetFile(f))
+            except FileNotFoundError:
+                raise InputError(f"no such file: {f}") from None
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise InputError(f"cannot read Parquet file {f}: {_first_line(exc)}") from None
+        schema = self._pf[0].schema_arrow
+        for f, pf in zip(self._files[1:], self._pf[1:], strict=True):
+            if not pf.schema_arrow.equals(schema):
+                raise InputError(
+                    f"{f} has a different schema from {self._files[0]}; all files of a dataset must match."
+                )
+        names = schema.names
+        if weight_column is not None and weight_column not in names:
+            raise OptionError(f"--weight-column {weight_column!r} is not a column of {path}; columns: {', '.join(names)}.")
+        if weight_column is not None and not _is_number(schema.field(weight_column).type):
+            raise InputError(f"weight column {weight_column!r} has type {schema.field(weight_column).type}; a numeric column is required.")
+        self._weight_column = weight_column
+        self.has_weights = weight_column is not None
+        if column is not None and columns:
+            raise OptionError("use --column (one vector column) or --columns (numeric columns), not both.")
+        if column is not None:
+            if column not in names:
+                raise InputError(f"{path} has no column {column!r}; columns: {', '.join(names)}.")
+            t = schema.field(column).type
+            if _is_vector(t):
+                self._mode, self._cols = "vector", [column]
+            elif _is_number(t):
+                self._mode, self._cols = "columns", [column]
+            else:
+                raise InputError(
+                    f"column {column!r} has type {_describe_type(t)}; a numeric column or a list of numbers is required."
+                )
+        elif columns:
+            for c in columns:
+                if c not in names:
+                    raise InputError(f"{path} has no column {c!r}; columns: {', '.join(names)}.")
+                if not _is_number(schema.field(c).type):
+                    raise InputError(f"column {c!r} has type {schema.field(c).type}; --columns takes numeric columns.")
+            self._mode, self._cols = "columns", list(columns)
+        else:
+            vectors = [n for n in names if _is_vector(schema.field(n).type) and n != weight_column]
+            numeric = [n for n in names if _is_number(schema.field(n).type) and n != weight_column]
+            if len(vectors) == 1:
+                self._mode, self._cols = "vector", vectors
+            elif len(vectors) > 1:
+                raise InputError(
+                    f"{path} has {len(vectors)} vector columns ({', '.join(vectors)}); choose one with --column."
+                )
+            elif numeric:
+                self._mode, self._cols = "columns", numeric
+            else:
+                kinds = ", ".join(f"{n}: {schema.field(n).type}" for n in names) or "none"
+                raise InputError(
+                    f"{path} has no numeric column or list-of-numbers column (columns: {kinds})."
+                )
+        self._n_rows = sum(pf.metadata.num_rows for pf in self._pf)
+        first = schema.field(self._cols[0]).type
+        if self._mode == "vector":
+            if pa.types.is_fixed_size_list(first):
+                d = first.list_size
+                layout = "fixed-size list column"
+            else:
+                d = self._first_length()
+                layout = "list column"
+            value_type = first.value_type
+        else:
+            d = len(self._cols)
+            layout = "numeric columns"
+            value_type = first
+        self._d = d
+        self._value_dtype = np.dtype(value_type.to_pandas_dtype())
+        self.info = SourceInfo(
+            path=path,
+            format="parquet",
+            shape=(self._n_rows, d),
+            dtype=str(self._value_dtype),
+            n_rows=self._n_rows,
+            n_features=d,
+            layout=layout,
+            column=self._cols[0] if self._mode == "vector" else None,
+            files=len(self._files),
+            details={
+                "columns": self._cols if self._mode == "columns" else None,
+                "row_groups": sum(pf.metadata.num_row_groups for pf in self._pf),
+            },
+        )
+
+    def _first_length(self) -> int:
+        import pyarrow.compute as pc
+
+        for pf in self._pf:
+            for batch in pf.iter_batches(batch_size=1, columns=self._cols):
+                arr = batch.column(0)
+                if arr.null_count:
+                    raise InputError(f"column {self._cols[0]!r} has a null at row 0.")
+                return int(pc.list_value_length(arr)[0].as_py())
+        return 0
+
+    def iter_blocks(
+        self, start: int, stop: int, block_rows: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        pending: list[tuple[np.ndarray, np.ndarray | None]] = []
+        have = 0
+        for X, w in self._iter_batches(start, stop, block_rows):
+            pending.append((X, w))
+            have += len(X)
+            if have >= block_rows:
+                yield _concat(pending)
+                pending, have = [], 0
+        if pending:
+            yield _concat(pending)
+
+    def _iter_batches(
+        self, start: int, stop: int, block_rows: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        import pyarrow as pa
+
+        cols = list(self._cols)
+        if self._weight_column is not None:
+            cols.append(self._weight_column)
+        offset = 0
+        for path, pf in zip(self._files, self._pf, strict=True):
+            meta = pf.metadata
+            for rg in range(meta.num_row_groups):
+                rg_rows = meta.row_group(rg).num_rows
+                lo, hi = offset, offset + rg_rows
+                offset = hi
+                if hi <= start or lo >= stop:
+                    continue
+                try:
+                    batches = pf.iter_batches(batch_size=block_rows, row_groups=[rg], columns=cols)
+                    row = lo
+                    for batch in batches:
+                        b_lo, b_hi = row, row + batch.num_rows
+                        row = b_hi
+                        s, e = max(b_lo, start), min(b_hi, stop)
+                        if s >= e:
+                            continue
+                        if s != b_lo or e != b_hi:
+                            batch = batch.slice(s - b_lo, e - s)
+                        yield self._convert(batch, s)
+                except (pa.ArrowException, OSError) as exc:
+                    raise InputError(f"cannot read Parquet file {path}: {_first_line(exc)}") from None
+
+    def _convert(self, batch: Any, first_row: int) -> tuple[np.ndarray, np.ndarray | None]:
+        import pyarrow.compute as pc
+
+        w = None
+        if self._weight_column is not None:
+            wa = batch.column(len(self._cols))
+            if wa.null_count:
+                bad = int(np.flatnonzero(np.asarray(wa.is_null()))[0])
+                raise InputError(f"weight column {self._weight_column!r} has a null at row {first_row + bad}.")
+            w = wa.to_numpy(zero_copy_only=False).astype(np.float64)
+        if self._mode == "columns":
+            parts = []
+            for i, name in enumerate(self._cols):
+                a = batch.column(i)
+                if a.null_count:
+                    bad = int(np.flatnonzero(np.asarray(a.is_null()))[0])
+                    raise InputError(f"column {name!r} has a null at row {first_row + bad}.")
+                parts.append(a.to_numpy(zero_copy_only=False))
+            return np.column_stack(parts), w
+        name = self._cols[0]
+        arr = batch.column(0)
+        if arr.null_count:
+            bad = int(np.flatnonzero(np.asarray(arr.is_null()))[0])
+            raise InputError(f"column {name!r} has a null row at row {first_row + bad}; drop or fill it first.")
+        n = len(arr)
+        if self.info.layout == "list column":
+            lengths = np.asarray(pc.list_value_length(arr))
+            bad_rows = np.flatnonzero(lengths != self._d)
+            if bad_rows.size:
+                b = int(bad_rows[0])
+                raise InputError(
+                    f"column {name!r} is ragged: row {first_row + b} has {lengths[b]} values, "
+                    f"expected {self._d} (the length of row 0)."
+                )
+        values = arr.flatten()
+        if values.null_count:
+            flat = int(np.flatnonzero(np.asarray(values.is_null()))[0])
+            raise InputError(
+                f"column {name!r} has a null value inside row {first_row + flat // max(self._d, 1)}."
+            )
+        X = values.to_numpy(zero_copy_only=False).reshape(n, self._d)
+        return X, w
+
+    def describe_schema(self) -> list[dict[str, str]]:
+        schema = self._pf[0].schema_arrow
+        return [{"name": f.name, "type": str(f.type)} for f in schema]
+
+
+def _concat(parts: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray | None]:
+    if len(parts) == 1:
+        return parts[0]
+    X = np.concatenate([p[0] for p in parts])
+    ws = [p[1] for p in parts]
+    w = None if ws[0] is None else np.concatenate([x for x in ws if x is not None])
+    return X, w
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

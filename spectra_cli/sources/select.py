@@ -1,0 +1,138 @@
+"""Row selection (`--rows`, `--sample`) and external row weights, applied to any source."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import InputError, OptionError
+from spectra_cli.sources.base import Source
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Consecutive selected rows: data, optional weights, and the source row of each row."""
+
+    X: np.ndarray
+    w: np.ndarray | None
+    first_row: int
+    rows: np.ndarray | None = None  # source row ids when rows were sampled
+
+    def row_id(self, i: int) -> int:
+        return int(self.rows[i]) if self.rows is not None else self.first_row + i
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    """Which rows to use: a half-open range and an optional uniform sample of it."""
+
+    start: int | None = None
+    stop: int | None = None
+    sample: int | None = None
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, rows: str | None, sample: int | None, seed: int) -> RowSpec:
+        start = stop = None
+        if rows is not None:
+            m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", rows)
+            if not m:
+                raise OptionError(f"--rows {rows!r} is not START:STOP (e.g. 0:10000, :5000, 1000:).")
+            start = int(m.group(1)) if m.group(1) else None
+            stop = int(m.group(2)) if m.group(2) else None
+            if start is not None and stop is not None and stop <= start:
+                raise OptionError(f"--rows {rows!r} selects no rows (STOP must be greater than START).")
+        if sample is not None and sample < 1:
+            raise OptionError(f"--sample {sample} must be a positive number of rows.")
+        return cls(start, stop, sample, seed)
+
+    def resolve(self, n_rows: int) -> tuple[int, int]:
+        start = 0 if self.start is None else self.start
+        stop = n_rows if self.stop is None else min(self.stop, n_rows)
+        if start >= n_rows and n_rows > 0:
+            raise InputError(f"--rows starts at {start} but the input has only {n_rows} rows.")
+        return start, max(stop, start)
+
+    def n_selected(self, n_rows: int) -> int:
+        start, stop = self.resolve(n_rows)
+        if self.sample is None:
+            return stop - start
+        return min(self.sample, stop - start)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": None if self.start is None and self.stop is None else
+            f"{'' if self.start is None else self.start}:{'' if self.stop is None else self.stop}",
+            "sample": self.sample,
+            "seed": self.seed if self.sample is not None else None,
+        }
+
+
+class WeightsFile:
+    """A 1-D ``.npy`` of per-row weights, memory-mapped and sliced block by block."""
+
+    def __init__(self, path: str, n_rows: int) -> None:
+        self.path = path
+        if not path.lower().endswith(".npy"):
+            raise InputError(f"weights file {path} must be a 1-D .npy array of one weight per row.")
+        try:
+            w = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise InputError(f"no such weights file: {path}") from None
+        except (ValueError, OSError) as exc:
+            raise InputError(f"cannot read weights file {path}: {exc}") from None
+        if w.ndim != 1:
+            raise InputError(f"weights file {path} has shape {w.shape}; a 1-D array is required.")
+        if w.dtype.kind not in "fiu":
+            raise InputError(f"weights file {path} has dtype {w.dtype}; numeric weights are required.")
+        if len(w) != n_rows:
+            raise InputError(
+                f"weights file {path} has {len(w)} weights but the input has {n_rows} rows; one weight per row is required."
+            )
+        self._w = w
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        return np.asarray(self._w[lo:hi], dtype=np.float64)
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        return np.asarray(self._w[idx], dtype=np.float64)
+
+
+def iter_selected(
+    source: Source, spec: RowSpec, block_rows: int, weights: WeightsFile | None = None
+) -> Iterator[Block]:
+    """Yield the selected rows of ``source`` in blocks of at most ``block_rows``.
+
+    A sample is drawn uniformly without replacement (numpy ``default_rng(seed)``), sorted,
+    and picked out of consecutive blocks, so memory stays O(sample + block).
+    """
+    n = source.info.n_rows
+    start, stop = spec.resolve(n)
+    if spec.sample is None or spec.sample >= stop - start:
+        for X, w in source.iter_blocks(start, stop, block_rows):
+            lo = start
+            start += len(X)
+            if weights is not None:
+                w = weights.slice(lo, lo + len(X))
+            yield Block(X, w, lo)
+        return
+    rng = np.random.default_rng(spec.seed)
+    chosen = np.sort(rng.choice(stop - start, size=spec.sample, replace=False)) + start
+    pos = start
+    for X, w in source.iter_blocks(start, stop, block_rows):
+        lo, hi = pos, pos + len(X)
+        pos = hi
+        a, b = np.searchsorted(chosen, [lo, hi])
+        if a == b:
+            continue
+        ids = chosen[a:b]
+        local = ids - lo
+        Xs = X[local]
+        ws = w[local] if w is not None else None
+        if weights is not None:
+            ws = weights.take(ids)
+        yield Block(Xs, ws, int(ids[0]), ids)

@@ -155,7 +155,8 @@ def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np
 
 def _gram(xc: np.ndarray, precision: str) -> np.ndarray:
     """``xc^T xc`` in float64, or in float32 blocks accumulated into float64."""
-    if precision == "float32":
-        x32 = xc.astype(np.float32)
-        return (x32.T @ x32).astype(np.float64)
-    return xc.T @ xc
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and rescaled
+        if precision == "float32":
+            x32 = xc.astype(np.float32)
+            return (x32.T @ x32).astype(np.float64)
+        return xc.T @ xc

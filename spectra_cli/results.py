@@ -74,3 +74,11 @@ def json_safe(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return json_safe(obj.tolist())
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema that every ``Report.to_dict()`` satisfies."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("spectra_cli").joinpath("schema/report.schema.json").read_text())

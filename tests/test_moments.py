@@ -1,0 +1,145 @@
+"""Moments: seed 000's worked example, merge invariance, and the hard numerical cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spectra_cli.engine import accumulate
+from spectra_cli.moments import Moments
+from spectra_cli.sources.array import ArraySource
+from spectra_cli.spectrum import spectrum_from_moments
+from tests.conftest import powerlaw_matrix, reference_eigenvalues
+
+SEED000_POINTS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+
+
+def test_seed000_worked_example_weights_half_quarter_quarter():
+    m = Moments.from_block(SEED000_POINTS, np.array([0.5, 0.25, 0.25]))
+    np.testing.assert_allclose(m.mean, [1.0, 1.0])
+    C = m.second_moment_matrix()
+    np.testing.assert_allclose(C, [[3.0, -1.0], [-1.0, 3.0]], atol=1e-15)
+    np.testing.assert_allclose(np.linalg.eigvalsh(C)[::-1], [4.0, 2.0])
+
+
+def test_seed000_worked_example_weights_point8():
+    m = Moments.from_block(SEED000_POINTS, np.array([0.8, 0.1, 0.1]))
+    np.testing.assert_allclose(m.second_moment_matrix(), [[1.44, -0.16], [-0.16, 1.44]], atol=1e-14)
+
+
+def test_counts_and_probabilities_give_the_same_covariance():
+    a = Moments.from_block(SEED000_POINTS, np.array([2.0, 1.0, 1.0])).second_moment_matrix()
+    b = Moments.from_block(SEED000_POINTS, np.array([0.5, 0.25, 0.25])).second_moment_matrix()
+    np.testing.assert_allclose(a, b, atol=1e-15)
+
+
+def test_weighted_covariance_equals_matrix_form():
+    # E^T (diag p - p p^T) E written out independently.
+    rng = np.random.default_rng(3)
+    E = rng.standard_normal((50, 6))
+    w = rng.random(50)
+    p = w / w.sum()
+    ref = E.T @ (np.diag(p) - np.outer(p, p)) @ E
+    got = Moments.from_block(E[:20], w[:20]).merge(Moments.from_block(E[20:], w[20:])).second_moment_matrix()
+    np.testing.assert_allclose(got, ref, atol=1e-13)
+
+
+def test_unweighted_matches_numpy_cov_and_uncentered_matches_xtx():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((40, 5)) + 3
+    m = Moments.from_block(X)
+    np.testing.assert_allclose(m.second_moment_matrix(ddof=1), np.cov(X, rowvar=False), atol=1e-13)
+    np.testing.assert_allclose(m.second_moment_matrix(ddof=0), np.cov(X, rowvar=False, ddof=0), atol=1e-13)
+    np.testing.assert_allclose(m.second_moment_matrix(centered=False), X.T @ X / 40, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 60),
+    d=st.integers(1, 6),
+    cuts=st.lists(st.integers(0, 60), max_size=5),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_any_split_of_rows_gives_the_same_moments(n, d, cuts, weighted, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * rng.uniform(0.1, 10, d) + rng.uniform(-50, 50, d)
+    w = rng.random(n) + 0.01 if weighted else None
+    whole = Moments.from_block(X, w)
+    edges = sorted({0, n, *[c % (n + 1) for c in cuts]})
+    parts = Moments.empty(d, weighted=weighted)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if hi > lo:
+            parts = parts.merge(Moments.from_block(X[lo:hi], None if w is None else w[lo:hi]))
+    assert parts.n == whole.n
+    np.testing.assert_allclose(parts.mean, whole.mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(parts.m2, whole.m2, rtol=1e-10, atol=1e-10 * np.abs(whole.m2).max())
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(3, 80), d=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_eigenvalues_sum_to_the_trace(n, d, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * rng.uniform(0.01, 100, d)
+    m = Moments.from_block(X)
+    spec = spectrum_from_moments(m)
+    assert spec.eigenvalues.sum() == pytest.approx(np.trace(m.second_moment_matrix()), rel=1e-12)
+    assert np.all(np.diff(spec.eigenvalues) <= 0)
+
+
+def _streamed_eigenvalues(X, precision="float64", block_rows=1000):
+    acc = accumulate(ArraySource(X), block_rows=block_rows, precision=precision)
+    return spectrum_from_moments(acc.moments, precision=precision)
+
+
+def test_mean_offset_1000x_the_spread_costs_no_accuracy():
+    X = powerlaw_matrix(6000, 64, 1.0, seed=2)
+    X = X + 1000.0 * np.sqrt(reference_eigenvalues(X)[0]) * np.linspace(1, 2, 64)
+    X32 = X.astype(np.float32)  # what a real dump holds
+    ref = reference_eigenvalues(X32)
+    spec = _streamed_eigenvalues(X32)
+    above = spec.eigenvalues > spec.numerical_floor
+    assert above.sum() == 64
+    np.testing.assert_allclose(spec.eigenvalues[above], ref[above], rtol=1e-6)
+
+
+def test_spectrum_spanning_1e8_is_resolved_to_1e6_relative():
+    rng = np.random.default_rng(5)
+    d = 48
+    lam = np.logspace(0, -8, d)
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    X = (rng.standard_normal((5000, d)) * np.sqrt(lam)) @ Q.T + 50.0
+    ref = reference_eigenvalues(X)
+    spec = _streamed_eigenvalues(X, block_rows=777)
+    above = spec.eigenvalues > spec.numerical_floor
+    assert above.all()
+    np.testing.assert_allclose(spec.eigenvalues, ref, rtol=1e-6)
+
+
+def test_float32_products_stay_within_the_stated_floor():
+    # The float32 floor is an absolute error bound: |error| <= floor for every eigenvalue.
+    X = powerlaw_matrix(20000, 96, 1.2, seed=4, offset=100.0).astype(np.float32)
+    ref = reference_eigenvalues(X)
+    spec = _streamed_eigenvalues(X, precision="float32", block_rows=4096)
+    assert spec.numerical_floor == pytest.approx(96 * np.finfo(np.float32).eps * ref[0], rel=1e-6)
+    assert np.max(np.abs(spec.eigenvalues - ref)) <= spec.numerical_floor
+    f64 = _streamed_eigenvalues(X)
+    assert f64.numerical_floor < spec.numerical_floor * 1e-8
+
+
+@pytest.mark.parametrize("magnitude", [1e150, 1e-150, 1e300])
+def test_extreme_magnitudes_are_rescaled_not_overflowed(magnitude):
+    X = powerlaw_matrix(500, 8, 1.0, seed=6)
+    ref = reference_eigenvalues(X)
+    if magnitude == 1e300:
+        # lambda ~ 1e600 cannot be represented: a clear error, never inf.
+        from spectra_cli.errors import InputError
+
+        with pytest.raises(InputError, match="exceeds the float64 range"):
+            _streamed_eigenvalues(X * magnitude, block_rows=128)
+        return
+    spec = _streamed_eigenvalues(X * magnitude, block_rows=128)
+    assert np.all(np.isfinite(spec.eigenvalues))
+    np.testing.assert_allclose(spec.eigenvalues / magnitude**2, ref, rtol=1e-10)

@@ -1,0 +1,56 @@
+"""Effective ranks against closed forms and independent numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spectra_cli import api
+from spectra_cli.analysis.rank import entropy_rank, participation_ratio, rankme, stable_rank
+
+
+def test_flat_spectrum_has_every_rank_equal_to_d():
+    lam = np.ones(17)
+    assert participation_ratio(lam) == pytest.approx(17)
+    assert entropy_rank(lam) == pytest.approx(17)
+    assert stable_rank(lam) == pytest.approx(17)
+
+
+def test_rank_one_spectrum():
+    lam = np.array([5.0, 0, 0, 0])
+    assert participation_ratio(lam) == 1 and entropy_rank(lam) == 1 and stable_rank(lam) == 1
+
+
+def test_known_two_level_spectrum():
+    lam = np.array([3.0, 1.0])
+    assert participation_ratio(lam) == pytest.approx(16 / 10)
+    q = np.array([0.75, 0.25])
+    assert entropy_rank(lam) == pytest.approx(np.exp(-(q * np.log(q)).sum()))
+    assert stable_rank(lam) == pytest.approx(4 / 3)
+
+
+def test_rankme_matches_singular_values_of_the_uncentred_matrix():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 12)) * np.linspace(3, 0.1, 12) + 1.0
+    s = np.linalg.svd(X, compute_uv=False)
+    p = s / s.sum() + 1e-7
+    ref = np.exp(-(p * np.log(p)).sum())
+    rep = api.fit(X)
+    assert rep.rank.rankme == pytest.approx(ref, rel=1e-9)
+    assert rankme(s**2, 0.0) == pytest.approx(ref, rel=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(1e-6, 1e6), min_size=1, max_size=50))
+def test_effective_ranks_lie_in_1_to_d(values):
+    lam = np.sort(np.array(values))[::-1]
+    d = lam.size
+    for r in (participation_ratio(lam), entropy_rank(lam), stable_rank(lam)):
+        assert 1 - 1e-9 <= r <= d + 1e-9
+
+
+def test_participation_ratio_is_at_most_entropy_rank_for_a_power_law():
+    lam = np.arange(1, 200, dtype=float) ** -1.0
+    assert participation_ratio(lam) <= entropy_rank(lam)

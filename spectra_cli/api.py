@@ -58,16 +58,11 @@ def _open(
     return open_source(data, key=key, column=column, columns=columns, weight_column=weight_column)
 
 
-def _spectra(acc: Accumulated, *, centered: bool, ddof: int, precision: str) -> tuple[Spectrum, Spectrum]:
-    """The requested spectrum and the uncentred second-moment spectrum (for RankMe)."""
+def _spectrum(acc: Accumulated, *, centered: bool, ddof: int, precision: str) -> Spectrum:
     if acc.moments is not None:
-        main = spectrum_from_moments(acc.moments, centered=centered, ddof=ddof, precision=precision)
-        unc = main if not centered else spectrum_from_moments(acc.moments, centered=False, precision=precision)
-    else:
-        assert acc.rows is not None
-        main = spectrum_from_rows(acc.rows, acc.weights, centered=centered, ddof=ddof, precision=precision)
-        unc = main if not centered else spectrum_from_rows(acc.rows, acc.weights, centered=False, precision=precision)
-    return main, unc
+        return spectrum_from_moments(acc.moments, centered=centered, ddof=ddof, precision=precision)
+    assert acc.rows is not None
+    return spectrum_from_rows(acc.rows, acc.weights, centered=centered, ddof=ddof, precision=precision)
 
 
 def spectrum_warnings(spec: Spectrum, acc: Accumulated) -> list[str]:
@@ -158,7 +153,7 @@ def _run(
                          drop_nonfinite=drop_nonfinite, progress=progress)
         info = src.info
     t1 = time.perf_counter()
-    main, unc = _spectra(acc, centered=centered, ddof=ddof, precision=precision)
+    main = _spectrum(acc, centered=centered, ddof=ddof, precision=precision)
     t2 = time.perf_counter()
     warnings = spectrum_warnings(main, acc)
     fit = rank = None
@@ -167,6 +162,8 @@ def _run(
         warnings += win_warnings
         fit = fit_ols(main.eigenvalues, win)
         lam = main.resolved()
+        # RankMe is defined on the singular values of the uncentred matrix.
+        unc = main if not centered else _spectrum(acc, centered=False, ddof=0, precision=precision)
         rank = EffectiveRanks(
             participation_ratio=participation_ratio(lam),
             entropy_rank=entropy_rank(lam),

@@ -10,9 +10,13 @@ import sys
 import traceback
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as _cx  # type: ignore[no-redef]
 
 from spectra_cli import __version__
 from spectra_cli.errors import SpectraError
@@ -20,28 +24,35 @@ from spectra_cli.errors import SpectraError
 EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 
 
+class _Never(Exception):
+    pass
+
+
+_NoArgsIsHelp: type[Exception] = getattr(_cx, "NoArgsIsHelpError", _Never)
+
+
 class SpectraGroup(TyperGroup):
     """Maps exceptions to exit codes for the entry point and for CliRunner alike."""
 
-    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False  # exceptions reach us; we choose the exit code
         try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            rv = super().main(*args, **kwargs)
         except SpectraError as exc:
             _error(str(exc))
             sys.exit(EXIT_USAGE)
-        except click.exceptions.NoArgsIsHelpError as exc:
-            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        except _NoArgsIsHelp as exc:
+            ctx = getattr(exc, "ctx", None)
+            sys.stderr.write((ctx.get_help() if ctx is not None else str(exc)) + "\n")
             sys.exit(EXIT_USAGE)
-        except click.UsageError as exc:
+        except _cx.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             _error(exc.format_message().replace("\n", " ") + hint)
             sys.exit(EXIT_USAGE)
-        except click.exceptions.Abort:
+        except typer.Abort:
             _error("aborted")
             sys.exit(EXIT_USAGE)
-        except click.ClickException as exc:
+        except _cx.ClickException as exc:
             _error(exc.format_message())
             sys.exit(EXIT_USAGE)
         except BrokenPipeError:
@@ -88,7 +99,8 @@ Path = Annotated[str, typer.Argument(help="Input: .npy, .npz, .parquet, a direct
                                      show_default=False)]
 Key = Annotated[str | None, typer.Option("--key", help="Array name inside a .npz archive.")]
 Column = Annotated[str | None, typer.Option("--column", help="Parquet vector column (list or fixed-size list).")]
-Columns = Annotated[str | None, typer.Option("--columns", help="Comma-separated numeric Parquet columns, one feature each.")]
+Columns = Annotated[str | None, typer.Option("--columns",
+                                             help="Comma-separated numeric Parquet columns, one feature each.")]
 Rows = Annotated[str | None, typer.Option("--rows", help="Row range START:STOP (0-based, half-open).")]
 Sample = Annotated[int | None, typer.Option("--sample", help="Use N rows drawn uniformly without replacement.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
@@ -96,7 +108,8 @@ Weights = Annotated[str | None, typer.Option("--weights", help="1-D .npy of row 
 WeightCol = Annotated[str | None, typer.Option("--weight-column", help="Parquet column of row weights.")]
 Uncentered = Annotated[bool, typer.Option("--uncentered", help="Second moment X^T X / n instead of the covariance.")]
 Ddof = Annotated[int, typer.Option("--ddof", help="Delta degrees of freedom of the unweighted covariance.")]
-Precision = Annotated[str, typer.Option("--precision", help="Arithmetic of the products: float64 (exact) or float32 (fast, higher floor).")]
+Precision = Annotated[str, typer.Option(
+    "--precision", help="Arithmetic of the products: float64 (exact) or float32 (fast, higher floor).")]
 BlockRows = Annotated[int, typer.Option("--block-rows", help="Rows per block (memory is O(d^2 + block)).")]
 DropNonfinite = Annotated[bool, typer.Option("--drop-nonfinite", help="Skip rows with NaN/inf instead of failing.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of tables.")]
@@ -131,7 +144,8 @@ def _analyse(command: str, path: str, opts: dict[str, Any], as_json: bool) -> No
 @app.command()
 def fit(
     path: Path,
-    window: Annotated[str | None, typer.Option("--window", help="Fit ranks K1:K2 (1-based, inclusive); default 11:floor(d/10).")] = None,
+    window: Annotated[str | None, typer.Option(
+        "--window", help="Fit ranks K1:K2 (1-based, inclusive); default 11:floor(d/10).")] = None,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",

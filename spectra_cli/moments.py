@@ -103,6 +103,60 @@ class Moments:
             m2 = _gram(xc, precision)
         return cls(n, W, npos, mean, m2, scale, w is not None)
 
+    @classmethod
+    def from_block_shifted(
+        cls,
+        X: np.ndarray,
+        shift: np.ndarray,
+        w: np.ndarray | None = None,
+        *,
+        precision: str = "float64",
+        out: np.ndarray | None = None,
+    ) -> Moments:
+        """Moments of one block in a single pass over the data (the streaming fast path).
+
+        Rows are shifted by a fixed ``shift`` (the first block's mean) and multiplied with a
+        column of ones appended, so one ``A^T A`` gives the shifted second moment, the
+        column sums and the count together: ``m2 = A'^T A' - s s^T / W`` with ``s`` the
+        shifted column sums. With the shift near the mean, ``s`` is small and the
+        subtraction loses nothing; when a block's mean has drifted from the shift by more
+        than its own spread in any feature, the block is recomputed by :meth:`from_block`.
+        ``out`` is an optional scratch buffer of shape ``(>= n, d + 1)`` in the precision.
+        """
+        n, d = X.shape
+        dt = np.float32 if precision == "float32" else np.float64
+        if out is None or out.shape[0] < n or out.shape[1] != d + 1 or out.dtype != dt:
+            out = np.empty((n, d + 1), dtype=dt)
+        A = out[:n]
+        np.subtract(X, shift.astype(dt, copy=False), out=A[:, :d], casting="same_kind")
+        if w is None:
+            A[:, d] = 1.0
+            W, npos = float(n), n
+        else:
+            w = np.asarray(w, dtype=np.float64)
+            W, npos = float(w.sum()), int(np.count_nonzero(w))
+            if W == 0.0:
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True)
+            root = np.sqrt(w).astype(dt)
+            A[:, :d] *= root[:, None]
+            A[:, d] = root
+        with np.errstate(over="ignore", invalid="ignore"):
+            G = (A.T @ A).astype(np.float64, copy=False)
+        raw = G[:d, :d]
+        sums = G[:d, d].copy()
+        diag = np.diag(raw)
+        top = float(diag.max()) if d else 0.0
+        if not np.all(np.isfinite(sums)) or not np.isfinite(top) or top < _TINY:
+            return cls.from_block(X, w, precision=precision)  # non-finite, huge or tiny: exact path
+        delta = sums / W
+        if np.any(sums * delta > 0.5 * diag):
+            # A feature's offset from the shift holds over half its raw second moment: the
+            # subtraction below would lose more than one bit there, so centre exactly.
+            return cls.from_block(X, w, precision=precision)
+        m2 = raw - np.outer(sums, delta)
+        m2 = (m2 + m2.T) * 0.5  # BLAS fills one triangle of A^T A exactly; keep the result symmetric
+        return cls(n, W, npos, shift.astype(np.float64) + delta, m2, 1.0, w is not None)
+
     def merge(self, other: Moments) -> Moments:
         """Pairwise combination (Chan et al.): exact up to rounding for any split."""
         if self.d != other.d:

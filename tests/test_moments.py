@@ -143,3 +143,33 @@ def test_extreme_magnitudes_are_rescaled_not_overflowed(magnitude):
     spec = _streamed_eigenvalues(X * magnitude, block_rows=128)
     assert np.all(np.isfinite(spec.eigenvalues))
     np.testing.assert_allclose(spec.eigenvalues / magnitude**2, ref, rtol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 50),
+    d=st.integers(1, 6),
+    shift_scale=st.sampled_from([0.0, 0.1, 10.0, 1e4]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_single_pass_shifted_block_equals_the_exact_block(n, d, shift_scale, weighted, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * rng.uniform(0.1, 10, d) + 100.0
+    w = rng.random(n) + 0.01 if weighted else None
+    shift = X.mean(axis=0) + shift_scale * rng.standard_normal(d)
+    exact = Moments.from_block(X, w)
+    fast = Moments.from_block_shifted(X, shift, w)
+    assert fast.n == exact.n and fast.weight_sum == pytest.approx(exact.weight_sum)
+    np.testing.assert_allclose(fast.mean, exact.mean, rtol=1e-12)
+    np.testing.assert_allclose(fast.m2, exact.m2, rtol=1e-9, atol=1e-9 * np.abs(exact.m2).max())
+
+
+def test_drifting_mean_across_blocks_stays_exact():
+    # Rows sorted so that the mean drifts by 1000 spreads from the first block to the last:
+    # the shifted fast path must notice and recentre those blocks.
+    X = powerlaw_matrix(8000, 16, 1.0, seed=9)
+    X = X + np.linspace(0, 1000, 8000)[:, None] * np.ones(16)
+    ref = reference_eigenvalues(X)
+    spec = _streamed_eigenvalues(X, block_rows=500)
+    np.testing.assert_allclose(spec.eigenvalues, ref, rtol=1e-7)

@@ -68,7 +68,7 @@ def _check_weights(block: Block) -> None:
     if np.any(bad):
         i = int(np.flatnonzero(bad)[0])
         raise InputError(
-            f"weight of row {block.row_id(i)} is {w[i]!r}; weights must be finite and >= 0."
+            f"weight of row {block.row_id(i)} is {float(w[i])}; weights must be finite and >= 0."
         )
 
 
@@ -106,7 +106,8 @@ def accumulate(
     m = Moments.empty(d, weighted=weighted)
     kept_rows: list[np.ndarray] = []
     kept_w: list[np.ndarray] = []
-    scratch = np.empty((min(block_rows, total), d)) if not use_gram else None
+    scratch: np.ndarray | None = None
+    shift: np.ndarray | None = None
     done = n_bad = dropped = 0
     first_bad: int | None = None
     for block in prefetch(iter_selected(source, spec, block_rows, weights)):
@@ -118,7 +119,14 @@ def accumulate(
             done += len(X)
             continue
         if not use_gram:
-            bm = Moments.from_block(X, w, precision=precision, out=scratch)
+            if shift is None:
+                bm = Moments.from_block(X, w, precision=precision)
+                if np.all(np.isfinite(bm.mean)) and bm.scale == 1.0 and bm.weight_sum > 0:
+                    shift = bm.mean
+                    dt = np.float32 if precision == "float32" else np.float64
+                    scratch = np.empty((min(block_rows, total), d + 1), dtype=dt)
+            else:
+                bm = Moments.from_block_shifted(X, shift, w, precision=precision, out=scratch)
             finite = bool(np.all(np.isfinite(bm.mean)))
         else:
             finite = bool(np.all(np.isfinite(X)))

@@ -64,7 +64,8 @@ class Source(ABC):
     ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """Yield ``(X_block, w_block)`` covering rows ``[start, stop)`` in order.
 
-        ``w_block`` is a weight column read alongside the data, or None.
+        ``w_block`` is a weight column read alongside the data, or None. A block may
+        live in a buffer that the reader reuses two blocks later: copy it to keep it.
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook

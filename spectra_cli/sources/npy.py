@@ -8,6 +8,7 @@ through :mod:`zipfile` (stored or deflated) in the same block sizes.
 
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 from collections.abc import Iterator
@@ -26,14 +27,7 @@ _MAX_HEADER = 1 << 20
 def _read_header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = npformat.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = npformat.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
-        elif version == (2, 0):
-            shape, fortran, dtype = npformat.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
-        else:
-            shape, fortran, dtype = npformat._read_array_header(  # noqa: SLF001
-                f, version, max_header_size=_MAX_HEADER
-            )
+        shape, fortran, dtype = _header_after_magic(f, version)
     except (ValueError, OSError, SyntaxError, EOFError) as exc:
         raise InputError(f"{where} is not a valid .npy file: {exc}") from None
     check_numeric_dtype(dtype, where)
@@ -46,7 +40,7 @@ class NpySource(Source):
     def __init__(self, path: str) -> None:
         self._path = path
         try:
-            self._f: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed in close()
+            self._f: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
             raise InputError(f"cannot open {path}: {exc.strerror}") from None
         shape, fortran, dtype = _read_header(self._f, path)
@@ -90,7 +84,7 @@ class NpySource(Source):
             hi = min(lo + block_rows, stop)
             out = bufs[i % 2][: hi - lo]
             self._f.seek(self._offset + lo * row_bytes)
-            got = self._f.readinto(memoryview(out).cast("B"))
+            got = self._f.readinto(out.data.cast("B"))
             if got != out.nbytes:
                 raise InputError(f"{self._path} ended early at row {lo} (file changed while reading?).")
             yield out, None
@@ -202,5 +196,11 @@ def npz_listing(path: str) -> list[dict[str, Any]]:
 
 
 def _read_header_loose(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
-    version = npformat.read_magic(f)
-    return npformat._read_array_header(f, version, max_header_size=_MAX_HEADER)  # noqa: SLF001
+    return _header_after_magic(f, npformat.read_magic(f))
+
+
+def _header_after_magic(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    if version == (1, 0):
+        return npformat.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
+    # Format 3.0 differs from 2.0 only in allowing UTF-8 field names; numeric headers are ASCII.
+    return npformat.read_array_header_2_0(f, max_header_size=_MAX_HEADER)

@@ -83,9 +83,12 @@ class ParquetSource(Source):
                 )
         names = schema.names
         if weight_column is not None and weight_column not in names:
-            raise OptionError(f"--weight-column {weight_column!r} is not a column of {path}; columns: {', '.join(names)}.")
+            raise OptionError(
+                f"--weight-column {weight_column!r} is not a column of {path}; columns: {', '.join(names)}."
+            )
         if weight_column is not None and not _is_number(schema.field(weight_column).type):
-            raise InputError(f"weight column {weight_column!r} has type {schema.field(weight_column).type}; a numeric column is required.")
+            wtype = schema.field(weight_column).type
+            raise InputError(f"weight column {weight_column!r} has type {wtype}; a numeric column is required.")
         self._weight_column = weight_column
         self.has_weights = weight_column is not None
         if column is not None and columns:
@@ -100,7 +103,8 @@ class ParquetSource(Source):
                 self._mode, self._cols = "columns", [column]
             else:
                 raise InputError(
-                    f"column {column!r} has type {_describe_type(t)}; a numeric column or a list of numbers is required."
+                    f"column {column!r} has type {_describe_type(t)}; "
+                    "a numeric column or a list of numbers is required."
                 )
         elif columns:
             for c in columns:

@@ -91,7 +91,8 @@ class WeightsFile:
             raise InputError(f"weights file {path} has dtype {w.dtype}; numeric weights are required.")
         if len(w) != n_rows:
             raise InputError(
-                f"weights file {path} has {len(w)} weights but the input has {n_rows} rows; one weight per row is required."
+                f"weights file {path} has {len(w)} weights but the input has {n_rows} rows; "
+                "one weight per row is required."
             )
         self._w = w
 

@@ -1,0 +1,145 @@
+"""The commands end to end: JSON against the schema, tables, help, lazy imports, streams."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from spectra_cli.cli import app
+from tests.conftest import ROOT, SAMPLE, powerlaw_matrix
+
+NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
+PARQUET = SAMPLE / "minilm_layer5_tokens_4k.parquet"
+
+
+def test_fit_json_is_strict_and_valid(cli, validate):
+    r = cli("fit", NPY, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    validate(doc)
+    assert doc["command"] == "fit" and doc["schema"] == "spectra.report/1"
+    assert doc["source"]["shape"] == [4096, 384] and doc["source"]["dtype"] == "float16"
+    assert doc["options"] == {"centered": True, "ddof": 1, "weights": None, "precision": "float64",
+                              "block_rows": 8192, "drop_nonfinite": False, "window": "default"}
+    assert doc["fit"]["window"] == [11, 38]
+    json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_fit_on_parquet_with_window_and_column(cli, validate):
+    r = cli("fit", PARQUET, "--column", "emb", "--window", "11:200", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    validate(doc)
+    assert doc["fit"]["window"] == [11, 200] and doc["fit"]["window_source"] == "user"
+    assert doc["source"]["column"] == "emb" and doc["options"]["window"] == "11:200"
+
+
+def test_spectrum_json(cli, validate):
+    r = cli("spectrum", NPY, "--json", "--rows", "0:2000", "--ddof", "0")
+    doc = r.json()
+    validate(doc)
+    assert "fit" not in doc and "rank" not in doc
+    X = np.load(NPY)[:2000].astype(np.float64)
+    ref = np.linalg.eigvalsh(np.cov(X, rowvar=False, ddof=0))[::-1]
+    np.testing.assert_allclose(doc["spectrum"]["eigenvalues"], ref, rtol=1e-9, atol=1e-12)
+    assert doc["source"]["rows"] == "0:2000" and doc["source"]["rows_used"] == 2000
+
+
+def test_sample_and_uncentered_and_weights(cli, tmp_path, validate):
+    X = powerlaw_matrix(3000, 20, 1.0, offset=2.0)
+    w = np.random.default_rng(1).random(3000)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "w.npy", w)
+    doc = cli("spectrum", tmp_path / "x.npy", "--sample", "500", "--seed", "7", "--json").json()
+    validate(doc)
+    idx = np.sort(np.random.default_rng(7).choice(3000, 500, replace=False))
+    ref = np.linalg.eigvalsh(np.cov(X[idx], rowvar=False))[::-1]
+    np.testing.assert_allclose(doc["spectrum"]["eigenvalues"], ref, rtol=1e-10)
+    doc = cli("spectrum", tmp_path / "x.npy", "--uncentered", "--json").json()
+    validate(doc)
+    np.testing.assert_allclose(doc["spectrum"]["eigenvalues"], np.linalg.eigvalsh(X.T @ X / 3000)[::-1], rtol=1e-10)
+    assert doc["options"]["centered"] is False
+    doc = cli("spectrum", tmp_path / "x.npy", "--weights", tmp_path / "w.npy", "--json").json()
+    validate(doc)
+    p = w / w.sum()
+    ref = np.linalg.eigvalsh(X.T @ (np.diag(p) - np.outer(p, p)) @ X)[::-1]
+    np.testing.assert_allclose(doc["spectrum"]["eigenvalues"], ref, rtol=1e-9)
+    assert doc["options"]["ddof"] is None and doc["options"]["weights"]["file"].endswith("w.npy")
+
+
+def test_float32_precision_is_reported(cli, validate):
+    doc = cli("fit", NPY, "--precision", "float32", "--json").json()
+    validate(doc)
+    assert doc["spectrum"]["precision"] == "float32" and doc["options"]["precision"] == "float32"
+    ref = cli("fit", NPY, "--json").json()
+    lam32, lam64 = np.array(doc["spectrum"]["eigenvalues"]), np.array(ref["spectrum"]["eigenvalues"])
+    assert np.max(np.abs(lam32 - lam64)) <= doc["spectrum"]["numerical_floor"]
+
+
+def test_fit_table_names_every_figure(cli):
+    r = cli("fit", NPY)
+    assert r.exit_code == 0, r.stderr
+    for word in ("alpha", "window", "R^2", "participation_ratio", "entropy_rank", "rankme", "stable_rank",
+                 "numerical rank", "numerical floor", "k90", "float64", "Warnings"):
+        assert word in r.stdout, word
+    assert r.stderr == ""
+
+
+def test_info_reads_metadata(cli):
+    r = cli("info", PARQUET, "--json")
+    doc = r.json()
+    assert doc["n_rows"] == 4096 and doc["n_features"] == 384 and doc["row_groups"] == 4
+    assert {"name": "emb", "type": "fixed_size_list<element: float>[384]"} in doc["columns_schema"]
+    r = cli("info", NPY)
+    assert r.exit_code == 0 and "4096" in r.stdout
+
+
+def test_info_lists_npz_arrays(cli, tmp_path):
+    np.savez(tmp_path / "a.npz", emb=np.zeros((3, 2)), ids=np.arange(3))
+    doc = cli("info", tmp_path / "a.npz", "--json").json()
+    assert [a["key"] for a in doc["arrays"]] == ["emb", "ids"]
+
+
+def test_every_command_has_help_and_is_in_the_readme(cli):
+    readme = (ROOT / "README.md").read_text()
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert group.commands
+    for name, cmd in group.commands.items():
+        assert (cmd.help or "").strip(), name
+        r = cli(name, "--help")
+        assert r.exit_code == 0 and "Usage" in r.stdout
+        assert f"spectra {name}" in readme, f"README does not show `spectra {name}`"
+
+
+def test_version(cli):
+    from spectra_cli import __version__
+
+    r = cli("--version")
+    assert r.stdout == f"spectra {__version__}\n"
+
+
+def test_help_does_not_import_heavy_modules():
+    code = (
+        "import sys; from spectra_cli.cli import main; sys.argv=['spectra','--help'];\n"
+        "try: main()\nexcept SystemExit: pass\n"
+        "bad=[m for m in ('scipy','pyarrow','matplotlib','dask') if m in sys.modules]; "
+        "sys.stderr.write(repr(bad))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert r.stderr.strip() == "[]", r.stderr
+
+
+def test_entry_point_streams(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(NPY), "--json"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and r.stderr == ""
+    json.loads(r.stdout)
+    r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "none.npy")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1

@@ -8,30 +8,41 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.powerlaw import fit_ols, parse_window, resolve_window
-from spectra_cli.analysis.rank import (
-    EffectiveRanks,
-    entropy_rank,
-    participation_ratio,
-    rankme,
-    stable_rank,
-)
+from spectra_cli.analysis.controls import ShuffledControl, meets_at, shuffled_spectrum
+from spectra_cli.analysis.powerlaw import BootstrapCI
+from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Accumulated, accumulate
 from spectra_cli.engine.local import Progress
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import FitError, OptionError
 from spectra_cli.results import Report
-from spectra_cli.sources import DEFAULT_BLOCK_ROWS, RowSpec, Source, WeightsFile, open_source
+from spectra_cli.sources import (
+    DEFAULT_BLOCK_ROWS,
+    RowSpec,
+    Source,
+    SourceInfo,
+    WeightsFile,
+    iter_selected,
+    open_source,
+)
 from spectra_cli.sources.array import ArraySource
-from spectra_cli.spectrum import Spectrum, spectrum_from_moments, spectrum_from_rows
+from spectra_cli.spectrum import (
+    NEAR_NULL_GAP,
+    Spectrum,
+    spectrum_from_eigenvalues,
+    spectrum_from_moments,
+    spectrum_from_rows,
+)
 
 # n/d below which the tail of a sample covariance is visibly biased (Marchenko–Pastur).
 SAMPLING_WARN_RATIO = 10.0
-# A drop by this factor between consecutive resolved eigenvalues marks near-null directions.
-NEAR_NULL_GAP = 1e-4
+# Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
+CONTROL_MEMORY = 256 << 20
+BOOTSTRAP_GROUPS = 32
 
 
 def fingerprint(path: str) -> str:
@@ -65,22 +76,22 @@ def _spectrum(acc: Accumulated, *, centered: bool, ddof: int, precision: str) ->
     return spectrum_from_rows(acc.rows, acc.weights, centered=centered, ddof=ddof, precision=precision)
 
 
-def spectrum_warnings(spec: Spectrum, acc: Accumulated) -> list[str]:
+def spectrum_warnings(spec: Spectrum, acc: Accumulated | None) -> list[str]:
     out: list[str] = []
     d = spec.n_features
-    if acc.n_dropped:
+    if acc is not None and acc.n_dropped:
         out.append(f"{acc.n_dropped} row(s) with NaN or inf entries were dropped (--drop-nonfinite)")
     if spec.structural_zeros:
         out.append(
             f"n = {spec.n_samples} < d = {d}: at most {spec.sampling_rank} non-zero eigenvalues; "
             f"{spec.structural_zeros} are structural zeros and not listed"
         )
-    elif spec.n_over_d < SAMPLING_WARN_RATIO:
+    elif spec.n_over_d is not None and spec.n_over_d < SAMPLING_WARN_RATIO:
         out.append(
             f"n/d = {spec.n_over_d:.3g} < {SAMPLING_WARN_RATIO:g}: tail eigenvalues of the sample covariance "
             "are biased by finite sampling (Marchenko-Pastur)"
         )
-    const = acc.constant_columns()
+    const = acc.constant_columns() if acc is not None else 0
     if const:
         out.append(f"{const} constant column(s): each adds an exactly zero eigenvalue")
     below = spec.eigenvalues.size - spec.numerical_rank
@@ -89,34 +100,37 @@ def spectrum_warnings(spec: Spectrum, acc: Accumulated) -> list[str]:
             f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "
             "null directions (e.g. LayerNorm's, constant or dependent columns); they enter no logarithm or fit"
         )
-    lam = spec.eigenvalues[: spec.numerical_rank]
-    if lam.size > 2:
-        ratios = lam[1:] / lam[:-1]
-        gaps = np.flatnonzero(ratios < NEAR_NULL_GAP)
-        if gaps.size:
-            k = int(gaps[-1]) + 1
-            out.append(
-                f"the last {lam.size - k} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times "
-                f"below rank {k}: near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding)"
-            )
+    near = spec.near_null_count
+    if near:
+        k = spec.numerical_rank - near
+        out.append(
+            f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times below rank {k}: "
+            "near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding); excluded from fits"
+        )
     return out
 
 
-def _options(
-    *, centered: bool, ddof: int, precision: str, block_rows: int, weights_desc: Any,
-    drop_nonfinite: bool, window: str | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "centered": centered,
-        "ddof": ddof if centered and weights_desc is None else None,
-        "weights": weights_desc,
-        "precision": precision,
-        "block_rows": block_rows,
-        "drop_nonfinite": drop_nonfinite,
-    }
-    if window is not None:
-        out["window"] = window
-    return out
+def _control(
+    src: Source, spec: RowSpec, wfile: WeightsFile | None, real: Spectrum, *, seed: int, centered: bool,
+    ddof: int, precision: str, block_rows: int,
+) -> ShuffledControl:
+    """A second pass that gathers rows (all, or a uniform sample within CONTROL_MEMORY)."""
+    d = src.info.n_features
+    n_sel = spec.n_selected(src.info.n_rows)
+    budget = max(2, CONTROL_MEMORY // (8 * d))
+    sub = n_sel > budget
+    cspec = replace(spec, sample=min(n_sel, budget), seed=seed) if sub else spec
+    rows: list[np.ndarray] = []
+    ws: list[np.ndarray] = []
+    for b in iter_selected(src, cspec, block_rows, wfile):
+        ok = np.all(np.isfinite(b.X), axis=1)
+        rows.append(np.array(b.X[ok], dtype=np.float64))
+        if b.w is not None:
+            ws.append(np.array(b.w[ok], dtype=np.float64))
+    X = np.concatenate(rows)
+    w = np.concatenate(ws) if ws else None
+    ctrl = shuffled_spectrum(X, w, seed=seed, centered=centered, ddof=ddof, precision=precision)
+    return ShuffledControl(ctrl.eigenvalues, len(X), sub, seed, meets_at(real, ctrl))
 
 
 def _run(
@@ -136,7 +150,13 @@ def _run(
     precision: str = "float64",
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
-    window: str | None = None,
+    fit_options: FitOptions | None = None,
+    ci: bool = False,
+    ci_replicates: int = 200,
+    ci_seed: int = 0,
+    shuffled_control: bool = False,
+    control_seed: int = 0,
+    eigenvalues: bool = False,
     progress: Progress | None = None,
 ) -> Report:
     t0 = time.perf_counter()
@@ -144,71 +164,173 @@ def _run(
         raise OptionError(f"--ddof {ddof} must be 0 or a positive integer.")
     if weights is not None and weight_column is not None:
         raise OptionError("use --weights (a file) or --weight-column (a Parquet column), not both.")
-    requested = parse_window(window) if window is not None else None
+    if ci and ci_replicates < 10:
+        raise OptionError(f"--ci-replicates {ci_replicates} must be at least 10.")
+    opts = fit_options or FitOptions()
+    if command == "fit":
+        opts.validate()
+    if eigenvalues:
+        return _run_eigenvalues(command, data, opts, ci=ci, shuffled_control=shuffled_control, t0=t0)
     spec = RowSpec.parse(rows, sample, seed)
     arr_w = weights if isinstance(weights, np.ndarray) else None
+    control = None
     with _open(data, key=key, column=column, columns=columns, weight_column=weight_column, weights=arr_w) as src:
         wfile = WeightsFile(weights, src.info.n_rows) if isinstance(weights, str) else None
         acc = accumulate(src, spec, weights=wfile, block_rows=block_rows, precision=precision,
-                         drop_nonfinite=drop_nonfinite, progress=progress)
+                         drop_nonfinite=drop_nonfinite, groups=BOOTSTRAP_GROUPS if ci else 0, progress=progress)
         info = src.info
-    t1 = time.perf_counter()
-    main = _spectrum(acc, centered=centered, ddof=ddof, precision=precision)
+        t1 = time.perf_counter()
+        main = _spectrum(acc, centered=centered, ddof=ddof, precision=precision)
+        if shuffled_control:
+            control = _control(src, spec, wfile, main, seed=control_seed, centered=centered, ddof=ddof,
+                               precision=precision, block_rows=block_rows)
     t2 = time.perf_counter()
     warnings = spectrum_warnings(main, acc)
-    fit = rank = None
+    suite = None
+    timings: dict[str, float] = {}
     if command == "fit":
-        win, win_warnings = resolve_window(requested, n_features=main.n_features, usable_rank=main.usable_rank)
-        warnings += win_warnings
-        fit = fit_ols(main.eigenvalues, win)
-        lam = main.resolved()
         # RankMe is defined on the singular values of the uncentred matrix.
         unc = main if not centered else _spectrum(acc, centered=False, ddof=0, precision=precision)
-        rank = EffectiveRanks(
-            participation_ratio=participation_ratio(lam),
-            entropy_rank=entropy_rank(lam),
-            rankme=rankme(unc.eigenvalues, unc.numerical_floor),
-            stable_rank=stable_rank(lam),
-            numerical_rank=main.numerical_rank,
-            k90=main.k_for(0.90),
-            k95=main.k_for(0.95),
-            k99=main.k_for(0.99),
-        )
-    t3 = time.perf_counter()
-    if isinstance(weights, str):
-        wdesc: Any = {"file": weights, "normalised": "p = w / sum w"}
-    elif weight_column is not None:
-        wdesc = {"column": weight_column, "normalised": "p = w / sum w"}
-    elif arr_w is not None:
-        wdesc = {"array": True, "normalised": "p = w / sum w"}
-    else:
-        wdesc = None
+        suite = run_suite(main, opts, uncentered=unc)
+        warnings += suite.warnings
+        if ci:
+            tb = time.perf_counter()
+            suite = _with_bootstrap(suite, acc, opts, centered=centered, ddof=ddof, replicates=ci_replicates,
+                                    seed=ci_seed, warnings=warnings)
+            timings["bootstrap_s"] = time.perf_counter() - tb
+    if control is not None and control.meets_at_rank is not None and suite is not None:
+        k2 = suite.fits[0].window.k_max
+        if k2 >= control.meets_at_rank:
+            warnings.append(
+                f"the fit window reaches rank {k2}, past rank {control.meets_at_rank} where the spectrum meets "
+                "the shuffled control (finite-sampling noise)"
+            )
     source = info.to_dict()
     source.update(spec.to_dict())
     source["rows_used"] = acc.n_rows
     source["rows_dropped"] = acc.n_dropped
     source["fingerprint"] = fingerprint(data) if isinstance(data, str) else None
+    t3 = time.perf_counter()
+    timings = {"read_accumulate_s": t1 - t0, "eigen_s": t2 - t1, **timings, "analysis_s": t3 - t2,
+               "total_s": t3 - t0}
     return Report(
         command=command,
         source=source,
-        options=_options(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows,
-                         weights_desc=wdesc, drop_nonfinite=drop_nonfinite,
-                         window=(window or "default") if command == "fit" else None),
+        options=_options(command, centered=centered, ddof=ddof, precision=precision, block_rows=block_rows,
+                         weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=opts,
+                         ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed),
         spectrum=main,
-        fit=fit,
-        rank=rank,
+        suite=suite,
+        control=control,
         warnings=tuple(warnings),
-        timings={"read_accumulate_s": t1 - t0, "eigen_s": t2 - t1, "analysis_s": t3 - t2,
-                 "total_s": time.perf_counter() - t0},
+        timings=timings,
     )
 
 
+def _with_bootstrap(suite: Any, acc: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,
+                    replicates: int, seed: int, warnings: list[str]) -> Any:
+    from spectra_cli.analysis.bootstrap import bootstrap_statistic, percentile_interval
+    from spectra_cli.analysis.powerlaw import fit_model, with_ci
+
+    if acc.moments is None:
+        raise FitError("--ci needs more rows than features (the bootstrap reuses d x d block moments).")
+    groups = acc.groups
+    if len(groups) < 10:
+        warnings.append(f"the bootstrap has only {len(groups)} groups of rows; the interval is coarse")
+    fits = []
+    for f in suite.fits:
+        def stat(lam: np.ndarray, window: Any = f.window) -> float:
+            return fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
+
+        values = bootstrap_statistic(groups, stat, centered=centered, ddof=ddof, replicates=replicates, seed=seed)
+        lo, hi = percentile_interval(values)
+        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, int(np.isfinite(values).sum()), len(groups), seed)))
+    return replace(suite, fits=tuple(fits))
+
+
+def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, ci: bool,
+                     shuffled_control: bool, t0: float) -> Report:
+    from spectra_cli.sources.eigenvalues import read_eigenvalues
+
+    if ci or shuffled_control:
+        raise OptionError("--ci and --shuffled-control need the data matrix, not --eigenvalues.")
+    values = np.asarray(data, dtype=np.float64).ravel() if isinstance(data, np.ndarray) else read_eigenvalues(data)
+    spec = spectrum_from_eigenvalues(values)
+    warnings = spectrum_warnings(spec, None)
+    suite = run_suite(spec, opts) if command == "fit" else None
+    if suite is not None:
+        warnings += suite.warnings
+    path = data if isinstance(data, str) else "<array>"
+    info = SourceInfo(path=path, format="eigenvalues", shape=(values.size,), dtype="float64", n_rows=0,
+                      n_features=values.size, layout="eigenvalues computed elsewhere")
+    source = info.to_dict()
+    source.update({"rows": None, "sample": None, "seed": None, "rows_used": None, "rows_dropped": 0,
+                   "fingerprint": fingerprint(data) if isinstance(data, str) else None})
+    t = time.perf_counter() - t0
+    return Report(command=command, source=source,
+                  options=_options(command, centered=True, ddof=None, precision="float64", block_rows=None,
+                                   weights=None, weight_column=None, drop_nonfinite=False, opts=opts, ci=False,
+                                   ci_replicates=0, ci_seed=0),
+                  spectrum=spec, suite=suite, warnings=tuple(warnings), timings={"total_s": t})
+
+
+def _options(command: str, *, centered: bool, ddof: int | None, precision: str, block_rows: int | None,
+             weights: Any, weight_column: str | None, drop_nonfinite: bool, opts: FitOptions, ci: bool,
+             ci_replicates: int, ci_seed: int) -> dict[str, Any]:
+    if isinstance(weights, str):
+        wdesc: Any = {"file": weights, "normalised": "p = w / sum w"}
+    elif weight_column is not None:
+        wdesc = {"column": weight_column, "normalised": "p = w / sum w"}
+    elif isinstance(weights, np.ndarray):
+        wdesc = {"array": True, "normalised": "p = w / sum w"}
+    else:
+        wdesc = None
+    out: dict[str, Any] = {
+        "centered": centered,
+        "ddof": ddof if centered and wdesc is None else None,
+        "weights": wdesc,
+        "precision": precision,
+        "block_rows": block_rows,
+        "drop_nonfinite": drop_nonfinite,
+    }
+    if command == "fit":
+        out.update({
+            "window": list(opts.windows) or ["default"],
+            "method": opts.method,
+            "model": opts.model,
+            "degree": opts.degree,
+            "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
+            "auto_tolerance": opts.auto_tolerance,
+        })
+    return out
+
+
 def spectrum(data: str | np.ndarray, **options: Any) -> Report:
-    """Eigenvalues, explained variance and floors of ``data`` (a path or an array)."""
-    options.pop("window", None)
+    """Eigenvalues, explained variance and floors of ``data`` (a path or an array).
+
+    Options are those of :func:`fit` that concern reading and the spectrum.
+    """
     return _run("spectrum", data, **options)
 
 
-def fit(data: str | np.ndarray, **options: Any) -> Report:
-    """``spectrum`` plus the power-law fit and every effective rank."""
-    return _run("fit", data, **options)
+def fit(
+    data: str | np.ndarray,
+    *,
+    window: str | list[str] | tuple[str, ...] | None = None,
+    method: str = "ols",
+    model: str = "power-law",
+    degree: int = 2,
+    density: bool = False,
+    auto_tolerance: float = 0.05,
+    **options: Any,
+) -> Report:
+    """``spectrum`` plus the power-law fits, model comparison, local slope and effective ranks.
+
+    ``window`` is ``"K1:K2"``, ``"auto"`` or a list of them (one fit each); reading options
+    (``rows``, ``sample``, ``weights``, ``precision``, ...) and ``ci``, ``shuffled_control``,
+    ``eigenvalues`` pass through.
+    """
+    windows = (window,) if isinstance(window, str) else tuple(window or ())
+    opts = FitOptions(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
+                      density=density)
+    return _run("fit", data, fit_options=opts, **options)

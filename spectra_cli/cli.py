@@ -144,18 +144,50 @@ def _analyse(command: str, path: str, opts: dict[str, Any], as_json: bool) -> No
 @app.command()
 def fit(
     path: Path,
-    window: Annotated[str | None, typer.Option(
-        "--window", help="Fit ranks K1:K2 (1-based, inclusive); default 11:floor(d/10).")] = None,
+    window: Annotated[list[str] | None, typer.Option(
+        "--window", help="Fit ranks K1:K2 (1-based, inclusive) or 'auto'; repeat for several windows. "
+        "Default 11:floor(d/10).")] = None,
+    method: Annotated[str, typer.Option("--method", help="ols | logspaced | inv-rank.")] = "ols",
+    model: Annotated[str, typer.Option("--model", help="power-law | log-corrected | broken.")] = "power-law",
+    degree: Annotated[int, typer.Option("--degree", help="p of the log-corrected model.")] = 2,
+    ci: Annotated[bool, typer.Option("--ci", help="95% bootstrap interval of alpha over row-block groups.")] = False,
+    ci_replicates: Annotated[int, typer.Option("--ci-replicates", help="Bootstrap replicates.")] = 200,
+    ci_seed: Annotated[int, typer.Option("--ci-seed", help="Seed of the bootstrap.")] = 0,
+    density: Annotated[bool, typer.Option("--density", help="Density exponent: Hill MLE with KS x_min "
+                                          "(WeightWatcher convention; add --uncentered to compare).")] = False,
+    eigenvalues: Annotated[bool, typer.Option("--eigenvalues", help="PATH is a 1-D list of eigenvalues "
+                                              "(.npy, .json, .csv/.txt), not a data matrix.")] = False,
+    shuffled_control: Annotated[bool, typer.Option("--shuffled-control", help="Also compute the spectrum with "
+                                                   "each column permuted independently.")] = False,
+    auto_tolerance: Annotated[float, typer.Option("--auto-tolerance", help="Residual RMS of log lambda allowed "
+                                                  "by --window auto.")] = 0.05,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a log-log plot (.png, .svg or .pdf).")] = None,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, json: Json = False,
 ) -> None:
     """Spectrum, power-law fit and effective ranks of a matrix (the main job)."""
-    _analyse("fit", path, dict(
-        window=window, key=key, column=column, columns=_columns(columns), rows=rows, sample=sample,
-        seed=seed, weights=weights, weight_column=weight_column, centered=not uncentered, ddof=ddof,
-        precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite), json)
+    from spectra_cli import api
+    from spectra_cli.render.progress import LazyProgress
+
+    if plot is not None:
+        from spectra_cli.render.plot import check_plot_target
+
+        check_plot_target(plot)
+    with LazyProgress(f"reading {path}") as progress:
+        report = api.fit(
+            path, window=window, method=method, model=model, degree=degree, density=density,
+            auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
+            eigenvalues=eigenvalues, shuffled_control=shuffled_control, key=key, column=column,
+            columns=_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
+            weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
+            block_rows=block_rows, drop_nonfinite=drop_nonfinite, progress=progress)
+    if plot is not None:
+        from spectra_cli.render.plot import plot_report
+
+        plot_report(report, plot)
+    _emit(report.to_dict(), json)
 
 
 @app.command()

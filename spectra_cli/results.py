@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectra_cli import __version__
-from spectra_cli.analysis.powerlaw import PowerLawFit
-from spectra_cli.analysis.rank import EffectiveRanks
 from spectra_cli.spectrum import Spectrum
+
+if TYPE_CHECKING:
+    from spectra_cli.analysis.controls import ShuffledControl
+    from spectra_cli.analysis.suite import FitSuite
 
 SCHEMA_VERSION = "spectra.report/1"
 
@@ -25,7 +27,9 @@ class Report:
         command: the command (or library function) that made it.
         source: path, format, stored shape, dtype, rows used and how they were selected.
         options: every option that changes a number (centering, ddof, weights, precision, window).
-        spectrum: eigenvalues and floors; fit and rank: None for ``spectrum``.
+        spectrum: eigenvalues and floors.
+        suite: fits, model comparison, local slope, ranks, density (None for ``spectrum``).
+        control: the shuffled control, when asked for.
         warnings: suspect but computable findings, one sentence each.
         timings: wall-clock seconds of each stage.
     """
@@ -34,10 +38,20 @@ class Report:
     source: dict[str, Any]
     options: dict[str, Any]
     spectrum: Spectrum
-    fit: PowerLawFit | None = None
-    rank: EffectiveRanks | None = None
+    suite: FitSuite | None = None
+    control: ShuffledControl | None = None
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fit(self) -> Any:
+        """The primary fit (first window), or None."""
+        return self.suite.fits[0] if self.suite is not None else None
+
+    @property
+    def rank(self) -> Any:
+        """The effective ranks, or None."""
+        return self.suite.rank if self.suite is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -48,10 +62,16 @@ class Report:
             "options": self.options,
             "spectrum": self.spectrum.to_dict(),
         }
-        if self.fit is not None or self.command == "fit":
-            out["fit"] = self.fit.to_dict() if self.fit is not None else None
-        if self.rank is not None:
-            out["rank"] = self.rank.to_dict()
+        if self.suite is not None:
+            fits = [f.to_dict() for f in self.suite.fits]
+            out["fit"] = fits[0]
+            out["fits"] = fits
+            out["models"] = self.suite.models.to_dict()
+            out["local_slope"] = self.suite.local_slope.to_dict()
+            out["rank"] = self.suite.rank.to_dict()
+            out["density"] = self.suite.density.to_dict() if self.suite.density is not None else None
+        if self.control is not None:
+            out["control"] = self.control.to_dict()
         out["warnings"] = list(self.warnings)
         out["timings"] = dict(self.timings)
         return json_safe(out)

@@ -17,6 +17,8 @@ FLOOR_DEFINITION = (
 )
 
 THRESHOLDS = (0.90, 0.95, 0.99)
+# A drop by this factor between consecutive resolved eigenvalues marks near-null directions.
+NEAR_NULL_GAP = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +37,7 @@ class Spectrum:
     """
 
     eigenvalues: np.ndarray
-    n_samples: int
+    n_samples: int | None
     n_features: int
     definition: str
     precision: str
@@ -49,13 +51,23 @@ class Spectrum:
         return int(np.count_nonzero(self.eigenvalues > self.numerical_floor))
 
     @property
-    def usable_rank(self) -> int:
-        """Ranks above both the numerical and the sampling floor."""
-        return min(self.numerical_rank, self.sampling_rank)
+    def near_null_count(self) -> int:
+        """Resolved eigenvalues after the last drop by more than NEAR_NULL_GAP between
+        consecutive ranks (LayerNorm's removed direction kept above zero by rounding)."""
+        lam = self.eigenvalues[: self.numerical_rank]
+        if lam.size < 3:
+            return 0
+        gaps = np.flatnonzero(lam[1:] < lam[:-1] * NEAR_NULL_GAP)
+        return int(lam.size - (gaps[-1] + 1)) if gaps.size else 0
 
     @property
-    def n_over_d(self) -> float:
-        return self.n_samples / self.n_features
+    def usable_rank(self) -> int:
+        """Ranks above the numerical floor, the sampling floor and any near-null gap."""
+        return min(self.numerical_rank - self.near_null_count, self.sampling_rank)
+
+    @property
+    def n_over_d(self) -> float | None:
+        return None if self.n_samples is None else self.n_samples / self.n_features
 
     def resolved(self) -> np.ndarray:
         """Eigenvalues with everything at or below the numerical floor set to 0."""
@@ -99,6 +111,7 @@ class Spectrum:
             "numerical_floor": self.numerical_floor,
             "floor_definition": FLOOR_DEFINITION,
             "numerical_rank": self.numerical_rank,
+            "near_null": self.near_null_count,
             "sampling_rank": self.sampling_rank,
             "usable_rank": self.usable_rank,
             "structural_zeros": self.structural_zeros,
@@ -200,4 +213,21 @@ def spectrum_from_rows(
         sampling_rank=max(min(sampling, d), 0),
         structural_zeros=d - n,
         method="eigvalsh of the n x n Gram matrix (n < d)",
+    )
+
+
+def spectrum_from_eigenvalues(values: np.ndarray) -> Spectrum:
+    """A spectrum computed elsewhere (``--eigenvalues``): sorted, floor from float64."""
+    lam = np.sort(np.asarray(values, dtype=np.float64))[::-1]
+    d = lam.size
+    return Spectrum(
+        eigenvalues=lam,
+        n_samples=None,
+        n_features=d,
+        definition="eigenvalues given as input (computed elsewhere); sorted descending",
+        precision="float64",
+        numerical_floor=d * _eps("float64") * max(float(lam[0]), 0.0),
+        sampling_rank=d,
+        structural_zeros=0,
+        method="given",
     )

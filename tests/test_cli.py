@@ -24,7 +24,9 @@ def test_fit_json_is_strict_and_valid(cli, validate):
     assert doc["command"] == "fit" and doc["schema"] == "spectra.report/1"
     assert doc["source"]["shape"] == [4096, 384] and doc["source"]["dtype"] == "float16"
     assert doc["options"] == {"centered": True, "ddof": 1, "weights": None, "precision": "float64",
-                              "block_rows": 8192, "drop_nonfinite": False, "window": "default"}
+                              "block_rows": 8192, "drop_nonfinite": False, "window": ["default"],
+                              "method": "ols", "model": "power-law", "degree": 2, "ci": None,
+                              "auto_tolerance": 0.05}
     assert doc["fit"]["window"] == [11, 38]
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 
@@ -35,7 +37,7 @@ def test_fit_on_parquet_with_window_and_column(cli, validate):
     doc = r.json()
     validate(doc)
     assert doc["fit"]["window"] == [11, 200] and doc["fit"]["window_source"] == "user"
-    assert doc["source"]["column"] == "emb" and doc["options"]["window"] == "11:200"
+    assert doc["source"]["column"] == "emb" and doc["options"]["window"] == ["11:200"]
 
 
 def test_spectrum_json(cli, validate):

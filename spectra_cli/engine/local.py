@@ -18,6 +18,9 @@ from spectra_cli.sources import Block, RowSpec, Source, WeightsFile, iter_select
 Progress = Callable[[int, int], None]
 T = TypeVar("T")
 _END = object()
+#: Group moments kept for the bootstrap may use at most this much memory.
+GROUP_MEMORY = 1 << 30
+MIN_BLOCKS_FOR_GROUPS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class Accumulated:
     rows: np.ndarray | None
     weights: np.ndarray | None
     seconds: float
+    groups: tuple[Moments, ...] = ()
 
     @property
     def gram(self) -> bool:
@@ -81,12 +85,17 @@ def accumulate(
     precision: str = "float64",
     drop_nonfinite: bool = False,
     gram_route: bool = True,
+    groups: int = 0,
     progress: Progress | None = None,
 ) -> Accumulated:
     """One pass over the selected rows of ``source``.
 
     Raises InputError for non-finite entries (after counting them all, so the
     message gives the count and the first row) unless ``drop_nonfinite``.
+
+    With ``groups > 0`` the moments of contiguous groups of blocks are kept as well (for
+    the bootstrap): at most ``groups``, at most ``GROUP_MEMORY`` bytes of them, and blocks
+    are made smaller when there would be fewer than ``MIN_BLOCKS_FOR_GROUPS``.
     """
     if precision not in PRECISIONS:
         raise OptionError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
@@ -103,6 +112,14 @@ def accumulate(
         raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
     weighted = weights is not None or source.has_weights
     use_gram = gram_route and total < d
+    n_groups = 0
+    if groups > 0 and not use_gram:
+        if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
+            block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
+        n_blocks = -(-total // block_rows)
+        n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
+    group_m = [Moments.empty(d, weighted=weighted) for _ in range(n_groups)]
+    block_index = 0
     m = Moments.empty(d, weighted=weighted)
     kept_rows: list[np.ndarray] = []
     kept_w: list[np.ndarray] = []
@@ -149,6 +166,10 @@ def accumulate(
                 kept_w.append(np.asarray(w, dtype=np.float64))
         elif len(X):
             m = m.merge(bm)
+            if n_groups:
+                g = block_index * n_groups // n_blocks
+                group_m[g] = group_m[g].merge(bm)
+        block_index += 1
         done += len(block.X)
         if progress is not None:
             progress(done, total)
@@ -176,4 +197,5 @@ def accumulate(
         rows=rows if use_gram else None,
         weights=wts,
         seconds=time.perf_counter() - t0,
+        groups=tuple(g for g in group_m if g.n > 0),
     )

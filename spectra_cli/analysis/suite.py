@@ -1,0 +1,111 @@
+"""Everything `spectra fit` computes from a spectrum: fits over windows, models, local
+slope, effective ranks, the density exponent. Pure: eigenvalues and options in, results out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spectra_cli.analysis.density import DensityFit, density_fit
+from spectra_cli.analysis.local_slope import LocalSlope, local_slope_profile
+from spectra_cli.analysis.powerlaw import (
+    MODELS,
+    ModelComparison,
+    RankFit,
+    Window,
+    auto_window,
+    check_choice,
+    compare_models,
+    fit_model,
+    parse_window,
+    resolve_window,
+)
+from spectra_cli.analysis.rank import EffectiveRanks, entropy_rank, participation_ratio, rankme, stable_rank
+from spectra_cli.spectrum import Spectrum
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """How to fit. ``windows``: ``K1:K2`` or ``auto`` strings; empty means the default window."""
+
+    windows: tuple[str, ...] = ()
+    method: str = "ols"
+    model: str = "power-law"
+    degree: int = 2
+    auto_tolerance: float = 0.05
+    density: bool = False
+
+    def validate(self) -> None:
+        from spectra_cli.analysis.powerlaw import METHODS
+
+        check_choice("method", self.method, METHODS)
+        check_choice("model", self.model, MODELS)
+        for w in self.windows:
+            parse_window(w)
+        if self.degree < 1:
+            from spectra_cli.errors import OptionError
+
+            raise OptionError(f"--degree {self.degree} must be at least 1 (1 is the plain power law).")
+
+
+@dataclass(frozen=True, slots=True)
+class FitSuite:
+    fits: tuple[RankFit, ...]
+    models: ModelComparison
+    local_slope: LocalSlope
+    rank: EffectiveRanks
+    density: DensityFit | None
+    warnings: tuple[str, ...]
+
+
+def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[str]]:
+    out: list[Window] = []
+    warnings: list[str] = []
+    for text in opts.windows or ("default",):
+        if text == "default":
+            w, warn = resolve_window(None, n_features=spec.n_features, usable_rank=spec.usable_rank)
+        else:
+            requested = parse_window(text)
+            if requested is None:
+                w, warn = auto_window(spec.eigenvalues, spec.usable_rank, tolerance=opts.auto_tolerance), []
+            else:
+                w, warn = resolve_window(requested, n_features=spec.n_features, usable_rank=spec.usable_rank)
+        out.append(w)
+        warnings += warn
+    return out, warnings
+
+
+def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None = None) -> FitSuite:
+    """Fits on every window, the model comparison on the first, and the ranks."""
+    opts.validate()
+    windows, warnings = windows_for(spec, opts)
+    lam = spec.eigenvalues
+    fits = tuple(fit_model(lam, w, method=opts.method, model=opts.model, degree=opts.degree) for w in windows)
+    models = compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
+    resolved = spec.resolved()
+    unc = uncentered or spec
+    rank = EffectiveRanks(
+        participation_ratio=participation_ratio(resolved),
+        entropy_rank=entropy_rank(resolved),
+        rankme=rankme(unc.eigenvalues, unc.numerical_floor) if uncentered is not None else None,
+        stable_rank=stable_rank(resolved),
+        numerical_rank=spec.numerical_rank,
+        k90=spec.k_for(0.90),
+        k95=spec.k_for(0.95),
+        k99=spec.k_for(0.99),
+    )
+    density = None
+    if opts.density:
+        density = density_fit(lam[: spec.numerical_rank])
+    profile = local_slope_profile(lam, spec.usable_rank)
+    return FitSuite(fits, models, profile, rank, density, tuple(warnings))
+
+
+def alpha_statistic(window: Window, opts: FitOptions) -> object:
+    """The statistic a bootstrap replicate computes: alpha of the selected model on the window."""
+
+    def stat(eigenvalues: np.ndarray) -> float:
+        return fit_model(eigenvalues, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
+
+    return stat

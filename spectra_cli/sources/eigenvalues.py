@@ -1,0 +1,73 @@
+"""A spectrum computed elsewhere: a 1-D ``.npy``, a JSON list (or a spectra report), or a CSV column."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+
+from spectra_cli.errors import InputError
+
+
+def read_eigenvalues(path: str) -> np.ndarray:
+    """Eigenvalues as float64 (any order; the caller sorts them)."""
+    if not os.path.exists(path):
+        raise InputError(f"no such file: {path}")
+    lower = path.lower()
+    if lower.endswith(".npy"):
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"cannot read eigenvalues from {path}: {exc}") from None
+        if arr.ndim == 2 and 1 in arr.shape:
+            arr = arr.ravel()
+        if arr.ndim != 1:
+            raise InputError(f"{path} has shape {arr.shape}; --eigenvalues needs a 1-D array of eigenvalues.")
+        if arr.dtype.kind not in "fiu":
+            raise InputError(f"{path} has dtype {arr.dtype}; eigenvalues must be real numbers.")
+        values = arr.astype(np.float64)
+    elif lower.endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read eigenvalues from {path}: {exc}") from None
+        if isinstance(doc, dict):
+            doc = doc.get("eigenvalues", doc.get("spectrum", {}).get("eigenvalues") if isinstance(
+                doc.get("spectrum"), dict) else None)
+        if not isinstance(doc, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                for v in doc):
+            raise InputError(
+                f"{path} must hold a JSON list of numbers (or an object with an 'eigenvalues' list)."
+            )
+        values = np.array(doc, dtype=np.float64)
+    elif lower.endswith((".csv", ".txt", ".tsv")):
+        values = _read_column(path)
+    else:
+        ext = os.path.splitext(path)[1] or "(none)"
+        raise InputError(f"unknown extension {ext} for --eigenvalues {path}; use .npy, .json, .csv or .txt.")
+    if values.size < 3:
+        raise InputError(f"{path} holds {values.size} eigenvalue(s); at least 3 are required.")
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise InputError(f"{path} has {bad.size} non-finite eigenvalue(s) (first at index {bad[0]}).")
+    return values
+
+
+def _read_column(path: str) -> np.ndarray:
+    out: list[float] = []
+    with open(path, newline="", encoding="utf-8") as f:
+        dialect = csv.excel_tab if path.lower().endswith(".tsv") else csv.excel
+        for i, row in enumerate(csv.reader(f, dialect)):
+            cells = [c.strip() for c in row if c.strip()]
+            if not cells:
+                continue
+            try:
+                out.append(float(cells[0]))
+            except ValueError:
+                if i == 0 and not out:
+                    continue  # a header line
+                raise InputError(f"{path} line {i + 1}: {cells[0]!r} is not a number.") from None
+    return np.array(out, dtype=np.float64)

@@ -229,7 +229,7 @@ def _run(
 
 def _with_bootstrap(suite: Any, acc: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,
                     replicates: int, seed: int, warnings: list[str]) -> Any:
-    from spectra_cli.analysis.bootstrap import bootstrap_statistic, percentile_interval
+    from spectra_cli.analysis.bootstrap import bootstrap_statistic, intervals
     from spectra_cli.analysis.powerlaw import fit_model, with_ci
 
     if acc.moments is None:
@@ -243,8 +243,9 @@ def _with_bootstrap(suite: Any, acc: Accumulated, opts: FitOptions, *, centered:
             return fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
 
         values = bootstrap_statistic(groups, stat, centered=centered, ddof=ddof, replicates=replicates, seed=seed)
-        lo, hi = percentile_interval(values)
-        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, int(np.isfinite(values).sum()), len(groups), seed)))
+        lo, hi, p_lo, p_hi, bias = intervals(values, f.alpha)
+        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, p_lo, p_hi, bias, int(np.isfinite(values).sum()),
+                                           len(groups), seed)))
     return replace(suite, fits=tuple(fits))
 
 

@@ -206,6 +206,34 @@ def spectrum(
 
 
 @app.command()
+def synth(
+    kind: Annotated[str, typer.Argument(help="powerlaw | isotropic | cone | random-features", show_default=False)],
+    n: Annotated[int, typer.Option("-n", help="Rows.")] = 10000,
+    d: Annotated[int, typer.Option("-d", help="Features.")] = 256,
+    out: Annotated[str, typer.Option("-o", "--output", help="Output .npy or .parquet (written atomically).")] = "",
+    alpha: Annotated[float, typer.Option("--alpha", help="Eigenvalue exponent (powerlaw, random-features).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of numpy.random.default_rng.")] = 0,
+    offset: Annotated[float, typer.Option("--offset", help="Mean offset along a random unit vector "
+                                          "(powerlaw), in units of sqrt(lambda_1).")] = 0.0,
+    activation: Annotated[str, typer.Option("--activation", help="linear | quadratic | relu | tanh "
+                                            "(random-features).")] = "linear",
+    input_dim: Annotated[int | None, typer.Option("--input-dim", help="Input width v of random-features "
+                                                  "(default 4d).")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 | float64 | float16.")] = "float32",
+) -> None:
+    """Write a seeded synthetic matrix with a known spectrum (for calibration and tests)."""
+    from spectra_cli import synth as synthesis
+    from spectra_cli.errors import OptionError
+
+    if not out:
+        raise OptionError("synth needs -o FILE (.npy or .parquet).")
+    blocks = synthesis.generate(kind, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
+                                input_dim=input_dim)
+    synthesis.write(out, blocks, n=n, d=d, dtype=dtype)
+    sys.stderr.write(f"wrote {out}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
+
+
+@app.command()
 def info(
     path: Path, key: Key = None, column: Column = None, columns: Columns = None, json: Json = False,
 ) -> None:

@@ -53,12 +53,18 @@ class Spectrum:
     @property
     def near_null_count(self) -> int:
         """Resolved eigenvalues after the last drop by more than NEAR_NULL_GAP between
-        consecutive ranks (LayerNorm's removed direction kept above zero by rounding)."""
+        consecutive ranks, when they are at most max(1, d/100) of them (LayerNorm's removed
+        direction kept above zero by rounding)."""
         lam = self.eigenvalues[: self.numerical_rank]
         if lam.size < 3:
             return 0
         gaps = np.flatnonzero(lam[1:] < lam[:-1] * NEAR_NULL_GAP)
-        return int(lam.size - (gaps[-1] + 1)) if gaps.size else 0
+        if not gaps.size:
+            return 0
+        count = int(lam.size - (gaps[-1] + 1))
+        # Only a few isolated directions count (LayerNorm removes one); a large block below a
+        # gap is a low-rank signal over small noise, which is data, not a numerical artefact.
+        return count if count <= max(1, self.n_features // 100) else 0
 
     @property
     def usable_rank(self) -> int:

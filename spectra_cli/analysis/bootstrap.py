@@ -72,10 +72,11 @@ def bootstrap_statistic(
     return out
 
 
-def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+def intervals(values: np.ndarray, estimate: float, level: float = 0.95) -> tuple[float, float, float, float, float]:
+    """Basic interval, percentile interval and bias of the replicates around ``estimate``."""
     v = values[np.isfinite(values)]
     if v.size < 2:
         raise FitError("too few bootstrap replicates gave a fit to form an interval.")
     tail = (1.0 - level) / 2 * 100
-    lo, hi = np.percentile(v, [tail, 100 - tail])
-    return float(lo), float(hi)
+    q_lo, q_hi = (float(q) for q in np.percentile(v, [tail, 100 - tail]))
+    return 2 * estimate - q_hi, 2 * estimate - q_lo, q_lo, q_hi, float(v.mean()) - estimate

@@ -20,7 +20,7 @@ T = TypeVar("T")
 _END = object()
 #: Group moments kept for the bootstrap may use at most this much memory.
 GROUP_MEMORY = 1 << 30
-MIN_BLOCKS_FOR_GROUPS = 20
+MIN_BLOCKS_FOR_GROUPS = 32
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,15 +61,43 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
         ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']})"),
     ]))
-    fit = doc.get("fit")
-    if fit:
-        w = fit["window"]
-        parts.append(_kv("Power-law fit (rank form, lambda_j ~ C j^-alpha)", [
-            ("alpha", f"{fit['alpha']:.4f} ± {_fmt(fit['stderr'], 2)} (OLS s.e.)"),
-            ("window", f"ranks {w[0]}..{w[1]} ({fit['window_source']}: {fit['window_reason']})"),
-            ("R^2", f"{fit['r2']:.5f}"),
-            ("residual RMS", _fmt(fit["residual_rms"])),
-            ("method", f"{fit['method']}, {fit['n_points']} points"),
+    fits = doc.get("fits") or []
+    if fits:
+        ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)
+        for c in ("model", "method", "window", "alpha", "95% CI", "R^2", "resid RMS", "points"):
+            ft.add_column(c, justify="right" if c not in ("model", "method") else "left")
+        for f in fits:
+            alpha = f"{f['alpha']:.4f} ± {_fmt(f['stderr'], 2)}"
+            if f["model"] == "broken":
+                alpha = f"{f['alpha']:.3f} | {f['alpha_2']:.3f} @ {f['crossover']:.1f}"
+            elif f["model"] == "log-corrected":
+                alpha += f" (p={f['degree']})"
+            ci = f["ci"]
+            ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} ({f['window_source']})",
+                       alpha, f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—", f"{f['r2']:.4f}",
+                       _fmt(f["residual_rms"], 3), str(f["n_points"]))
+        parts.append(ft)
+        notes = [f"window: {fits[0]['window_reason']}"]
+        models = doc.get("models")
+        if models:
+            cmp = ", ".join(f"{name} {m['alpha']:.3f} (BIC {m['bic']:.1f})" for name, m in models["models"].items())
+            notes.append(f"models on the first window: {cmp}; best by BIC: {models['best']}")
+        parts.append(Text("\n".join(notes), style="dim"))
+    dens = doc.get("density")
+    if dens:
+        parts.append(_kv("Density exponent (p(lambda) ~ lambda^-a, Hill MLE, KS x_min)", [
+            ("a", f"{dens['alpha']:.4f} ± {dens['stderr']:.2g}"),
+            ("x_min", dens["xmin"]),
+            ("tail size", dens["n_tail"]),
+            ("KS distance", dens["ks_distance"]),
+            ("rank-exponent equivalent", dens["rank_exponent_equivalent"]),
+        ]))
+    ctrl = doc.get("control")
+    if ctrl:
+        meets = ctrl["meets_at_rank"]
+        parts.append(_kv("Shuffled control (each column permuted)", [
+            ("meets the data at rank", meets if meets is not None else "never"),
+            ("rows", f"{ctrl['rows']}" + (" (uniform sample)" if ctrl["subsampled"] else "")),
         ]))
     rank = doc.get("rank")
     if rank:

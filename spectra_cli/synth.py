@@ -1,0 +1,132 @@
+"""Seeded synthetic matrices with known spectra, streamed to ``.npy`` or Parquet.
+
+- ``powerlaw``: rows ``z diag(sqrt(j^-alpha)) Q^T + offset * u`` with ``z ~ N(0, I)``, ``Q`` a
+  random orthogonal matrix and ``u`` a random unit vector: covariance eigenvalues ``j^-alpha``.
+- ``isotropic``: ``N(0, I)`` (seed 003's isotropic cloud).
+- ``cone``: seed 003's narrow cone: ``residual * N(0, I) + strength * (0.15 + 0.85 U) u`` with
+  ``U ~ Uniform(0, 1)`` per row and one random unit ``u``.
+- ``random-features``: ``f(W^T x) / sqrt(d)`` with ``x ~ N(0, diag(j^-alpha))`` in ``R^v``, ``W`` a
+  fixed ``v x d`` standard Gaussian matrix and ``f`` linear, quadratic (``y^2``), relu or tanh
+  (seed 001 Theorem 1: for ``y^p`` the spectrum is ``~ (log^(p-1)(j+1) / j)^alpha``).
+
+``numpy.random.default_rng(seed)`` (and streams spawned from it) draw everything in a fixed
+order, so the output does not depend on the block size. Files are written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from spectra_cli.errors import OptionError, describe_choices
+
+KINDS = ("powerlaw", "isotropic", "cone", "random-features")
+ACTIVATIONS = ("linear", "quadratic", "relu", "tanh")
+DTYPES = ("float32", "float64", "float16")
+BLOCK = 8192
+
+
+def _orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))  # Haar-distributed
+
+
+def _unit(rng: np.random.Generator, d: int) -> np.ndarray:
+    u = rng.standard_normal(d)
+    return u / np.linalg.norm(u)
+
+
+def generate(
+    kind: str, *, n: int, d: int, seed: int = 0, alpha: float = 1.0, offset: float = 0.0,
+    activation: str = "linear", input_dim: int | None = None, strength: float = 4.0, residual: float = 0.1,
+    block: int = BLOCK,
+) -> Iterator[np.ndarray]:
+    """Yield float64 row blocks of the requested synthetic matrix."""
+    if kind not in KINDS:
+        raise OptionError(f"synth kind {describe_choices(kind, KINDS)}.")
+    if n < 1 or d < 1:
+        raise OptionError(f"-n {n} and -d {d} must both be at least 1.")
+    if activation not in ACTIVATIONS:
+        raise OptionError(f"--activation {describe_choices(activation, ACTIVATIONS)}.")
+    if alpha <= 0 and kind in ("powerlaw", "random-features"):
+        raise OptionError(f"--alpha {alpha} must be positive.")
+    rng = np.random.default_rng(seed)
+    make: Callable[[int], np.ndarray]
+    if kind == "powerlaw":
+        root = np.arange(1, d + 1, dtype=np.float64) ** (-alpha / 2)
+        A = root[:, None] * _orthogonal(rng, d).T
+        mean = offset * _unit(rng, d)
+
+        def make(b: int) -> np.ndarray:
+            return rng.standard_normal((b, d)) @ A + mean
+    elif kind == "isotropic":
+        def make(b: int) -> np.ndarray:
+            return rng.standard_normal((b, d))
+    elif kind == "cone":
+        u = _unit(rng, d)
+        # Separate streams for residuals and coefficients keep the output independent of the block size.
+        rng_res, rng_coef = rng.spawn(2)
+
+        def make(b: int) -> np.ndarray:
+            res = residual * rng_res.standard_normal((b, d))
+            coeff = strength * (0.15 + 0.85 * rng_coef.random((b, 1)))
+            return res + coeff * u
+    else:
+        v = input_dim or 4 * d
+        root = np.arange(1, v + 1, dtype=np.float64) ** (-alpha / 2)
+        W = rng.standard_normal((v, d))
+        WA = root[:, None] * W
+        activations: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+            "linear": lambda y: y, "quadratic": np.square, "relu": lambda y: np.maximum(y, 0.0), "tanh": np.tanh}
+        f = activations[activation]
+        scale = 1.0 / np.sqrt(d)
+
+        def make(b: int) -> np.ndarray:
+            return f(rng.standard_normal((b, v)) @ WA) * scale
+    for lo in range(0, n, block):
+        yield make(min(block, n - lo))
+
+
+def write(path: str, blocks: Iterator[np.ndarray], *, n: int, d: int, dtype: str = "float32",
+          column: str = "emb") -> None:
+    """Stream blocks to ``.npy`` or ``.parquet`` atomically (temporary file, then rename)."""
+    if dtype not in DTYPES:
+        raise OptionError(f"--dtype {describe_choices(dtype, DTYPES)}.")
+    lower = path.lower()
+    if not lower.endswith((".npy", ".parquet", ".pq")):
+        raise OptionError(f"-o {path!r}: the output must end in .npy or .parquet.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OptionError(f"-o {path!r}: directory {parent} does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=os.path.splitext(path)[1], dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if lower.endswith(".npy"):
+                np.lib.format.write_array_header_2_0(
+                    f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                        "shape": (n, d)})
+                for b in blocks:
+                    f.write(np.ascontiguousarray(b, dtype=dtype).tobytes())
+            else:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                writer = None
+                try:
+                    for b in blocks:
+                        flat = pa.array(np.ascontiguousarray(b, dtype=dtype).ravel())
+                        table = pa.table({column: pa.FixedSizeListArray.from_arrays(flat, d)})
+                        if writer is None:
+                            writer = pq.ParquetWriter(f, table.schema)
+                        writer.write_table(table)
+                finally:
+                    if writer is not None:
+                        writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,260 @@
+"""The fitting toolkit: SPEC known answers, synthetic recovery, models, CI, density, controls."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spectra_cli import api, synth
+from spectra_cli.analysis.density import density_fit
+from spectra_cli.analysis.local_slope import local_slope
+from spectra_cli.analysis.powerlaw import Window, auto_window, fit_model
+from spectra_cli.errors import FitError
+
+J = np.arange(1, 10001, dtype=float)
+LOG_CORRECTED = (np.log(J + 1) / J) ** 1.31  # SPEC.md's known answer
+
+
+def _synth(kind="powerlaw", **kw):
+    return np.concatenate(list(synth.generate(kind, **kw)))
+
+
+@pytest.mark.parametrize("fmt", ["npy", "json", "csv"])
+def test_spec_known_answers_through_eigenvalue_input(cli, tmp_path, fmt, validate):
+    path = tmp_path / f"eigs.{fmt}"
+    rng = np.random.default_rng(0)
+    shuffled = LOG_CORRECTED[rng.permutation(J.size)]  # any order: spectra sorts them
+    if fmt == "npy":
+        np.save(path, shuffled)
+    elif fmt == "json":
+        path.write_text(json.dumps(shuffled.tolist()))
+    else:
+        path.write_text("eigenvalue\n" + "\n".join(repr(float(v)) for v in shuffled) + "\n")
+    doc = cli("fit", path, "--eigenvalues", "--window", "10:3000", "--json").json()
+    validate(doc)
+    assert doc["fit"]["alpha"] == pytest.approx(1.093, abs=0.002)
+    assert doc["source"]["format"] == "eigenvalues" and doc["spectrum"]["n_samples"] is None
+    doc = cli("fit", path, "--eigenvalues", "--window", "10:3000", "--model", "log-corrected", "--degree", "2",
+              "--json").json()
+    validate(doc)
+    assert doc["fit"]["model"] == "log-corrected" and doc["fit"]["degree"] == 2
+    assert doc["fit"]["alpha"] == pytest.approx(1.310, abs=0.002)
+    assert doc["models"]["best"] == "log-corrected"
+
+
+def test_local_slope_at_rank_3000_known_answer():
+    got = local_slope(LOG_CORRECTED, np.array([3000.0]), usable_rank=J.size)[0]
+    assert got == pytest.approx(1.146, abs=0.01)
+    # and against the closed form alpha (1 - j / ((j + 1) log(j + 1)))
+    assert got == pytest.approx(1.31 * (1 - 3000 / (3001 * np.log(3001))), abs=0.003)
+
+
+def test_local_slope_profile_in_report_is_flat_for_an_exact_power_law():
+    rep = api.fit(np.arange(1, 2001, dtype=float) ** -0.8, eigenvalues=True)
+    prof = rep.suite.local_slope
+    assert prof.ranks.size > 10
+    np.testing.assert_allclose(prof.alpha_local, 0.8, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["ols", "logspaced", "inv-rank"])
+def test_every_method_recovers_an_exact_power_law(method):
+    lam = 2.0 * J[:2000] ** -1.7
+    f = fit_model(lam, Window(5, 1500, "user", ""), method=method)
+    assert f.alpha == pytest.approx(1.7, abs=1e-10) and f.intercept == pytest.approx(np.log(2.0), abs=1e-9)
+    assert f.method == method
+
+
+def test_inv_rank_is_weighted_least_squares_with_1_over_j():
+    rng = np.random.default_rng(1)
+    lam = J[:300] ** -1.0 * np.exp(0.1 * rng.standard_normal(300))
+    lam = np.sort(lam)[::-1]
+    f = fit_model(lam, Window(2, 250, "user", ""), method="inv-rank")
+    j = np.arange(2, 251)
+    slope, icpt = np.polyfit(np.log(j), np.log(lam[1:250]), 1, w=np.sqrt(1 / j))
+    assert f.alpha == pytest.approx(-slope, rel=1e-10) and f.intercept == pytest.approx(icpt, rel=1e-10)
+
+
+def test_logspaced_weights_each_decade_equally():
+    # A spectrum that is steeper in its first decade: logspaced weighs that decade as much as the
+    # next two together, so its slope is steeper than ols (which is dominated by the high ranks).
+    lam = np.where(J <= 10, J ** -2.0, 10.0 ** -1.0 * J ** -1.0)[:1000]
+    w = Window(1, 1000, "user", "")
+    assert fit_model(lam, w, method="logspaced").alpha > fit_model(lam, w, method="ols").alpha + 0.2
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 1.5, 2.0])
+def test_synthetic_powerlaw_rows_recover_alpha_within_003(alpha):
+    X = _synth(n=20 * 512, d=512, seed=1, alpha=alpha)
+    rep = api.fit(X)
+    assert rep.fit.window.k_min == 11 and rep.fit.window.k_max == 51
+    assert rep.fit.alpha == pytest.approx(alpha, abs=0.03)
+
+
+def test_ci_covers_the_truth_in_at_least_90_percent_of_50_repeats():
+    # The small version of the acceptance run (the full one is bench/bench_fit.py).
+    covered = 0
+    for s in range(50):
+        X = _synth(n=20 * 96, d=96, seed=100 + s, alpha=1.0)
+        ci = api.fit(X, window="3:30", ci=True, ci_replicates=200, ci_seed=s).fit.ci
+        covered += ci.low <= 1.0 <= ci.high
+        assert ci.replicates == 200 and ci.groups == 32
+    assert covered >= 45
+
+
+def test_ci_is_reproducible_and_reported(cli, tmp_path, validate):
+    np.save(tmp_path / "x.npy", _synth(n=4000, d=64, seed=3, alpha=1.2))
+    a = cli("fit", tmp_path / "x.npy", "--window", "3:20", "--ci", "--ci-replicates", "50", "--json").json()
+    b = cli("fit", tmp_path / "x.npy", "--window", "3:20", "--ci", "--ci-replicates", "50", "--json").json()
+    validate(a)
+    assert a["fit"]["ci"] == b["fit"]["ci"]
+    ci = a["fit"]["ci"]
+    assert ci["low"] < a["fit"]["alpha"] < ci["high"]
+    assert ci["low"] == pytest.approx(2 * a["fit"]["alpha"] - ci["percentile_high"])
+    assert "bootstrap_s" in a["timings"] and a["options"]["ci"] == {"replicates": 50, "seed": 0, "level": 0.95}
+
+
+def test_broken_law_recovered():
+    lam = np.where(J <= 100, J ** -0.6, 100.0 ** (1.4 - 0.6) * J ** -1.4)[:3000]
+    rng = np.random.default_rng(2)
+    lam = lam * np.exp(0.02 * rng.standard_normal(lam.size))
+    f = fit_model(lam, Window(2, 3000, "user", ""), model="broken")
+    assert f.alpha == pytest.approx(0.6, abs=0.05) and f.alpha_2 == pytest.approx(1.4, abs=0.05)
+    assert f.crossover == pytest.approx(100, rel=0.10)
+    rep = api.fit(lam, eigenvalues=True, window="2:3000", model="broken")
+    assert rep.suite.models.best == "broken"
+
+
+def test_broken_law_from_rows():
+    d = 1000
+    lam = np.where(np.arange(1, d + 1) <= 100, np.arange(1, d + 1) ** -0.6,
+                   100.0 ** 0.8 * np.arange(1, d + 1) ** -1.4)
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((20 * d, d)) * np.sqrt(lam)
+    f = api.fit(X, window="5:400", model="broken").fit
+    assert f.alpha == pytest.approx(0.6, abs=0.05) and f.alpha_2 == pytest.approx(1.4, abs=0.05)
+    assert f.crossover == pytest.approx(100, rel=0.10)
+
+
+def test_auto_window_finds_the_straight_part_and_states_the_criterion():
+    lam = np.where(J <= 500, J ** -1.0, 500.0 ** 2 * J ** -3.0)[:2000]
+    w = auto_window(lam, 2000)
+    assert w.source == "auto" and w.k_max <= 560 and w.k_max >= 400 and w.k_min <= 2
+    assert "residual RMS of log lambda <= 0.05" in w.reason
+
+
+def test_auto_window_with_nothing_straight_is_a_fit_error():
+    rng = np.random.default_rng(0)
+    lam = np.sort(np.exp(3 * rng.standard_normal(50)))[::-1]
+    with pytest.raises(FitError, match="--window auto found no window"):
+        auto_window(lam, 50, tolerance=1e-6)
+
+
+def test_several_windows_give_one_fit_each(cli, validate):
+    from tests.conftest import SAMPLE
+
+    doc = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--window", "11:100", "--window", "11:200",
+              "--window", "auto", "--json").json()
+    validate(doc)
+    assert [f["window"] for f in doc["fits"]][:2] == [[11, 100], [11, 200]]
+    assert doc["fits"][2]["window_source"] == "auto" and doc["fit"] == doc["fits"][0]
+
+
+def test_density_matches_hill_closed_form_and_rank_relation():
+    # A pure rank law alpha = 1 has density exponent a = 1 + 1/alpha = 2.
+    lam = J ** -1.0
+    d = density_fit(lam, xmin=lam[999])
+    tail = lam[:1000]
+    a = 1 + 1000 / np.sum(np.log(tail / lam[999]))
+    assert d.alpha == pytest.approx(a, rel=1e-12) and d.n_tail == 1000
+    assert d.alpha == pytest.approx(2.0, abs=0.02)
+    assert d.stderr == pytest.approx((a - 1) / np.sqrt(1000))
+
+
+def test_density_agrees_with_the_powerlaw_package():
+    powerlaw = pytest.importorskip("powerlaw")
+    X = _synth(n=4000, d=200, seed=5, alpha=1.1)
+    rep = api.fit(X, density=True)
+    lam = rep.spectrum.eigenvalues[: rep.spectrum.numerical_rank]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = powerlaw.Fit(lam, verbose=0)
+        fixed = powerlaw.Fit(lam, xmin=float(lam[50]), verbose=0)
+    d = rep.suite.density
+    assert d.xmin == pytest.approx(ref.xmin, rel=1e-12)
+    assert d.alpha == pytest.approx(ref.power_law.alpha, rel=1e-10)
+    assert d.ks_distance == pytest.approx(ref.power_law.D, rel=1e-10)
+    f = density_fit(lam, xmin=float(lam[50]))
+    assert f.alpha == pytest.approx(fixed.power_law.alpha, rel=1e-10)
+    assert f.ks_distance == pytest.approx(fixed.power_law.D, rel=1e-10)
+    assert f.stderr == pytest.approx(fixed.power_law.sigma, rel=1e-10)
+
+
+def test_shuffled_control_meets_a_low_rank_signal_where_the_signal_ends(validate):
+    rng = np.random.default_rng(6)
+    n, d = 4000, 60
+    signal = rng.standard_normal((n, 5)) @ rng.standard_normal((5, d)) * 3
+    X = signal + 0.1 * rng.standard_normal((n, d))
+    rep = api.fit(X, window="1:5", shuffled_control=True)
+    validate(rep.to_dict())
+    assert rep.control is not None and rep.control.rows == n and not rep.control.subsampled
+    assert rep.control.meets_at_rank == 6
+    # Permuting columns keeps each column's values: the traces agree.
+    assert rep.control.eigenvalues.sum() == pytest.approx(rep.spectrum.eigenvalues.sum(), rel=1e-10)
+
+
+def test_fit_window_past_the_control_is_warned():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((3000, 40)) * np.arange(1, 41) ** -0.3
+    rep = api.fit(X, window="1:30", shuffled_control=True)
+    assert any("shuffled control" in w for w in rep.warnings)
+
+
+def test_ci_and_control_refuse_eigenvalue_input(cli, tmp_path):
+    np.save(tmp_path / "e.npy", LOG_CORRECTED[:100])
+    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--ci")
+    assert r.exit_code == 2
+    assert r.stderr == "error: --ci and --shuffled-control need the data matrix, not --eigenvalues.\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--method", "lsq"], "error: --method 'lsq' is not one of 'ols', 'logspaced', 'inv-rank'.\n"),
+        (["--model", "exp"], "error: --model 'exp' is not one of 'power-law', 'log-corrected', 'broken'.\n"),
+        (["--degree", "0", "--model", "log-corrected"],
+         "error: --degree 0 must be at least 1 (1 is the plain power law).\n"),
+        (["--ci", "--ci-replicates", "3"], "error: --ci-replicates 3 must be at least 10.\n"),
+    ],
+)
+def test_bad_fit_options(cli, tmp_path, args, message):
+    np.save(tmp_path / "x.npy", _synth(n=500, d=20, seed=0))
+    r = cli("fit", tmp_path / "x.npy", *args)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr == message
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        ("[1, 2, \"x\"]", "e.json",
+         "error: {p} must hold a JSON list of numbers (or an object with an 'eigenvalues' list).\n"),
+        ("1\n2\nabc\n", "e.csv", "error: {p} line 3: 'abc' is not a number.\n"),
+        ("[1, 2]", "e.json", "error: {p} holds 2 eigenvalue(s); at least 3 are required.\n"),
+        ("1\n2\n3\n", "e.dat", "error: unknown extension .dat for --eigenvalues {p}; use .npy, .json, .csv or .txt.\n"),
+    ],
+)
+def test_bad_eigenvalue_files(cli, tmp_path, content, name, message):
+    p = tmp_path / name
+    p.write_text(content)
+    r = cli("fit", p, "--eigenvalues")
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr == message.format(p=p)
+
+
+def test_eigenvalue_input_with_nonfinite_values(cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.array([3.0, np.nan, 1.0, 0.5]))
+    r = cli("fit", tmp_path / "e.npy", "--eigenvalues")
+    assert r.exit_code == 2
+    assert r.stderr == f"error: {tmp_path / 'e.npy'} has 1 non-finite eigenvalue(s) (first at index 1).\n"

@@ -14,14 +14,18 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.analysis.controls import ShuffledControl, meets_at, shuffled_spectrum
+from spectra_cli.analysis.isotropy import LogZAccumulator, check_scale, directions
+from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI
 from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Accumulated, accumulate
-from spectra_cli.engine.local import Progress
+from spectra_cli.engine.local import Progress, prefetch
 from spectra_cli.errors import FitError, OptionError
+from spectra_cli.moments import Moments
 from spectra_cli.results import Report
 from spectra_cli.sources import (
     DEFAULT_BLOCK_ROWS,
+    LogitsWeights,
     RowSpec,
     Source,
     SourceInfo,
@@ -111,7 +115,7 @@ def spectrum_warnings(spec: Spectrum, acc: Accumulated | None) -> list[str]:
 
 
 def _control(
-    src: Source, spec: RowSpec, wfile: WeightsFile | None, real: Spectrum, *, seed: int, centered: bool,
+    src: Source, spec: RowSpec, wfile: WeightsFile | LogitsWeights | None, real: Spectrum, *, seed: int, centered: bool,
     ddof: int, precision: str, block_rows: int,
 ) -> ShuffledControl:
     """A second pass that gathers rows (all, or a uniform sample within CONTROL_MEMORY)."""
@@ -157,13 +161,21 @@ def _run(
     shuffled_control: bool = False,
     control_seed: int = 0,
     eigenvalues: bool = False,
+    partition_isotropy: bool = False,
+    logits: str | None = None,
+    temperature: float = 1.0,
+    scale: str = "seed",
+    isoscore: bool = False,
     progress: Progress | None = None,
 ) -> Report:
     t0 = time.perf_counter()
+    check_scale(scale)
+    if command == "isotropy":
+        partition_isotropy = True
     if ddof < 0:
         raise OptionError(f"--ddof {ddof} must be 0 or a positive integer.")
-    if weights is not None and weight_column is not None:
-        raise OptionError("use --weights (a file) or --weight-column (a Parquet column), not both.")
+    if sum(x is not None for x in (weights, weight_column, logits)) > 1:
+        raise OptionError("use one of --weights, --weight-column and --logits, not several.")
     if ci and ci_replicates < 10:
         raise OptionError(f"--ci-replicates {ci_replicates} must be at least 10.")
     opts = fit_options or FitOptions()
@@ -175,17 +187,34 @@ def _run(
     arr_w = weights if isinstance(weights, np.ndarray) else None
     control = None
     with _open(data, key=key, column=column, columns=columns, weight_column=weight_column, weights=arr_w) as src:
-        wfile = WeightsFile(weights, src.info.n_rows) if isinstance(weights, str) else None
+        wfile: WeightsFile | LogitsWeights | None = None
+        if isinstance(weights, str):
+            wfile = WeightsFile(weights, src.info.n_rows)
+        elif logits is not None:
+            wfile = LogitsWeights(logits, src.info.n_rows, temperature)
         acc = accumulate(src, spec, weights=wfile, block_rows=block_rows, precision=precision,
-                         drop_nonfinite=drop_nonfinite, groups=BOOTSTRAP_GROUPS if ci else 0, progress=progress)
+                         drop_nonfinite=drop_nonfinite, groups=BOOTSTRAP_GROUPS if ci else 0,
+                         cosine=command in ("fit", "isotropy"), progress=progress)
         info = src.info
         t1 = time.perf_counter()
         main = _spectrum(acc, centered=centered, ddof=ddof, precision=precision)
+        logz = None
+        scale_value = None
+        if partition_isotropy:
+            logz, scale_value = _partition_pass(src, spec, wfile, acc, scale=scale, block_rows=block_rows,
+                                                progress=progress)
         if shuffled_control:
             control = _control(src, spec, wfile, main, seed=control_seed, centered=centered, ddof=ddof,
                                precision=precision, block_rows=block_rows)
     t2 = time.perf_counter()
     warnings = spectrum_warnings(main, acc)
+    iso = None
+    if command in ("fit", "isotropy"):
+        mean = _mean(acc)
+        iso = isotropy_summary(main.resolved(), main.n_features, mean, acc.cosine, logz=logz, scale=scale,
+                               scale_value=scale_value, with_isoscore=isoscore)
+        if iso.zero_rows:
+            warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")
     suite = None
     timings: dict[str, float] = {}
     if command == "fit":
@@ -218,13 +247,51 @@ def _run(
         source=source,
         options=_options(command, centered=centered, ddof=ddof, precision=precision, block_rows=block_rows,
                          weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=opts,
-                         ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed),
+                         ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed, logits=logits,
+                         temperature=temperature),
         spectrum=main,
         suite=suite,
         control=control,
+        isotropy=iso,
         warnings=tuple(warnings),
         timings=timings,
     )
+
+
+def _mean(acc: Accumulated) -> np.ndarray:
+    if acc.moments is not None:
+        return acc.moments.mean * acc.moments.scale
+    assert acc.rows is not None
+    if acc.weights is not None:
+        return (acc.weights @ acc.rows) / acc.weights.sum()
+    return acc.rows.mean(axis=0)
+
+
+def _partition_pass(src: Source, spec: RowSpec, wfile: WeightsFile | LogitsWeights | None, acc: Accumulated, *,
+                    scale: str, block_rows: int, progress: Progress | None) -> tuple[LogZAccumulator, float]:
+    """The second pass of partition isotropy: log Z(c) for every direction, streamed."""
+    m = acc.moments
+    if m is None:
+        assert acc.rows is not None
+        m = Moments.from_block(acc.rows, acc.weights)
+    V, s = directions(m, scale)
+    logz = LogZAccumulator(V, s)
+    if acc.rows is not None:
+        logz.update(acc.rows, acc.weights)
+        return logz, s
+    total = spec.n_selected(src.info.n_rows)
+    done = 0
+    for b in prefetch(iter_selected(src, spec, block_rows, wfile)):
+        X, w = b.X, b.w
+        ok = np.all(np.isfinite(X), axis=1) if acc.n_dropped else None
+        if ok is not None:
+            X, w = X[ok], (w[ok] if w is not None else None)
+        if len(X):
+            logz.update(X, w)
+        done += len(b.X)
+        if progress is not None:
+            progress(done, total)
+    return logz, s
 
 
 def _with_bootstrap(suite: Any, acc: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,
@@ -277,9 +344,12 @@ def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, 
 
 def _options(command: str, *, centered: bool, ddof: int | None, precision: str, block_rows: int | None,
              weights: Any, weight_column: str | None, drop_nonfinite: bool, opts: FitOptions, ci: bool,
-             ci_replicates: int, ci_seed: int) -> dict[str, Any]:
-    if isinstance(weights, str):
-        wdesc: Any = {"file": weights, "normalised": "p = w / sum w"}
+             ci_replicates: int, ci_seed: int, logits: str | None = None,
+             temperature: float = 1.0) -> dict[str, Any]:
+    if logits is not None:
+        wdesc: Any = {"logits": logits, "temperature": temperature, "normalised": "p = softmax(z / T)"}
+    elif isinstance(weights, str):
+        wdesc = {"file": weights, "normalised": "p = w / sum w"}
     elif weight_column is not None:
         wdesc = {"column": weight_column, "normalised": "p = w / sum w"}
     elif isinstance(weights, np.ndarray):
@@ -304,6 +374,11 @@ def _options(command: str, *, centered: bool, ddof: int | None, precision: str, 
             "auto_tolerance": opts.auto_tolerance,
         })
     return out
+
+
+def isotropy(data: str | np.ndarray, *, scale: str = "seed", **options: Any) -> Report:
+    """Partition isotropy (two streamed passes), mean cosine, top-PC share, mean-norm ratio, IsoScore."""
+    return _run("isotropy", data, scale=scale, **options)
 
 
 def spectrum(data: str | np.ndarray, **options: Any) -> Report:

@@ -113,6 +113,8 @@ Precision = Annotated[str, typer.Option(
 BlockRows = Annotated[int, typer.Option("--block-rows", help="Rows per block (memory is O(d^2 + block)).")]
 DropNonfinite = Annotated[bool, typer.Option("--drop-nonfinite", help="Skip rows with NaN/inf instead of failing.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of tables.")]
+Logits = Annotated[str | None, typer.Option("--logits", help="1-D .npy of scores z: row weights softmax(z / T).")]
+Temperature = Annotated[float, typer.Option("--temperature", help="Temperature T of --logits.")]
 
 
 def _columns(text: str | None) -> list[str] | None:
@@ -162,6 +164,10 @@ def fit(
     auto_tolerance: Annotated[float, typer.Option("--auto-tolerance", help="Residual RMS of log lambda allowed "
                                                   "by --window auto.")] = 0.05,
     plot: Annotated[str | None, typer.Option("--plot", help="Write a log-log plot (.png, .svg or .pdf).")] = None,
+    partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
+                                                     "(a second streamed pass).")] = False,
+    isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    logits: Logits = None, temperature: Temperature = 1.0,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
@@ -179,7 +185,8 @@ def fit(
         report = api.fit(
             path, window=window, method=method, model=model, degree=degree, density=density,
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
-            eigenvalues=eigenvalues, shuffled_control=shuffled_control, key=key, column=column,
+            eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
+            isoscore=isoscore, logits=logits, temperature=temperature, key=key, column=column,
             columns=_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
             weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
             block_rows=block_rows, drop_nonfinite=drop_nonfinite, progress=progress)
@@ -195,14 +202,34 @@ def spectrum(
     path: Path,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, json: Json = False,
 ) -> None:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and floors."""
     _analyse("spectrum", path, dict(
         key=key, column=column, columns=_columns(columns), rows=rows, sample=sample, seed=seed,
-        weights=weights, weight_column=weight_column, centered=not uncentered, ddof=ddof,
+        weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
+        centered=not uncentered, ddof=ddof,
         precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite), json)
+
+
+@app.command()
+def isotropy(
+    path: Path,
+    scale: Annotated[str, typer.Option("--scale", help="seed (divide by the std of all entries) | none.")] = "seed",
+    isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0,
+    precision: Precision = "float64", block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    json: Json = False,
+) -> None:
+    """Partition isotropy, exact mean cosine, top-PC share, mean-norm ratio (two streamed passes)."""
+    _analyse("isotropy", path, dict(
+        scale=scale, isoscore=isoscore, key=key, column=column, columns=_columns(columns), rows=rows,
+        sample=sample, seed=seed, weights=weights, weight_column=weight_column, logits=logits,
+        temperature=temperature, precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite), json)
 
 
 @app.command()

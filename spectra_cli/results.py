@@ -14,6 +14,7 @@ from spectra_cli.spectrum import Spectrum
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
+    from spectra_cli.analysis.isotropy import Isotropy
     from spectra_cli.analysis.suite import FitSuite
 
 SCHEMA_VERSION = "spectra.report/1"
@@ -40,6 +41,7 @@ class Report:
     spectrum: Spectrum
     suite: FitSuite | None = None
     control: ShuffledControl | None = None
+    isotropy: Isotropy | None = None
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -72,6 +74,8 @@ class Report:
             out["density"] = self.suite.density.to_dict() if self.suite.density is not None else None
         if self.control is not None:
             out["control"] = self.control.to_dict()
+        if self.isotropy is not None:
+            out["isotropy"] = self.isotropy.to_dict()
         out["warnings"] = list(self.warnings)
         out["timings"] = dict(self.timings)
         return json_safe(out)

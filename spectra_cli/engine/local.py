@@ -11,9 +11,10 @@ from typing import TypeVar
 
 import numpy as np
 
+from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.errors import InputError, OptionError
 from spectra_cli.moments import PRECISIONS, Moments
-from spectra_cli.sources import Block, RowSpec, Source, WeightsFile, iter_selected
+from spectra_cli.sources import Block, LogitsWeights, RowSpec, Source, WeightsFile, iter_selected
 
 Progress = Callable[[int, int], None]
 T = TypeVar("T")
@@ -39,6 +40,7 @@ class Accumulated:
     weights: np.ndarray | None
     seconds: float
     groups: tuple[Moments, ...] = ()
+    cosine: CosineAccumulator | None = None
 
     @property
     def gram(self) -> bool:
@@ -80,12 +82,13 @@ def accumulate(
     source: Source,
     spec: RowSpec | None = None,
     *,
-    weights: WeightsFile | None = None,
+    weights: WeightsFile | LogitsWeights | None = None,
     block_rows: int = 8192,
     precision: str = "float64",
     drop_nonfinite: bool = False,
     gram_route: bool = True,
     groups: int = 0,
+    cosine: bool = False,
     progress: Progress | None = None,
 ) -> Accumulated:
     """One pass over the selected rows of ``source``.
@@ -119,6 +122,7 @@ def accumulate(
         n_blocks = -(-total // block_rows)
         n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
     group_m = [Moments.empty(d, weighted=weighted) for _ in range(n_groups)]
+    cos = CosineAccumulator(d) if cosine else None
     block_index = 0
     m = Moments.empty(d, weighted=weighted)
     kept_rows: list[np.ndarray] = []
@@ -160,6 +164,8 @@ def accumulate(
                 n_bad, first_bad = bad.size, block.row_id(int(bad[0]))
                 done += len(block.X)
                 continue
+        if cos is not None and len(X):
+            cos.update(X, w)
         if use_gram:
             kept_rows.append(np.array(X, dtype=np.float64))
             if w is not None:
@@ -198,4 +204,5 @@ def accumulate(
         weights=wts,
         seconds=time.perf_counter() - t0,
         groups=tuple(g for g in group_m if g.n > 0),
+        cosine=cos,
     )

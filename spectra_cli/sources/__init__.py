@@ -6,11 +6,12 @@ import os
 
 from spectra_cli.errors import InputError, OptionError
 from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo
-from spectra_cli.sources.select import Block, RowSpec, WeightsFile, iter_selected
+from spectra_cli.sources.select import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
     "Block",
+    "LogitsWeights",
     "RowSpec",
     "Source",
     "SourceInfo",

@@ -75,24 +75,25 @@ class RowSpec:
 class WeightsFile:
     """A 1-D ``.npy`` of per-row weights, memory-mapped and sliced block by block."""
 
-    def __init__(self, path: str, n_rows: int) -> None:
+    def __init__(self, path: str, n_rows: int, *, what: str = "weights") -> None:
         self.path = path
+        one = "score" if what == "logits" else "weight"
         if not path.lower().endswith(".npy"):
-            raise InputError(f"weights file {path} must be a 1-D .npy array of one weight per row.")
+            raise InputError(f"{what} file {path} must be a 1-D .npy array of one {one} per row.")
         try:
             w = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
-            raise InputError(f"no such weights file: {path}") from None
+            raise InputError(f"no such {what} file: {path}") from None
         except (ValueError, OSError) as exc:
-            raise InputError(f"cannot read weights file {path}: {exc}") from None
+            raise InputError(f"cannot read {what} file {path}: {exc}") from None
         if w.ndim != 1:
-            raise InputError(f"weights file {path} has shape {w.shape}; a 1-D array is required.")
+            raise InputError(f"{what} file {path} has shape {w.shape}; a 1-D array is required.")
         if w.dtype.kind not in "fiu":
-            raise InputError(f"weights file {path} has dtype {w.dtype}; numeric weights are required.")
+            raise InputError(f"{what} file {path} has dtype {w.dtype}; numeric {one}s are required.")
         if len(w) != n_rows:
             raise InputError(
-                f"weights file {path} has {len(w)} weights but the input has {n_rows} rows; "
-                "one weight per row is required."
+                f"{what} file {path} has {len(w)} {one}s but the input has {n_rows} rows; "
+                f"one {one} per row is required."
             )
         self._w = w
 
@@ -104,7 +105,7 @@ class WeightsFile:
 
 
 def iter_selected(
-    source: Source, spec: RowSpec, block_rows: int, weights: WeightsFile | None = None
+    source: Source, spec: RowSpec, block_rows: int, weights: WeightsFile | LogitsWeights | None = None
 ) -> Iterator[Block]:
     """Yield the selected rows of ``source`` in blocks of at most ``block_rows``.
 
@@ -137,3 +138,35 @@ def iter_selected(
         if weights is not None:
             ws = weights.take(ids)
         yield Block(Xs, ws, int(ids[0]), ids)
+
+
+class LogitsWeights:
+    """Row weights ``p = softmax(z / T)`` from a 1-D ``.npy`` of scores (seed 000, soft token).
+
+    The normaliser ``log sum exp(z / T)`` is found in one pass over the memory-mapped scores;
+    blocks then get ``exp(z / T - lse)``, so no score overflows.
+    """
+
+    def __init__(self, path: str, n_rows: int, temperature: float) -> None:
+        if not temperature > 0 or not np.isfinite(temperature):
+            raise OptionError(f"--temperature {temperature} must be a positive number.")
+        self.path = path
+        self.temperature = float(temperature)
+        base = WeightsFile(path, n_rows, what="logits")
+        z = base._w
+        lse = -np.inf
+        for lo in range(0, len(z), 1 << 20):
+            chunk = np.asarray(z[lo : lo + (1 << 20)], dtype=np.float64) / self.temperature
+            bad = np.flatnonzero(~np.isfinite(chunk))
+            if bad.size:
+                raise InputError(f"logits file {path} has a non-finite score at row {lo + int(bad[0])}.")
+            top = float(chunk.max())
+            lse = float(np.logaddexp(lse, top + np.log(np.sum(np.exp(chunk - top)))))
+        self._z = z
+        self._lse = lse
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        return np.exp(np.asarray(self._z[lo:hi], dtype=np.float64) / self.temperature - self._lse)
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        return np.exp(np.asarray(self._z[idx], dtype=np.float64) / self.temperature - self._lse)

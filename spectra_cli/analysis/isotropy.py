@@ -1,0 +1,205 @@
+"""Isotropy (seed 003, SPEC.md "Isotropy"), streamed.
+
+- ``partition_isotropy``: ``I = min_c Z(c) / max_c Z(c)``, ``Z(c) = sum_i w_i exp(c^T x_i / s)``
+  over the eigenvectors ``c`` of ``sum_i w_i x_i x_i^T / s^2`` (uncentred rows), as
+  ``numpy.linalg.eigh`` returns them (seed 003). ``s`` is the standard deviation of all entries
+  (the seed's scaling) or 1 (``scale="none"``). ``log Z`` is accumulated block by block with a
+  running log-sum-exp, so large activations never overflow.
+- ``partition_isotropy_symmetric``: the same over ``c`` and ``-c``. ``Z(c) != Z(-c)``, so the
+  first value depends on the eigensolver's sign choice (seed 003's numbers are reproduced with
+  LAPACK's); the symmetric one does not, and is the one to compare across machines.
+- ``mean_cosine``: exact mean of ``cos(x_i, x_j)`` over pairs ``i != j`` (weighted by ``w_i w_j``):
+  ``(||sum w u||^2 - sum w^2) / ((sum w)^2 - sum w^2)``, ``u = x / ||x||``, in O(n d); zero rows
+  are counted and excluded.
+- ``top_pc_share = lambda_1 / sum lambda``; ``mean_norm_ratio = ||mean|| / mean ||x_i||``.
+- ``isoscore`` (Rudman et al. 2022) from the covariance eigenvalues ``sigma`` (all d):
+  ``s = sqrt(d) sigma / ||sigma||``, ``delta = ||s - 1|| / sqrt(2 (d - sqrt d))``,
+  ``IsoScore = ((d - delta^2 (d - sqrt d))^2 - d) / (d (d - 1))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import OptionError, describe_choices
+from spectra_cli.moments import Moments
+
+SCALES = ("seed", "none")
+
+
+class CosineAccumulator:
+    """Running sums for the exact mean cosine and the mean-norm ratio (one O(n d) pass)."""
+
+    def __init__(self, d: int) -> None:
+        self.unit_sum = np.zeros(d)
+        self.w_sum = 0.0
+        self.w2_sum = 0.0
+        self.norm_sum = 0.0
+        self.zero_rows = 0
+        self.rows = 0
+
+    def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
+        X = np.asarray(X, dtype=np.float64)
+        amax = np.max(np.abs(X), axis=1) if X.size else np.zeros(len(X))
+        safe = np.where(amax > 0, amax, 1.0)
+        # Norms of rows scaled by their largest entry: no overflow for huge values.
+        norms = np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None])) * safe
+        nz = norms > 0
+        wt = np.ones(len(X)) if w is None else np.asarray(w, dtype=np.float64)
+        self.zero_rows += int(np.count_nonzero(~nz))
+        self.rows += len(X)
+        wn = wt[nz]
+        self.unit_sum += (wn / norms[nz]) @ X[nz]
+        self.w_sum += float(wn.sum())
+        self.w2_sum += float(wn @ wn)
+        self.norm_sum += float(wn @ norms[nz])
+
+    def mean_cosine(self) -> float | None:
+        denom = self.w_sum**2 - self.w2_sum
+        if denom <= 0:
+            return None
+        return float((self.unit_sum @ self.unit_sum - self.w2_sum) / denom)
+
+    def mean_norm(self) -> float | None:
+        return self.norm_sum / self.w_sum if self.w_sum > 0 else None
+
+
+def check_scale(scale: str) -> str:
+    if scale not in SCALES:
+        raise OptionError(f"--scale {describe_choices(scale, SCALES)}.")
+    return scale
+
+
+def directions(m: Moments, scale: str) -> tuple[np.ndarray, float]:
+    """Eigenvectors of the scaled uncentred second-moment matrix, and the scale ``s``."""
+    check_scale(scale)
+    d = m.d
+    mean_true = m.mean * m.scale
+    # sum_i w_i x_i x_i^T in stored units (a power-of-two rescale leaves eigenvectors alone).
+    S = m.m2 + np.outer(m.mean, m.mean * m.weight_sum)
+    if scale == "seed":
+        total = m.weight_sum * d
+        mean_all = float(mean_true.sum()) * m.weight_sum / total
+        second = float(np.trace(S)) * m.scale**2 / total
+        var = max(second - mean_all**2, 0.0)
+        s = math.sqrt(var) if var > 0 else 1.0
+    else:
+        s = 1.0
+    A = S * (m.scale**2 / (s * s))
+    _, V = np.linalg.eigh((A + A.T) * 0.5)
+    return V, s
+
+
+class LogZAccumulator:
+    """Running ``log Z(c)`` and ``log Z(-c)`` for every direction, block by block."""
+
+    def __init__(self, V: np.ndarray, s: float) -> None:
+        self.P = V / s
+        k = V.shape[1]
+        self.pos = np.full(k, -np.inf)
+        self.neg = np.full(k, -np.inf)
+
+    def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
+        S = np.asarray(X, dtype=np.float64) @ self.P
+        logw = None if w is None else np.log(np.asarray(w, dtype=np.float64))
+        for sign, acc in ((1.0, self.pos), (-1.0, self.neg)):
+            T = S if sign > 0 else -S
+            if logw is not None:
+                T = T + logw[:, None]
+            top = np.max(T, axis=0)
+            lse = top + np.log(np.sum(np.exp(T - top), axis=0))
+            np.logaddexp(acc, lse, out=acc)
+
+    def result(self) -> tuple[float, float, float, float]:
+        """``I``, symmetric ``I``, min and max ``log Z``."""
+        lo, hi = float(self.pos.min()), float(self.pos.max())
+        both = np.concatenate([self.pos, self.neg])
+        return math.exp(lo - hi), math.exp(float(both.min() - both.max())), lo, hi
+
+
+def isoscore(eigenvalues: np.ndarray, d: int) -> float | None:
+    sigma = np.zeros(d)
+    lam = np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None)[:d]
+    sigma[: lam.size] = lam
+    norm = float(np.linalg.norm(sigma))
+    if norm == 0 or d < 2:
+        return None
+    s = sigma * math.sqrt(d) / norm
+    delta = float(np.linalg.norm(s - 1.0)) / math.sqrt(2 * (d - math.sqrt(d)))
+    return ((d - delta**2 * (d - math.sqrt(d))) ** 2 - d) / (d * (d - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Isotropy:
+    """Isotropy figures of one matrix (None where not computed)."""
+
+    partition_isotropy: float | None
+    partition_isotropy_symmetric: float | None
+    log_z_min: float | None
+    log_z_max: float | None
+    scale: str | None
+    scale_value: float | None
+    mean_cosine: float | None
+    zero_rows: int
+    top_pc_share: float | None
+    mean_norm_ratio: float | None
+    isoscore: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition_isotropy": self.partition_isotropy,
+            "partition_isotropy_symmetric": self.partition_isotropy_symmetric,
+            "log_z_min": self.log_z_min,
+            "log_z_max": self.log_z_max,
+            "scale": self.scale,
+            "scale_value": self.scale_value,
+            "mean_cosine": self.mean_cosine,
+            "zero_rows": self.zero_rows,
+            "top_pc_share": self.top_pc_share,
+            "mean_norm_ratio": self.mean_norm_ratio,
+            "isoscore": self.isoscore,
+            "definitions": {
+                "partition_isotropy": "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i / s), c the eigenvectors "
+                "of sum w x x^T / s^2 as numpy.linalg.eigh returns them (seed 003); s = std of all entries "
+                "('seed') or 1 ('none'); log-sum-exp accumulation",
+                "partition_isotropy_symmetric": "the same over c and -c (independent of eigenvector signs)",
+                "mean_cosine": "exact mean cosine over pairs i != j, (||sum w u||^2 - sum w^2) / ((sum w)^2 - "
+                "sum w^2), u = x/||x||; zero rows excluded",
+                "top_pc_share": "lambda_1 / sum lambda of the covariance",
+                "mean_norm_ratio": "||mean|| / mean ||x_i||",
+                "isoscore": "Rudman et al. 2022 from the d covariance eigenvalues",
+            },
+        }
+
+
+def summary(
+    spectrum_eigenvalues: np.ndarray, d: int, moments_mean: np.ndarray | None, cos: CosineAccumulator | None,
+    *, logz: LogZAccumulator | None = None, scale: str | None = None, scale_value: float | None = None,
+    with_isoscore: bool = False,
+) -> Isotropy:
+    lam = np.clip(spectrum_eigenvalues, 0.0, None)
+    total = float(lam.sum())
+    pi = pis = lo = hi = None
+    if logz is not None:
+        pi, pis, lo, hi = logz.result()
+    mean_norm = cos.mean_norm() if cos is not None else None
+    ratio = None
+    if moments_mean is not None and mean_norm:
+        ratio = float(np.linalg.norm(moments_mean)) / mean_norm
+    return Isotropy(
+        partition_isotropy=pi,
+        partition_isotropy_symmetric=pis,
+        log_z_min=lo,
+        log_z_max=hi,
+        scale=scale if logz is not None else None,
+        scale_value=scale_value if logz is not None else None,
+        mean_cosine=cos.mean_cosine() if cos is not None else None,
+        zero_rows=cos.zero_rows if cos is not None else 0,
+        top_pc_share=float(lam[0]) / total if total > 0 else None,
+        mean_norm_ratio=ratio,
+        isoscore=isoscore(lam, d) if with_isoscore else None,
+    )

@@ -343,7 +343,7 @@ def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, 
 
 
 def _options(command: str, *, centered: bool, ddof: int | None, precision: str, block_rows: int | None,
-             weights: Any, weight_column: str | None, drop_nonfinite: bool, opts: FitOptions, ci: bool,
+             weights: Any, weight_column: str | None, drop_nonfinite: bool, opts: FitOptions | None, ci: bool,
              ci_replicates: int, ci_seed: int, logits: str | None = None,
              temperature: float = 1.0) -> dict[str, Any]:
     if logits is not None:
@@ -364,7 +364,7 @@ def _options(command: str, *, centered: bool, ddof: int | None, precision: str, 
         "block_rows": block_rows,
         "drop_nonfinite": drop_nonfinite,
     }
-    if command == "fit":
+    if command == "fit" and opts is not None:
         out.update({
             "window": list(opts.windows) or ["default"],
             "method": opts.method,

@@ -233,6 +233,44 @@ def isotropy(
 
 
 @app.command()
+def whiten(
+    path: Path,
+    out: Annotated[str, typer.Option("-o", "--output", help="Whitened rows: .npy or .parquet (written atomically).")
+                   ] = "",
+    method: Annotated[str, typer.Option("--method", help="zca | pca | abtt.")] = "zca",
+    k: Annotated[int | None, typer.Option("--k", help="Directions kept (pca, default: the usable rank) or "
+                                          "removed (abtt, default 2).")] = None,
+    eps: Annotated[float, typer.Option("--eps", help="Added to each eigenvalue before 1/sqrt.")] = 0.0,
+    save_transform: Annotated[str | None, typer.Option("--save-transform", help="Save the transform (.npz, no "
+                                                       "pickle).")] = None,
+    transform: Annotated[str | None, typer.Option("--transform", help="Apply a saved transform instead of fitting "
+                                                  "one.")] = None,
+    partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy before "
+                                                     "and after (more arithmetic in the second pass).")] = False,
+    scale: Annotated[str, typer.Option("--scale", help="Partition-isotropy scaling: seed | none.")] = "seed",
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0, ddof: Ddof = 1,
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, json: Json = False,
+) -> None:
+    """Whiten (zca, pca, abtt) to a file; report spectrum and isotropy before and after."""
+    from spectra_cli.errors import OptionError
+    from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.whiten import whiten as run_whiten
+
+    if not out:
+        raise OptionError("whiten needs -o FILE (.npy or .parquet).")
+    with LazyProgress(f"whitening {path}") as progress:
+        report = run_whiten(
+            path, out=out, method=method, k=k, eps=eps, transform=transform, save_transform=save_transform,
+            partition_isotropy=partition_isotropy, scale=scale, key=key, column=column, columns=_columns(columns),
+            weights=weights, weight_column=weight_column, logits=logits, temperature=temperature, rows=rows,
+            sample=sample, seed=seed, ddof=ddof, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
+            progress=progress)
+    _emit(report.to_dict(), json)
+
+
+@app.command()
 def synth(
     kind: Annotated[str, typer.Argument(help="powerlaw | isotropic | cone | random-features", show_default=False)],
     n: Annotated[int, typer.Option("-n", help="Rows.")] = 10000,

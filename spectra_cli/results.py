@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
     from spectra_cli.analysis.isotropy import Isotropy
     from spectra_cli.analysis.suite import FitSuite
+    from spectra_cli.whiten import WhiteningResult
 
 SCHEMA_VERSION = "spectra.report/1"
 
@@ -42,6 +43,7 @@ class Report:
     suite: FitSuite | None = None
     control: ShuffledControl | None = None
     isotropy: Isotropy | None = None
+    whitening: WhiteningResult | None = None
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -76,6 +78,8 @@ class Report:
             out["control"] = self.control.to_dict()
         if self.isotropy is not None:
             out["isotropy"] = self.isotropy.to_dict()
+        if self.whitening is not None:
+            out["whitening"] = self.whitening.to_dict()
         out["warnings"] = list(self.warnings)
         out["timings"] = dict(self.timings)
         return json_safe(out)

@@ -15,13 +15,12 @@ order, so the output does not depend on the block size. Files are written to a t
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from spectra_cli.errors import OptionError, describe_choices
+from spectra_cli.sinks import write_matrix
 
 KINDS = ("powerlaw", "isotropic", "cone", "random-features")
 ACTIVATIONS = ("linear", "quadratic", "relu", "tanh")
@@ -95,38 +94,4 @@ def write(path: str, blocks: Iterator[np.ndarray], *, n: int, d: int, dtype: str
     """Stream blocks to ``.npy`` or ``.parquet`` atomically (temporary file, then rename)."""
     if dtype not in DTYPES:
         raise OptionError(f"--dtype {describe_choices(dtype, DTYPES)}.")
-    lower = path.lower()
-    if not lower.endswith((".npy", ".parquet", ".pq")):
-        raise OptionError(f"-o {path!r}: the output must end in .npy or .parquet.")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise OptionError(f"-o {path!r}: directory {parent} does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=os.path.splitext(path)[1], dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if lower.endswith(".npy"):
-                np.lib.format.write_array_header_2_0(
-                    f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-                        "shape": (n, d)})
-                for b in blocks:
-                    f.write(np.ascontiguousarray(b, dtype=dtype).tobytes())
-            else:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-
-                writer = None
-                try:
-                    for b in blocks:
-                        flat = pa.array(np.ascontiguousarray(b, dtype=dtype).ravel())
-                        table = pa.table({column: pa.FixedSizeListArray.from_arrays(flat, d)})
-                        if writer is None:
-                            writer = pq.ParquetWriter(f, table.schema)
-                        writer.write_table(table)
-                finally:
-                    if writer is not None:
-                        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_matrix(path, blocks, n=n, d=d, dtype=dtype, column=column)

@@ -108,6 +108,34 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             ("stable_rank", rank["stable_rank"]),
             ("numerical_rank", rank["numerical_rank"]),
         ]))
+    iso = doc.get("isotropy")
+    wh = doc.get("whitening")
+    if iso and wh:
+        after = wh["isotropy_after"]
+        it = Table(title=f"Whitening: {wh['method']} (k={wh['k']}, eps={wh['eps']:g}, {wh['d_in']} -> {wh['d_out']})",
+                   title_justify="left", box=None, pad_edge=False)
+        for c in ("", "before", "after"):
+            it.add_column(c, justify="left" if not c else "right")
+        for key in ("partition_isotropy", "partition_isotropy_symmetric", "mean_cosine", "top_pc_share",
+                    "mean_norm_ratio", "isoscore"):
+            if iso.get(key) is not None or after.get(key) is not None:
+                it.add_row(key, _fmt(iso.get(key)), _fmt(after.get(key)))
+        sa = wh["spectrum_after"]
+        it.add_row("lambda_1", _fmt(sp["eigenvalues"][0]), _fmt(sa["eigenvalues"][0]))
+        it.add_row("lambda_min resolved", _fmt(sp["eigenvalues"][sp["numerical_rank"] - 1]),
+                   _fmt(sa["eigenvalues"][max(sa["numerical_rank"] - 1, 0)]))
+        parts.append(it)
+        o = wh["output"]
+        parts.append(Text(f"wrote {o['rows']} rows to {o['path']} ({o['format']}, {o['dtype']})"
+                          + (f"; transform saved to {wh['saved_to']}" if wh["saved_to"] else ""), style="dim"))
+    elif iso:
+        rows_ = [(k, iso[k]) for k in ("partition_isotropy", "partition_isotropy_symmetric", "mean_cosine",
+                                       "top_pc_share", "mean_norm_ratio", "isoscore") if iso.get(k) is not None]
+        if iso.get("zero_rows"):
+            rows_.append(("zero rows (excluded)", iso["zero_rows"]))
+        if iso.get("scale"):
+            rows_.append(("scale", f"{iso['scale']} (s = {_fmt(iso['scale_value'])})"))
+        parts.append(_kv("Isotropy", rows_))
     if doc["warnings"]:
         warn = Text("Warnings\n", style="bold yellow")
         for line in doc["warnings"]:

@@ -1,0 +1,146 @@
+"""Whitening transforms (seed 003 experiment 6, seed 004 §8), fitted from moments.
+
+With ``C = V diag(lambda) V^T`` (eigenvectors signed so each one's largest-magnitude entry
+is positive) and ``mu`` the mean, a transform is ``y = (x - mu) M``:
+
+- ``zca``: ``M = V diag(g) V^T``, ``g_j = 1 / sqrt(lambda_j + eps)``;
+- ``pca``: ``M = V_k diag(g_k)`` (the top ``k`` directions; output width ``k``);
+- ``abtt`` (all-but-the-top, Mu & Viswanath): ``M = I - V_k V_k^T``.
+
+Directions past the spectrum's usable rank (at or below the numerical floor, past the
+sampling rank, or near-null) get ``g_j = 0``: they are never blown up by ``1/sqrt(lambda)``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spectra_cli import __version__
+from spectra_cli.errors import InputError, OptionError, describe_choices
+
+METHODS = ("zca", "pca", "abtt")
+TRANSFORM_KEYS = ("mean", "matrix", "method", "eps", "k", "source", "fingerprint", "ddof", "spectra_version")
+
+
+def signed_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues descending; each eigenvector's largest-magnitude entry positive (SPEC)."""
+    lam, V = np.linalg.eigh((C + C.T) * 0.5)
+    lam, V = lam[::-1], V[:, ::-1]
+    idx = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[idx, np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    return lam, V * signs
+
+
+@dataclass(frozen=True, slots=True)
+class WhiteningTransform:
+    """``y = (x - mean) @ matrix``; everything needed to apply it again, saved without pickle."""
+
+    method: str
+    mean: np.ndarray
+    matrix: np.ndarray
+    eps: float
+    k: int
+    ddof: int
+    source: str
+    fingerprint: str
+
+    @property
+    def d_in(self) -> int:
+        return int(self.matrix.shape[0])
+
+    @property
+    def d_out(self) -> int:
+        return int(self.matrix.shape[1])
+
+    def apply(self, X: np.ndarray, *, dtype: Any = np.float64) -> np.ndarray:
+        Xc = np.subtract(X, self.mean, dtype=np.float64)
+        if np.dtype(dtype) == np.float32:
+            return Xc.astype(np.float32) @ self.matrix.astype(np.float32)
+        return Xc @ self.matrix
+
+    def covariance_after(self, C: np.ndarray) -> np.ndarray:
+        """The output covariance ``M^T C M`` (exact for the transform)."""
+        out = self.matrix.T @ C @ self.matrix
+        return (out + out.T) * 0.5
+
+    def save(self, path: str) -> None:
+        """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
+        if not path.lower().endswith(".npz"):
+            raise OptionError(f"--save-transform {path!r}: the file must end in .npz.")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise OptionError(f"--save-transform {path!r}: directory {parent} does not exist.")
+        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=parent)
+        os.close(fd)
+        try:
+            np.savez(tmp, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),
+                     k=np.array(self.k), source=np.array(self.source), fingerprint=np.array(self.fingerprint),
+                     ddof=np.array(self.ddof), spectra_version=np.array(__version__))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str) -> WhiteningTransform:
+        if not os.path.exists(path):
+            raise InputError(f"no such transform file: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                missing = [k for k in TRANSFORM_KEYS if k not in z.files]
+                if missing:
+                    raise InputError(
+                        f"{path} is not a spectra transform: missing {', '.join(missing)} "
+                        "(make one with spectra whiten --save-transform)."
+                    )
+                t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
+                        matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
+                        ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]))
+        except (ValueError, OSError) as exc:
+            raise InputError(f"cannot read transform {path}: {exc}") from None
+        if t.method not in METHODS or t.matrix.ndim != 2 or t.mean.shape != (t.matrix.shape[0],):
+            raise InputError(f"{path} is not a valid spectra transform (method {t.method!r}, "
+                             f"matrix {t.matrix.shape}, mean {t.mean.shape}).")
+        return t
+
+
+def fit_transform(
+    C: np.ndarray, mean: np.ndarray, *, method: str, usable_rank: int, k: int | None = None, eps: float = 0.0,
+    ddof: int = 1, source: str = "", fingerprint: str = "",
+) -> tuple[WhiteningTransform, np.ndarray]:
+    """The transform and the covariance eigenvalues (descending) it was built from."""
+    if method not in METHODS:
+        raise OptionError(f"--method {describe_choices(method, METHODS)}.")
+    if not eps >= 0 or not np.isfinite(eps):
+        raise OptionError(f"--eps {eps} must be a finite number >= 0.")
+    d = C.shape[0]
+    lam, V = signed_eigh(C)
+    usable = int(usable_rank)
+    if method == "abtt":
+        kk = 2 if k is None else k
+    else:
+        kk = usable if k is None else k
+    if kk < 1 or kk > d:
+        raise OptionError(f"--k {kk} must be between 1 and d = {d}.")
+    if method != "abtt" and kk > usable:
+        raise OptionError(
+            f"--k {kk} exceeds the usable rank {usable}: directions past it are below the numerical or sampling "
+            "floor and would be blown up by 1/sqrt(lambda)."
+        )
+    g = np.zeros(d)
+    g[:usable] = 1.0 / np.sqrt(lam[:usable] + eps)
+    if method == "zca":
+        M = (V * g) @ V.T
+    elif method == "pca":
+        M = V[:, :kk] * g[:kk]
+    else:
+        M = np.eye(d) - V[:, :kk] @ V[:, :kk].T
+    t = WhiteningTransform(method, np.asarray(mean, dtype=np.float64), M, float(eps), kk, ddof, source, fingerprint)
+    return t, lam

@@ -102,6 +102,8 @@ def whiten(
     t0 = time.perf_counter()
     check_target(out)
     check_scale(scale)
+    if save_transform is not None:
+        WhiteningTransform.check_target(save_transform)
     if transform is not None and (k is not None or eps != 0.0 or method != "zca"):
         raise OptionError("--transform applies a saved transform; --method, --k and --eps come from it.")
     if sum(x is not None for x in (weights, weight_column, logits)) > 1:

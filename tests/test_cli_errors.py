@@ -86,7 +86,7 @@ def _make(tmp_path, name):
     if name == "rows-beyond":
         return [good, "--rows", "20:"]
     if name == "unknown-option":
-        return [good, "--bogus"]
+        return [good, "--zzz"]
     if name == "npz-key":
         np.savez(p / "m.npz", first=X10, second=X10)
         return [p / "m.npz", "--key", "third"]
@@ -137,7 +137,7 @@ CASES = {
     "rescale the input (e.g. divide by its largest magnitude).",
     "precision": "error: --precision 'float16' is not one of float64, float32.",
     "rows-beyond": "error: --rows starts at 20 but the input has only 10 rows.",
-    "unknown-option": "error: No such option: --bogus (Possible options: --columns, --rows) (see 'spectra fit --help')",
+    "unknown-option": "error: No such option: --zzz (see 'spectra fit --help')",
     "npz-key": "error: {tmp}/m.npz has no array 'third'; it holds: first, second.",
 }
 

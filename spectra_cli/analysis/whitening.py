@@ -69,13 +69,18 @@ class WhiteningTransform:
         out = self.matrix.T @ C @ self.matrix
         return (out + out.T) * 0.5
 
-    def save(self, path: str) -> None:
-        """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
+    @staticmethod
+    def check_target(path: str) -> None:
         if not path.lower().endswith(".npz"):
             raise OptionError(f"--save-transform {path!r}: the file must end in .npz.")
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise OptionError(f"--save-transform {path!r}: directory {parent} does not exist.")
+
+    def save(self, path: str) -> None:
+        """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
+        self.check_target(path)
+        parent = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=parent)
         os.close(fd)
         try:
@@ -103,6 +108,8 @@ class WhiteningTransform:
                 t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
                         matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
                         ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]))
+        except InputError:
+            raise
         except (ValueError, OSError) as exc:
             raise InputError(f"cannot read transform {path}: {exc}") from None
         if t.method not in METHODS or t.matrix.ndim != 2 or t.mean.shape != (t.matrix.shape[0],):

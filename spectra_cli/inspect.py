@@ -15,6 +15,15 @@ def describe(path: str, *, key: str | None = None, column: str | None = None,
     """Headers and metadata of ``path``; the matrix spectra would read from it, if any."""
     lower = path.lower()
     doc: dict[str, Any] = {"path": path}
+    if lower.endswith(".safetensors") and "::" not in path:
+        from spectra_cli.sources.safetensors import list_tensors
+
+        if not os.path.exists(path):
+            raise SpectraError(f"no such file or directory: {path}")
+        tensors = list_tensors(path)
+        doc.update({"format": "safetensors", "tensors": tensors,
+                    "matrices": sum(1 for t in tensors if len(t["shape"]) == 2)})
+        return json_safe(doc)
     if lower.endswith(".npz") and os.path.exists(path):
         from spectra_cli.sources.npy import npz_listing
 

@@ -41,7 +41,7 @@ def write_matrix(
                 np.lib.format.write_array_header_2_0(
                     f, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": (n, d)})
                 for b in blocks:
-                    f.write(np.ascontiguousarray(b, dtype=dt).tobytes())
+                    f.write(np.ascontiguousarray(b, dtype=dt).data.cast("B"))
                     written += len(b)
                 if written != n:
                     raise RuntimeError(f"wrote {written} rows, expected {n}")

@@ -139,10 +139,11 @@ def whiten(
         logz_b = logz_a = None
         s_b = s_a = None
         if partition_isotropy:
+            # Scores in the output's precision (float32 for float32/float16 input): see the README.
             V, s_b = directions(m, scale)
-            logz_b = LogZAccumulator(V, s_b)
+            logz_b = LogZAccumulator(V, s_b, dtype=out_dtype)
             Va, s_a = directions(m_after, scale)
-            logz_a = LogZAccumulator(Va, s_a)
+            logz_a = LogZAccumulator(Va, s_a, dtype=out_dtype)
         cos_after = CosineAccumulator(t.d_out)
 
         def blocks() -> Iterator[np.ndarray]:

@@ -96,8 +96,8 @@ def _make(tmp_path, name):
 CASES = {
     "missing": "error: no such file or directory: {tmp}/nope.npy",
     "empty-dir": "error: directory {tmp}/empty holds no .parquet files.",
-    "extension": "error: unknown extension .csv for {tmp}/x.csv; spectra reads .npy, .npz and Parquet "
-    "(.parquet files, a directory or a glob of them).",
+    "extension": "error: unknown extension .csv for {tmp}/x.csv; spectra reads .npy, .npz, Parquet "
+    "(.parquet files, a directory or a glob of them) and .safetensors.",
     "truncated": "error: {tmp}/t.npy is truncated: its header promises 320 bytes of data "
     "(shape (10, 4), dtype float64) but only 280 follow.",
     "corrupt-parquet": "error: cannot read Parquet file {tmp}/c.parquet: Parquet magic bytes not found in footer. "

@@ -43,20 +43,32 @@ class CosineAccumulator:
         self.rows = 0
 
     def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        X = np.asarray(X, dtype=np.float64)
-        amax = np.max(np.abs(X), axis=1) if X.size else np.zeros(len(X))
-        safe = np.where(amax > 0, amax, 1.0)
-        # Norms of rows scaled by their largest entry: no overflow for huge values.
-        norms = np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None])) * safe
+        X = np.asarray(X)
+        if X.dtype not in (np.float32, np.float64):
+            X = X.astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sq = np.einsum("ij,ij->i", X, X)
+        if not np.all(np.isfinite(sq)) or (sq.size and float(sq.max()) < 1e-30 and np.any(X)):
+            # Squares overflow or underflow in this precision: scale each row by its largest entry.
+            X = X.astype(np.float64)
+            amax = np.max(np.abs(X), axis=1)
+            safe = np.where(amax > 0, amax, 1.0)
+            Xs = X / safe[:, None]
+            norms = np.sqrt(np.einsum("ij,ij->i", Xs, Xs)) * safe
+        else:
+            norms = np.sqrt(sq.astype(np.float64))
         nz = norms > 0
         wt = np.ones(len(X)) if w is None else np.asarray(w, dtype=np.float64)
+        wn = np.where(nz, wt, 0.0)
+        coef = np.divide(wn, norms, out=np.zeros_like(wn), where=nz)
         self.zero_rows += int(np.count_nonzero(~nz))
         self.rows += len(X)
-        wn = wt[nz]
-        self.unit_sum += (wn / norms[nz]) @ X[nz]
+        # sum_i w_i x_i / ||x_i|| as one matrix-vector product in the data's precision (per block),
+        # accumulated across blocks in float64.
+        self.unit_sum += (coef.astype(X.dtype) @ X).astype(np.float64)
         self.w_sum += float(wn.sum())
         self.w2_sum += float(wn @ wn)
-        self.norm_sum += float(wn @ norms[nz])
+        self.norm_sum += float(wn @ norms)
 
     def mean_cosine(self) -> float | None:
         denom = self.w_sum**2 - self.w2_sum
@@ -97,14 +109,15 @@ def directions(m: Moments, scale: str) -> tuple[np.ndarray, float]:
 class LogZAccumulator:
     """Running ``log Z(c)`` and ``log Z(-c)`` for every direction, block by block."""
 
-    def __init__(self, V: np.ndarray, s: float) -> None:
-        self.P = V / s
+    def __init__(self, V: np.ndarray, s: float, *, dtype: Any = np.float64) -> None:
+        self.dtype = np.dtype(dtype)
+        self.P = (V / s).astype(self.dtype)
         k = V.shape[1]
         self.pos = np.full(k, -np.inf)
         self.neg = np.full(k, -np.inf)
 
     def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        S = np.asarray(X, dtype=np.float64) @ self.P
+        S = (np.asarray(X, dtype=self.dtype) @ self.P).astype(np.float64, copy=False)
         logw = None if w is None else np.log(np.asarray(w, dtype=np.float64))
         for sign, acc in ((1.0, self.pos), (-1.0, self.neg)):
             T = S if sign > 0 else -S

@@ -59,10 +59,16 @@ class WhiteningTransform:
         return int(self.matrix.shape[1])
 
     def apply(self, X: np.ndarray, *, dtype: Any = np.float64) -> np.ndarray:
-        Xc = np.subtract(X, self.mean, dtype=np.float64)
+        """``(X - mean) @ matrix`` in ``dtype``. In float32 the mean is split into a float32 part
+        subtracted first (exact or correctly rounded, whatever the offset) and a remainder
+        applied after the product, so a large mean offset costs no accuracy."""
         if np.dtype(dtype) == np.float32:
-            return Xc.astype(np.float32) @ self.matrix.astype(np.float32)
-        return Xc @ self.matrix
+            hi = self.mean.astype(np.float32)
+            lo = (self.mean - hi.astype(np.float64)) @ self.matrix
+            Y = np.subtract(X, hi, dtype=np.float32) @ self.matrix.astype(np.float32)
+            Y -= lo.astype(np.float32)
+            return Y
+        return np.subtract(X, self.mean, dtype=np.float64) @ self.matrix
 
     def covariance_after(self, C: np.ndarray) -> np.ndarray:
         """The output covariance ``M^T C M`` (exact for the transform)."""

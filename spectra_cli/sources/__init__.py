@@ -32,6 +32,17 @@ def open_source(
     weight_column: str | None = None,
 ) -> Source:
     """Open ``path`` by its extension (or as a directory/glob of Parquet files)."""
+    if "::" in path or path.lower().endswith(".safetensors"):
+        file, _, name = path.partition("::")
+        if not os.path.exists(file):
+            raise InputError(f"no such file or directory: {file}")
+        if file.lower().endswith(".npz"):
+            from spectra_cli.sources.npy import NpzSource
+
+            return NpzSource(file, name or key)
+        from spectra_cli.sources.safetensors import SafetensorsSource
+
+        return SafetensorsSource(file, name or None)
     is_glob = any(ch in path for ch in "*?[")
     if not is_glob and not os.path.exists(path):
         raise InputError(f"no such file or directory: {path}")
@@ -55,6 +66,6 @@ def open_source(
         return ParquetSource(path, column=column, columns=columns, weight_column=weight_column)
     ext = os.path.splitext(path)[1] or "(none)"
     raise InputError(
-        f"unknown extension {ext} for {path}; spectra reads .npy, .npz and Parquet "
-        "(.parquet files, a directory or a glob of them)."
+        f"unknown extension {ext} for {path}; spectra reads .npy, .npz, Parquet "
+        "(.parquet files, a directory or a glob of them) and .safetensors."
     )

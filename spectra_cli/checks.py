@@ -1,0 +1,198 @@
+"""Threshold specs on report fields and their verdicts, for CI (exit 1 when any fails).
+
+A spec is ``FIELD OP VALUE`` with OP one of ``>= <= > < == !=``, ``FIELD between LO HI``, or
+``FIELD == VALUE +- TOL`` (also ``±`` or ``tol``). FIELD is a dotted path into the JSON report
+(``fit.alpha``, ``rank.participation_ratio``, ``fits.1.alpha``, ``spectrum.eigenvalues.0``).
+A baseline comparison ``FIELD=LIMIT`` bounds ``|value - baseline|`` by LIMIT, or by LIMIT % of
+``|baseline|`` when it ends in ``%``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from spectra_cli.errors import OptionError
+
+OPS = (">=", "<=", "==", "!=", ">", "<")
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    text: str
+    field: str
+    op: str  # one of OPS, "between", "max-change"
+    bound: tuple[float, ...]
+    relative: bool = False
+
+    def describe_bound(self) -> str:
+        if self.op == "between":
+            return f"between {self.bound[0]:g} and {self.bound[1]:g}"
+        if self.op == "==" and len(self.bound) == 2:
+            return f"== {self.bound[0]:g} ± {self.bound[1]:g}"
+        if self.op == "max-change":
+            return f"|change| <= {self.bound[0]:g}{'%' if self.relative else ''} of baseline"
+        return f"{self.op} {self.bound[0]:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    check: Check
+    value: float | None
+    baseline: float | None
+    passed: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.check.text, "field": self.check.field, "op": self.check.op,
+                "bound": list(self.check.bound), "relative": self.check.relative, "value": self.value,
+                "baseline": self.baseline, "passed": self.passed, "message": self.message}
+
+
+def parse_require(text: str) -> Check:
+    t = text.strip()
+    m = re.fullmatch(rf"(\S+)\s+between\s+({_NUM})\s+(?:and\s+)?({_NUM})", t)
+    if m:
+        lo, hi = float(m.group(2)), float(m.group(3))
+        if lo > hi:
+            raise OptionError(f"--require {text!r}: the lower bound {lo:g} is above the upper bound {hi:g}.")
+        return Check(t, m.group(1), "between", (lo, hi))
+    m = re.fullmatch(rf"(\S+)\s*==\s*({_NUM})\s*(?:\+-|±|tol)\s*({_NUM})", t)
+    if m:
+        tol = float(m.group(3))
+        if tol < 0:
+            raise OptionError(f"--require {text!r}: the tolerance must be >= 0.")
+        return Check(t, m.group(1), "==", (float(m.group(2)), tol))
+    m = re.fullmatch(rf"(\S+?)\s*(>=|<=|==|!=|>|<)\s*({_NUM})", t)
+    if m:
+        return Check(t, m.group(1), m.group(2), (float(m.group(3)),))
+    raise OptionError(
+        f"--require {text!r} is not FIELD OP NUMBER (OP one of {' '.join(OPS)}), "
+        "FIELD between LO HI, or FIELD == VALUE +- TOL."
+    )
+
+
+def parse_max_change(text: str) -> Check:
+    m = re.fullmatch(rf"\s*(\S+?)\s*=\s*({_NUM})\s*(%?)\s*", text)
+    if not m or float(m.group(2)) < 0:
+        raise OptionError(f"--max-change {text!r} is not FIELD=LIMIT or FIELD=PERCENT% (e.g. fit.alpha=0.05).")
+    return Check(text.strip(), m.group(1), "max-change", (float(m.group(2)),), relative=bool(m.group(3)))
+
+
+def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
+    """Every numeric leaf of a report, by dotted path (lists longer than 16 are summarised by index 0)."""
+    out: dict[str, float] = {}
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out.update(scalar_fields(v, f"{prefix}{k}."))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:16] if len(doc) <= 16 else doc[:1]):
+            out.update(scalar_fields(v, f"{prefix}{i}."))
+    elif isinstance(doc, bool) or doc is None or isinstance(doc, str):
+        pass
+    elif isinstance(doc, int | float):
+        out[prefix[:-1]] = float(doc)
+    return out
+
+
+_MISSING = object()
+
+
+def lookup(doc: Any, field: str) -> Any:
+    cur = doc
+    for part in field.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return _MISSING
+    return cur
+
+
+def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
+    v = lookup(doc, field)
+    if v is _MISSING or isinstance(v, dict | list | str | bool):
+        names = sorted(k for k in scalar_fields(doc)
+                       if k.split(".")[0] in ("fit", "rank", "spectrum", "isotropy", "density", "control")
+                       and not k.startswith(("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.",
+                                             "control.eigenvalues.", "fit.window.")))
+        kind = "not a number" if v is not _MISSING else "not a field"
+        raise OptionError(
+            f"{what} field {field!r} is {kind} of the report; valid fields: {', '.join(names)} "
+            "(and every other numeric leaf, e.g. fits.1.alpha, models.models.broken.alpha_2, spectrum.eigenvalues.0)"
+        )
+    return None if v is None else float(v)
+
+
+def evaluate(doc: dict[str, Any], checks: list[Check], baseline: dict[str, Any] | None = None) -> list[Verdict]:
+    """Verdicts in order; a missing (null) value fails its check. Raises OptionError for unknown fields."""
+    out = []
+    for c in checks:
+        value = _value(doc, c.field, "--max-change" if c.op == "max-change" else "--require")
+        base = None
+        if c.op == "max-change":
+            if baseline is None:
+                raise OptionError("--max-change needs --baseline REPORT.json.")
+            base = _value(baseline, c.field, "baseline")
+        out.append(_judge(c, value, base))
+    return out
+
+
+def _judge(c: Check, value: float | None, base: float | None) -> Verdict:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return Verdict(c, value, base, False, f"{c.field} is null (not computed or not finite)")
+    b = c.bound
+    if c.op == "between":
+        ok = b[0] <= value <= b[1]
+    elif c.op == "max-change":
+        if base is None:
+            return Verdict(c, value, base, False, f"baseline {c.field} is null")
+        limit = b[0] / 100 * abs(base) if c.relative else b[0]
+        ok = abs(value - base) <= limit
+    elif c.op == "==":
+        ok = abs(value - b[0]) <= (b[1] if len(b) == 2 else 0.0)
+    else:
+        ok = {">=": value >= b[0], "<=": value <= b[0], ">": value > b[0], "<": value < b[0],
+              "!=": value != b[0]}[c.op]
+    msg = f"{c.field} = {value:.6g} {'satisfies' if ok else 'violates'} {c.describe_bound()}"
+    if base is not None:
+        msg += f" (baseline {base:.6g}, change {value - base:+.6g})"
+    return Verdict(c, value, base, ok, msg)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The ``[check]`` table of a ``spectra.toml`` (and ``[fit]`` options)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise OptionError(f"no such config file: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise OptionError(f"{path} is not valid TOML: {exc}") from None
+    check = doc.get("check", {})
+    if not isinstance(check, dict):
+        raise OptionError(f"{path}: [check] must be a table.")
+    unknown = sorted(set(check) - {"require", "baseline", "max_change"})
+    if unknown:
+        raise OptionError(f"{path}: unknown key(s) in [check]: {', '.join(unknown)} "
+                          "(allowed: require, baseline, max_change).")
+    require = check.get("require", [])
+    if isinstance(require, str):
+        require = [require]
+    max_change = check.get("max_change", {})
+    if not isinstance(require, list) or not all(isinstance(r, str) for r in require):
+        raise OptionError(f"{path}: [check] require must be a list of strings.")
+    if not isinstance(max_change, dict):
+        raise OptionError(f"{path}: [check] max_change must be a table of FIELD = LIMIT.")
+    return {
+        "require": require,
+        "baseline": check.get("baseline"),
+        "max_change": [f"{k}={v}" for k, v in max_change.items()],
+        "fit": doc.get("fit", {}),
+    }

@@ -1,0 +1,87 @@
+"""``spectra compare``: two reports (or two inputs) side by side, every scalar metric aligned."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from spectra_cli.checks import scalar_fields
+from spectra_cli.errors import InputError
+
+COMPARE_SCHEMA = "spectra.compare/1"
+# Sections whose numbers describe the run, not the data.
+SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.")
+
+
+def load_report(path: str) -> dict[str, Any]:
+    """A spectra report from a ``.json`` file (or a one-line ``.jsonl``)."""
+    if not os.path.exists(path):
+        raise InputError(f"no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if path.lower().endswith(".jsonl"):
+            lines = [ln for ln in text.splitlines() if ln.strip()]
+            if len(lines) != 1:
+                raise InputError(f"{path} holds {len(lines)} reports; compare takes one report per side.")
+            text = lines[0]
+        doc = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not a JSON report: {exc}") from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("spectra.report/"):
+        raise InputError(f"{path} is not a spectra report (no 'schema': 'spectra.report/...').")
+    return doc
+
+
+def as_report(path: str, fit_options: dict[str, Any]) -> dict[str, Any]:
+    """A report file as is, or the ``fit`` report of an input."""
+    if path.lower().endswith((".json", ".jsonl")):
+        return load_report(path)
+    from spectra_cli import api
+
+    return api.fit(path, **fit_options).to_dict()
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    field: str
+    a: float | None
+    b: float | None
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def rel(self) -> float | None:
+        d = self.diff
+        return None if d is None or not self.a else d / abs(self.a)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "a": self.a, "b": self.b, "diff": self.diff, "rel_diff": self.rel}
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+    fa, fb = scalar_fields(a), scalar_fields(b)
+    keys = [k for k in fa if not k.startswith(SKIP_PREFIXES)]
+    keys += [k for k in fb if k not in fa and not k.startswith(SKIP_PREFIXES)]
+    return [Row(k, fa.get(k), fb.get(k)) for k in keys]
+
+
+def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+    from spectra_cli.results import json_safe
+
+    def src(d: dict[str, Any]) -> dict[str, Any]:
+        s = d.get("source", {})
+        return {"path": s.get("path"), "item": d.get("item"), "fingerprint": s.get("fingerprint"),
+                "command": d.get("command")}
+
+    return json_safe({
+        "schema": COMPARE_SCHEMA,
+        "a": src(a),
+        "b": src(b),
+        "definition": "diff = b - a; rel_diff = (b - a) / |a|",
+        "metrics": [r.to_dict() for r in rows],
+    })

@@ -1,0 +1,137 @@
+"""``spectra trend``: metrics of a batch's JSON Lines against a step parsed from item names.
+
+The step is the last run of digits in the item's file name (the part before ``::``, without
+its directory and extension): ``runs/a/step_1500.npy`` -> 1500, ``ckpt-200.safetensors::w`` -> 200.
+``--step-regex`` overrides it with a regular expression whose first group is the step, matched
+against the whole item name. The series is the item with the step removed (a tensor name, or the
+path pattern), so several tensors of a run of checkpoints give one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from spectra_cli.checks import lookup
+from spectra_cli.errors import InputError, OptionError
+
+TREND_SCHEMA = "spectra.trend/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    series: str
+    step: float
+    item: str
+    values: dict[str, float | None]
+
+
+def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
+    if pattern is not None:
+        m = pattern.search(item)
+        if not m or not m.groups():
+            raise InputError(f"--step-regex found no step in item {item!r}.")
+        try:
+            step = float(m.group(1))
+        except ValueError:
+            raise InputError(f"--step-regex matched {m.group(1)!r} in {item!r}, which is not a number.") from None
+        return step, item[: m.start(1)] + "*" + item[m.end(1):]
+    file, sep, tensor = item.partition("::")
+    stem = os.path.splitext(os.path.basename(file))[0]
+    runs = list(re.finditer(r"\d+", stem))
+    if not runs:
+        raise InputError(
+            f"item {item!r} has no number in its file name to use as the step; pass --step-regex."
+        )
+    last = runs[-1]
+    series_file = os.path.join(os.path.dirname(file), stem[: last.start()] + "*" + stem[last.end():])
+    return float(last.group()), series_file + (sep + tensor if sep else "")
+
+
+def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
+    if not metrics:
+        raise OptionError("trend needs at least one --metric (e.g. --metric fit.alpha).")
+    try:
+        pattern = re.compile(step_regex) if step_regex else None
+    except re.error as exc:
+        raise OptionError(f"--step-regex {step_regex!r} is not a valid regular expression: {exc}.") from None
+    if not os.path.exists(jsonl):
+        raise InputError(f"no such file: {jsonl}")
+    points: list[Point] = []
+    notes: list[str] = []
+    with open(jsonl, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                raise InputError(f"{jsonl} line {i} is not JSON.") from None
+            item = doc.get("item") or doc.get("source", {}).get("path")
+            if not item:
+                raise InputError(f"{jsonl} line {i} has no item name.")
+            if "error" in doc:
+                notes.append(f"{item}: failed in the batch ({doc['error']})")
+                continue
+            values: dict[str, float | None] = {}
+            for m in metrics:
+                v = lookup(doc, m)
+                if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
+                    raise OptionError(f"--metric {m!r} is not a number in the reports (line {i}).")
+                values[m] = None if v is None else float(v)
+            try:
+                step, series = step_of(item, pattern)
+            except InputError as exc:
+                notes.append(f"skipped {item}: {exc}")
+                continue
+            points.append(Point(series, step, item, values))
+    if not points:
+        why = f" ({notes[0]})" if notes else ""
+        raise InputError(f"{jsonl} holds no successful report with a step{why}.")
+    points.sort(key=lambda p: (p.series, p.step))
+    return points, notes
+
+
+def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict[str, Any]:
+    from spectra_cli.results import json_safe
+
+    series: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        series[p.series].append(p)
+    return json_safe({
+        "schema": TREND_SCHEMA,
+        "metrics": metrics,
+        "step_rule": "last run of digits in the item's file name, or --step-regex group 1",
+        "series": [{"series": name, "points": [{"step": p.step, "item": p.item, **p.values} for p in pts]}
+                   for name, pts in series.items()],
+        "notes": notes,
+    })
+
+
+def plot_trend(points: list[Point], metrics: list[str], path: str) -> None:
+    from spectra_cli.render.plot import _matplotlib, save_atomically
+
+    plt = _matplotlib()
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(7.5, 3.2 * len(metrics)), squeeze=False, sharex=True)
+    series: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        series[p.series].append(p)
+    for ax, m in zip(axes[:, 0], metrics, strict=True):
+        for name, pts in series.items():
+            xs = [p.step for p in pts if p.values[m] is not None]
+            ys = [p.values[m] for p in pts if p.values[m] is not None]
+            ax.plot(xs, ys, "o-", ms=3, label=name if len(series) <= 12 else None)
+        ax.set_ylabel(m)
+        ax.grid(True, alpha=0.3)
+        if len(series) <= 12:
+            ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    try:
+        save_atomically(fig, path)
+    finally:
+        plt.close(fig)

@@ -443,7 +443,7 @@ def compare(
     b: Annotated[str, typer.Argument(help="Another report (.json) or input.", show_default=False)],
     window: FitWindow = None, method: FitMethod = "ols", uncentered: Uncentered = False, json: Json = False,
 ) -> None:
-    """Two reports (or inputs) side by side: every metric, the difference and the relative difference."""
+    """Two reports (or inputs) side by side: each metric, the difference and the relative difference."""
     from spectra_cli.compare import as_report, compare_doc
     from spectra_cli.compare import compare as compare_reports
 
@@ -460,8 +460,15 @@ def compare(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("metric", "A", "B", "B - A", "rel", title=f"A = {a}\nB = {b}", title_justify="left")
+    t = Table(title=f"A = {a}\nB = {b}", title_justify="left")
+    t.add_column("metric", no_wrap=True, min_width=24)
+    for c in ("A", "B", "B - A", "rel"):
+        t.add_column(c, justify="right")
+    main_sections = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meets_at_rank")
     for r in rows:
+        if not r.field.startswith(main_sections) or r.field.startswith(
+                ("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.", "fit.window.")):
+            continue  # the table shows the headline figures; --json has every field
         def f(x: float | None) -> str:
             return "—" if x is None else f"{x:.6g}"
 

@@ -1,0 +1,217 @@
+"""batch over files and safetensors checkpoints; compare; trend."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from spectra_cli.batch import enumerate_items, run_batch
+from tests.conftest import powerlaw_matrix
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, round to nearest even (the reference conversion)."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _write_bf16_checkpoint(path, tensors):
+    """safetensors with BF16 tensors: the package's numpy API has no bfloat16, so write the format
+    with it for the other dtypes and patch in BF16 entries by hand (the format is a JSON header)."""
+    import struct
+
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        raw = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    rng = np.random.default_rng(0)
+    w32 = rng.standard_normal((96, 40)).astype(np.float32)
+    w16 = rng.standard_normal((80, 40)).astype(np.float16)
+    safetensors_numpy.save_file({"enc.layer0.attn.weight": w32, "enc.layer0.mlp.weight": w16,
+                                 "enc.layer0.attn.bias": np.zeros(96, np.float32)}, tmp_path / "model.safetensors")
+    return tmp_path / "model.safetensors", w32, w16
+
+
+def test_checkpoint_tensors_are_items_with_the_right_values(cli, checkpoint, validate):
+    path, w32, w16 = checkpoint
+    r = cli("batch", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [d["item"] for d in lines] == [f"{path}::enc.layer0.attn.weight", f"{path}::enc.layer0.mlp.weight"]
+    assert "note: skipped " + f"{path}::enc.layer0.attn.bias: shape [96] is not 2-D" in r.stderr
+    for d, w in zip(lines, (w32, w16), strict=True):
+        validate(d)
+        assert d["source"]["shape"] == list(w.shape) and d["source"]["format"] == "safetensors"
+        ref = np.linalg.eigvalsh(np.cov(w.astype(np.float64), rowvar=False))[::-1]
+        np.testing.assert_allclose(d["spectrum"]["eigenvalues"], ref, rtol=1e-9)
+    assert lines[1]["source"]["dtype"] == "float16"
+
+
+def test_bfloat16_matches_a_reference_conversion_exactly(tmp_path):
+    from spectra_cli.sources import RowSpec, iter_selected, open_source
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((50, 12)) * 10).astype(np.float32)
+    bits = _bf16_bits(x)
+    _write_bf16_checkpoint(tmp_path / "bf.safetensors", {"w": ("BF16", bits)})
+    reference = (bits.astype(np.uint32) << 16).view(np.float32)  # bfloat16 is the top half of a float32
+    with open_source(f"{tmp_path / 'bf.safetensors'}::w") as src:
+        assert src.info.dtype == "bfloat16"
+        got = np.concatenate([b.X.copy() for b in iter_selected(src, RowSpec(), 7)])
+    np.testing.assert_array_equal(got, reference)
+    assert np.max(np.abs(got - x) / np.abs(x)) < 2**-8  # and it is x to bfloat16 precision
+
+
+def test_sharded_checkpoint_through_its_index(cli, tmp_path):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((30, 8)).astype(np.float32), rng.standard_normal((20, 8)).astype(np.float32)
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    safetensors_numpy.save_file({"a.weight": a}, d / "model-00001-of-00002.safetensors")
+    safetensors_numpy.save_file({"b.weight": b}, d / "model-00002-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}))
+    r = cli("batch", d, "--json")
+    assert r.exit_code == 0, r.stderr
+    docs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [doc["source"]["shape"] for doc in docs] == [[30, 8], [20, 8]]
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"c": "missing.safetensors"}}))
+    r = cli("batch", d)
+    assert r.exit_code == 2 and "names shard" in r.stderr and "missing.safetensors, which does not exist" in r.stderr
+
+
+def test_tensor_filter_and_uncentered(cli, checkpoint):
+    path, w32, _ = checkpoint
+    r = cli("batch", path, "--tensors", "attn", "--uncentered", "--json")
+    docs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(docs) == 1 and docs[0]["options"]["centered"] is False
+    ref = np.linalg.eigvalsh(w32.T.astype(np.float64) @ w32 / 96)[::-1]
+    np.testing.assert_allclose(docs[0]["spectrum"]["eigenvalues"], ref, rtol=1e-9)
+    r = cli("batch", path, "--tensors", "(")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --tensors '(' is not a valid regular expression")
+
+
+def test_bad_item_is_recorded_and_does_not_stop_the_batch(cli, tmp_path):
+    np.save(tmp_path / "good_1.npy", powerlaw_matrix(300, 10, 1.0))
+    np.save(tmp_path / "bad_2.npy", np.zeros((1, 10)))
+    np.save(tmp_path / "good_3.npy", powerlaw_matrix(300, 10, 1.2))
+    out = tmp_path / "r.jsonl"
+    r = cli("batch", tmp_path / "good_1.npy", tmp_path / "bad_2.npy", tmp_path / "good_3.npy", "--jsonl", out)
+    assert r.exit_code == 1
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 3
+    bad = [x for x in lines if "error" in x]
+    assert len(bad) == 1 and bad[0]["schema"] == "spectra.batch-error/1"
+    assert bad[0]["error"].endswith("has 1 usable row (shape (1, 10)); at least 2 are required.")
+    assert f"error: {tmp_path / 'bad_2.npy'}: " in r.stderr
+
+
+def test_resume_reruns_nothing_when_nothing_changed(cli, tmp_path):
+    for i in range(3):
+        np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
+    out = tmp_path / "r.jsonl"
+    assert cli("batch", tmp_path, "--jsonl", out).exit_code == 0
+    first = out.read_text()
+    r = cli("batch", tmp_path, "--jsonl", out, "--resume")
+    assert r.exit_code == 0 and "--resume skips 3 item(s)" in r.stderr
+    assert out.read_text() == first
+    # change one file: only that one runs again
+    time.sleep(0.01)
+    np.save(tmp_path / "m_1.npy", powerlaw_matrix(200, 8, 2.0, seed=1))
+    r = cli("batch", tmp_path, "--jsonl", out, "--resume")
+    assert "--resume skips 2 item(s)" in r.stderr
+    assert len(out.read_text().splitlines()) == 4
+
+
+def test_two_workers_are_faster_than_one(tmp_path):
+    for i in range(40):
+        np.save(tmp_path / f"f_{i:02d}.npy", powerlaw_matrix(4000, 96, 1.0, seed=i).astype(np.float32))
+    items, _ = enumerate_items([str(tmp_path)])
+    assert len(items) == 40
+    options = {"model": "broken", "ci": True, "ci_replicates": 20}
+
+    def timed(workers):
+        t = time.perf_counter()
+        docs = list(run_batch(items, options, workers=workers))
+        assert len(docs) == 40 and not any("error" in d for d in docs)
+        return time.perf_counter() - t, docs
+
+    one, docs1 = timed(1)
+    two, docs2 = timed(2)
+    if two >= one:  # a noisy neighbour: measure once more
+        one, _ = timed(1)
+        two, _ = timed(2)
+    assert two < one, (one, two)
+    by_item = {d["item"]: d["fit"]["alpha"] for d in docs2}
+    for d in docs1:  # the same numbers either way (BLAS thread counts change only the rounding)
+        assert by_item[d["item"]] == pytest.approx(d["fit"]["alpha"], rel=1e-9)
+
+
+def test_compare_two_reports(cli, tmp_path):
+    np.save(tmp_path / "a.npy", powerlaw_matrix(2000, 30, 1.0))
+    np.save(tmp_path / "b.npy", powerlaw_matrix(2000, 30, 1.5))
+    ra = cli("fit", tmp_path / "a.npy", "--window", "2:20", "--json")
+    (tmp_path / "a.json").write_text(ra.stdout)
+    r = cli("compare", tmp_path / "a.json", tmp_path / "b.npy", "--window", "2:20", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    assert doc["schema"] == "spectra.compare/1"
+    row = next(m for m in doc["metrics"] if m["field"] == "fit.alpha")
+    assert row["diff"] == pytest.approx(row["b"] - row["a"]) and row["b"] > row["a"] + 0.3
+    assert row["rel_diff"] == pytest.approx((row["b"] - row["a"]) / row["a"])
+    r = cli("compare", tmp_path / "a.json", tmp_path / "b.npy", "--window", "2:20")
+    assert "fit.alpha" in r.stdout and "rank.participation_ratio" in r.stdout
+    (tmp_path / "x.json").write_text("{}")
+    r = cli("compare", tmp_path / "x.json", tmp_path / "a.json")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {tmp_path / 'x.json'} is not a spectra report (no 'schema': 'spectra.report/...').\n")
+
+
+def test_trend_over_steps(cli, tmp_path):
+    for step in (500, 100, 1000):
+        np.save(tmp_path / f"step_{step}.npy", powerlaw_matrix(1000, 20, 0.5 + step / 1000, seed=step))
+    out = tmp_path / "r.jsonl"
+    cli("batch", tmp_path, "--jsonl", out, "--window", "2:15")
+    r = cli("trend", out, "--metric", "fit.alpha", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    pts = doc["series"][0]["points"]
+    assert [p["step"] for p in pts] == [100, 500, 1000]
+    alphas = [p["fit.alpha"] for p in pts]
+    assert alphas == sorted(alphas) and alphas[0] == pytest.approx(0.6, abs=0.1)
+    r = cli("trend", out, "--metric", "fit.alpha", "--step-regex", r"step_(\d+)\.npy")
+    assert r.exit_code == 0 and "1000" in r.stdout
+    pytest.importorskip("matplotlib")
+    r = cli("trend", out, "--metric", "fit.alpha", "--metric", "rank.participation_ratio", "--plot",
+            tmp_path / "t.png")
+    assert r.exit_code == 0 and (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    r = cli("trend", out)
+    assert r.exit_code == 2 and r.stderr == "error: trend needs at least one --metric (e.g. --metric fit.alpha).\n"
+    r = cli("trend", out, "--metric", "fit.window")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --metric 'fit.window' is not a number")
+
+
+def test_batch_errors(cli, tmp_path):
+    r = cli("batch", tmp_path / "nothing*.npy")
+    assert r.exit_code == 2 and r.stderr == f"error: no files match {tmp_path / 'nothing*.npy'}.\n"
+    r = cli("batch", tmp_path, "--resume")
+    assert r.exit_code == 2 and r.stderr == "error: --resume needs --jsonl FILE (the results to resume from).\n"
+    os.makedirs(tmp_path / "empty")
+    r = cli("batch", tmp_path / "empty")
+    assert r.stderr == f"error: directory {tmp_path / 'empty'} holds no .npy, .npz, .parquet or .safetensors files.\n"

@@ -1,0 +1,110 @@
+"""check: exit codes, specs, baselines, config, JSON valid against the report schema."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spectra_cli.checks import parse_max_change, parse_require
+from spectra_cli.errors import OptionError
+from tests.conftest import SAMPLE
+
+NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
+
+
+def test_pass_exits_0_and_json_is_a_valid_report(cli, validate):
+    r = cli("check", NPY, "--require", "fit.alpha between 0.6 0.7", "--require", "rank.participation_ratio >= 50",
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    validate(doc)
+    assert doc["checks"]["passed"] is True and len(doc["checks"]["results"]) == 2
+    assert doc["checks"]["results"][0]["value"] == pytest.approx(doc["fit"]["alpha"])
+
+
+def test_fail_exits_1_with_a_table(cli):
+    r = cli("check", NPY, "--require", "fit.alpha > 0.9", "--require", "rank.participation_ratio >= 50")
+    assert r.exit_code == 1 and r.stderr == ""
+    assert "FAIL" in r.stdout and "pass" in r.stdout
+
+
+def test_bad_spec_and_unknown_field_exit_2(cli):
+    r = cli("check", NPY, "--require", "fit.alpha ~ 3")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == ("error: --require 'fit.alpha ~ 3' is not FIELD OP NUMBER (OP one of >= <= == != > <), "
+                        "FIELD between LO HI, or FIELD == VALUE +- TOL.\n")
+    r = cli("check", NPY, "--require", "fit.alpah > 0.5")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: --require field 'fit.alpah' is not a field of the report; valid fields: "
+                               "fit.alpha, fit.bic,")
+    assert r.stderr.count("\n") == 1
+
+
+def test_bad_input_exits_2(cli, tmp_path):
+    r = cli("check", tmp_path / "none.npy", "--require", "fit.alpha > 0")
+    assert r.exit_code == 2 and r.stderr == f"error: no such file or directory: {tmp_path / 'none.npy'}\n"
+    r = cli("check", NPY)
+    assert r.exit_code == 2 and r.stderr.startswith("error: check needs at least one --require")
+
+
+def test_report_input_and_baseline_changes(cli, tmp_path):
+    base = cli("fit", NPY, "--json").stdout
+    (tmp_path / "base.json").write_text(base)
+    np.save(tmp_path / "half.npy", np.load(NPY)[:2048])
+    r = cli("check", tmp_path / "half.npy", "--baseline", tmp_path / "base.json", "--max-change", "fit.alpha=0.05",
+            "--max-change", "rank.participation_ratio=1%", "--json")
+    doc = r.json()
+    verdicts = {v["field"]: v for v in doc["checks"]["results"]}
+    assert verdicts["fit.alpha"]["baseline"] is not None
+    assert verdicts["fit.alpha"]["passed"] == (abs(verdicts["fit.alpha"]["value"] - verdicts["fit.alpha"]["baseline"])
+                                               <= 0.05)
+    pr = verdicts["rank.participation_ratio"]
+    assert pr["passed"] == (abs(pr["value"] - pr["baseline"]) <= 0.01 * pr["baseline"])
+    assert r.exit_code == (0 if all(v["passed"] for v in verdicts.values()) else 1)
+    # a saved report checked directly, without recomputation
+    r = cli("check", tmp_path / "base.json", "--require", "fit.alpha == 0.6547 +- 0.001")
+    assert r.exit_code == 0
+    r = cli("check", NPY, "--max-change", "fit.alpha=0.1")
+    assert r.exit_code == 2 and r.stderr == "error: --max-change needs --baseline REPORT.json.\n"
+
+
+def test_config_file(cli, tmp_path):
+    (tmp_path / "spectra.toml").write_text(
+        '[check]\nrequire = ["fit.alpha between 0.5 0.8", "isotropy.mean_cosine < 0.5"]\n'
+        '[fit]\nwindow = "11:30"\n')
+    r = cli("check", NPY, "--config", tmp_path / "spectra.toml", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    assert doc["fit"]["window"] == [11, 30] and len(doc["checks"]["results"]) == 2
+    (tmp_path / "bad.toml").write_text("[check]\nrequires = []\n")
+    r = cli("check", NPY, "--config", tmp_path / "bad.toml")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {tmp_path / 'bad.toml'}: unknown key(s) in [check]: requires (allowed: require, baseline, "
+        "max_change).\n")
+    (tmp_path / "broken.toml").write_text("[check\n")
+    r = cli("check", NPY, "--config", tmp_path / "broken.toml")
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: {tmp_path / 'broken.toml'} is not valid TOML")
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "passed"),
+    [("a >= 1", 1.0, True), ("a > 1", 1.0, False), ("a <= 2", 3.0, False), ("a < 2", 1.0, True),
+     ("a != 1", 1.0, False), ("a == 0.5 +- 0.1", 0.55, True), ("a == 0.5 ± 0.01", 0.55, False),
+     ("a == 0.5 tol 0.1", 0.45, True), ("a between 1 2", 1.5, True), ("a between 1 and 2", 2.5, False),
+     ("a >= 1e-3", 0.01, True)],
+)
+def test_every_operator(text, value, passed):
+    from spectra_cli.checks import evaluate
+
+    assert evaluate({"a": value}, [parse_require(text)])[0].passed is passed
+
+
+def test_null_value_fails_and_relative_change():
+    from spectra_cli.checks import evaluate
+
+    assert evaluate({"a": None}, [parse_require("a > 0")])[0].passed is False
+    v = evaluate({"a": 105.0}, [parse_max_change("a=5%")], {"a": 100.0})[0]
+    assert v.passed is True and v.baseline == 100.0
+    assert evaluate({"a": 106.0}, [parse_max_change("a=5%")], {"a": 100.0})[0].passed is False
+    with pytest.raises(OptionError, match="lower bound 2 is above the upper bound 1"):
+        parse_require("a between 2 1")

@@ -8,7 +8,6 @@ Each successful line is a ``fit`` report (the same schema) with ``item`` added; 
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from typing import Any
 
 from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, SpectraError
+from spectra_cli.sources.base import expand_glob, is_glob
 
 ERROR_SCHEMA = "spectra.batch-error/1"
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
@@ -42,11 +42,8 @@ def _fp(*parts: str) -> str:
 
 
 def _expand(path: str) -> list[str]:
-    if any(ch in path for ch in "*?["):
-        found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
-        if not found:
-            raise InputError(f"no files match {path}.")
-        return found
+    if is_glob(path):
+        return expand_glob(path)
     if os.path.isdir(path):
         from spectra_cli.sources.safetensors import shard_files
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from spectra_cli.errors import InputError, OptionError
-from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo
+from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, is_glob
 from spectra_cli.sources.select import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
 __all__ = [
@@ -43,11 +43,11 @@ def open_source(
         from spectra_cli.sources.safetensors import SafetensorsSource
 
         return SafetensorsSource(file, name or None)
-    is_glob = any(ch in path for ch in "*?[")
-    if not is_glob and not os.path.exists(path):
+    globbed = is_glob(path)
+    if not globbed and not os.path.exists(path):
         raise InputError(f"no such file or directory: {path}")
     lower = path.lower()
-    is_parquet = is_glob or os.path.isdir(path) or lower.endswith(_PARQUET_EXT)
+    is_parquet = globbed or os.path.isdir(path) or lower.endswith(_PARQUET_EXT)
     if not is_parquet and (column or columns or weight_column):
         raise OptionError("--column, --columns and --weight-column apply to Parquet input only.")
     if key is not None and not lower.endswith(".npz"):

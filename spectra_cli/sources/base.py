@@ -81,6 +81,21 @@ class Source(ABC):
 _NUMERIC_KINDS = "fiu"
 
 
+def is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """The files a glob matches (``**`` recursive), sorted; an input error when none."""
+    import glob
+    import os
+
+    files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+    if not files:
+        raise InputError(f"no files match {pattern}.")
+    return files
+
+
 def check_numeric_dtype(dtype: np.dtype, where: str) -> None:
     """Refuse dtypes that are not real numbers, naming what was found."""
     if dtype.hasobject:

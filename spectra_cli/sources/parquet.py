@@ -3,7 +3,6 @@ numeric columns, from a file, a directory of files or a glob, in record batches.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -11,18 +10,15 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError
-from spectra_cli.sources.base import Source, SourceInfo
+from spectra_cli.sources.base import Source, SourceInfo, expand_glob, is_glob
 
 _BUFFER_BYTES = 1 << 20
 
 
 def resolve_parquet_files(path: str) -> list[str]:
     """The files a path, directory or glob stands for, in sorted order."""
-    if any(ch in path for ch in "*?["):
-        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
-        if not files:
-            raise InputError(f"no files match {path}.")
-        return files
+    if is_glob(path):
+        return expand_glob(path)
     if os.path.isdir(path):
         files = sorted(
             os.path.join(root, name)

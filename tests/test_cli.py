@@ -145,3 +145,31 @@ def test_entry_point_streams(tmp_path):
     r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "none.npy")],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fit", NPY, "--window", "11:38", "--window", "auto", "--ci", "--ci-replicates", "20", "--density",
+         "--shuffled-control", "--partition-isotropy", "--isoscore", "--model", "broken"],
+        ["fit", NPY, "--model", "log-corrected", "--method", "logspaced"],
+        ["spectrum", PARQUET, "--sample", "1000"],
+        ["isotropy", NPY, "--isoscore"],
+        ["info", NPY],
+    ],
+    ids=["fit-everything", "fit-log-corrected", "spectrum", "isotropy", "info"],
+)
+def test_tables_render_for_every_command(cli, args):
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() and "Traceback" not in r.stdout + r.stderr
+
+
+def test_tables_for_eigenvalue_input_and_whitening(cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.arange(1, 500, dtype=float) ** -1.1)
+    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--density", "--model", "broken")
+    assert r.exit_code == 0, r.stderr
+    assert "499 eigenvalues given" in r.stdout and "Density exponent" in r.stdout
+    r = cli("whiten", NPY, "-o", tmp_path / "w.npy", "--partition-isotropy")
+    assert r.exit_code == 0, r.stderr
+    assert "Whitening: zca" in r.stdout and "before" in r.stdout and "after" in r.stdout

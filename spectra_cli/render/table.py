@@ -41,9 +41,10 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         ("format", f"{src['format']} ({src['layout']}" + (f", column {src['column']}" if src.get("column") else "")
          + (f", key {src['key']}" if src.get("key") else "") + ")"),
         ("stored", f"{shape} {src['dtype']}"),
-        ("used", f"n={used}, d={sp['n_features']}, n/d={sp['n_over_d']:.3g}" + (f" [{', '.join(sel)}]" if sel else "")),
+        ("used", (f"n={used}, d={sp['n_features']}, n/d={sp['n_over_d']:.3g}" if sp["n_over_d"] is not None
+                  else f"{sp['n_features']} eigenvalues given") + (f" [{', '.join(sel)}]" if sel else "")),
         ("matrix", sp["definition"]),
-        ("precision", f"{sp['precision']} products, float64 accumulation"),
+        ("precision", "—" if src["format"] == "eigenvalues" else f"{sp['precision']} products, float64 accumulation"),
     ]))
     eig = Table(title="Spectrum", title_justify="left", box=None, pad_edge=False)
     for c in ("rank", "eigenvalue", "explained", "cumulative"):
@@ -65,15 +66,16 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     if fits:
         ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)
         for c in ("model", "method", "window", "alpha", "95% CI", "R^2", "resid RMS", "points"):
-            ft.add_column(c, justify="right" if c not in ("model", "method") else "left")
+            ft.add_column(c, justify="right" if c not in ("model", "method") else "left",
+                          no_wrap=c in ("alpha", "95% CI", "window"))
         for f in fits:
             alpha = f"{f['alpha']:.4f} ± {_fmt(f['stderr'], 2)}"
             if f["model"] == "broken":
-                alpha = f"{f['alpha']:.3f} | {f['alpha_2']:.3f} @ {f['crossover']:.1f}"
+                alpha = f"{f['alpha']:.3f}/{f['alpha_2']:.3f} @{f['crossover']:.0f}"
             elif f["model"] == "log-corrected":
                 alpha += f" (p={f['degree']})"
             ci = f["ci"]
-            ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} ({f['window_source']})",
+            ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} {f['window_source']}",
                        alpha, f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—", f"{f['r2']:.4f}",
                        _fmt(f["residual_rms"], 3), str(f["n_points"]))
         parts.append(ft)

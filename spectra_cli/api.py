@@ -402,6 +402,8 @@ def fit(
     degree: int = 2,
     density: bool = False,
     auto_tolerance: float = 0.05,
+    counting: list[float] | tuple[float, ...] = (),
+    capacity: list[float] | tuple[float, ...] = (),
     **options: Any,
 ) -> Report:
     """``spectrum`` plus the power-law fits, model comparison, local slope and effective ranks.
@@ -412,5 +414,5 @@ def fit(
     """
     windows = (window,) if isinstance(window, str) else tuple(window or ())
     opts = FitOptions(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
-                      density=density)
+                      density=density, counting=tuple(counting), capacity=tuple(capacity))
     return _run("fit", data, fit_options=opts, **options)

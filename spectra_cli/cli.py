@@ -167,6 +167,10 @@ def fit(
     partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
                                                      "(a second streamed pass).")] = False,
     isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    counting: Annotated[list[float] | None, typer.Option("--counting", help="N(eps) = #{lambda_j >= eps} "
+                                                         "(repeatable).")] = None,
+    capacity: Annotated[list[float] | None, typer.Option("--capacity", help="N(tau) = sum lambda/(lambda + tau) "
+                                                         "(repeatable).")] = None,
     logits: Logits = None, temperature: Temperature = 1.0,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
@@ -184,6 +188,7 @@ def fit(
     with LazyProgress(f"reading {path}") as progress:
         report = api.fit(
             path, window=window, method=method, model=model, degree=degree, density=density,
+            counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
             isoscore=isoscore, logits=logits, temperature=temperature, key=key, column=column,

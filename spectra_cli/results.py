@@ -74,6 +74,8 @@ class Report:
             out["local_slope"] = self.suite.local_slope.to_dict()
             out["rank"] = self.suite.rank.to_dict()
             out["density"] = self.suite.density.to_dict() if self.suite.density is not None else None
+            if self.suite.capacity is not None:
+                out["capacity"] = self.suite.capacity.to_dict()
         if self.control is not None:
             out["control"] = self.control.to_dict()
         if self.isotropy is not None:

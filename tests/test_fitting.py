@@ -258,3 +258,15 @@ def test_eigenvalue_input_with_nonfinite_values(cli, tmp_path):
     r = cli("fit", tmp_path / "e.npy", "--eigenvalues")
     assert r.exit_code == 2
     assert r.stderr == f"error: {tmp_path / 'e.npy'} has 1 non-finite eigenvalue(s) (first at index 1).\n"
+
+
+def test_counting_and_capacity(cli, tmp_path, validate):
+    lam = np.array([4.0, 2.0, 1.0, 0.5])
+    np.save(tmp_path / "e.npy", lam)
+    doc = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--window", "1:4", "--counting", "1", "--counting", "3",
+              "--capacity", "1", "--json").json()
+    validate(doc)
+    assert [c["N"] for c in doc["capacity"]["counting"]] == [3, 1]
+    assert doc["capacity"]["capacity"][0]["N"] == pytest.approx(4 / 5 + 2 / 3 + 1 / 2 + 0.5 / 1.5)
+    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--capacity", "0")
+    assert r.exit_code == 2 and r.stderr == "error: --capacity 0.0 must be a positive ridge scale tau.\n"

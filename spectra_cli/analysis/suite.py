@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spectra_cli.analysis.capacity import Capacity, capacity
 from spectra_cli.analysis.density import DensityFit, density_fit
 from spectra_cli.analysis.local_slope import LocalSlope, local_slope_profile
 from spectra_cli.analysis.powerlaw import (
@@ -35,6 +36,8 @@ class FitOptions:
     degree: int = 2
     auto_tolerance: float = 0.05
     density: bool = False
+    counting: tuple[float, ...] = ()
+    capacity: tuple[float, ...] = ()
 
     def validate(self) -> None:
         from spectra_cli.analysis.powerlaw import METHODS
@@ -57,6 +60,7 @@ class FitSuite:
     rank: EffectiveRanks
     density: DensityFit | None
     warnings: tuple[str, ...]
+    capacity: Capacity | None = None
 
 
 def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[str]]:
@@ -99,7 +103,10 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     if opts.density:
         density = density_fit(lam[: spec.numerical_rank])
     profile = local_slope_profile(lam, spec.usable_rank)
-    return FitSuite(fits, models, profile, rank, density, tuple(warnings))
+    cap = None
+    if opts.counting or opts.capacity:
+        cap = capacity(resolved, eps=list(opts.counting), tau=list(opts.capacity))
+    return FitSuite(fits, models, profile, rank, density, tuple(warnings), cap)
 
 
 def alpha_statistic(window: Window, opts: FitOptions) -> object:

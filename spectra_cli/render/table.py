@@ -94,6 +94,12 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             ("KS distance", dens["ks_distance"]),
             ("rank-exponent equivalent", dens["rank_exponent_equivalent"]),
         ]))
+    cap = doc.get("capacity")
+    if cap:
+        rows_ = [(f"N(eps = {c['eps']:g})", c["N"]) for c in cap["counting"]]
+        rows_ += [(f"N(tau = {c['tau']:g})", c["N"]) for c in cap["capacity"]]
+        parts.append(_kv("Counting and capacity (N(eps) = #{lambda >= eps}, N(tau) = sum lambda/(lambda+tau))",
+                         rows_))
     ctrl = doc.get("control")
     if ctrl:
         meets = ctrl["meets_at_rank"]

@@ -227,7 +227,7 @@ def _run(
             suite = _with_bootstrap(suite, acc, opts, centered=centered, ddof=ddof, replicates=ci_replicates,
                                     seed=ci_seed, warnings=warnings)
             timings["bootstrap_s"] = time.perf_counter() - tb
-    if control is not None and control.meets_at_rank is not None and suite is not None:
+    if control is not None and control.meets_at_rank is not None and suite is not None and suite.fits:
         k2 = suite.fits[0].window.k_max
         if k2 >= control.meets_at_rank:
             warnings.append(
@@ -305,6 +305,8 @@ def _with_bootstrap(suite: Any, acc: Accumulated, opts: FitOptions, *, centered:
 
     if acc.moments is None:
         raise FitError("--ci needs more rows than features (the bootstrap reuses d x d block moments).")
+    if not suite.fits:
+        return suite
     groups = acc.groups
     if len(groups) < 10:
         warnings.append(f"the bootstrap has only {len(groups)} groups of rows; the interval is coarse")

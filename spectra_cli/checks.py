@@ -104,6 +104,8 @@ _MISSING = object()
 def lookup(doc: Any, field: str) -> Any:
     cur = doc
     for part in field.split("."):
+        if cur is None:
+            return None  # a null section (e.g. no fit on a collapsed spectrum): its fields are null too
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
         elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):

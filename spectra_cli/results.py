@@ -50,7 +50,7 @@ class Report:
     @property
     def fit(self) -> Any:
         """The primary fit (first window), or None."""
-        return self.suite.fits[0] if self.suite is not None else None
+        return self.suite.fits[0] if self.suite is not None and self.suite.fits else None
 
     @property
     def rank(self) -> Any:
@@ -68,9 +68,9 @@ class Report:
         }
         if self.suite is not None:
             fits = [f.to_dict() for f in self.suite.fits]
-            out["fit"] = fits[0]
+            out["fit"] = fits[0] if fits else None
             out["fits"] = fits
-            out["models"] = self.suite.models.to_dict()
+            out["models"] = self.suite.models.to_dict() if self.suite.models is not None else None
             out["local_slope"] = self.suite.local_slope.to_dict()
             out["rank"] = self.suite.rank.to_dict()
             out["density"] = self.suite.density.to_dict() if self.suite.density is not None else None

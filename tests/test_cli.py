@@ -173,3 +173,33 @@ def test_tables_for_eigenvalue_input_and_whitening(cli, tmp_path):
     r = cli("whiten", NPY, "-o", tmp_path / "w.npy", "--partition-isotropy")
     assert r.exit_code == 0, r.stderr
     assert "Whitening: zca" in r.stdout and "before" in r.stdout and "after" in r.stdout
+
+
+def test_collapsed_spectrum_reports_without_a_fit(cli, tmp_path, validate):
+    # Rank 2: no power law can be fitted on the default window, but the report (ranks, isotropy)
+    # is what a CI check on a collapsed representation needs; fit is null and checks on it fail.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 2)) @ rng.standard_normal((2, 30))
+    np.save(tmp_path / "c.npy", X)
+    r = cli("fit", tmp_path / "c.npy", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    validate(doc)
+    assert doc["fit"] is None and doc["fits"] == [] and doc["models"] is None
+    assert doc["rank"]["numerical_rank"] == 2
+    assert any(w.startswith("no power-law fit: only 2 rank(s)") for w in doc["warnings"])
+    r = cli("check", tmp_path / "c.npy", "--require", "fit.alpha > 0.5", "--require", "rank.numerical_rank >= 10")
+    assert r.exit_code == 1
+    r = cli("fit", tmp_path / "c.npy", "--window", "1:10")
+    assert r.exit_code == 2
+    r = cli("fit", tmp_path / "c.npy")
+    assert r.exit_code == 0 and "no power-law fit" in r.stdout
+
+
+def test_identical_rows_keep_mean_cosine_at_most_one(cli, tmp_path, validate):
+    np.save(tmp_path / "k.npy", np.ones((100, 5)) * 3.0)
+    r = cli("isotropy", tmp_path / "k.npy", "--json")
+    assert r.exit_code == 0
+    doc = r.json()
+    validate(doc)
+    assert doc["isotropy"]["mean_cosine"] == 1.0

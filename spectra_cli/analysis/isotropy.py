@@ -74,7 +74,8 @@ class CosineAccumulator:
         denom = self.w_sum**2 - self.w2_sum
         if denom <= 0:
             return None
-        return float((self.unit_sum @ self.unit_sum - self.w2_sum) / denom)
+        value = float((self.unit_sum @ self.unit_sum - self.w2_sum) / denom)
+        return min(1.0, max(-1.0, value))  # rounding can step past +-1 for identical rows
 
     def mean_norm(self) -> float | None:
         return self.norm_sum / self.w_sum if self.w_sum > 0 else None

@@ -23,6 +23,7 @@ from spectra_cli.analysis.powerlaw import (
     resolve_window,
 )
 from spectra_cli.analysis.rank import EffectiveRanks, entropy_rank, participation_ratio, rankme, stable_rank
+from spectra_cli.errors import FitError
 from spectra_cli.spectrum import Spectrum
 
 
@@ -54,8 +55,8 @@ class FitOptions:
 
 @dataclass(frozen=True, slots=True)
 class FitSuite:
-    fits: tuple[RankFit, ...]
-    models: ModelComparison
+    fits: tuple[RankFit, ...]  # empty when the default window leaves too few usable ranks
+    models: ModelComparison | None
     local_slope: LocalSlope
     rank: EffectiveRanks
     density: DensityFit | None
@@ -83,10 +84,17 @@ def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[st
 def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None = None) -> FitSuite:
     """Fits on every window, the model comparison on the first, and the ranks."""
     opts.validate()
-    windows, warnings = windows_for(spec, opts)
     lam = spec.eigenvalues
+    try:
+        windows, warnings = windows_for(spec, opts)
+    except FitError as exc:
+        if opts.windows:
+            raise  # a window the user asked for is an input error
+        # A collapsed spectrum: report everything else, with no fit (fit is null, checks on it fail).
+        windows, warnings = [], [f"no power-law fit: {exc}"]
     fits = tuple(fit_model(lam, w, method=opts.method, model=opts.model, degree=opts.degree) for w in windows)
-    models = compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
+    models = (compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
+              if windows else None)
     resolved = spec.resolved()
     unc = uncentered or spec
     rank = EffectiveRanks(

@@ -20,7 +20,7 @@ from spectra_cli.analysis.powerlaw import BootstrapCI
 from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Accumulated, accumulate
 from spectra_cli.engine.local import Progress, prefetch
-from spectra_cli.errors import FitError, OptionError
+from spectra_cli.errors import FitError, OptionError, SpectraWarning
 from spectra_cli.moments import Moments
 from spectra_cli.results import Report
 from spectra_cli.sources import (
@@ -234,6 +234,7 @@ def _run(
                 f"the fit window reaches rank {k2}, past rank {control.meets_at_rank} where the spectrum meets "
                 "the shuffled control (finite-sampling noise)"
             )
+    _warn(warnings)
     source = info.to_dict()
     source.update(spec.to_dict())
     source["rows_used"] = acc.n_rows
@@ -256,6 +257,14 @@ def _run(
         warnings=tuple(warnings),
         timings=timings,
     )
+
+
+def _warn(messages: list[str]) -> None:
+    """Each suspect finding is also a SpectraWarning for library users (STYLE: never silent)."""
+    import warnings as _warnings
+
+    for m in messages:
+        _warnings.warn(m, SpectraWarning, stacklevel=3)
 
 
 def _mean(acc: Accumulated) -> np.ndarray:
@@ -334,6 +343,7 @@ def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, 
     suite = run_suite(spec, opts) if command == "fit" else None
     if suite is not None:
         warnings += suite.warnings
+    _warn(warnings)
     path = data if isinstance(data, str) else "<array>"
     info = SourceInfo(path=path, format="eigenvalues", shape=(values.size,), dtype="float64", n_rows=0,
                       n_features=values.size, layout="eigenvalues computed elsewhere")

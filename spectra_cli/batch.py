@@ -110,10 +110,15 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
 
 def run_item(name: str, fingerprint: str, options: dict[str, Any]) -> dict[str, Any]:
     """One item's JSON line (runs in a worker process)."""
+    import warnings
+
     from spectra_cli import api
+    from spectra_cli.errors import SpectraWarning
 
     try:
-        doc = api.fit(name, **options).to_dict()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpectraWarning)  # they are in each line's report
+            doc = api.fit(name, **options).to_dict()
     except SpectraError as exc:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fingerprint,
                 "error": str(exc)}

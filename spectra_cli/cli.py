@@ -36,6 +36,12 @@ class SpectraGroup(TyperGroup):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False  # exceptions reach us; we choose the exit code
+        import warnings
+
+        from spectra_cli.errors import SpectraWarning
+
+        # The reports carry their warnings; the CLI shows them itself (table, or stderr with --json).
+        warnings.simplefilter("ignore", SpectraWarning)
         try:
             rv = super().main(*args, **kwargs)
         except SpectraError as exc:
@@ -126,6 +132,9 @@ def _emit(doc: dict[str, Any], as_json: bool) -> None:
         from spectra_cli.render.json import dumps
 
         sys.stdout.write(dumps(doc) + "\n")
+        # stdout stays one JSON document; a person watching the run still sees the warnings.
+        for w in doc.get("warnings", []):
+            sys.stderr.write(f"warning: {w}\n")
         return
     from rich.console import Console
 

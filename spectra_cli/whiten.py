@@ -19,7 +19,7 @@ import numpy as np
 from spectra_cli.analysis.isotropy import CosineAccumulator, Isotropy, LogZAccumulator, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningTransform, fit_transform
-from spectra_cli.api import _options, fingerprint, spectrum_warnings
+from spectra_cli.api import _options, _warn, fingerprint, spectrum_warnings
 from spectra_cli.engine import accumulate
 from spectra_cli.engine.local import Progress, prefetch
 from spectra_cli.errors import InputError, OptionError
@@ -197,6 +197,7 @@ def whiten(
     if zeroed:
         warnings.append(f"{zeroed} direction(s) past the usable rank {before.usable_rank} were set to zero, not "
                         "scaled by 1/sqrt(lambda)")
+    _warn(warnings)
     options = _options("whiten", centered=True, ddof=ddof, precision="float64", block_rows=block_rows,
                        weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=None,
                        ci=False, ci_replicates=0, ci_seed=0, logits=logits, temperature=temperature)

@@ -93,3 +93,13 @@ def test_constant_column_gives_a_clean_report_with_a_warning():
     assert rep.spectrum.numerical_rank == 9
     assert any("1 constant column" in w for w in rep.warnings)
     assert rep.to_dict()["rank"]["participation_ratio"] > 1
+
+
+def test_suspect_findings_are_also_spectra_warnings():
+    from spectra_cli.errors import SpectraWarning
+
+    X = powerlaw_matrix(500, 10, 1.0)
+    X[:, 2] = 1.0
+    with pytest.warns(SpectraWarning, match="1 constant column"):
+        rep = api.fit(X)
+    assert any("constant column" in w for w in rep.warnings)

@@ -173,3 +173,25 @@ def test_drifting_mean_across_blocks_stays_exact():
     ref = reference_eigenvalues(X)
     spec = _streamed_eigenvalues(X, block_rows=500)
     np.testing.assert_allclose(spec.eigenvalues, ref, rtol=1e-7)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 400),
+    d=st.integers(1, 12),
+    block_rows=st.integers(1, 500),
+    precision=st.sampled_from(["float64", "float32"]),
+    offset=st.sampled_from([0.0, 10.0, 1e4]),
+    seed=st.integers(0, 2**16),
+)
+def test_streamed_spectrum_does_not_depend_on_the_block_size(n, d, block_rows, precision, offset, seed):
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, d)) * rng.uniform(0.1, 3, d) + offset).astype(np.float32)
+    a = accumulate(ArraySource(X), block_rows=block_rows, precision=precision, gram_route=False)
+    b = accumulate(ArraySource(X), block_rows=n, precision=precision, gram_route=False)
+    sa = spectrum_from_moments(a.moments, precision=precision)
+    sb = spectrum_from_moments(b.moments, precision=precision)
+    ref = reference_eigenvalues(X)
+    tol = 2 * sa.numerical_floor + (1e-9 if precision == "float64" else 0.0) * ref[0]
+    assert np.max(np.abs(sa.eigenvalues - sb.eigenvalues)) <= max(tol, 1e-300)
+    assert np.max(np.abs(sa.eigenvalues - ref)) <= max(tol, 1e-300)

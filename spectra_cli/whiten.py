@@ -27,7 +27,7 @@ from spectra_cli.moments import Moments
 from spectra_cli.results import Report
 from spectra_cli.sinks import check_target, write_matrix
 from spectra_cli.sources import DEFAULT_BLOCK_ROWS, LogitsWeights, RowSpec, WeightsFile, iter_selected, open_source
-from spectra_cli.spectrum import FLOOR_DEFINITION, Spectrum, describe, spectrum_from_moments
+from spectra_cli.spectrum import Spectrum, describe, spectrum_from_moments
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +182,7 @@ def whiten(
     mean_after = (mean - t.mean) @ t.matrix
     iso_after = isotropy_summary(after.resolved(), after.n_features, mean_after, cos_after, logz=logz_a,
                                  scale=scale, scale_value=s_a, with_isoscore=True)
-    zeroed = 0 if t.method == "abtt" else int(t.d_in - min(before.usable_rank, t.d_in)) if t.method == "zca" else 0
+    zeroed = t.zeroed
     result = WhiteningResult(
         transform=t, transform_from=transform or "fitted", saved_to=save_transform,
         output={"path": out, "format": "npy" if out.lower().endswith(".npy") else "parquet",
@@ -195,7 +195,7 @@ def whiten(
     source.update({"rows_used": acc.n_rows, "rows_dropped": acc.n_dropped, "fingerprint": fingerprint(data)})
     warnings = spectrum_warnings(before, acc)
     if zeroed:
-        warnings.append(f"{zeroed} direction(s) past the usable rank {before.usable_rank} were set to zero, not "
+        warnings.append(f"{zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
                         "scaled by 1/sqrt(lambda)")
     _warn(warnings)
     options = _options("whiten", centered=True, ddof=ddof, precision="float64", block_rows=block_rows,
@@ -216,4 +216,4 @@ def _moments_after(m: Moments, t: WhiteningTransform) -> Moments:
     return Moments(m.n, m.weight_sum, m.n_positive, mean, (m2 + m2.T) * 0.5, 1.0, m.weighted)
 
 
-__all__ = ["FLOOR_DEFINITION", "WhiteningResult", "whiten"]
+__all__ = ["WhiteningResult", "whiten"]

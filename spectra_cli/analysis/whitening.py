@@ -25,6 +25,8 @@ from spectra_cli.errors import InputError, OptionError, describe_choices
 
 METHODS = ("zca", "pca", "abtt")
 TRANSFORM_KEYS = ("mean", "matrix", "method", "eps", "k", "source", "fingerprint", "ddof", "spectra_version")
+# Saved since 0.1.0 as well, but optional when loading: directions given scale 0 (below the floors).
+OPTIONAL_KEYS = ("zeroed",)
 
 
 def signed_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -49,6 +51,7 @@ class WhiteningTransform:
     ddof: int
     source: str
     fingerprint: str
+    zeroed: int = 0
 
     @property
     def d_in(self) -> int:
@@ -92,7 +95,7 @@ class WhiteningTransform:
         try:
             np.savez(tmp, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),
                      k=np.array(self.k), source=np.array(self.source), fingerprint=np.array(self.fingerprint),
-                     ddof=np.array(self.ddof), spectra_version=np.array(__version__))
+                     ddof=np.array(self.ddof), spectra_version=np.array(__version__), zeroed=np.array(self.zeroed))
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -113,7 +116,8 @@ class WhiteningTransform:
                     )
                 t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
                         matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
-                        ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]))
+                        ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]),
+                        zeroed=int(z["zeroed"]) if "zeroed" in z.files else 0)
         except InputError:
             raise
         except (ValueError, OSError) as exc:
@@ -155,5 +159,7 @@ def fit_transform(
         M = V[:, :kk] * g[:kk]
     else:
         M = np.eye(d) - V[:, :kk] @ V[:, :kk].T
-    t = WhiteningTransform(method, np.asarray(mean, dtype=np.float64), M, float(eps), kk, ddof, source, fingerprint)
+    zeroed = d - usable if method == "zca" else 0
+    t = WhiteningTransform(method, np.asarray(mean, dtype=np.float64), M, float(eps), kk, ddof, source, fingerprint,
+                           zeroed)
     return t, lam

@@ -198,6 +198,7 @@ def _run(
         info = src.info
         t1 = time.perf_counter()
         main = _spectrum(acc, centered=centered, ddof=ddof, precision=precision)
+        t_eig = time.perf_counter()
         logz = None
         scale_value = None
         if partition_isotropy:
@@ -241,8 +242,9 @@ def _run(
     source["rows_dropped"] = acc.n_dropped
     source["fingerprint"] = fingerprint(data) if isinstance(data, str) else None
     t3 = time.perf_counter()
-    timings = {"read_accumulate_s": t1 - t0, "eigen_s": t2 - t1, **timings, "analysis_s": t3 - t2,
-               "total_s": t3 - t0}
+    timings = {"read_accumulate_s": t1 - t0, "eigen_s": t_eig - t1,
+               **({"second_pass_s": t2 - t_eig} if partition_isotropy or shuffled_control else {}),
+               **timings, "analysis_s": t3 - t2, "total_s": t3 - t0}
     return Report(
         command=command,
         source=source,

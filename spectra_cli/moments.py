@@ -128,7 +128,11 @@ class Moments:
         if out is None or out.shape[0] < n or out.shape[1] != d + 1 or out.dtype != dt:
             out = np.empty((n, d + 1), dtype=dt)
         A = out[:n]
-        np.subtract(X, shift.astype(dt, copy=False), out=A[:, :d], casting="same_kind")
+        # The shift actually subtracted (rounded to the product precision) is the one the mean is
+        # rebuilt from; a float64 shift with a float32 subtraction would misplace every block mean.
+        shift_dt = shift.astype(dt)
+        shift = shift_dt.astype(np.float64)
+        np.subtract(X, shift_dt, out=A[:, :d], casting="same_kind")
         if w is None:
             A[:, d] = 1.0
             W, npos = float(n), n

@@ -232,3 +232,17 @@ def test_bad_temperature(cli, tmp_path):
     np.save(tmp_path / "z.npy", np.zeros(3))
     r = cli("spectrum", tmp_path / "E.npy", "--logits", tmp_path / "z.npy", "--temperature", "0")
     assert r.exit_code == 2 and r.stderr == "error: --temperature 0.0 must be a positive number.\n"
+
+
+def test_zero_weights_count_for_nothing_in_partition_isotropy():
+    import warnings
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((400, 6)) + 1.0
+    w = rng.integers(0, 3, 400).astype(float)  # many zeros, like unigram counts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        a = api.isotropy(X, weights=w, block_rows=64).isotropy
+    b = api.isotropy(X[w > 0], weights=w[w > 0]).isotropy
+    assert a.partition_isotropy == pytest.approx(b.partition_isotropy, rel=1e-10)
+    assert a.mean_cosine == pytest.approx(b.mean_cosine, rel=1e-10)

@@ -118,8 +118,16 @@ class LogZAccumulator:
         self.neg = np.full(k, -np.inf)
 
     def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
+        logw = None
+        if w is not None:
+            w = np.asarray(w, dtype=np.float64)
+            keep = w > 0  # zero-weight rows add nothing to Z (and log 0 is -inf)
+            if not np.all(keep):
+                X, w = np.asarray(X)[keep], w[keep]
+            if not len(w):
+                return
+            logw = np.log(w)
         S = (np.asarray(X, dtype=self.dtype) @ self.P).astype(np.float64, copy=False)
-        logw = None if w is None else np.log(np.asarray(w, dtype=np.float64))
         for sign, acc in ((1.0, self.pos), (-1.0, self.neg)):
             T = S if sign > 0 else -S
             if logw is not None:

@@ -199,3 +199,34 @@ def test_no_half_written_output_and_no_traceback_anywhere(cli, tmp_path):
         os.makedirs(sub)
         r = cli("fit", *_make(sub, name), "--json")
         assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+NPY_SAMPLE = "sample_data/minilm_sentence_embeddings_1k.npy"
+PQ_SAMPLE = "sample_data/minilm_layer5_tokens_4k.parquet"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([NPY_SAMPLE, "--rows", "abc"], "error: --rows 'abc' is not START:STOP (e.g. 0:10000, :5000, 1000:)."),
+        ([NPY_SAMPLE, "--rows", "5:5"], "error: --rows '5:5' selects no rows (STOP must be greater than START)."),
+        ([NPY_SAMPLE, "--sample", "0"], "error: --sample 0 must be a positive number of rows."),
+        ([NPY_SAMPLE, "--ddof", "-1"], "error: --ddof -1 must be 0 or a positive integer."),
+        ([NPY_SAMPLE, "--key", "x"], "error: --key applies to .npz archives only."),
+        ([NPY_SAMPLE, "--column", "emb"],
+         "error: --column, --columns and --weight-column apply to Parquet input only."),
+        ([NPY_SAMPLE, "--block-rows", "0"], "error: --block-rows 0 must be at least 1."),
+        ([PQ_SAMPLE, "--column", "emb", "--columns", "a,b"],
+         "error: use --column (one vector column) or --columns (numeric columns), not both."),
+        ([PQ_SAMPLE, "--weights", "x.npy", "--weight-column", "token_index"],
+         "error: use one of --weights, --weight-column and --logits, not several."),
+        ([PQ_SAMPLE, "--weight-column", "nope"],
+         f"error: --weight-column 'nope' is not a column of {PQ_SAMPLE}; columns: token_index, emb."),
+    ],
+)
+def test_bad_options_exit_2_with_one_pinned_line(cli, monkeypatch, args, message):
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    r = cli("fit", *args)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr == message + "\n"

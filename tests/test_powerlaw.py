@@ -32,6 +32,11 @@ def test_ols_agrees_with_numpy_polyfit():
     resid = np.log(lam[4:150]) - (icpt + slope * np.log(j))
     se = np.sqrt(resid @ resid / (len(j) - 2) / np.sum((np.log(j) - np.log(j).mean()) ** 2))
     assert f.stderr == pytest.approx(se, rel=1e-10)
+    y = np.log(lam[4:150])
+    assert f.r2 == pytest.approx(1 - (resid @ resid) / np.sum((y - y.mean()) ** 2), rel=1e-10)
+    assert f.residual_rms == pytest.approx(np.sqrt(np.mean(resid**2)), rel=1e-10)
+    m = len(j)
+    assert f.bic == pytest.approx(m * np.log(resid @ resid / m) + 2 * np.log(m), rel=1e-10)
 
 
 def test_log_corrected_spectrum_known_answer_for_plain_ols():

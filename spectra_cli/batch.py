@@ -181,16 +181,32 @@ def run_batch(
                 on_result(doc)
             yield doc
         return
+    from concurrent.futures.process import BrokenProcessPool
+
     with _pool(min(workers, len(items))) as ex:
-        pending: set[Future[dict[str, Any]]] = set()
+        pending: dict[Future[dict[str, Any]], Item] = {}
         queue = list(items)
         while queue or pending:
             while queue and len(pending) < 2 * workers:
                 it = queue.pop(0)
-                pending.add(ex.submit(run_item, it.name, it.fingerprint, options))
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                pending[ex.submit(run_item, it.name, it.fingerprint, options)] = it
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in finished:
-                doc = fut.result()
-                if on_result:
-                    on_result(doc)
-                yield doc
+                it = pending.pop(fut)
+                try:
+                    docs = [fut.result()]
+                except BrokenProcessPool:
+                    # The pool can run nothing more: this item and every one not finished fail.
+                    docs = [_died(x) for x in (it, *pending.values(), *queue)]
+                    pending, queue = {}, []
+                for doc in docs:
+                    if on_result:
+                        on_result(doc)
+                    yield doc
+                if not pending and not queue:
+                    break
+
+
+def _died(it: Item) -> dict[str, Any]:
+    return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": it.name, "fingerprint": it.fingerprint,
+            "error": "a worker process died (out of memory, or killed) before this item finished"}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from spectra_cli.batch import enumerate_items, run_batch
+from spectra_cli.batch import run_item as _REAL_RUN_ITEM
 from tests.conftest import powerlaw_matrix
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -215,3 +216,24 @@ def test_batch_errors(cli, tmp_path):
     os.makedirs(tmp_path / "empty")
     r = cli("batch", tmp_path / "empty")
     assert r.stderr == f"error: directory {tmp_path / 'empty'} holds no .npy, .npz, .parquet or .safetensors files.\n"
+
+
+def _dies_on_m3(name, fingerprint, options):
+    """Module level, so the pool can pickle it by reference."""
+    if name.endswith("m_3.npy"):
+        os._exit(1)  # a worker killed by the kernel looks like this to the pool
+    return _REAL_RUN_ITEM(name, fingerprint, options)
+
+
+def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
+    import spectra_cli.batch as batch
+
+    for i in range(6):
+        np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
+    items, _ = enumerate_items([str(tmp_path)])
+    monkeypatch.setattr(batch, "run_item", _dies_on_m3)
+    docs = list(run_batch(items, {}, workers=2))
+    assert sorted(d["item"] for d in docs) == sorted(it.name for it in items)
+    died = [d for d in docs if "error" in d]
+    assert any(d["item"].endswith("m_3.npy") for d in died)
+    assert all(d["error"].startswith("a worker process died") for d in died)

@@ -32,27 +32,46 @@ class Moments:
         n: number of rows (zero-weight rows included).
         weight_sum: ``sum w`` (equals ``n`` when unweighted).
         n_positive: rows with positive weight (the sample's rank limit).
-        mean: ``sum w x / sum w``, shape ``(d,)``, in units of ``scale``.
+        mean_rel: the mean ``sum w x / sum w`` minus ``origin``, shape ``(d,)``, in units of ``scale``.
         m2: ``sum w (x - mean)(x - mean)^T``, shape ``(d, d)``, in units of ``scale**2``.
         scale: power of two that stored values are divided by.
         weighted: whether row weights were given.
+        block_rows: the most rows summed in one product (it sets the rounding of the
+            accumulated matrix, hence the numerical floor).
+        origin: a point the mean is stored relative to (None: zero). Means of blocks far from
+            zero (an embedding cone) are kept as small offsets from the block's own centre, so
+            merging them never subtracts two large rounded numbers.
     """
 
     n: int
     weight_sum: float
     n_positive: int
-    mean: np.ndarray
+    mean_rel: np.ndarray
     m2: np.ndarray
     scale: float = 1.0
     weighted: bool = False
+    block_rows: int = 0
+    origin: np.ndarray | None = None
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The mean, in units of ``scale`` (rounded once, for reporting and uncentred moments)."""
+        return self.mean_rel if self.origin is None else self.origin + self.mean_rel
 
     @property
     def d(self) -> int:
-        return int(self.mean.shape[0])
+        return int(self.mean_rel.shape[0])
+
+    def relative_mean(self, origin: np.ndarray | None, scale: float) -> np.ndarray:
+        """``mean - origin`` in units of ``scale``, computed through the stored origin."""
+        r = self.scale / scale
+        own = np.zeros_like(self.mean_rel) if self.origin is None else self.origin * r
+        base = np.zeros_like(self.mean_rel) if origin is None else origin
+        return (own - base) + self.mean_rel * r
 
     @classmethod
     def empty(cls, d: int, *, weighted: bool = False) -> Moments:
-        return cls(0, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, weighted)
+        return cls(0, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, weighted, 0)
 
     @classmethod
     def from_block(
@@ -74,13 +93,13 @@ class Moments:
             W = float(w.sum())
             npos = int(np.count_nonzero(w))
             if W == 0.0:
-                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True)
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n)
             mean = (w @ X.astype(np.float64, copy=False)) / W
         scale = 1.0
         if not np.all(np.isfinite(mean)):
             if not np.all(np.isfinite(X)):
                 # Non-finite input: the caller inspects the rows; nothing to accumulate.
-                return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None)
+                return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None, n)
             # Finite values whose sum overflows: divide by a power of two first.
             amax = float(np.max(np.abs(X)))
             scale = float(2.0 ** np.ceil(np.log2(amax)))
@@ -101,7 +120,12 @@ class Moments:
             mean = mean / s
             scale *= s
             m2 = _gram(xc, precision)
-        return cls(n, W, npos, mean, m2, scale, w is not None)
+        # Centred on its own rounded mean, which becomes the origin. The true mean differs from it by
+        # the rounding residual r (about eps * |mean|): keep r as the offset and centre m2 on it.
+        # (xc carries sqrt(w) when weighted, so sum sqrt(w) xc = sum w (x - origin).)
+        r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
+        m2 = m2 - np.outer(r, r * W)
+        return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64))
 
     @classmethod
     def from_block_shifted(
@@ -140,7 +164,7 @@ class Moments:
             w = np.asarray(w, dtype=np.float64)
             W, npos = float(w.sum()), int(np.count_nonzero(w))
             if W == 0.0:
-                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True)
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n)
             root = np.sqrt(w).astype(dt)
             A[:, :d] *= root[:, None]
             A[:, d] = root
@@ -159,29 +183,34 @@ class Moments:
             return cls.from_block(X, w, precision=precision)
         m2 = raw - np.outer(sums, delta)
         m2 = (m2 + m2.T) * 0.5  # BLAS fills one triangle of A^T A exactly; keep the result symmetric
-        return cls(n, W, npos, shift.astype(np.float64) + delta, m2, 1.0, w is not None)
+        return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift)
 
     def merge(self, other: Moments) -> Moments:
         """Pairwise combination (Chan et al.): exact up to rounding for any split."""
         if self.d != other.d:
             raise InputError(f"cannot merge moments of {self.d} and {other.d} features.")
         weighted = self.weighted or other.weighted
+        rows = max(self.block_rows, other.block_rows)
         if other.weight_sum == 0.0:
-            return Moments(self.n + other.n, self.weight_sum, self.n_positive, self.mean, self.m2,
-                           self.scale, weighted)
+            return Moments(self.n + other.n, self.weight_sum, self.n_positive, self.mean_rel, self.m2,
+                           self.scale, weighted, rows, self.origin)
         if self.weight_sum == 0.0:
-            return Moments(self.n + other.n, other.weight_sum, other.n_positive, other.mean, other.m2,
-                           other.scale, weighted)
+            return Moments(self.n + other.n, other.weight_sum, other.n_positive, other.mean_rel, other.m2,
+                           other.scale, weighted, rows, other.origin)
         scale = max(self.scale, other.scale)
-        ma, m2a = _rescale(self.mean, self.m2, self.scale / scale)
-        mb, m2b = _rescale(other.mean, other.m2, other.scale / scale)
+        r = self.scale / scale
+        origin = None if self.origin is None else self.origin * r
+        ra, m2a = _rescale(self.mean_rel, self.m2, r)
+        rb = other.relative_mean(origin, scale)  # other's mean in this origin's frame
+        m2b = _rescale(other.mean_rel, other.m2, other.scale / scale)[1]
         Wa, Wb = self.weight_sum, other.weight_sum
         W = Wa + Wb
-        delta = mb - ma
-        mean = ma + delta * (Wb / W)
+        delta = rb - ra
+        mean_rel = ra + delta * (Wb / W)
         m2 = m2a + m2b
         m2 += np.outer(delta, delta * (Wa * Wb / W))
-        return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean, m2, scale, weighted)
+        return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean_rel, m2, scale, weighted,
+                       rows, origin)
 
     def second_moment_matrix(self, *, centered: bool = True, ddof: int = 1) -> np.ndarray:
         """The covariance (or uncentred second moment) in units of ``scale**2``.
@@ -200,8 +229,10 @@ class Moments:
         """Plain arrays (for saving with ``np.savez`` or sending between processes)."""
         return {
             "n": np.array(self.n), "weight_sum": np.array(self.weight_sum),
-            "n_positive": np.array(self.n_positive), "mean": self.mean, "m2": self.m2,
+            "n_positive": np.array(self.n_positive), "mean": self.mean, "mean_rel": self.mean_rel,
+            "origin": np.zeros_like(self.mean_rel) if self.origin is None else self.origin, "m2": self.m2,
             "scale": np.array(self.scale), "weighted": np.array(self.weighted),
+            "block_rows": np.array(self.block_rows),
         }
 
 

@@ -11,9 +11,10 @@ from spectra_cli.errors import InputError
 from spectra_cli.moments import Moments
 
 FLOOR_DEFINITION = (
-    "d * eps * lambda_1, eps the machine epsilon of the precision of the products "
-    "(Weyl's inequality bounds each eigenvalue's error by the norm of the rounding error "
-    "of the accumulated matrix and of the symmetric eigensolver, both of order d * eps * ||C||)"
+    "(d + sqrt(b)) * eps * lambda_1: eps the machine epsilon of the precision of the products, b the "
+    "most rows summed in one product (blocks are merged in float64). By Weyl's inequality each eigenvalue "
+    "moves by at most the norm of the rounding error: about sqrt(b) * eps * ||C|| from the accumulated "
+    "products and d * eps * ||C|| from the symmetric eigensolver"
 )
 
 THRESHOLDS = (0.90, 0.95, 0.99)
@@ -128,6 +129,13 @@ def _eps(precision: str) -> float:
     return float(np.finfo(np.float32 if precision == "float32" else np.float64).eps)
 
 
+def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str) -> float:
+    """The numerical floor (see FLOOR_DEFINITION)."""
+    if not eigenvalues.size:
+        return 0.0
+    return (d + float(np.sqrt(max(accumulated, 0)))) * _eps(precision) * max(float(eigenvalues[0]), 0.0)
+
+
 def describe(centered: bool, ddof: int, weighted: bool) -> str:
     if not centered:
         return "uncentred second moment sum_i p_i x_i x_i^T (X^T X / n unweighted)"
@@ -153,7 +161,7 @@ def spectrum_from_moments(
     C = m.second_moment_matrix(centered=centered, ddof=ddof)
     lam = _finish(np.linalg.eigvalsh(C), m.scale * m.scale)
     d = m.d
-    floor = d * _eps(precision) * max(float(lam[0]), 0.0) if lam.size else 0.0
+    floor = floor_for(lam, d, m.block_rows, precision)
     sampling = m.n_positive - 1 if centered else m.n_positive
     return Spectrum(
         eigenvalues=lam,
@@ -207,7 +215,7 @@ def spectrum_from_rows(
     else:
         G = A @ A.T
     lam = _finish(np.linalg.eigvalsh(G / denom), scale * scale)
-    floor = d * _eps(precision) * max(float(lam[0]), 0.0) if lam.size else 0.0
+    floor = floor_for(lam, d, d, precision)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos
     return Spectrum(
         eigenvalues=lam,
@@ -232,7 +240,7 @@ def spectrum_from_eigenvalues(values: np.ndarray) -> Spectrum:
         n_features=d,
         definition="eigenvalues given as input (computed elsewhere); sorted descending",
         precision="float64",
-        numerical_floor=d * _eps("float64") * max(float(lam[0]), 0.0),
+        numerical_floor=floor_for(lam, d, 0, "float64"),
         sampling_rank=d,
         structural_zeros=0,
         method="given",

@@ -27,7 +27,7 @@ from spectra_cli.moments import Moments
 from spectra_cli.results import Report
 from spectra_cli.sinks import check_target, write_matrix
 from spectra_cli.sources import DEFAULT_BLOCK_ROWS, LogitsWeights, RowSpec, WeightsFile, iter_selected, open_source
-from spectra_cli.spectrum import Spectrum, describe, spectrum_from_moments
+from spectra_cli.spectrum import Spectrum, describe, floor_for, spectrum_from_moments
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class WhiteningResult:
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:
     lam = np.linalg.eigvalsh(C_after)[::-1]
     d = C_after.shape[0]
-    floor = d * float(np.finfo(np.float64).eps) * max(float(lam[0]), 0.0) if lam.size else 0.0
+    floor = floor_for(lam, d, 0, "float64")
     return Spectrum(lam, n, d, centered_def, "float64", floor, min(n - 1, d), 0,
                     "eigvalsh of M^T C M (analytic, from the input's moments)")
 
@@ -213,7 +213,7 @@ def _moments_after(m: Moments, t: WhiteningTransform) -> Moments:
     scale = m.scale
     mean = (m.mean * scale - t.mean) @ t.matrix
     m2 = t.matrix.T @ (m.m2 * scale * scale) @ t.matrix
-    return Moments(m.n, m.weight_sum, m.n_positive, mean, (m2 + m2.T) * 0.5, 1.0, m.weighted)
+    return Moments(m.n, m.weight_sum, m.n_positive, mean, (m2 + m2.T) * 0.5, 1.0, m.weighted, m.block_rows)
 
 
 __all__ = ["WhiteningResult", "whiten"]

@@ -123,7 +123,7 @@ def test_float32_products_stay_within_the_stated_floor():
     X = powerlaw_matrix(20000, 96, 1.2, seed=4, offset=100.0).astype(np.float32)
     ref = reference_eigenvalues(X)
     spec = _streamed_eigenvalues(X, precision="float32", block_rows=4096)
-    assert spec.numerical_floor == pytest.approx(96 * np.finfo(np.float32).eps * ref[0], rel=1e-6)
+    assert spec.numerical_floor == pytest.approx((96 + np.sqrt(4096)) * np.finfo(np.float32).eps * ref[0], rel=1e-6)
     assert np.max(np.abs(spec.eigenvalues - ref)) <= spec.numerical_floor
     f64 = _streamed_eigenvalues(X)
     assert f64.numerical_floor < spec.numerical_floor * 1e-8
@@ -181,7 +181,7 @@ def test_drifting_mean_across_blocks_stays_exact():
     d=st.integers(1, 12),
     block_rows=st.integers(1, 500),
     precision=st.sampled_from(["float64", "float32"]),
-    offset=st.sampled_from([0.0, 10.0, 1e4]),
+    offset=st.sampled_from([0.0, 10.0, 1e4, 1e5]),
     seed=st.integers(0, 2**16),
 )
 def test_streamed_spectrum_does_not_depend_on_the_block_size(n, d, block_rows, precision, offset, seed):

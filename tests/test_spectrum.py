@@ -50,7 +50,8 @@ def test_exact_null_direction_is_counted_not_logged():
 def test_floor_scales_with_lambda1_d_and_eps():
     X = powerlaw_matrix(500, 16, 1.0, seed=2)
     spec = spectrum_from_moments(Moments.from_block(X))
-    assert spec.numerical_floor == pytest.approx(16 * np.finfo(float).eps * spec.eigenvalues[0])
+    # one block of 500 rows: (d + sqrt(b)) * eps * lambda_1
+    assert spec.numerical_floor == pytest.approx((16 + np.sqrt(500)) * np.finfo(float).eps * spec.eigenvalues[0])
 
 
 @pytest.mark.parametrize("centered", [True, False])

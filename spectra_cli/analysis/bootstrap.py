@@ -22,14 +22,17 @@ def group_sums(groups: Sequence[Moments]) -> tuple[np.ndarray, np.ndarray, np.nd
     pooled = groups[0]
     for g in groups[1:]:
         pooled = pooled.merge(g)
-    shift = pooled.mean * (pooled.scale / scale)
+    r0 = pooled.scale / scale
+    origin = None if pooled.origin is None else pooled.origin * r0
+    centre = pooled.mean_rel * r0  # the pooled mean relative to `origin`
+    shift = pooled.mean * r0
     n = np.array([g.n for g in groups], dtype=np.float64)
     W = np.array([g.weight_sum for g in groups], dtype=np.float64)
     S1 = np.empty((len(groups), pooled.d))
     S2 = np.empty((len(groups), pooled.d * pooled.d))
     for i, g in enumerate(groups):
         r = g.scale / scale
-        delta = g.mean * r - shift
+        delta = g.relative_mean(origin, scale) - centre  # through the origins: no large cancellation
         S1[i] = g.weight_sum * delta
         S2[i] = (g.m2 * (r * r) + np.outer(delta, delta * g.weight_sum)).ravel()
     return n, W, S1, S2, shift, scale

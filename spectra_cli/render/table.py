@@ -58,7 +58,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     parts.append(eig)
     parts.append(_kv("", [
         ("k90 / k95 / k99", f"{_fmt(sp['k90'])} / {_fmt(sp['k95'])} / {_fmt(sp['k99'])}"),
-        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (d * eps * lambda_1)"),
+        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  ((d + sqrt(b)) * eps * lambda_1)"),
         ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
         ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']})"),
     ]))

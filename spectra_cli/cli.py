@@ -63,6 +63,11 @@ class SpectraGroup(TyperGroup):
             sys.exit(EXIT_USAGE)
         except BrokenPipeError:
             sys.exit(EXIT_OK)
+        except OSError as exc:
+            # The file system refused (an unwritable output, a vanished input): the user's to fix.
+            where = f" {exc.filename}" if exc.filename else ""
+            _error(f"cannot access{where}: {exc.strerror or exc}")
+            sys.exit(EXIT_USAGE)
         except Exception:  # noqa: BLE001 - anything else is a bug: show it
             traceback.print_exc()
             sys.stderr.write("spectra: unexpected error (a bug): please report it with the traceback above\n")

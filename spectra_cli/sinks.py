@@ -33,7 +33,10 @@ def write_matrix(
     check_target(path)
     dt = np.dtype(dtype)
     parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=os.path.splitext(path)[1], dir=parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=os.path.splitext(path)[1], dir=parent)
+    except OSError as exc:
+        raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
     written = 0
     try:
         with os.fdopen(fd, "wb") as f:

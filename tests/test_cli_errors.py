@@ -230,3 +230,11 @@ def test_bad_options_exit_2_with_one_pinned_line(cli, monkeypatch, args, message
     monkeypatch.chdir(ROOT)
     r = cli("fit", *args)
     assert r.exit_code == 2 and r.stdout == "" and r.stderr == message + "\n"
+
+
+def test_unwritable_outputs_exit_2_with_one_line(cli, tmp_path):
+    missing = tmp_path / "gone" / "deeper"
+    np.save(tmp_path / "x.npy", X10)
+    r = cli("batch", tmp_path / "x.npy", "--jsonl", missing / "r.jsonl")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == f"error: cannot access {missing / 'r.jsonl'}: No such file or directory\n"

@@ -90,7 +90,10 @@ class WhiteningTransform:
         """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
         self.check_target(path)
         parent = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=parent)
+        except OSError as exc:
+            raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
         os.close(fd)
         try:
             np.savez(tmp, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),

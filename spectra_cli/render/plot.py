@@ -42,7 +42,10 @@ def check_plot_target(path: str) -> None:
 def save_atomically(fig: Any, path: str) -> None:
     """Write to a temporary file beside the target, then rename: no half-written plots."""
     ext = os.path.splitext(path)[1].lower()
-    fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=ext, dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=ext, dir=os.path.dirname(os.path.abspath(path)))
+    except OSError as exc:
+        raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
     os.close(fd)
     try:
         fig.savefig(tmp, format=ext[1:], dpi=120, bbox_inches="tight")

@@ -271,3 +271,12 @@ def test_counting_and_capacity(cli, tmp_path, validate):
     assert doc["capacity"]["capacity"][0]["N"] == pytest.approx(4 / 5 + 2 / 3 + 1 / 2 + 0.5 / 1.5)
     r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--capacity", "0")
     assert r.exit_code == 2 and r.stderr == "error: --capacity 0.0 must be a positive ridge scale tau.\n"
+
+
+def test_shuffled_control_spectrum_equals_numpy_permuted():
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((500, 12)) @ rng.standard_normal((12, 12))
+    rep = api.fit(X, window="1:10", shuffled_control=True, control_seed=3)
+    Xp = np.random.default_rng(3).permuted(X, axis=0)
+    ref = np.linalg.eigvalsh(np.cov(Xp, rowvar=False))[::-1]
+    np.testing.assert_allclose(rep.control.eigenvalues, ref, rtol=1e-10)

@@ -200,3 +200,17 @@ def test_zca_whitened_covariance_is_the_identity(d, seed, eps):
     np.testing.assert_allclose(np.diag(got), np.diag(expected), atol=1e-8)
     if eps == 0.0:
         np.testing.assert_allclose(np.cov(Y, rowvar=False), np.eye(d), atol=1e-8)
+
+
+def test_after_figures_match_the_written_rows(cli, full_rank, tmp_path):
+    p, _ = full_rank
+    doc = cli("whiten", p, "--method", "abtt", "--k", "3", "-o", tmp_path / "w.npy", "--json").json()
+    Y = np.load(tmp_path / "w.npy")
+    U = Y / np.linalg.norm(Y, axis=1)[:, None]
+    s = U.sum(axis=0)
+    n = len(Y)
+    after = doc["whitening"]["isotropy_after"]
+    assert after["mean_cosine"] == pytest.approx((s @ s - n) / (n * (n - 1)), rel=1e-8, abs=1e-12)
+    lam = np.linalg.eigvalsh(np.cov(Y, rowvar=False))[::-1]
+    np.testing.assert_allclose(doc["whitening"]["spectrum_after"]["eigenvalues"][:21], lam[:21], rtol=1e-8)
+    assert after["top_pc_share"] == pytest.approx(lam[0] / lam.sum(), rel=1e-8)

@@ -5,8 +5,6 @@ Each opens the input, runs one streamed pass, and returns a :class:`Report`.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -30,6 +28,7 @@ from spectra_cli.sources import (
     Source,
     SourceInfo,
     WeightsFile,
+    fingerprint,
     iter_selected,
     open_source,
 )
@@ -47,21 +46,6 @@ SAMPLING_WARN_RATIO = 10.0
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
 BOOTSTRAP_GROUPS = 32
-
-
-def fingerprint(path: str) -> str:
-    """Cheap identity of an input: sizes and modification times of its files."""
-    h = hashlib.sha256()
-    paths = [path]
-    if os.path.isdir(path):
-        paths = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs)
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        h.update(f"{os.path.abspath(p)}|{st.st_size}|{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:16]
 
 
 def _open(
@@ -235,7 +219,7 @@ def _run(
                 f"the fit window reaches rank {k2}, past rank {control.meets_at_rank} where the spectrum meets "
                 "the shuffled control (finite-sampling noise)"
             )
-    _warn(warnings)
+    emit_warnings(warnings)
     source = info.to_dict()
     source.update(spec.to_dict())
     source["rows_used"] = acc.n_rows
@@ -248,7 +232,7 @@ def _run(
     return Report(
         command=command,
         source=source,
-        options=_options(command, centered=centered, ddof=ddof, precision=precision, block_rows=block_rows,
+        options=report_options(command, centered=centered, ddof=ddof, precision=precision, block_rows=block_rows,
                          weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=opts,
                          ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed, logits=logits,
                          temperature=temperature),
@@ -261,7 +245,7 @@ def _run(
     )
 
 
-def _warn(messages: list[str]) -> None:
+def emit_warnings(messages: list[str]) -> None:
     """Each suspect finding is also a SpectraWarning for library users (STYLE: never silent)."""
     import warnings as _warnings
 
@@ -345,7 +329,7 @@ def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, 
     suite = run_suite(spec, opts) if command == "fit" else None
     if suite is not None:
         warnings += suite.warnings
-    _warn(warnings)
+    emit_warnings(warnings)
     path = data if isinstance(data, str) else "<array>"
     info = SourceInfo(path=path, format="eigenvalues", shape=(values.size,), dtype="float64", n_rows=0,
                       n_features=values.size, layout="eigenvalues computed elsewhere")
@@ -354,13 +338,13 @@ def _run_eigenvalues(command: str, data: str | np.ndarray, opts: FitOptions, *, 
                    "fingerprint": fingerprint(data) if isinstance(data, str) else None})
     t = time.perf_counter() - t0
     return Report(command=command, source=source,
-                  options=_options(command, centered=True, ddof=None, precision="float64", block_rows=None,
+                  options=report_options(command, centered=True, ddof=None, precision="float64", block_rows=None,
                                    weights=None, weight_column=None, drop_nonfinite=False, opts=opts, ci=False,
                                    ci_replicates=0, ci_seed=0),
                   spectrum=spec, suite=suite, warnings=tuple(warnings), timings={"total_s": t})
 
 
-def _options(command: str, *, centered: bool, ddof: int | None, precision: str, block_rows: int | None,
+def report_options(command: str, *, centered: bool, ddof: int | None, precision: str, block_rows: int | None,
              weights: Any, weight_column: str | None, drop_nonfinite: bool, opts: FitOptions | None, ci: bool,
              ci_replicates: int, ci_seed: int, logits: str | None = None,
              temperature: float = 1.0) -> dict[str, Any]:

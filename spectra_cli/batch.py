@@ -8,7 +8,6 @@ Each successful line is a ``fit`` report (the same schema) with ``item`` added; 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from typing import Any
 
 from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, SpectraError
-from spectra_cli.sources.base import expand_glob, is_glob
+from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 
 ERROR_SCHEMA = "spectra.batch-error/1"
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
@@ -30,15 +29,6 @@ MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 class Item:
     name: str  # what open_source takes: a path, path::tensor or path::key
     fingerprint: str
-
-
-def _file_fp(path: str) -> str:
-    st = os.stat(path)
-    return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
-
-
-def _fp(*parts: str) -> str:
-    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
 
 
 def _expand(path: str) -> list[str]:
@@ -73,7 +63,6 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
             if low.endswith(".safetensors"):
                 from spectra_cli.sources.safetensors import list_tensors
 
-                base = _file_fp(f)
                 for t in list_tensors(f):
                     name = f"{f}::{t['name']}"
                     if pattern is not None and not pattern.search(t["name"]):
@@ -83,11 +72,10 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
                         continue
                     if name not in seen:
                         seen.add(name)
-                        items.append(Item(name, _fp(base, t["name"])))
+                        items.append(Item(name, fingerprint(name)))
             elif low.endswith(".npz"):
                 from spectra_cli.sources.npy import npz_listing
 
-                base = _file_fp(f)
                 arrays = npz_listing(f)
                 for a in arrays:
                     name = f"{f}::{a['key']}" if len(arrays) > 1 else f
@@ -96,11 +84,11 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
                         continue
                     if name not in seen:
                         seen.add(name)
-                        items.append(Item(name, _fp(base, a["key"])))
+                        items.append(Item(name, fingerprint(name)))
             elif low.endswith(MATRIX_EXT):
                 if f not in seen:
                     seen.add(f)
-                    items.append(Item(f, _fp(_file_fp(f))))
+                    items.append(Item(f, fingerprint(f)))
             else:
                 notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
     if not items:
@@ -108,7 +96,7 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
     return items, notes
 
 
-def run_item(name: str, fingerprint: str, options: dict[str, Any]) -> dict[str, Any]:
+def run_item(name: str, fp: str, options: dict[str, Any]) -> dict[str, Any]:
     """One item's JSON line (runs in a worker process)."""
     import warnings
 
@@ -120,13 +108,12 @@ def run_item(name: str, fingerprint: str, options: dict[str, Any]) -> dict[str, 
             warnings.simplefilter("ignore", SpectraWarning)  # they are in each line's report
             doc = api.fit(name, **options).to_dict()
     except SpectraError as exc:
-        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fingerprint,
+        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - one broken item must not stop the batch
-        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fingerprint,
+        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"unexpected {type(exc).__name__}: {exc} (a bug; please report it)"}
-    doc["item"] = name
-    doc["source"]["fingerprint"] = fingerprint
+    doc["item"] = name  # doc["source"]["fingerprint"] comes from the same function on the same input
     return doc
 
 

@@ -11,7 +11,20 @@ from typing import Annotated, Any
 
 import typer
 
-from spectra_cli.cli import BlockRows, Column, Ddof, Json, Key, Precision, Rows, Sample, Seed, Uncentered, app
+from spectra_cli.cli import (
+    EXIT_CHECK,
+    BlockRows,
+    Column,
+    Ddof,
+    Json,
+    Key,
+    Precision,
+    Rows,
+    Sample,
+    Seed,
+    Uncentered,
+    app,
+)
 
 FitWindow = Annotated[list[str] | None, typer.Option("--window", help="Fit window K1:K2 or auto (repeatable).")]
 FitMethod = Annotated[str, typer.Option("--method", help="ols | logspaced | inv-rank.")]
@@ -73,7 +86,7 @@ def check(
 
         print_checks(path, verdicts, Console())
     if not passed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK)
 
 
 _FIT_KEYS = {"window", "method", "model", "degree", "uncentered", "ddof", "precision", "density", "rows", "sample",
@@ -161,7 +174,7 @@ def batch(
     for r in failed:
         sys.stderr.write(f"error: {r['item']}: {r['error']}\n")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK)
 
 
 @app.command()

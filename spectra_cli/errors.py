@@ -23,10 +23,6 @@ class FitError(SpectraError, RuntimeError):
     """A fit cannot be made on this spectrum (too few usable ranks, ...)."""
 
 
-class CheckFailed(SpectraError):
-    """A threshold check did not pass (exit code 1, not an input error)."""
-
-
 class SpectraWarning(UserWarning):
     """Something computable but suspect; also recorded in a report's ``warnings``."""
 

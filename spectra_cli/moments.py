@@ -225,16 +225,6 @@ class Moments:
         m = self.m2 + np.outer(self.mean, self.mean * self.weight_sum)
         return m / self.weight_sum
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        """Plain arrays (for saving with ``np.savez`` or sending between processes)."""
-        return {
-            "n": np.array(self.n), "weight_sum": np.array(self.weight_sum),
-            "n_positive": np.array(self.n_positive), "mean": self.mean, "mean_rel": self.mean_rel,
-            "origin": np.zeros_like(self.mean_rel) if self.origin is None else self.origin, "m2": self.m2,
-            "scale": np.array(self.scale), "weighted": np.array(self.weighted),
-            "block_rows": np.array(self.block_rows),
-        }
-
 
 def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
     if r == 1.0:

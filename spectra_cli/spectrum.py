@@ -17,7 +17,6 @@ FLOOR_DEFINITION = (
     "products and d * eps * ||C|| from the symmetric eigensolver"
 )
 
-THRESHOLDS = (0.90, 0.95, 0.99)
 # A drop by this factor between consecutive resolved eigenvalues marks near-null directions.
 NEAR_NULL_GAP = 1e-4
 

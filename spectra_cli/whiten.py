@@ -19,14 +19,22 @@ import numpy as np
 from spectra_cli.analysis.isotropy import CosineAccumulator, Isotropy, LogZAccumulator, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningTransform, fit_transform
-from spectra_cli.api import _options, _warn, fingerprint, spectrum_warnings
+from spectra_cli.api import emit_warnings, report_options, spectrum_warnings
 from spectra_cli.engine import accumulate
 from spectra_cli.engine.local import Progress, prefetch
 from spectra_cli.errors import InputError, OptionError
 from spectra_cli.moments import Moments
 from spectra_cli.results import Report
 from spectra_cli.sinks import check_target, write_matrix
-from spectra_cli.sources import DEFAULT_BLOCK_ROWS, LogitsWeights, RowSpec, WeightsFile, iter_selected, open_source
+from spectra_cli.sources import (
+    DEFAULT_BLOCK_ROWS,
+    LogitsWeights,
+    RowSpec,
+    WeightsFile,
+    fingerprint,
+    iter_selected,
+    open_source,
+)
 from spectra_cli.spectrum import Spectrum, describe, floor_for, spectrum_from_moments
 
 
@@ -197,8 +205,8 @@ def whiten(
     if zeroed:
         warnings.append(f"{zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
                         "scaled by 1/sqrt(lambda)")
-    _warn(warnings)
-    options = _options("whiten", centered=True, ddof=ddof, precision="float64", block_rows=block_rows,
+    emit_warnings(warnings)
+    options = report_options("whiten", centered=True, ddof=ddof, precision="float64", block_rows=block_rows,
                        weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=None,
                        ci=False, ci_replicates=0, ci_seed=0, logits=logits, temperature=temperature)
     t3 = time.perf_counter()

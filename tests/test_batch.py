@@ -237,3 +237,12 @@ def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
     died = [d for d in docs if "error" in d]
     assert any(d["item"].endswith("m_3.npy") for d in died)
     assert all(d["error"].startswith("a worker process died") for d in died)
+
+
+def test_fingerprints_name_the_tensor_and_match_between_batch_and_fit(cli, checkpoint):
+    path, _, _ = checkpoint
+    lines = [json.loads(x) for x in cli("batch", path, "--json").stdout.splitlines()]
+    fps = [d["source"]["fingerprint"] for d in lines]
+    assert len(set(fps)) == 2  # one per tensor, not one per file
+    direct = cli("fit", f"{path}::enc.layer0.attn.weight", "--json").json()
+    assert direct["source"]["fingerprint"] == fps[0]

@@ -62,9 +62,6 @@ class Window:
     source: str  # "default", "user", "fallback", "auto"
     reason: str
 
-    @property
-    def n_ranks(self) -> int:
-        return self.k_max - self.k_min + 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from spectra_cli.analysis.capacity import Capacity, capacity
 from spectra_cli.analysis.density import DensityFit, density_fit
 from spectra_cli.analysis.local_slope import LocalSlope, local_slope_profile
@@ -116,11 +114,3 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
         cap = capacity(resolved, eps=list(opts.counting), tau=list(opts.capacity))
     return FitSuite(fits, models, profile, rank, density, tuple(warnings), cap)
 
-
-def alpha_statistic(window: Window, opts: FitOptions) -> object:
-    """The statistic a bootstrap replicate computes: alpha of the selected model on the window."""
-
-    def stat(eigenvalues: np.ndarray) -> float:
-        return fit_model(eigenvalues, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
-
-    return stat

@@ -24,9 +24,8 @@ from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, describe_choices
 
 METHODS = ("zca", "pca", "abtt")
+# Required when loading; "zeroed" (directions given scale 0) is saved too but optional.
 TRANSFORM_KEYS = ("mean", "matrix", "method", "eps", "k", "source", "fingerprint", "ddof", "spectra_version")
-# Saved since 0.1.0 as well, but optional when loading: directions given scale 0 (below the floors).
-OPTIONAL_KEYS = ("zeroed",)
 
 
 def signed_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

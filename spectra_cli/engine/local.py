@@ -3,7 +3,6 @@ multiplies the current one. Memory is O(d^2 + block), independent of n."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,13 +37,8 @@ class Accumulated:
     moments: Moments | None
     rows: np.ndarray | None
     weights: np.ndarray | None
-    seconds: float
     groups: tuple[Moments, ...] = ()
     cosine: CosineAccumulator | None = None
-
-    @property
-    def gram(self) -> bool:
-        return self.rows is not None
 
     def constant_columns(self) -> int:
         """Features with exactly zero spread among the used rows."""
@@ -105,7 +99,6 @@ def accumulate(
     if block_rows < 1:
         raise OptionError(f"--block-rows {block_rows} must be at least 1.")
     spec = spec or RowSpec()
-    t0 = time.perf_counter()
     info = source.info
     d = info.n_features
     total = spec.n_selected(info.n_rows)
@@ -202,7 +195,6 @@ def accumulate(
         moments=None if use_gram else m,
         rows=rows if use_gram else None,
         weights=wts,
-        seconds=time.perf_counter() - t0,
         groups=tuple(g for g in group_m if g.n > 0),
         cosine=cos,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from spectra_cli.errors import InputError, OptionError
-from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, is_glob
+from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, fingerprint, is_glob
 from spectra_cli.sources.select import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Source",
     "SourceInfo",
     "WeightsFile",
+    "fingerprint",
     "iter_selected",
     "open_source",
 ]

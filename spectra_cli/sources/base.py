@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -76,6 +78,25 @@ class Source(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fingerprint(path: str) -> str:
+    """Cheap identity of an input: sizes and modification times of its files, and the tensor or
+    array name of a ``file::name`` input."""
+    h = hashlib.sha256()
+    path, _, name = path.partition("::")
+    if name:
+        h.update(f"::{name};".encode())
+    paths = [path]
+    if os.path.isdir(path):
+        paths = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs)
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        h.update(f"{os.path.abspath(p)}|{st.st_size}|{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
 
 
 _NUMERIC_KINDS = "fiu"

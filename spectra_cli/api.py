@@ -17,7 +17,7 @@ from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI
 from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Accumulated, accumulate
-from spectra_cli.engine.local import Progress, prefetch
+from spectra_cli.engine.local import Progress, second_pass
 from spectra_cli.errors import FitError, OptionError, SpectraWarning
 from spectra_cli.moments import Moments
 from spectra_cli.results import Report
@@ -29,7 +29,6 @@ from spectra_cli.sources import (
     SourceInfo,
     WeightsFile,
     fingerprint,
-    iter_selected,
     open_source,
 )
 from spectra_cli.sources.array import ArraySource
@@ -110,11 +109,10 @@ def _control(
     cspec = replace(spec, sample=min(n_sel, budget), seed=seed) if sub else spec
     rows: list[np.ndarray] = []
     ws: list[np.ndarray] = []
-    for b in iter_selected(src, cspec, block_rows, wfile):
-        ok = np.all(np.isfinite(b.X), axis=1)
-        rows.append(np.array(b.X[ok], dtype=np.float64))
-        if b.w is not None:
-            ws.append(np.array(b.w[ok], dtype=np.float64))
+    for X, w in second_pass(src, cspec, wfile, block_rows, drop_nonfinite=True):
+        rows.append(np.array(X, dtype=np.float64))
+        if w is not None:
+            ws.append(np.array(w, dtype=np.float64))
     X = np.concatenate(rows)
     w = np.concatenate(ws) if ws else None
     ctrl = shuffled_spectrum(X, w, seed=seed, centered=centered, ddof=ddof, precision=precision)
@@ -278,18 +276,8 @@ def _partition_pass(src: Source, spec: RowSpec, wfile: WeightsFile | LogitsWeigh
     if acc.rows is not None:
         logz.update(acc.rows, acc.weights)
         return logz, s
-    total = spec.n_selected(src.info.n_rows)
-    done = 0
-    for b in prefetch(iter_selected(src, spec, block_rows, wfile)):
-        X, w = b.X, b.w
-        ok = np.all(np.isfinite(X), axis=1) if acc.n_dropped else None
-        if ok is not None:
-            X, w = X[ok], (w[ok] if w is not None else None)
-        if len(X):
-            logz.update(X, w)
-        done += len(b.X)
-        if progress is not None:
-            progress(done, total)
+    for X, w in second_pass(src, spec, wfile, block_rows, drop_nonfinite=acc.n_dropped > 0, progress=progress):
+        logz.update(X, w)
     return logz, s
 
 

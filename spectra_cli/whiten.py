@@ -21,7 +21,7 @@ from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningTransform, fit_transform
 from spectra_cli.api import emit_warnings, report_options, spectrum_warnings
 from spectra_cli.engine import accumulate
-from spectra_cli.engine.local import Progress, prefetch
+from spectra_cli.engine.local import Progress, second_pass
 from spectra_cli.errors import InputError, OptionError
 from spectra_cli.moments import Moments
 from spectra_cli.results import Report
@@ -32,7 +32,6 @@ from spectra_cli.sources import (
     RowSpec,
     WeightsFile,
     fingerprint,
-    iter_selected,
     open_source,
 )
 from spectra_cli.spectrum import Spectrum, describe, floor_for, spectrum_from_moments
@@ -155,21 +154,13 @@ def whiten(
         cos_after = CosineAccumulator(t.d_out)
 
         def blocks() -> Iterator[np.ndarray]:
-            done = 0
-            total = spec.n_selected(info.n_rows)
-            for b in prefetch(iter_selected(src, spec, block_rows, wfile)):
-                X, w = b.X, b.w
-                if acc.n_dropped:
-                    ok = np.all(np.isfinite(X), axis=1)
-                    X, w = X[ok], (w[ok] if w is not None else None)
+            for X, w in second_pass(src, spec, wfile, block_rows, drop_nonfinite=acc.n_dropped > 0,
+                                    progress=progress):
                 Y = t.apply(X, dtype=out_dtype)
                 cos_after.update(Y, w)
                 if logz_b is not None and logz_a is not None:
                     logz_b.update(X, w)
                     logz_a.update(Y, w)
-                done += len(b.X)
-                if progress is not None:
-                    progress(done, total)
                 yield Y
 
         if info.format == "parquet" and info.details.get("columns") and t.d_out == t.d_in:

@@ -60,6 +60,28 @@ def prefetch(it: Iterator[T]) -> Iterator[T]:
             yield item  # type: ignore[misc]
 
 
+def second_pass(
+    source: Source, spec: RowSpec, weights: WeightsFile | LogitsWeights | None, block_rows: int, *,
+    drop_nonfinite: bool, progress: Progress | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """The selected rows once more, ``(X, w)`` per block, for passes that need the first pass's
+    results (partition isotropy, the shuffled control, whitening). Rows with NaN or inf are skipped
+    when the first pass dropped them. Blocks may share buffers: use each before asking for the next."""
+    total = spec.n_selected(source.info.n_rows)
+    done = 0
+    for b in prefetch(iter_selected(source, spec, block_rows, weights)):
+        X, w = b.X, b.w
+        if drop_nonfinite:
+            ok = np.all(np.isfinite(X), axis=1)
+            if not ok.all():
+                X, w = X[ok], (w[ok] if w is not None else None)
+        done += len(b.X)
+        if progress is not None:
+            progress(done, total)
+        if len(X):
+            yield X, w
+
+
 def _check_weights(block: Block) -> None:
     w = block.w
     if w is None:

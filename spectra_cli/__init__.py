@@ -1,7 +1,61 @@
-"""spectra: covariance spectra, power-law exponents and effective ranks of embedding matrices."""
+"""spectra: covariance spectra, power-law exponents, effective ranks and isotropy of embedding
+and activation matrices.
+
+>>> import spectra_cli as spectra
+>>> rep = spectra.fit(X, window="11:200")      # ndarray, path, __array__/__dlpack__ object, Accumulator
+>>> rep.fit.alpha, rep.rank.participation_ratio
+>>> rep.to_dict()                              # the JSON report of `spectra fit --json`
+
+The names below are imported on first use, so ``import spectra_cli`` stays cheap.
+"""
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    "fit": "spectra_cli.api",
+    "spectrum": "spectra_cli.api",
+    "isotropy": "spectra_cli.api",
+    "whiten": "spectra_cli.whiten",
+    "Accumulator": "spectra_cli.accumulator",
+    "Report": "spectra_cli.results",
+    "ReadOptions": "spectra_cli.options",
+    "WhiteningTransform": "spectra_cli.analysis.whitening",
+    "SpectraError": "spectra_cli.errors",
+    "InputError": "spectra_cli.errors",
+    "OptionError": "spectra_cli.errors",
+    "FitError": "spectra_cli.errors",
+    "OutputError": "spectra_cli.errors",
+    "SpectraWarning": "spectra_cli.errors",
+}
+
+__all__ = [
+    "Accumulator", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report", "SpectraError",
+    "SpectraWarning", "WhiteningTransform", "__version__", "fit", "isotropy", "spectrum", "whiten",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from spectra_cli.accumulator import Accumulator
+    from spectra_cli.analysis.whitening import WhiteningTransform
+    from spectra_cli.api import fit, isotropy, spectrum
+    from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
+    from spectra_cli.options import ReadOptions
+    from spectra_cli.results import Report
+    from spectra_cli.whiten import whiten
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spectra_cli' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli import __version__
-from spectra_cli.errors import InputError, OptionError, SpectraError
+from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 
 ERROR_SCHEMA = "spectra.batch-error/1"
@@ -53,7 +53,7 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
     try:
         pattern = re.compile(tensors) if tensors else None
     except re.error as exc:
-        raise OptionError(f"--tensors {tensors!r} is not a valid regular expression: {exc}.") from None
+        raise OptionError(f"{param('tensors', tensors)} is not a valid regular expression: {exc}.") from None
     items: list[Item] = []
     notes: list[str] = []
     seen: set[str] = set()
@@ -117,31 +117,129 @@ def run_item(name: str, fp: str, options: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def done_items(jsonl: str) -> dict[str, str]:
-    """``item -> fingerprint`` of the successful lines already in ``jsonl``."""
-    out: dict[str, str] = {}
-    if not os.path.exists(jsonl):
-        return out
-    with open(jsonl, encoding="utf-8") as f:
-        for line in f:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue  # a line cut by an interrupted run
-            if isinstance(doc, dict) and "item" in doc and "error" not in doc:
-                out[doc["item"]] = doc.get("source", {}).get("fingerprint")
-    return out
-
-
-def _one_blas_thread() -> None:
-    """Worker initializer: one BLAS thread per worker, so workers x threads fit the cores."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
+def parse_line(line: str) -> dict[str, Any] | None:
+    """One JSON Lines record, or None when the line is not a JSON object (cut, corrupt, too deep)."""
     try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: without it a forked worker keeps the parent's BLAS threads
-        return
-    threadpool_limits(1)
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class ResultsFile:
+    """The JSON Lines output of a batch.
+
+    It is locked for the whole run (a second batch on the same file fails at once instead of
+    interleaving lines), never one of the inputs, and on ``resume`` repaired before anything is
+    appended: a torn last line (disk full, a killed run), failed items, lines of items whose
+    input changed, and duplicates are dropped, by writing the kept lines to a new file that
+    replaces the old one atomically. ``done`` maps the fingerprint of each kept item to its line.
+    """
+
+    def __init__(self, path: str, *, resume: bool, inputs: list[str], expected: dict[str, Any] | None = None,
+                 allow_mismatch: bool = False) -> None:
+        from spectra_cli.sinks import check_directory, check_not_input
+
+        check_directory(path, "jsonl")
+        check_not_input(path, inputs, "jsonl")
+        self.path = path
+        self.notes: list[str] = []
+        self.mismatch: list[str] = []
+        self.done: dict[str, dict[str, Any]] = {}
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        self._f = os.fdopen(fd, "r+b")
+        self._lock(self._f)
+        if not resume:
+            self._f.truncate(0)
+            return
+        raw = self._f.read()
+        kept, changed = self._keep(raw, expected, allow_mismatch)
+        if changed:
+            self._replace(kept)
+        self._f.seek(0, os.SEEK_END)
+
+    def _lock(self, f: Any) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no locking
+            return
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise OptionError(f"{self.path} is being written by another spectra batch (it is locked); wait for "
+                              f"that run or choose another {param('jsonl')} file.") from None
+
+    def _keep(self, raw: bytes, expected: dict[str, Any] | None, allow: bool) -> tuple[list[bytes], bool]:
+        from spectra_cli.provenance import check_same_options
+
+        lines = raw.split(b"\n")
+        torn = lines.pop() if lines else b""  # text after the last newline: a cut line
+        changed = bool(torn.strip())
+        if changed:
+            self.notes.append(f"{self.path}: dropped a cut last line ({len(torn)} bytes; an interrupted run)")
+        kept: list[bytes] = []
+        for i, line in enumerate(lines, 1):
+            doc = parse_line(line.decode("utf-8", "replace")) if line.strip() else None
+            fp = doc.get("source", {}).get("fingerprint") if doc and isinstance(doc.get("source"), dict) else None
+            if doc is None or "error" in doc or not isinstance(fp, str) or fp in self.done:
+                changed = True
+                if line.strip() and doc is None:
+                    self.notes.append(f"{self.path} line {i} is not a JSON object; dropped")
+                continue
+            if expected is not None:
+                self.mismatch = check_same_options(doc, expected, what=f"{self.path} and this run", allow=allow)
+            self.done[fp] = doc
+            kept.append(line)
+        return kept, changed
+
+    def _replace(self, kept: list[bytes]) -> None:
+        from spectra_cli.sinks import atomic_file
+
+        # The new file is locked before it replaces the old one, so no other batch can slip in.
+        stack = atomic_file(self.path, flag="jsonl")
+        tmp = stack.__enter__()
+        try:
+            self._lock(tmp)
+            tmp.write(b"".join(line + b"\n" for line in kept))
+            tmp.flush()
+            new = os.fdopen(os.dup(tmp.fileno()), "r+b")
+        except BaseException as exc:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        stack.__exit__(None, None, None)
+        self._f.close()
+        self._f = new
+
+    def write(self, line: str) -> None:
+        self._f.write(line.encode() + b"\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _worker_init(threads: int) -> None:
+    """Worker initializer: ``threads`` BLAS threads (workers x threads <= cores), and death with the
+    parent (Linux), so a killed batch leaves no workers running."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if sys.platform.startswith("linux"):
+        import contextlib
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(threads)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -150,8 +248,9 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     # fork starts workers in milliseconds (spawn re-imports numpy in each, ~0.5 s); it is the
     # default on Linux and safe here: the parent holds no locks or threads of its own.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
+    threads = max(1, (os.cpu_count() or 1) // workers)
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                               initializer=_one_blas_thread)
+                               initializer=_worker_init, initargs=(threads,))
 
 
 def run_batch(
@@ -160,7 +259,7 @@ def run_batch(
 ) -> Iterator[dict[str, Any]]:
     """Yield each item's line as it completes (input order when ``workers == 1``)."""
     if workers < 1:
-        raise OptionError(f"--workers {workers} must be at least 1.")
+        raise OptionError(f"{param('workers', workers)} must be at least 1.")
     if workers == 1 or len(items) == 1:
         for it in items:
             doc = run_item(it.name, it.fingerprint, options)
@@ -197,3 +296,53 @@ def run_batch(
 def _died(it: Item) -> dict[str, Any]:
     return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": it.name, "fingerprint": it.fingerprint,
             "error": "a worker process died (out of memory, or killed) before this item finished"}
+
+
+def expected_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The report ``options`` section a line made with ``options`` (keywords of ``fit``) carries."""
+    from spectra_cli.analysis.suite import FitOptions
+    from spectra_cli.options import ReadOptions
+
+    read_keys = {"centered", "ddof", "precision", "block_rows"}
+    read = ReadOptions.create(**{k: v for k, v in options.items() if k in read_keys})
+    fit = FitOptions.create(**{k: v for k, v in options.items() if k not in read_keys})
+    return {"options": {**read.to_report(), **fit.to_report()}}
+
+
+@dataclass
+class BatchRun:
+    """What :func:`run_to_jsonl` did: the new lines, the items skipped by ``resume``, notes."""
+
+    results: list[dict[str, Any]]
+    skipped: int
+    notes: list[str]
+    option_mismatch: list[str]
+
+
+def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | None, resume: bool = False,
+                 workers: int = 1, allow_option_mismatch: bool = False,
+                 on_result: Callable[[dict[str, Any]], None] | None = None) -> BatchRun:
+    """Run the items (skipping, with ``resume``, those already in ``jsonl`` with the same
+    fingerprint and options) and append each finished line to ``jsonl`` as it comes."""
+    if resume and not jsonl:
+        raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
+    expected = expected_options(options)
+    results: list[dict[str, Any]] = []
+    out = ResultsFile(jsonl, resume=resume, inputs=[it.name for it in items], expected=expected,
+                      allow_mismatch=allow_option_mismatch) if jsonl else None
+    try:
+        done = out.done if out is not None else {}
+        todo = [it for it in items if it.fingerprint not in done]
+        for doc in run_batch(todo, options, workers=workers):
+            if out is not None:
+                from spectra_cli.render.json import dumps
+
+                out.write(dumps(doc, indent=None))
+            results.append(doc)
+            if on_result is not None:
+                on_result(doc)
+    finally:
+        if out is not None:
+            out.close()
+    notes = out.notes if out is not None else []
+    return BatchRun(results, len(items) - len(todo), notes, out.mismatch if out is not None else [])

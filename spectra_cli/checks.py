@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import OptionError, param
 
 OPS = (">=", "<=", "==", "!=", ">", "<")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -58,19 +58,19 @@ def parse_require(text: str) -> Check:
     if m:
         lo, hi = float(m.group(2)), float(m.group(3))
         if lo > hi:
-            raise OptionError(f"--require {text!r}: the lower bound {lo:g} is above the upper bound {hi:g}.")
+            raise OptionError(f"{param('require', text)}: the lower bound {lo:g} is above the upper bound {hi:g}.")
         return Check(t, m.group(1), "between", (lo, hi))
     m = re.fullmatch(rf"(\S+)\s*==\s*({_NUM})\s*(?:\+-|±|tol)\s*({_NUM})", t)
     if m:
         tol = float(m.group(3))
         if tol < 0:
-            raise OptionError(f"--require {text!r}: the tolerance must be >= 0.")
+            raise OptionError(f"{param('require', text)}: the tolerance must be >= 0.")
         return Check(t, m.group(1), "==", (float(m.group(2)), tol))
     m = re.fullmatch(rf"(\S+?)\s*(>=|<=|==|!=|>|<)\s*({_NUM})", t)
     if m:
         return Check(t, m.group(1), m.group(2), (float(m.group(3)),))
     raise OptionError(
-        f"--require {text!r} is not FIELD OP NUMBER (OP one of {' '.join(OPS)}), "
+        f"{param('require', text)} is not FIELD OP NUMBER (OP one of {' '.join(OPS)}), "
         "FIELD between LO HI, or FIELD == VALUE +- TOL."
     )
 
@@ -78,7 +78,7 @@ def parse_require(text: str) -> Check:
 def parse_max_change(text: str) -> Check:
     m = re.fullmatch(rf"\s*(\S+?)\s*=\s*({_NUM})\s*(%?)\s*", text)
     if not m or float(m.group(2)) < 0:
-        raise OptionError(f"--max-change {text!r} is not FIELD=LIMIT or FIELD=PERCENT% (e.g. fit.alpha=0.05).")
+        raise OptionError(f"{param('max_change', text)} is not FIELD=LIMIT or FIELD=PERCENT% (e.g. fit.alpha=0.05).")
     return Check(text.strip(), m.group(1), "max-change", (float(m.group(2)),), relative=bool(m.group(3)))
 
 
@@ -138,7 +138,7 @@ def evaluate(doc: dict[str, Any], checks: list[Check], baseline: dict[str, Any] 
         base = None
         if c.op == "max-change":
             if baseline is None:
-                raise OptionError("--max-change needs --baseline REPORT.json.")
+                raise OptionError(f"{param('max_change')} needs {param('baseline')} REPORT.json.")
             base = _value(baseline, c.field, "baseline")
         out.append(_judge(c, value, base))
     return out
@@ -166,17 +166,36 @@ def _judge(c: Check, value: float | None, base: float | None) -> Verdict:
     return Verdict(c, value, base, ok, msg)
 
 
+#: The [fit] keys of a spectra.toml and the type each must have.
+FIT_CONFIG: dict[str, tuple[type, ...]] = {
+    "window": (str, list), "method": (str,), "model": (str,), "degree": (int,), "uncentered": (bool,),
+    "ddof": (int,), "precision": (str,), "density": (bool,), "rows": (str,), "sample": (int,), "seed": (int,),
+    "column": (str,), "key": (str,), "block_rows": (int,), "partition_isotropy": (bool,), "isoscore": (bool,),
+}
+_TYPE_NAMES = {str: "a string", list: "a list of strings", int: "an integer", bool: "true or false"}
+
+
+def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
+    ok = any(isinstance(value, t) and not (t is int and isinstance(value, bool)) for t in types)
+    if ok and isinstance(value, list):
+        ok = all(isinstance(v, str) for v in value)
+    if not ok:
+        want = " or ".join(_TYPE_NAMES[t] for t in types)
+        raise OptionError(f"{where} must be {want} (got {type(value).__name__} {value!r:.60}).")
+    return value
+
+
 def load_config(path: str) -> dict[str, Any]:
-    """The ``[check]`` table of a ``spectra.toml`` (and ``[fit]`` options)."""
+    """The ``[check]`` table of a ``spectra.toml`` (and ``[fit]`` options), every value type-checked."""
     import tomllib
 
+    from spectra_cli.sources.base import open_regular
+
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, "config file") as f:
             doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise OptionError(f"no such config file: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise OptionError(f"{path} is not valid TOML: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise OptionError(f"{path} is not valid TOML: {type(exc).__name__}: {str(exc)[:200]}") from None
     check = doc.get("check", {})
     if not isinstance(check, dict):
         raise OptionError(f"{path}: [check] must be a table.")
@@ -192,9 +211,34 @@ def load_config(path: str) -> dict[str, Any]:
         raise OptionError(f"{path}: [check] require must be a list of strings.")
     if not isinstance(max_change, dict):
         raise OptionError(f"{path}: [check] max_change must be a table of FIELD = LIMIT.")
+    for k, v in max_change.items():
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            raise OptionError(f"{path}: [check] max_change.{k} must be a number or a string such as '10%'.")
+    baseline = check.get("baseline")
+    if baseline is not None:
+        _typed(baseline, (str,), f"{path}: [check] baseline")
+    fit = doc.get("fit", {})
+    if not isinstance(fit, dict):
+        raise OptionError(f"{path}: [fit] must be a table.")
+    unknown = sorted(set(fit) - set(FIT_CONFIG))
+    if unknown:
+        raise OptionError(f"{path}: unknown key(s) in [fit]: {', '.join(unknown)} "
+                          f"(allowed: {', '.join(sorted(FIT_CONFIG))}).")
+    for k, v in fit.items():
+        _typed(v, FIT_CONFIG[k], f"{path}: [fit] {k}")
     return {
         "require": require,
-        "baseline": check.get("baseline"),
+        "baseline": baseline,
         "max_change": [f"{k}={v}" for k, v in max_change.items()],
-        "fit": doc.get("fit", {}),
+        "fit": dict(fit),
     }
+
+
+def fit_options(config: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """Keywords of :func:`spectra_cli.fit` for ``check``: a flag given on the command line (not
+    None) wins over the config's ``[fit]`` value, which wins over the default."""
+    merged = dict(config)
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    if "uncentered" in merged:
+        merged["centered"] = not merged.pop("uncentered")
+    return merged

@@ -2,13 +2,61 @@
 
 The CLI turns :class:`SpectraError` subclasses into a one-line ``error: ...`` on
 stderr and exit code 2; anything else is a bug (exit code 3, traceback shown).
+
+Messages about an option name it the way the caller spelt it: a library caller reads
+``ddof=-1 must be ...``, a command-line user ``--ddof -1 must be ...``. Messages mark
+parameter names with :func:`param`; ``str(exc)`` renders them as Python keywords and
+:meth:`SpectraError.for_cli` as command-line flags.
 """
 
 from __future__ import annotations
 
+import re
+
+_MARK = re.compile("\x00([a-z_0-9]+)(?:\x01([^\x00]*))?\x00")
+
+#: Parameters whose flag is not ``--`` + the name with dashes.
+_FLAGS = {"centered": "--uncentered", "out": "-o", "n": "-n", "d": "-d"}
+
+
+def param(name: str, value: object = None, *, show: bool | None = None) -> str:
+    """A parameter (and its value) inside a message: ``ddof=-1`` in Python, ``--ddof -1`` on the command line.
+
+    ``value`` is shown with ``repr`` for strings (``--precision 'float16'``) and ``str`` otherwise;
+    ``show=False`` leaves it out.
+    """
+    if show is None:
+        show = value is not None
+    if not show:
+        return f"\x00{name}\x00"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return f"\x00{name}\x01{text}\x00"
+
+
+def flag_of(name: str) -> str:
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def _render(message: str, *, cli: bool) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name, value = m.group(1), m.group(2)
+        if cli:
+            return flag_of(name) if value is None else f"{flag_of(name)} {value}"
+        return name if value is None else f"{name}={value}"
+
+    return _MARK.sub(sub, message)
+
 
 class SpectraError(Exception):
     """Base class of every error spectra raises on purpose."""
+
+    def __init__(self, message: str = "") -> None:
+        self.raw_message = message
+        super().__init__(_render(message, cli=False))
+
+    def for_cli(self) -> str:
+        """The message with parameters named as command-line flags."""
+        return _render(self.raw_message, cli=True)
 
 
 class InputError(SpectraError, ValueError):
@@ -21,6 +69,10 @@ class OptionError(SpectraError, ValueError):
 
 class FitError(SpectraError, RuntimeError):
     """A fit cannot be made on this spectrum (too few usable ranks, ...)."""
+
+
+class OutputError(SpectraError, OSError):
+    """An output cannot be written where asked (it is an input, its directory is missing, ...)."""
 
 
 class SpectraWarning(UserWarning):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
     from spectra_cli.analysis.isotropy import Isotropy
     from spectra_cli.analysis.suite import FitSuite
-    from spectra_cli.whiten import WhiteningResult
+    from spectra_cli.analysis.whitening import WhiteningResult
 
 SCHEMA_VERSION = "spectra.report/1"
 
@@ -51,6 +51,11 @@ class Report:
     def fit(self) -> Any:
         """The primary fit (first window), or None."""
         return self.suite.fits[0] if self.suite is not None and self.suite.fits else None
+
+    @property
+    def whitened(self) -> Any:
+        """The whitened rows (an ndarray) when ``whiten`` was given no output file, else None."""
+        return self.whitening.rows if self.whitening is not None else None
 
     @property
     def rank(self) -> Any:

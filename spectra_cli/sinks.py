@@ -1,75 +1,166 @@
-"""Matrix writers: ``.npy`` or Parquet, streamed block by block, written atomically
-(a temporary file beside the target, renamed when complete: an interrupted run leaves no half file)."""
+"""Outputs: matrices (``.npy`` or Parquet, streamed block by block) and any other file, written
+atomically (a temporary file beside the target, renamed when complete: an interrupted run
+leaves no half file), with the normal umask mode, and never onto an input.
+
+Temporary files are registered while they exist; the CLI turns SIGTERM/SIGINT into an
+exception so the ``finally`` clauses here remove them.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
-from collections.abc import Iterable
+import secrets
+from collections.abc import Iterable, Iterator
+from typing import IO
 
 import numpy as np
 
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import OptionError, OutputError, param
 
 OUTPUT_EXTENSIONS = (".npy", ".parquet", ".pq")
+#: Temporary files being written right now (removed on any exit path).
+LIVE_TEMPORARIES: set[str] = set()
 
 
-def check_target(path: str, flag: str = "-o") -> None:
+def check_target(path: str, flag: str = "out") -> None:
     if not path.lower().endswith(OUTPUT_EXTENSIONS):
-        raise OptionError(f"{flag} {path!r}: the output must end in .npy or .parquet.")
+        raise OptionError(f"{param(flag, path)}: the output must end in .npy or .parquet.")
+    check_directory(path, flag)
+
+
+def check_directory(path: str, flag: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise OptionError(f"{flag} {path!r}: directory {parent} does not exist.")
+        raise OptionError(f"{param(flag, path)}: directory {parent} does not exist.")
+    if os.path.isdir(path):
+        raise OptionError(f"{param(flag, path)} is a directory; name a file.")
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def input_files(paths: Iterable[str | None]) -> list[str]:
+    """The files behind input paths (``file::tensor`` parts stripped, directories walked one level
+    of Parquet files deep is not needed: a directory is compared as itself and by its files)."""
+    out: list[str] = []
+    for p in paths:
+        if not p or not isinstance(p, str):
+            continue
+        p = p.partition("::")[0]
+        out.append(p)
+        if os.path.isdir(p):
+            for root, _, files in os.walk(p):
+                out += [os.path.join(root, f) for f in files]
+    return out
+
+
+def check_not_input(out: str, inputs: Iterable[str | None], flag: str) -> None:
+    """Refuse an output that is (by real path or by inode) one of the inputs: writing it would
+    destroy the data being read."""
+    target_real = os.path.realpath(out)
+    target_id = _identity(out)
+    for src in input_files(inputs):
+        same = os.path.realpath(src) == target_real or (target_id is not None and _identity(src) == target_id)
+        inside = os.path.isdir(src) and target_real.startswith(os.path.realpath(src) + os.sep) and \
+            target_real.lower().endswith((".parquet", ".pq"))
+        if same or inside:
+            what = "is" if same else "would join the Parquet dataset"
+            raise OutputError(f"{param(flag, out)} {what} the input {src}; write the output elsewhere.")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str, *, flag: str = "out") -> Iterator[IO[bytes]]:
+    """A binary file that appears at ``path`` only when the block completes."""
+    check_directory(path, flag)
+    parent = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(parent, f".spectra-{secrets.token_hex(6)}-{os.path.basename(path)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any file
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}.") from None
+    LIVE_TEMPORARIES.add(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        LIVE_TEMPORARIES.discard(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary file still being written (a signal arrived)."""
+    for tmp in list(LIVE_TEMPORARIES):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        LIVE_TEMPORARIES.discard(tmp)
+
+
+class MatrixWriter:
+    """An ``n x d`` matrix written block by block to ``.npy`` or Parquet (one fixed-size-list
+    ``column`` or numeric ``columns``), appearing at ``path`` only when complete."""
+
+    def __init__(self, path: str, *, n: int, d: int, dtype: str | np.dtype = "float32", column: str = "emb",
+                 columns: list[str] | None = None) -> None:
+        check_target(path)
+        self.path, self.n, self.d, self.dtype = path, n, d, np.dtype(dtype)
+        self.column, self.columns = column, columns
+        self.written = 0
+        self._stack = contextlib.ExitStack()
+        self._file: IO[bytes] | None = None
+        self._parquet: object = None
+
+    def __enter__(self) -> MatrixWriter:
+        self._file = self._stack.enter_context(atomic_file(self.path))
+        if self.path.lower().endswith(".npy"):
+            np.lib.format.write_array_header_2_0(self._file, {
+                "descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                "shape": (self.n, self.d)})
+        return self
+
+    def write(self, block: np.ndarray) -> None:
+        b = np.ascontiguousarray(block, dtype=self.dtype)
+        assert self._file is not None
+        if self.path.lower().endswith(".npy"):
+            self._file.write(b.data.cast("B"))
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if self.columns is not None:
+                table = pa.table({name: b[:, i] for i, name in enumerate(self.columns)})
+            else:
+                table = pa.table({self.column: pa.FixedSizeListArray.from_arrays(pa.array(b.ravel()), self.d)})
+            if self._parquet is None:
+                self._parquet = pq.ParquetWriter(self._file, table.schema)
+            self._parquet.write_table(table)  # type: ignore[attr-defined]
+        self.written += len(b)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if self._parquet is not None:
+                self._parquet.close()  # type: ignore[attr-defined]
+            if exc_type is None and self.path.lower().endswith(".npy") and self.written != self.n:
+                raise RuntimeError(f"wrote {self.written} rows to {self.path}, expected {self.n}")
+        except BaseException as err:
+            self._stack.__exit__(type(err), err, err.__traceback__)
+            raise
+        self._stack.__exit__(exc_type, exc, tb)  # type: ignore[arg-type]
 
 
 def write_matrix(
     path: str, blocks: Iterable[np.ndarray], *, n: int, d: int, dtype: str | np.dtype = "float32",
     column: str = "emb", columns: list[str] | None = None,
 ) -> int:
-    """Write ``n x d`` rows; Parquet gets one fixed-size-list ``column`` or numeric ``columns``.
-
-    Returns the number of rows written (which must equal ``n`` for ``.npy``).
-    """
-    check_target(path)
-    dt = np.dtype(dtype)
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=os.path.splitext(path)[1], dir=parent)
-    except OSError as exc:
-        raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if path.lower().endswith(".npy"):
-                np.lib.format.write_array_header_2_0(
-                    f, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": (n, d)})
-                for b in blocks:
-                    f.write(np.ascontiguousarray(b, dtype=dt).data.cast("B"))
-                    written += len(b)
-                if written != n:
-                    raise RuntimeError(f"wrote {written} rows, expected {n}")
-            else:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-
-                writer = None
-                try:
-                    for b in blocks:
-                        b = np.ascontiguousarray(b, dtype=dt)
-                        if columns is not None:
-                            table = pa.table({name: b[:, i] for i, name in enumerate(columns)})
-                        else:
-                            table = pa.table({column: pa.FixedSizeListArray.from_arrays(pa.array(b.ravel()), d)})
-                        if writer is None:
-                            writer = pq.ParquetWriter(f, table.schema)
-                        writer.write_table(table)
-                        written += len(b)
-                finally:
-                    if writer is not None:
-                        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return written
+    """Write ``n x d`` rows from an iterable of blocks; returns the number of rows written."""
+    with MatrixWriter(path, n=n, d=d, dtype=dtype, column=column, columns=columns) as w:
+        for b in blocks:
+            w.write(b)
+    return w.written

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from spectra_cli.errors import OptionError, describe_choices
+from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.sinks import write_matrix
 
 KINDS = ("powerlaw", "isotropic", "cone", "random-features")
@@ -49,9 +49,9 @@ def generate(
     if n < 1 or d < 1:
         raise OptionError(f"-n {n} and -d {d} must both be at least 1.")
     if activation not in ACTIVATIONS:
-        raise OptionError(f"--activation {describe_choices(activation, ACTIVATIONS)}.")
+        raise OptionError(f"{param('activation')} {describe_choices(activation, ACTIVATIONS)}.")
     if alpha <= 0 and kind in ("powerlaw", "random-features"):
-        raise OptionError(f"--alpha {alpha} must be positive.")
+        raise OptionError(f"{param('alpha', alpha)} must be positive.")
     rng = np.random.default_rng(seed)
     make: Callable[[int], np.ndarray]
     if kind == "powerlaw":
@@ -93,5 +93,5 @@ def write(path: str, blocks: Iterator[np.ndarray], *, n: int, d: int, dtype: str
           column: str = "emb") -> None:
     """Stream blocks to ``.npy`` or ``.parquet`` atomically (temporary file, then rename)."""
     if dtype not in DTYPES:
-        raise OptionError(f"--dtype {describe_choices(dtype, DTYPES)}.")
+        raise OptionError(f"{param('dtype')} {describe_choices(dtype, DTYPES)}.")
     write_matrix(path, blocks, n=n, d=d, dtype=dtype, column=column)

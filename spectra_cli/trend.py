@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.checks import lookup
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.errors import InputError, OptionError, param
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -34,18 +34,19 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
     if pattern is not None:
         m = pattern.search(item)
         if not m or not m.groups():
-            raise InputError(f"--step-regex found no step in item {item!r}.")
+            raise InputError(f"{param('step_regex')} found no step in item {item!r}.")
         try:
             step = float(m.group(1))
         except ValueError:
-            raise InputError(f"--step-regex matched {m.group(1)!r} in {item!r}, which is not a number.") from None
+            raise InputError(f"{param('step_regex')} matched {m.group(1)!r} in {item!r}, which is not a "
+                             "number.") from None
         return step, item[: m.start(1)] + "*" + item[m.end(1):]
     file, sep, tensor = item.partition("::")
     stem = os.path.splitext(os.path.basename(file))[0]
     runs = list(re.finditer(r"\d+", stem))
     if not runs:
         raise InputError(
-            f"item {item!r} has no number in its file name to use as the step; pass --step-regex."
+            f"item {item!r} has no number in its file name to use as the step; pass {param('step_regex')}."
         )
     last = runs[-1]
     series_file = os.path.join(os.path.dirname(file), stem[: last.start()] + "*" + stem[last.end():])
@@ -54,11 +55,11 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
 
 def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
     if not metrics:
-        raise OptionError("trend needs at least one --metric (e.g. --metric fit.alpha).")
+        raise OptionError(f"trend needs at least one {param('metric')} (e.g. {param('metric')} fit.alpha).")
     try:
         pattern = re.compile(step_regex) if step_regex else None
     except re.error as exc:
-        raise OptionError(f"--step-regex {step_regex!r} is not a valid regular expression: {exc}.") from None
+        raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
     if not os.path.exists(jsonl):
         raise InputError(f"no such file: {jsonl}")
     points: list[Point] = []
@@ -81,7 +82,7 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
             for m in metrics:
                 v = lookup(doc, m)
                 if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
-                    raise OptionError(f"--metric {m!r} is not a number in the reports (line {i}).")
+                    raise OptionError(f"{param('metric', m)} is not a number in the reports (line {i}).")
                 values[m] = None if v is None else float(v)
             try:
                 step, series = step_of(item, pattern)

@@ -1,75 +1,34 @@
-"""``spectra whiten``: fit (or load) a whitening transform, stream the data through it to a
-file, and report the spectrum and isotropy before and after.
+"""``whiten``: fit (or load) a whitening transform, stream the rows through it (to a file, or
+back as an array), and report the spectrum and isotropy before and after.
 
-Pass 1 accumulates the moments (and the cosine sums); pass 2 reads the rows again, applies
-the transform, writes the output atomically and accumulates the after-cosine (and, with
-``partition_isotropy``, ``log Z`` before and after). The after-spectrum is ``M^T C M``,
-exact for the transform (the written file adds only its dtype's rounding).
+Pass 1 accumulates the moments (and the cosine sums); pass 2 reads the rows again through the
+same loop, applies the transform, writes the output atomically and accumulates the after-cosine
+(and, with ``partition_isotropy``, ``log Z`` before and after). The after-spectrum is
+``M^T C M``, exact for the transform (the written file adds only its dtype's rounding).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+import contextlib
+import os
 from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import CosineAccumulator, Isotropy, LogZAccumulator, check_scale, directions
+from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
-from spectra_cli.analysis.whitening import WhiteningTransform, fit_transform
-from spectra_cli.api import emit_warnings, report_options, spectrum_warnings
-from spectra_cli.engine import accumulate
-from spectra_cli.engine.local import Progress, second_pass
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.analysis.whitening import WhiteningResult, WhiteningTransform, fit_transform
+from spectra_cli.api import keywords_checked
+from spectra_cli.engine import Progress
+from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.inputs import Input
 from spectra_cli.moments import Moments
+from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions
+from spectra_cli.report import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.results import Report
-from spectra_cli.sinks import check_target, write_matrix
-from spectra_cli.sources import (
-    DEFAULT_BLOCK_ROWS,
-    LogitsWeights,
-    RowSpec,
-    WeightsFile,
-    fingerprint,
-    open_source,
-)
+from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
+from spectra_cli.sources import fingerprint
 from spectra_cli.spectrum import Spectrum, describe, floor_for, spectrum_from_moments
-
-
-@dataclass(frozen=True, slots=True)
-class WhiteningResult:
-    transform: WhiteningTransform
-    transform_from: str
-    saved_to: str | None
-    output: dict[str, Any]
-    spectrum_after: Spectrum
-    isotropy_after: Isotropy
-    zeroed_directions: int
-
-    def to_dict(self) -> dict[str, Any]:
-        t = self.transform
-        return {
-            "method": t.method,
-            "definition": {
-                "zca": "y = (x - mu) V diag(1/sqrt(lambda + eps)) V^T",
-                "pca": "y = (x - mu) V_k diag(1/sqrt(lambda_k + eps))",
-                "abtt": "y = (x - mu) - (x - mu) V_k V_k^T (all-but-the-top, Mu & Viswanath)",
-            }[t.method],
-            "eps": t.eps,
-            "k": t.k,
-            "d_in": t.d_in,
-            "d_out": t.d_out,
-            "zeroed_directions": self.zeroed_directions,
-            "zeroed_definition": "directions past the usable rank get scale 0 (never 1/sqrt of a floor eigenvalue)",
-            "transform": self.transform_from,
-            "saved_to": self.saved_to,
-            "output": self.output,
-            "spectrum_after": self.spectrum_after.to_dict(),
-            "spectrum_after_definition": "eigenvalues of M^T C M, the covariance of the transformed rows "
-            "(exact for the transform; the written file adds its dtype's rounding)",
-            "isotropy_after": self.isotropy_after.to_dict(),
-        }
 
 
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:
@@ -80,131 +39,153 @@ def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:
                     "eigvalsh of M^T C M (analytic, from the input's moments)")
 
 
+class _Apply:
+    """The second pass's state: transform each block, measure it, and write it (or keep it)."""
+
+    def __init__(self, t: WhiteningTransform, dtype: np.dtype, logz: tuple[LogZAccumulator, LogZAccumulator] | None,
+                 sink: MatrixWriter | None) -> None:
+        self.t, self.dtype, self.logz, self.sink = t, dtype, logz, sink
+        self.cosine = CosineAccumulator(t.d_out)
+        self.kept: list[np.ndarray] = []
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        Y = self.t.apply(X, dtype=self.dtype)
+        self.cosine.update(Y, w)
+        if self.logz is not None:
+            self.logz[0].update(X, w)
+            self.logz[1].update(Y, w)
+        if self.sink is not None:
+            self.sink.write(Y)
+        else:
+            self.kept.append(Y)
+
+    def rows(self) -> np.ndarray | None:
+        if self.sink is not None:
+            return None
+        return np.concatenate(self.kept) if self.kept else np.zeros((0, self.t.d_out), dtype=self.dtype)
+
+
+@keywords_checked
 def whiten(
-    data: str,
+    data: Any,
     *,
-    out: str,
+    out: str | os.PathLike[str] | None = None,
     method: str = "zca",
     k: int | None = None,
     eps: float = 0.0,
-    transform: str | None = None,
-    save_transform: str | None = None,
+    transform: str | os.PathLike[str] | WhiteningTransform | None = None,
+    save_transform: str | os.PathLike[str] | None = None,
     partition_isotropy: bool = False,
     scale: str = "seed",
     key: str | None = None,
     column: str | None = None,
-    columns: list[str] | None = None,
-    weights: str | None = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
+    columns: list[str] | tuple[str, ...] | None = None,
     rows: str | None = None,
     sample: int | None = None,
     seed: int = 0,
+    weights: Any = None,
+    weight_column: str | None = None,
+    logits: str | None = None,
+    temperature: float = 1.0,
     ddof: int = 1,
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
+    max_memory: int | str | None = None,
     progress: Progress | None = None,
 ) -> Report:
-    t0 = time.perf_counter()
-    check_target(out)
+    """Whiten the rows of ``data`` (zca, pca or abtt; ``k`` directions kept or removed, ``eps``
+    added to each eigenvalue) and report the spectrum and isotropy before and after.
+
+    ``out``: a ``.npy`` or ``.parquet`` file written atomically; without it the whitened rows come
+    back in memory as ``report.whitened`` (an ndarray). ``transform``: apply a saved transform (a
+    path or a :class:`WhiteningTransform`) instead of fitting one; ``save_transform``: save the
+    fitted one (``.npz``, no pickle). Reading options as for :func:`spectra_cli.fit`.
+    """
+    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
+                              weights=weights, weight_column=weight_column, logits=logits,
+                              temperature=temperature, ddof=ddof, block_rows=block_rows,
+                              drop_nonfinite=drop_nonfinite, max_memory=max_memory)
+    out = os.fspath(out) if out is not None else None
+    save_transform = os.fspath(save_transform) if save_transform is not None else None
+    transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None
+    named = [data if isinstance(data, str | os.PathLike) else None,
+             read.weights if isinstance(read.weights, str) else None, read.logits, transform_path]
+    inputs: list[str | None] = [os.fspath(p) for p in named if p is not None]
+    if out is not None:
+        check_target(out)
+        check_not_input(out, inputs, "out")
     check_scale(scale)
     if save_transform is not None:
         WhiteningTransform.check_target(save_transform)
+        check_not_input(save_transform, inputs + ([out] if out else []), "save_transform")
     if transform is not None and (k is not None or eps != 0.0 or method != "zca"):
-        raise OptionError("--transform applies a saved transform; --method, --k and --eps come from it.")
-    if sum(x is not None for x in (weights, weight_column, logits)) > 1:
-        raise OptionError("use one of --weights, --weight-column and --logits, not several.")
-    spec = RowSpec.parse(rows, sample, seed)
-    loaded = WhiteningTransform.load(transform) if transform is not None else None
-    with open_source(data, key=key, column=column, columns=columns, weight_column=weight_column) as src:
-        info = src.info
+        raise OptionError(f"{param('transform')} applies a saved transform; {param('method')}, {param('k')} and "
+                          f"{param('eps')} come from it.")
+    loaded = WhiteningTransform.load(transform_path) if transform_path is not None else transform
+    if loaded is not None and not isinstance(loaded, WhiteningTransform):
+        raise TypeError(f"transform must be a path or a WhiteningTransform, not {type(loaded).__name__}.")
+    clock = Stopwatch()
+    with Input(data, read) as inp:
+        info = inp.info
         if loaded is not None and loaded.d_in != info.n_features:
-            raise InputError(
-                f"transform {transform} expects {loaded.d_in} features; {data} has {info.n_features}."
-            )
-        wfile: WeightsFile | LogitsWeights | None = None
-        if weights is not None:
-            wfile = WeightsFile(weights, info.n_rows)
-        elif logits is not None:
-            wfile = LogitsWeights(logits, info.n_rows, temperature)
-        acc = accumulate(src, spec, weights=wfile, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
-                         gram_route=False, cosine=True, progress=progress)
-        t1 = time.perf_counter()
-        m = acc.moments
+            raise InputError(f"transform {transform_path or '<WhiteningTransform>'} expects {loaded.d_in} features; "
+                             f"{info.path} has {info.n_features}.")
+        first = inp.first_pass(gram=False, cosine=True, progress=progress)
+        clock.mark("read_accumulate_s")
+        m = first.moments
         assert m is not None
         before = spectrum_from_moments(m, ddof=ddof)
         C = m.second_moment_matrix(ddof=ddof) * (m.scale * m.scale)
         mean = m.mean * m.scale
-        if loaded is None:
-            t, _ = fit_transform(C, mean, method=method, k=k, eps=eps, usable_rank=before.usable_rank, ddof=ddof,
-                                 source=data, fingerprint=fingerprint(data))
-        else:
-            t = loaded
+        source_name = inp.path or "<array>"
+        t = loaded or fit_transform(C, mean, method=method, k=k, eps=eps, usable_rank=before.usable_rank, ddof=ddof,
+                                    source=source_name, fingerprint=fingerprint(inp.path) if inp.path else "")[0]
         out_dtype = np.dtype(np.float64) if np.dtype(info.dtype) == np.float64 else np.dtype(np.float32)
-        m_after = _moments_after(m, t)
-        logz_b = logz_a = None
-        s_b = s_a = None
+        logz = s_b = s_a = None
         if partition_isotropy:
             # Scores in the output's precision (float32 for float32/float16 input): see the README.
             V, s_b = directions(m, scale)
-            logz_b = LogZAccumulator(V, s_b, dtype=out_dtype)
-            Va, s_a = directions(m_after, scale)
-            logz_a = LogZAccumulator(Va, s_a, dtype=out_dtype)
-        cos_after = CosineAccumulator(t.d_out)
-
-        def blocks() -> Iterator[np.ndarray]:
-            for X, w in second_pass(src, spec, wfile, block_rows, drop_nonfinite=acc.n_dropped > 0,
-                                    progress=progress):
-                Y = t.apply(X, dtype=out_dtype)
-                cos_after.update(Y, w)
-                if logz_b is not None and logz_a is not None:
-                    logz_b.update(X, w)
-                    logz_a.update(Y, w)
-                yield Y
-
-        if info.format == "parquet" and info.details.get("columns") and t.d_out == t.d_in:
-            out_columns: list[str] | None = list(info.details["columns"])
-        elif info.format == "parquet" and info.details.get("columns"):
-            out_columns = [f"pc_{i + 1}" for i in range(t.d_out)]
-        else:
-            out_columns = None
-        written = write_matrix(out, blocks(), n=acc.n_rows, d=t.d_out, dtype=out_dtype,
-                               column=info.column or "emb", columns=out_columns)
-    t2 = time.perf_counter()
+            Va, s_a = directions(_moments_after(m, t), scale)
+            logz = (LogZAccumulator(V, s_b, dtype=out_dtype), LogZAccumulator(Va, s_a, dtype=out_dtype))
+        out_columns = _columns(inp, t)
+        with contextlib.ExitStack() as stack:
+            sink = None if out is None else stack.enter_context(MatrixWriter(
+                out, n=first.n_rows, d=t.d_out, dtype=out_dtype, column=info.column or "emb", columns=out_columns))
+            apply = _Apply(t, out_dtype, logz, sink)
+            inp.second_pass([apply], need="whitening", progress=progress)
+        kept = apply.rows()
+        written = sink.written if sink is not None else len(kept) if kept is not None else 0
+        output = {"path": out, "format": "array" if out is None else "npy" if out.lower().endswith(".npy")
+                  else "parquet", "dtype": out_dtype.name}
+        clock.mark("transform_write_s")
     if save_transform is not None:
         t.save(save_transform)
-    C_after = t.covariance_after(C)
-    after = _after_spectrum(C_after, acc.n_rows, describe(True, ddof, m.weighted))
-    iso_before = isotropy_summary(before.resolved(), before.n_features, mean, acc.cosine, logz=logz_b,
-                                  scale=scale, scale_value=s_b, with_isoscore=True)
-    mean_after = (mean - t.mean) @ t.matrix
-    iso_after = isotropy_summary(after.resolved(), after.n_features, mean_after, cos_after, logz=logz_a,
-                                 scale=scale, scale_value=s_a, with_isoscore=True)
-    zeroed = t.zeroed
+    after = _after_spectrum(t.covariance_after(C), first.n_rows, describe(True, ddof, m.weighted))
+    iso_before = isotropy_summary(before.resolved(), before.n_features, mean, first.cosine,
+                                  logz=logz[0] if logz else None, scale=scale, scale_value=s_b, with_isoscore=True)
+    iso_after = isotropy_summary(after.resolved(), after.n_features, (mean - t.mean) @ t.matrix, apply.cosine,
+                                 logz=logz[1] if logz else None, scale=scale, scale_value=s_a, with_isoscore=True)
     result = WhiteningResult(
-        transform=t, transform_from=transform or "fitted", saved_to=save_transform,
-        output={"path": out, "format": "npy" if out.lower().endswith(".npy") else "parquet",
-                "dtype": np.dtype(out_dtype).name, "rows": written, "columns": out_columns,
-                "column": None if out_columns else (info.column or "emb")},
-        spectrum_after=after, isotropy_after=iso_after, zeroed_directions=zeroed,
-    )
-    source = info.to_dict()
-    source.update(spec.to_dict())
-    source.update({"rows_used": acc.n_rows, "rows_dropped": acc.n_dropped, "fingerprint": fingerprint(data)})
-    warnings = spectrum_warnings(before, acc)
-    if zeroed:
-        warnings.append(f"{zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
+        transform=t, transform_from=transform_path or ("given" if loaded is not None else "fitted"),
+        saved_to=save_transform, output={**output, "rows": written, "columns": out_columns,
+                                         "column": None if out_columns else (info.column or "emb")},
+        spectrum_after=after, isotropy_after=iso_after, zeroed_directions=t.zeroed, rows=kept)
+    warnings = spectrum_warnings(before, first)
+    if t.zeroed:
+        warnings.append(f"{t.zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
                         "scaled by 1/sqrt(lambda)")
-    emit_warnings(warnings)
-    options = report_options("whiten", centered=True, ddof=ddof, precision="float64", block_rows=block_rows,
-                       weights=weights, weight_column=weight_column, drop_nonfinite=drop_nonfinite, opts=None,
-                       ci=False, ci_replicates=0, ci_seed=0, logits=logits, temperature=temperature)
-    t3 = time.perf_counter()
-    return Report(command="whiten", source=source, options=options, spectrum=before, isotropy=iso_before,
-                  whitening=result, warnings=tuple(warnings),
-                  timings={"read_accumulate_s": t1 - t0, "transform_write_s": t2 - t1, "analysis_s": t3 - t2,
-                           "total_s": t3 - t0})
+    clock.mark("analysis_s")
+    options = {**inp.options_report(), "centered": True, "precision": "float64"}
+    return assemble("whiten", inp, first, before, options=options, warnings=warnings, clock=clock, isotropy=iso_before,
+                    whitening=result)
+
+
+def _columns(inp: Input, t: WhiteningTransform) -> list[str] | None:
+    """Parquet numeric-column input keeps its column names (``pc_1..pc_k`` for a narrower pca)."""
+    cols = inp.info.details.get("columns")
+    if inp.info.format != "parquet" or not cols:
+        return None
+    return list(cols) if t.d_out == t.d_in else [f"pc_{i + 1}" for i in range(t.d_out)]
 
 
 def _moments_after(m: Moments, t: WhiteningTransform) -> Moments:
@@ -215,4 +196,4 @@ def _moments_after(m: Moments, t: WhiteningTransform) -> Moments:
     return Moments(m.n, m.weight_sum, m.n_positive, mean, (m2 + m2.T) * 0.5, 1.0, m.weighted, m.block_rows)
 
 
-__all__ = ["WhiteningResult", "whiten"]
+__all__ = ["WhiteningResult", "WhiteningTransform", "whiten"]

@@ -237,4 +237,4 @@ def test_unwritable_outputs_exit_2_with_one_line(cli, tmp_path):
     np.save(tmp_path / "x.npy", X10)
     r = cli("batch", tmp_path / "x.npy", "--jsonl", missing / "r.jsonl")
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == f"error: cannot access {missing / 'r.jsonl'}: No such file or directory\n"
+    assert r.stderr == f"error: --jsonl '{missing / 'r.jsonl'}': directory {missing} does not exist.\n"

@@ -147,7 +147,7 @@ def test_auto_window_finds_the_straight_part_and_states_the_criterion():
 def test_auto_window_with_nothing_straight_is_a_fit_error():
     rng = np.random.default_rng(0)
     lam = np.sort(np.exp(3 * rng.standard_normal(50)))[::-1]
-    with pytest.raises(FitError, match="--window auto found no window"):
+    with pytest.raises(FitError, match="window='auto' found no window"):
         auto_window(lam, 50, tolerance=1e-6)
 
 
@@ -218,7 +218,8 @@ def test_ci_and_control_refuse_eigenvalue_input(cli, tmp_path):
     np.save(tmp_path / "e.npy", LOG_CORRECTED[:100])
     r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--ci")
     assert r.exit_code == 2
-    assert r.stderr == "error: --ci and --shuffled-control need the data matrix, not --eigenvalues.\n"
+    assert r.stderr == ("error: --ci, --shuffled-control and --partition-isotropy need the data matrix, "
+                        "not --eigenvalues.\n")
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectra_cli.engine import accumulate
+from spectra_cli.inputs import Input
 from spectra_cli.moments import Moments
-from spectra_cli.sources.array import ArraySource
+from spectra_cli.options import ReadOptions
 from spectra_cli.spectrum import spectrum_from_moments
 from tests.conftest import powerlaw_matrix, reference_eigenvalues
 
@@ -89,8 +89,13 @@ def test_eigenvalues_sum_to_the_trace(n, d, seed):
     assert np.all(np.diff(spec.eigenvalues) <= 0)
 
 
+def accumulate(X, *, block_rows, precision, gram_route=True):
+    with Input(X, ReadOptions.create(block_rows=block_rows, precision=precision)) as inp:
+        return inp.first_pass(gram=gram_route)
+
+
 def _streamed_eigenvalues(X, precision="float64", block_rows=1000):
-    acc = accumulate(ArraySource(X), block_rows=block_rows, precision=precision)
+    acc = accumulate(X, block_rows=block_rows, precision=precision)
     return spectrum_from_moments(acc.moments, precision=precision)
 
 
@@ -187,8 +192,8 @@ def test_drifting_mean_across_blocks_stays_exact():
 def test_streamed_spectrum_does_not_depend_on_the_block_size(n, d, block_rows, precision, offset, seed):
     rng = np.random.default_rng(seed)
     X = (rng.standard_normal((n, d)) * rng.uniform(0.1, 3, d) + offset).astype(np.float32)
-    a = accumulate(ArraySource(X), block_rows=block_rows, precision=precision, gram_route=False)
-    b = accumulate(ArraySource(X), block_rows=n, precision=precision, gram_route=False)
+    a = accumulate(X, block_rows=block_rows, precision=precision, gram_route=False)
+    b = accumulate(X, block_rows=n, precision=precision, gram_route=False)
     sa = spectrum_from_moments(a.moments, precision=precision)
     sb = spectrum_from_moments(b.moments, precision=precision)
     ref = reference_eigenvalues(X)

@@ -78,9 +78,9 @@ def test_user_window_starting_beyond_usable_rank_is_an_error():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("20:10", "--window '20:10': K_MIN 20 is greater than K_MAX 10."),
-        ("0:10", "--window '0:10': ranks are 1-based; K_MIN must be at least 1."),
-        ("a:b", "--window 'a:b' is not K_MIN:K_MAX with 1-based ranks (e.g. 11:200) or 'auto'."),
+        ("20:10", "window='20:10': K_MIN 20 is greater than K_MAX 10."),
+        ("0:10", "window='0:10': ranks are 1-based; K_MIN must be at least 1."),
+        ("a:b", "window='a:b' is not K_MIN:K_MAX with 1-based ranks (e.g. 11:200) or 'auto'."),
     ],
 )
 def test_bad_window_text(text, message):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from spectra_cli.errors import FitError
+from spectra_cli.errors import FitError, param
 from spectra_cli.moments import Moments
 
 
@@ -49,7 +49,7 @@ def bootstrap_statistic(
 ) -> np.ndarray:
     """``statistic(eigenvalues)`` on ``replicates`` resampled covariances (failed ones are nan)."""
     if len(groups) < 2:
-        raise FitError("a bootstrap needs at least 2 groups of rows; the input is too small for --ci.")
+        raise FitError(f"a bootstrap needs at least 2 groups of rows; the input is too small for {param('ci')}.")
     weighted = any(g.weighted for g in groups)
     n, W, S1, S2, shift, scale = group_sums(groups)
     d = S1.shape[1]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import OptionError, param
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +33,10 @@ def capacity(resolved: np.ndarray, *, eps: list[float], tau: list[float]) -> Cap
     """``resolved``: eigenvalues with those at or below the floor already set to 0."""
     for e in eps:
         if not e > 0:
-            raise OptionError(f"--counting {e} must be a positive eigenvalue scale.")
+            raise OptionError(f"{param('counting', e)} must be a positive eigenvalue scale.")
     for t in tau:
         if not t > 0:
-            raise OptionError(f"--capacity {t} must be a positive ridge scale tau.")
+            raise OptionError(f"{param('capacity', t)} must be a positive ridge scale tau.")
     lam = np.asarray(resolved, dtype=np.float64)
     counts = tuple((float(e), int(np.count_nonzero(lam >= e))) for e in eps)
     caps = tuple((float(t), float(np.sum(lam / (lam + t)))) for t in tau)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import OptionError, describe_choices
+from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.moments import Moments
 
 SCALES = ("seed", "none")
@@ -70,6 +70,16 @@ class CosineAccumulator:
         self.w2_sum += float(wn @ wn)
         self.norm_sum += float(wn @ norms)
 
+    def merge(self, other: CosineAccumulator) -> CosineAccumulator:
+        """Add the sums of other rows (this one changes and is returned)."""
+        self.unit_sum += other.unit_sum
+        self.w_sum += other.w_sum
+        self.w2_sum += other.w2_sum
+        self.norm_sum += other.norm_sum
+        self.zero_rows += other.zero_rows
+        self.rows += other.rows
+        return self
+
     def mean_cosine(self) -> float | None:
         denom = self.w_sum**2 - self.w2_sum
         if denom <= 0:
@@ -83,7 +93,7 @@ class CosineAccumulator:
 
 def check_scale(scale: str) -> str:
     if scale not in SCALES:
-        raise OptionError(f"--scale {describe_choices(scale, SCALES)}.")
+        raise OptionError(f"{param('scale')} {describe_choices(scale, SCALES)}.")
     return scale
 
 
@@ -135,6 +145,12 @@ class LogZAccumulator:
             top = np.max(T, axis=0)
             lse = top + np.log(np.sum(np.exp(T - top), axis=0))
             np.logaddexp(acc, lse, out=acc)
+
+    def merge(self, other: LogZAccumulator) -> LogZAccumulator:
+        """Combine ``log Z`` of other rows (same directions): a log-sum-exp of the two."""
+        np.logaddexp(self.pos, other.pos, out=self.pos)
+        np.logaddexp(self.neg, other.neg, out=self.neg)
+        return self
 
     def result(self) -> tuple[float, float, float, float]:
         """``I``, symmetric ``I``, min and max ``log Z``."""

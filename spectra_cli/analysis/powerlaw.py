@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import FitError, OptionError, describe_choices
+from spectra_cli.errors import FitError, OptionError, describe_choices, param
 
 METHODS = ("ols", "logspaced", "inv-rank")
 MODELS = ("power-law", "log-corrected", "broken")
@@ -166,22 +166,24 @@ class RankFit:
 
 def parse_window(text: str) -> tuple[int, int] | None:
     """``K1:K2`` as two ints; ``auto`` as None (the automatic window)."""
+    if not isinstance(text, str):
+        raise OptionError(f"{param('window', text, show=True)} must be a string 'K1:K2' or 'auto'.")
     if text.strip().lower() == "auto":
         return None
     m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
     if not m:
-        raise OptionError(f"--window {text!r} is not K_MIN:K_MAX with 1-based ranks (e.g. 11:200) or 'auto'.")
+        raise OptionError(f"{param('window', text)} is not K_MIN:K_MAX with 1-based ranks (e.g. 11:200) or 'auto'.")
     k1, k2 = int(m.group(1)), int(m.group(2))
     if k1 < 1:
-        raise OptionError(f"--window {text!r}: ranks are 1-based; K_MIN must be at least 1.")
+        raise OptionError(f"{param('window', text)}: ranks are 1-based; K_MIN must be at least 1.")
     if k1 > k2:
-        raise OptionError(f"--window {text!r}: K_MIN {k1} is greater than K_MAX {k2}.")
+        raise OptionError(f"{param('window', text)}: K_MIN {k1} is greater than K_MAX {k2}.")
     return k1, k2
 
 
 def check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise OptionError(f"--{kind} {describe_choices(value, allowed)}.")
+        raise OptionError(f"{param(kind)} {describe_choices(value, allowed)}.")
     return value
 
 
@@ -245,7 +247,7 @@ def auto_window(
     """
     r = int(usable_rank)
     if r < min_ranks:
-        raise FitError(f"--window auto needs at least {min_ranks} usable ranks; the spectrum has {r}.")
+        raise FitError(f"{param('window', 'auto')} needs at least {min_ranks} usable ranks; the spectrum has {r}.")
     y = np.log(np.asarray(eigenvalues[:r], dtype=np.float64))
     x = np.log(np.arange(1, r + 1, dtype=np.float64))
     # Prefix sums give every window's least-squares fit in O(1).
@@ -270,8 +272,9 @@ def auto_window(
                 best = (span, int(a), int(b), rms)
     if best is None:
         raise FitError(
-            f"--window auto found no window of at least {min_ranks} ranks with ols residual RMS <= {tolerance:g}; "
-            "choose one with --window K1:K2 or raise --auto-tolerance."
+            f"{param('window', 'auto')} found no window of at least {min_ranks} ranks with ols residual RMS "
+            f"<= {tolerance:g}; "
+            f"choose one with {param('window')} K1:K2 or raise {param('auto_tolerance')}."
         )
     span, a, b, rms = best
     reason = (
@@ -348,7 +351,7 @@ def fit_model(
                        float(np.sqrt(cov[1, 1])), m, bic, window)
     if model == "log-corrected":
         if degree < 1:
-            raise OptionError(f"--degree {degree} must be at least 1 (1 is the plain power law).")
+            raise OptionError(f"{param('degree', degree)} must be at least 1 (1 is the plain power law).")
         u = (degree - 1) * np.log(np.log(j + 1.0)) - x
         coef, resid, cov = _wls(np.column_stack([np.ones(m), u]), y, w)
         r2, rms, bic = _summary(y, w, resid, 2)

@@ -3,6 +3,7 @@ slope, effective ranks, the density exponent. Pure: eigenvalues and options in, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from spectra_cli.analysis.capacity import Capacity, capacity
@@ -21,7 +22,7 @@ from spectra_cli.analysis.powerlaw import (
     resolve_window,
 )
 from spectra_cli.analysis.rank import EffectiveRanks, entropy_rank, participation_ratio, rankme, stable_rank
-from spectra_cli.errors import FitError
+from spectra_cli.errors import FitError, param
 from spectra_cli.spectrum import Spectrum
 
 
@@ -38,17 +39,33 @@ class FitOptions:
     counting: tuple[float, ...] = ()
     capacity: tuple[float, ...] = ()
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Every value is checked when the options are made (once, at the boundary)."""
         from spectra_cli.analysis.powerlaw import METHODS
+        from spectra_cli.errors import OptionError
 
         check_choice("method", self.method, METHODS)
         check_choice("model", self.model, MODELS)
         for w in self.windows:
             parse_window(w)
-        if self.degree < 1:
-            from spectra_cli.errors import OptionError
+        if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 1:
+            raise OptionError(f"{param('degree', self.degree)} must be at least 1 (1 is the plain power law).")
+        if not isinstance(self.auto_tolerance, int | float) or not self.auto_tolerance > 0 \
+                or not math.isfinite(self.auto_tolerance):
+            raise OptionError(f"{param('auto_tolerance', self.auto_tolerance)} must be a positive number.")
 
-            raise OptionError(f"--degree {self.degree} must be at least 1 (1 is the plain power law).")
+    @classmethod
+    def create(cls, *, window: str | list[str] | tuple[str, ...] | None = None, method: str = "ols",
+               model: str = "power-law", degree: int = 2, auto_tolerance: float = 0.05, density: bool = False,
+               counting: list[float] | tuple[float, ...] | None = (),
+               capacity: list[float] | tuple[float, ...] | None = ()) -> FitOptions:
+        windows = (window,) if isinstance(window, str) else tuple(window or ())
+        return cls(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
+                   density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()))
+
+    def to_report(self) -> dict[str, object]:
+        return {"window": list(self.windows) or ["default"], "method": self.method, "model": self.model,
+                "degree": self.degree, "auto_tolerance": self.auto_tolerance}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +98,6 @@ def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[st
 
 def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None = None) -> FitSuite:
     """Fits on every window, the model comparison on the first, and the ranks."""
-    opts.validate()
     lam = spec.eigenvalues
     try:
         windows, warnings = windows_for(spec, opts)

@@ -13,15 +13,17 @@ sampling rank, or near-null) get ``g_j = 0``: they are never blown up by ``1/sqr
 
 from __future__ import annotations
 
+import math
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from spectra_cli import __version__
-from spectra_cli.errors import InputError, OptionError, describe_choices
+from spectra_cli.analysis.isotropy import Isotropy
+from spectra_cli.errors import InputError, OptionError, describe_choices, param
+from spectra_cli.spectrum import Spectrum
 
 METHODS = ("zca", "pca", "abtt")
 # Required when loading; "zeroed" (directions given scale 0) is saved too but optional.
@@ -80,41 +82,32 @@ class WhiteningTransform:
     @staticmethod
     def check_target(path: str) -> None:
         if not path.lower().endswith(".npz"):
-            raise OptionError(f"--save-transform {path!r}: the file must end in .npz.")
+            raise OptionError(f"{param('save_transform', path)}: the file must end in .npz.")
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            raise OptionError(f"--save-transform {path!r}: directory {parent} does not exist.")
+            raise OptionError(f"{param('save_transform', path)}: directory {parent} does not exist.")
 
     def save(self, path: str) -> None:
         """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
+        from spectra_cli.sinks import atomic_file
+
         self.check_target(path)
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=parent)
-        except OSError as exc:
-            raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
-        os.close(fd)
-        try:
-            np.savez(tmp, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),
+        with atomic_file(path, flag="save_transform") as f:
+            np.savez(f, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),
                      k=np.array(self.k), source=np.array(self.source), fingerprint=np.array(self.fingerprint),
                      ddof=np.array(self.ddof), spectra_version=np.array(__version__), zeroed=np.array(self.zeroed))
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
 
     @classmethod
     def load(cls, path: str) -> WhiteningTransform:
-        if not os.path.exists(path):
-            raise InputError(f"no such transform file: {path}")
+        from spectra_cli.sources.base import open_regular
+
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with open_regular(path, "transform file") as f, np.load(f, allow_pickle=False) as z:
                 missing = [k for k in TRANSFORM_KEYS if k not in z.files]
                 if missing:
                     raise InputError(
                         f"{path} is not a spectra transform: missing {', '.join(missing)} "
-                        "(make one with spectra whiten --save-transform)."
+                        f"(make one with spectra whiten {param('save_transform')})."
                     )
                 t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
                         matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
@@ -122,11 +115,13 @@ class WhiteningTransform:
                         zeroed=int(z["zeroed"]) if "zeroed" in z.files else 0)
         except InputError:
             raise
-        except (ValueError, OSError) as exc:
-            raise InputError(f"cannot read transform {path}: {exc}") from None
+        except Exception as exc:  # numpy, zipfile and zlib raise their own types on a corrupt archive
+            raise InputError(f"cannot read transform {path}: {type(exc).__name__}: {exc}") from None
         if t.method not in METHODS or t.matrix.ndim != 2 or t.mean.shape != (t.matrix.shape[0],):
             raise InputError(f"{path} is not a valid spectra transform (method {t.method!r}, "
                              f"matrix {t.matrix.shape}, mean {t.mean.shape}).")
+        if not (np.all(np.isfinite(t.matrix)) and np.all(np.isfinite(t.mean)) and math.isfinite(t.eps)):
+            raise InputError(f"{path} is not a valid spectra transform: its mean or matrix holds NaN or inf.")
         return t
 
 
@@ -136,9 +131,9 @@ def fit_transform(
 ) -> tuple[WhiteningTransform, np.ndarray]:
     """The transform and the covariance eigenvalues (descending) it was built from."""
     if method not in METHODS:
-        raise OptionError(f"--method {describe_choices(method, METHODS)}.")
+        raise OptionError(f"{param('method')} {describe_choices(method, METHODS)}.")
     if not eps >= 0 or not np.isfinite(eps):
-        raise OptionError(f"--eps {eps} must be a finite number >= 0.")
+        raise OptionError(f"{param('eps', eps)} must be a finite number >= 0.")
     d = C.shape[0]
     lam, V = signed_eigh(C)
     usable = int(usable_rank)
@@ -147,10 +142,11 @@ def fit_transform(
     else:
         kk = usable if k is None else k
     if kk < 1 or kk > d:
-        raise OptionError(f"--k {kk} must be between 1 and d = {d}.")
+        raise OptionError(f"{param('k', kk)} must be between 1 and d = {d}.")
     if method != "abtt" and kk > usable:
         raise OptionError(
-            f"--k {kk} exceeds the usable rank {usable}: directions past it are below the numerical or sampling "
+            f"{param('k', kk)} exceeds the usable rank {usable}: directions past it are below the numerical or "
+            "sampling "
             "floor and would be blown up by 1/sqrt(lambda)."
         )
     g = np.zeros(d)
@@ -165,3 +161,47 @@ def fit_transform(
     t = WhiteningTransform(method, np.asarray(mean, dtype=np.float64), M, float(eps), kk, ddof, source, fingerprint,
                            zeroed)
     return t, lam
+
+
+DEFINITIONS = {
+    "zca": "y = (x - mu) V diag(1/sqrt(lambda + eps)) V^T",
+    "pca": "y = (x - mu) V_k diag(1/sqrt(lambda_k + eps))",
+    "abtt": "y = (x - mu) - (x - mu) V_k V_k^T (all-but-the-top, Mu & Viswanath)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WhiteningResult:
+    """What ``whiten`` did: the transform, where the rows went, and the figures after it.
+
+    ``rows`` holds the whitened rows when no output file was asked for (library use); it is not
+    part of ``to_dict()``."""
+
+    transform: WhiteningTransform
+    transform_from: str
+    saved_to: str | None
+    output: dict[str, Any]
+    spectrum_after: Spectrum
+    isotropy_after: Isotropy
+    zeroed_directions: int
+    rows: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.transform
+        return {
+            "method": t.method,
+            "definition": DEFINITIONS[t.method],
+            "eps": t.eps,
+            "k": t.k,
+            "d_in": t.d_in,
+            "d_out": t.d_out,
+            "zeroed_directions": self.zeroed_directions,
+            "zeroed_definition": "directions past the usable rank get scale 0 (never 1/sqrt of a floor eigenvalue)",
+            "transform": self.transform_from,
+            "saved_to": self.saved_to,
+            "output": self.output,
+            "spectrum_after": self.spectrum_after.to_dict(),
+            "spectrum_after_definition": "eigenvalues of M^T C M, the covariance of the transformed rows "
+            "(exact for the transform; the written file adds its dtype's rounding)",
+            "isotropy_after": self.isotropy_after.to_dict(),
+        }

@@ -1,5 +1,6 @@
-"""Runners that turn a source into moments (local threads now; Dask later)."""
+"""Runners of passes over the rows: mergeable states fed block by block (local threads now)."""
 
-from spectra_cli.engine.local import Accumulated, accumulate
+from spectra_cli.engine.local import Progress, prefetch, run_pass
+from spectra_cli.engine.states import MomentsState, RowGuard, RowsState, State
 
-__all__ = ["Accumulated", "accumulate"]
+__all__ = ["MomentsState", "Progress", "RowGuard", "RowsState", "State", "prefetch", "run_pass"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import OptionError, param
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -19,7 +19,7 @@ def _matplotlib() -> Any:
         import matplotlib
     except ImportError:
         raise OptionError(
-            "--plot needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
+            f"{param('plot')} needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
             "(from a checkout: pip install '.[plot]')."
         ) from None
     matplotlib.use("Agg")
@@ -32,10 +32,10 @@ def check_plot_target(path: str) -> None:
     """Fail before any work if the plot cannot be written."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
-        raise OptionError(f"--plot {path!r}: the file must end in {', '.join(FORMATS)}.")
+        raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise OptionError(f"--plot {path!r}: directory {parent} does not exist.")
+        raise OptionError(f"{param('plot', path)}: directory {parent} does not exist.")
     _matplotlib()
 
 

@@ -155,3 +155,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
 
 def print_report(doc: dict[str, Any], console: Console) -> None:
     console.print(report_renderable(doc))
+
+
+def console_for() -> Console:
+    """A console for stdout: the terminal's width on a terminal; in a log or a pipe, as wide as
+    the tables need (nothing is cut), without colour codes."""
+    import sys
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=400, no_color=True, highlight=False, soft_wrap=True)

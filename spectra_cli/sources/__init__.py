@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, fingerprint, is_glob
 from spectra_cli.sources.select import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
@@ -50,9 +50,10 @@ def open_source(
     lower = path.lower()
     is_parquet = globbed or os.path.isdir(path) or lower.endswith(_PARQUET_EXT)
     if not is_parquet and (column or columns or weight_column):
-        raise OptionError("--column, --columns and --weight-column apply to Parquet input only.")
+        raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "
+                          "input only.")
     if key is not None and not lower.endswith(".npz"):
-        raise OptionError("--key applies to .npz archives only.")
+        raise OptionError(f"{param('key')} applies to .npz archives only.")
     if lower.endswith(".npy"):
         from spectra_cli.sources.npy import NpySource
 

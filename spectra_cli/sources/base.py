@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,11 +97,45 @@ def fingerprint(path: str) -> str:
             st = os.stat(p)
         except OSError:
             continue
-        h.update(f"{os.path.abspath(p)}|{st.st_size}|{st.st_mtime_ns};".encode())
+        h.update(f"{os.path.realpath(p)}|{st.st_size}|{st.st_mtime_ns};".encode())
     return h.hexdigest()[:16]
 
 
 _NUMERIC_KINDS = "fiu"
+
+
+def open_regular(path: str, what: str = "") -> io.BufferedReader:
+    """Open a regular file for reading; a FIFO, socket or device is refused without blocking
+    (opening a FIFO for reading would wait for a writer forever)."""
+    label = f"{what} " if what else ""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise InputError(f"no such {what or 'file or directory'}: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"{label}{path} is a directory; a file is required.") from None
+    except OSError as exc:
+        raise InputError(f"cannot open {label}{path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else \
+            "not a regular file"
+        raise InputError(f"{label}{path} is {kind}; spectra reads regular files only.")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def check_regular(path: str) -> None:
+    """Refuse a path that exists but is not a regular file or a directory (FIFOs, devices)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise InputError(f"{path} is {kind}; spectra reads regular files only.")
 
 
 def is_glob(path: str) -> bool:

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from spectra_cli.errors import InputError
+from spectra_cli.errors import InputError, param
 
 
 def read_eigenvalues(path: str) -> np.ndarray:
@@ -24,7 +24,7 @@ def read_eigenvalues(path: str) -> np.ndarray:
         if arr.ndim == 2 and 1 in arr.shape:
             arr = arr.ravel()
         if arr.ndim != 1:
-            raise InputError(f"{path} has shape {arr.shape}; --eigenvalues needs a 1-D array of eigenvalues.")
+            raise InputError(f"{path} has shape {arr.shape}; {param('eigenvalues')} needs a 1-D array of eigenvalues.")
         if arr.dtype.kind not in "fiu":
             raise InputError(f"{path} has dtype {arr.dtype}; eigenvalues must be real numbers.")
         values = arr.astype(np.float64)
@@ -47,7 +47,7 @@ def read_eigenvalues(path: str) -> np.ndarray:
         values = _read_column(path)
     else:
         ext = os.path.splitext(path)[1] or "(none)"
-        raise InputError(f"unknown extension {ext} for --eigenvalues {path}; use .npy, .json, .csv or .txt.")
+        raise InputError(f"unknown extension {ext} for {param('eigenvalues')} {path}; use .npy, .json, .csv or .txt.")
     if values.size < 3:
         raise InputError(f"{path} holds {values.size} eigenvalue(s); at least 3 are required.")
     bad = np.flatnonzero(~np.isfinite(values))

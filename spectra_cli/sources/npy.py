@@ -17,7 +17,7 @@ from typing import IO, Any
 import numpy as np
 from numpy.lib import format as npformat
 
-from spectra_cli.errors import InputError
+from spectra_cli.errors import InputError, param
 from spectra_cli.sources.base import Source, SourceInfo, check_numeric_dtype, matrix_shape
 
 # Arrays whose header says more than this many bytes are refused as corrupt headers.
@@ -122,7 +122,7 @@ class NpzSource(Source):
         if key is None:
             if len(keys) > 1:
                 raise InputError(
-                    f"{path} holds {len(keys)} arrays ({', '.join(keys)}); choose one with --key."
+                    f"{path} holds {len(keys)} arrays ({', '.join(keys)}); choose one with {param('key')}."
                 )
             key = keys[0]
         elif key not in keys:

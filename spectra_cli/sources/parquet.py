@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import Source, SourceInfo, expand_glob, is_glob
 
 _BUFFER_BYTES = 1 << 20
@@ -85,7 +85,7 @@ class ParquetSource(Source):
         names = schema.names
         if weight_column is not None and weight_column not in names:
             raise OptionError(
-                f"--weight-column {weight_column!r} is not a column of {path}; columns: {', '.join(names)}."
+                f"{param('weight_column', weight_column)} is not a column of {path}; columns: {', '.join(names)}."
             )
         if weight_column is not None and not _is_number(schema.field(weight_column).type):
             wtype = schema.field(weight_column).type
@@ -93,7 +93,8 @@ class ParquetSource(Source):
         self._weight_column = weight_column
         self.has_weights = weight_column is not None
         if column is not None and columns:
-            raise OptionError("use --column (one vector column) or --columns (numeric columns), not both.")
+            raise OptionError(f"use {param('column')} (one vector column) or {param('columns')} (numeric columns), "
+                              "not both.")
         if column is not None:
             if column not in names:
                 raise InputError(f"{path} has no column {column!r}; columns: {', '.join(names)}.")
@@ -112,7 +113,8 @@ class ParquetSource(Source):
                 if c not in names:
                     raise InputError(f"{path} has no column {c!r}; columns: {', '.join(names)}.")
                 if not _is_number(schema.field(c).type):
-                    raise InputError(f"column {c!r} has type {schema.field(c).type}; --columns takes numeric columns.")
+                    raise InputError(f"column {c!r} has type {schema.field(c).type}; {param('columns')} takes "
+                                     "numeric columns.")
             self._mode, self._cols = "columns", list(columns)
         else:
             vectors = [n for n in names if _is_vector(schema.field(n).type) and n != weight_column]
@@ -121,7 +123,8 @@ class ParquetSource(Source):
                 self._mode, self._cols = "vector", vectors
             elif len(vectors) > 1:
                 raise InputError(
-                    f"{path} has {len(vectors)} vector columns ({', '.join(vectors)}); choose one with --column."
+                    f"{path} has {len(vectors)} vector columns ({', '.join(vectors)}); "
+                    f"choose one with {param('column')}."
                 )
             elif numeric:
                 self._mode, self._cols = "columns", numeric

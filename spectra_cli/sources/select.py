@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import Source
 
 
@@ -41,20 +41,20 @@ class RowSpec:
         if rows is not None:
             m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", rows)
             if not m:
-                raise OptionError(f"--rows {rows!r} is not START:STOP (e.g. 0:10000, :5000, 1000:).")
+                raise OptionError(f"{param('rows', rows)} is not START:STOP (e.g. 0:10000, :5000, 1000:).")
             start = int(m.group(1)) if m.group(1) else None
             stop = int(m.group(2)) if m.group(2) else None
             if start is not None and stop is not None and stop <= start:
-                raise OptionError(f"--rows {rows!r} selects no rows (STOP must be greater than START).")
+                raise OptionError(f"{param('rows', rows)} selects no rows (STOP must be greater than START).")
         if sample is not None and sample < 1:
-            raise OptionError(f"--sample {sample} must be a positive number of rows.")
+            raise OptionError(f"{param('sample', sample)} must be a positive number of rows.")
         return cls(start, stop, sample, seed)
 
     def resolve(self, n_rows: int) -> tuple[int, int]:
         start = 0 if self.start is None else self.start
         stop = n_rows if self.stop is None else min(self.stop, n_rows)
         if start >= n_rows and n_rows > 0:
-            raise InputError(f"--rows starts at {start} but the input has only {n_rows} rows.")
+            raise InputError(f"{param('rows')} starts at {start} but the input has only {n_rows} rows.")
         return start, max(stop, start)
 
     def n_selected(self, n_rows: int) -> int:
@@ -104,8 +104,26 @@ class WeightsFile:
         return np.asarray(self._w[idx], dtype=np.float64)
 
 
+class WeightsArray:
+    """Row weights given as an in-memory array (library use)."""
+
+    def __init__(self, w: np.ndarray, n_rows: int) -> None:
+        self.path = "<array>"
+        if len(w) != n_rows:
+            raise InputError(f"weights has {len(w)} values but the input has {n_rows} rows; one weight per row "
+                             "is required.")
+        self._w = np.asarray(w, dtype=np.float64)
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        return self._w[lo:hi]
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        return self._w[idx]
+
+
 def iter_selected(
-    source: Source, spec: RowSpec, block_rows: int, weights: WeightsFile | LogitsWeights | None = None
+    source: Source, spec: RowSpec, block_rows: int,
+    weights: WeightsFile | LogitsWeights | WeightsArray | None = None,
 ) -> Iterator[Block]:
     """Yield the selected rows of ``source`` in blocks of at most ``block_rows``.
 
@@ -149,7 +167,7 @@ class LogitsWeights:
 
     def __init__(self, path: str, n_rows: int, temperature: float) -> None:
         if not temperature > 0 or not np.isfinite(temperature):
-            raise OptionError(f"--temperature {temperature} must be a positive number.")
+            raise OptionError(f"{param('temperature', temperature)} must be a positive number.")
         self.path = path
         self.temperature = float(temperature)
         base = WeightsFile(path, n_rows, what="logits")

@@ -1,0 +1,260 @@
+"""Commands that analyse one input: fit, spectrum, isotropy, whiten, info, synth."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from spectra_cli.cli.app import app, emit
+from spectra_cli.cli.options import (
+    BlockRows,
+    Column,
+    Columns,
+    Ddof,
+    DropNonfinite,
+    Json,
+    Key,
+    Logits,
+    MaxMemory,
+    Path,
+    Plot,
+    Precision,
+    Rows,
+    Sample,
+    Seed,
+    Temperature,
+    Uncentered,
+    WeightCol,
+    Weights,
+    split_columns,
+)
+
+
+@app.command()
+def fit(
+    path: Path,
+    window: Annotated[list[str] | None, typer.Option(
+        "--window", metavar="K1:K2", help="Fit ranks K1:K2 (1-based, inclusive) or 'auto'; repeat for several "
+        "windows. Default 11:floor(d/10).")] = None,
+    method: Annotated[str, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank.")] = "ols",
+    model: Annotated[str, typer.Option("--model", metavar="MODEL",
+                                       help="power-law | log-corrected | broken.")] = "power-law",
+    degree: Annotated[int, typer.Option("--degree", metavar="P", help="p of the log-corrected model.")] = 2,
+    ci: Annotated[bool, typer.Option("--ci", help="95% bootstrap interval of alpha over row-block groups.")] = False,
+    ci_replicates: Annotated[int, typer.Option("--ci-replicates", metavar="B", help="Bootstrap replicates.")] = 200,
+    ci_seed: Annotated[int, typer.Option("--ci-seed", metavar="S", help="Seed of the bootstrap.")] = 0,
+    density: Annotated[bool, typer.Option("--density", help="Density exponent: Hill MLE with KS x_min "
+                                          "(WeightWatcher convention; add --uncentered to compare).")] = False,
+    eigenvalues: Annotated[bool, typer.Option("--eigenvalues", help="PATH is a 1-D list of eigenvalues "
+                                              "(.npy, .json, .csv/.txt), not a data matrix.")] = False,
+    shuffled_control: Annotated[bool, typer.Option("--shuffled-control", help="Also compute the spectrum with "
+                                                   "each column permuted independently.")] = False,
+    auto_tolerance: Annotated[float, typer.Option("--auto-tolerance", metavar="T", help="Residual RMS of log "
+                                                  "lambda allowed by --window auto.")] = 0.05,
+    plot: Plot = None,
+    partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
+                                                     "(a second streamed pass).")] = False,
+    isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    counting: Annotated[list[float] | None, typer.Option("--counting", metavar="EPS", help="N(eps) = "
+                                                         "#{lambda_j >= eps} (repeatable).")] = None,
+    capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
+                                                         "sum lambda/(lambda + tau) (repeatable).")] = None,
+    logits: Logits = None, temperature: Temperature = 1.0,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    json: Json = False,
+) -> None:
+    """Spectrum, power-law fit and effective ranks of a matrix (the main job).
+
+    \b
+    Examples:
+      spectra fit acts.npy --window 11:200 --json | jq .fit.alpha
+      spectra fit emb.parquet --column emb --window auto --ci --plot spectrum.png
+    """
+    from spectra_cli import api
+    from spectra_cli.render.progress import LazyProgress
+
+    if plot is not None:
+        from spectra_cli.render.plot import check_plot_target
+
+        check_plot_target(plot)
+    with LazyProgress(f"reading {path}") as progress:
+        report = api.fit(
+            path, window=window, method=method, model=model, degree=degree, density=density,
+            counting=counting or (), capacity=capacity or (),
+            auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
+            eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
+            isoscore=isoscore, logits=logits, temperature=temperature, key=key, column=column,
+            columns=split_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
+            weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
+            block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+    if plot is not None:
+        from spectra_cli.render.plot import plot_report
+
+        plot_report(report, plot)
+    emit(report.to_dict(), json)
+
+
+@app.command()
+def spectrum(
+    path: Path,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0,
+    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    json: Json = False,
+) -> None:
+    """Eigenvalues (descending), explained variance, k90/k95/k99 and floors.
+
+    \b
+    Examples:
+      spectra spectrum dump.npy --json > spectrum.json
+      spectra spectrum 'shards/*.parquet' --precision float32
+    """
+    from spectra_cli import api
+    from spectra_cli.render.progress import LazyProgress
+
+    with LazyProgress(f"reading {path}") as progress:
+        report = api.spectrum(
+            path, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample, seed=seed,
+            weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
+            centered=not uncentered, ddof=ddof, precision=precision, block_rows=block_rows,
+            drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+    emit(report.to_dict(), json)
+
+
+@app.command()
+def isotropy(
+    path: Path,
+    scale: Annotated[str, typer.Option("--scale", metavar="seed|none",
+                                       help="seed (divide by the std of all entries) | none.")] = "seed",
+    isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0,
+    precision: Precision = "float64", block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    max_memory: MaxMemory = None, json: Json = False,
+) -> None:
+    """Partition isotropy, exact mean cosine, top-PC share, mean-norm ratio (two streamed passes).
+
+    \b
+    Examples:
+      spectra isotropy emb.npy
+      spectra isotropy emb.parquet --isoscore --json
+    """
+    from spectra_cli import api
+    from spectra_cli.render.progress import LazyProgress
+
+    with LazyProgress(f"reading {path}") as progress:
+        report = api.isotropy(
+            path, scale=scale, isoscore=isoscore, key=key, column=column, columns=split_columns(columns), rows=rows,
+            sample=sample, seed=seed, weights=weights, weight_column=weight_column, logits=logits,
+            temperature=temperature, precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
+            max_memory=max_memory, progress=progress)
+    emit(report.to_dict(), json)
+
+
+@app.command()
+def whiten(
+    path: Path,
+    out: Annotated[str, typer.Option("-o", "--output", metavar="FILE", help="Whitened rows: .npy or .parquet "
+                                     "(written atomically).")] = "",
+    method: Annotated[str, typer.Option("--method", metavar="zca|pca|abtt", help="zca | pca | abtt.")] = "zca",
+    k: Annotated[int | None, typer.Option("--k", metavar="K", help="Directions kept (pca, default: the usable "
+                                          "rank) or removed (abtt, default 2).")] = None,
+    eps: Annotated[float, typer.Option("--eps", metavar="EPS", help="Added to each eigenvalue before 1/sqrt.")] = 0.0,
+    save_transform: Annotated[str | None, typer.Option("--save-transform", metavar="FILE.npz",
+                                                       help="Save the transform (.npz, no pickle).")] = None,
+    transform: Annotated[str | None, typer.Option("--transform", metavar="FILE.npz",
+                                                  help="Apply a saved transform instead of fitting one.")] = None,
+    partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy before "
+                                                     "and after (more arithmetic in the second pass).")] = False,
+    scale: Annotated[str, typer.Option("--scale", metavar="seed|none",
+                                       help="Partition-isotropy scaling: seed | none.")] = "seed",
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0, ddof: Ddof = 1,
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    json: Json = False,
+) -> None:
+    """Whiten (zca, pca, abtt) to a file; report spectrum and isotropy before and after.
+
+    \b
+    Examples:
+      spectra whiten emb.npy --method zca -o white.npy --save-transform t.npz
+      spectra whiten new.parquet --transform t.npz -o new_white.parquet
+    """
+    from spectra_cli.errors import OptionError, param
+    from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.whiten import whiten as run_whiten
+
+    if not out:
+        raise OptionError(f"whiten needs {param('out')} FILE (.npy or .parquet).")
+    with LazyProgress(f"whitening {path}") as progress:
+        report = run_whiten(
+            path, out=out, method=method, k=k, eps=eps, transform=transform, save_transform=save_transform,
+            partition_isotropy=partition_isotropy, scale=scale, key=key, column=column,
+            columns=split_columns(columns), weights=weights, weight_column=weight_column, logits=logits,
+            temperature=temperature, rows=rows, sample=sample, seed=seed, ddof=ddof, block_rows=block_rows,
+            drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+    emit(report.to_dict(), json)
+
+
+@app.command()
+def synth(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="powerlaw | isotropic | cone | random-features",
+                                        show_default=False)],
+    n: Annotated[int, typer.Option("-n", metavar="N", help="Rows.")] = 10000,
+    d: Annotated[int, typer.Option("-d", metavar="D", help="Features.")] = 256,
+    out: Annotated[str, typer.Option("-o", "--output", metavar="FILE", help="Output .npy or .parquet (written "
+                                     "atomically).")] = "",
+    alpha: Annotated[float, typer.Option("--alpha", metavar="A", help="Eigenvalue exponent (powerlaw, "
+                                         "random-features).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", metavar="S", help="Seed of numpy.random.default_rng.")] = 0,
+    offset: Annotated[float, typer.Option("--offset", metavar="X", help="Mean offset along a random unit vector "
+                                          "(powerlaw), in units of sqrt(lambda_1).")] = 0.0,
+    activation: Annotated[str, typer.Option("--activation", metavar="NAME", help="linear | quadratic | relu | tanh "
+                                            "(random-features).")] = "linear",
+    input_dim: Annotated[int | None, typer.Option("--input-dim", metavar="V", help="Input width v of "
+                                                  "random-features (default 4d).")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="float32 | float64 | float16.")] = "float32",
+) -> None:
+    """Write a seeded synthetic matrix with a known spectrum (for calibration and tests).
+
+    \b
+    Examples:
+      spectra synth powerlaw --alpha 1.3 -n 50000 -d 1024 --seed 0 -o x.npy
+      spectra synth random-features --alpha 1.31 --activation quadratic -o rf.npy
+    """
+    from spectra_cli import synth as synthesis
+    from spectra_cli.errors import OptionError, param
+
+    if not out:
+        raise OptionError(f"synth needs {param('out')} FILE (.npy or .parquet).")
+    blocks = synthesis.generate(kind, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
+                                input_dim=input_dim)
+    synthesis.write(out, blocks, n=n, d=d, dtype=dtype)
+    sys.stderr.write(f"wrote {out}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
+
+
+@app.command()
+def info(
+    path: Path, key: Key = None, column: Column = None, columns: Columns = None, json: Json = False,
+) -> None:
+    """Shape, dtype, layout, columns and row groups of an input, without reading its rows.
+
+    \b
+    Examples:
+      spectra info model.safetensors
+      spectra info dump.parquet --json
+    """
+    from spectra_cli.inspect import describe
+    from spectra_cli.render.summaries import print_info
+
+    doc = describe(path, key=key, column=column, columns=split_columns(columns))
+    emit(doc, json, lambda d, console: print_info(path, d, console))

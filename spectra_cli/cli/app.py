@@ -1,0 +1,171 @@
+"""The one Typer app, the exit codes, and the one place where errors become them:
+0 success, 1 a check failed, 2 usage or input error (one ``error:`` line on stderr),
+3 a bug (traceback shown). Signals (SIGTERM, SIGINT) end the run after removing any
+temporary output file; a closed stdout pipe ends it quietly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as _cx  # type: ignore[no-redef]
+
+from spectra_cli import __version__
+from spectra_cli.errors import SpectraError
+
+EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
+
+
+class _Never(Exception):
+    pass
+
+
+class _Signalled(BaseException):
+    """SIGTERM or SIGINT arrived: unwind (finally clauses remove temporary files), then exit."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_NoArgsIsHelp: type[Exception] = getattr(_cx, "NoArgsIsHelpError", _Never)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise _Signalled(signum)
+
+
+def _quiet_broken_pipe() -> None:
+    """stdout's reader went away (``| head``): exit quietly, as a Unix tool does, never as a
+    failed check (exit 1). Python would complain again when flushing at exit, so point stdout
+    at /dev/null first."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
+    sys.exit(128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else EXIT_OK)
+
+
+class SpectraGroup(TyperGroup):
+    """Maps exceptions to exit codes for the entry point and for CliRunner alike."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False  # exceptions reach us; we choose the exit code
+        import warnings
+
+        from spectra_cli.errors import SpectraWarning
+
+        # The reports carry their warnings; the CLI shows them itself (table, or stderr with --json).
+        warnings.simplefilter("ignore", SpectraWarning)
+        try:
+            rv = super().main(*args, **kwargs)
+        except SpectraError as exc:
+            _error(exc.for_cli())
+            sys.exit(EXIT_USAGE)
+        except _NoArgsIsHelp as exc:
+            ctx = getattr(exc, "ctx", None)
+            sys.stderr.write((ctx.get_help() if ctx is not None else str(exc)) + "\n")
+            sys.exit(EXIT_USAGE)
+        except _cx.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _error(exc.format_message().replace("\n", " ") + hint)
+            sys.exit(EXIT_USAGE)
+        except typer.Abort:
+            _error("aborted")
+            sys.exit(EXIT_USAGE)
+        except _cx.ClickException as exc:
+            _error(exc.format_message())
+            sys.exit(EXIT_USAGE)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except _Signalled as exc:
+            from spectra_cli.sinks import remove_temporaries
+
+            remove_temporaries()
+            sys.exit(128 + exc.signum)
+        except RecursionError:
+            _error("input nested too deeply to read (e.g. JSON nested thousands of levels)")
+            sys.exit(EXIT_USAGE)
+        except OSError as exc:
+            # The file system refused (an unwritable output, a vanished input): the user's to fix.
+            where = f" {exc.filename}" if exc.filename else ""
+            _error(f"cannot access{where}: {exc.strerror or exc}")
+            sys.exit(EXIT_USAGE)
+        except MemoryError:
+            _error("out of memory; select fewer rows or features, or lower --block-rows")
+            sys.exit(EXIT_USAGE)
+        except Exception:  # noqa: BLE001 - anything else is a bug: show it
+            traceback.print_exc()
+            sys.stderr.write("spectra: unexpected error (a bug): please report it with the traceback above\n")
+            sys.exit(EXIT_BUG)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"error: {message.strip().splitlines()[0] if message.strip() else 'failed'}\n")
+
+
+app = typer.Typer(
+    cls=SpectraGroup,
+    name="spectra",
+    help="Measure the geometry of embedding and activation matrices: covariance spectra, "
+    "power-law exponents, effective ranks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"spectra {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """spectra: covariance spectra, power laws and effective ranks of embedding matrices."""
+
+
+def emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
+    """One strict JSON document on stdout (and each report warning as a stderr line), or the
+    tables ``render(doc, console)`` draws (the report tables by default)."""
+    if as_json:
+        from spectra_cli.render.json import dumps
+
+        sys.stdout.write(dumps(doc) + "\n")
+        sys.stdout.flush()
+        # stdout stays one JSON document; a person watching the run still sees the warnings.
+        for w in doc.get("warnings", []) if isinstance(doc.get("warnings"), list) else []:
+            sys.stderr.write(f"warning: {w}\n")
+        return
+    from spectra_cli.render.table import console_for
+
+    console = console_for()
+    if render is None:
+        from spectra_cli.render.table import print_report
+
+        print_report(doc, console)
+    else:
+        render(doc, console)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    app()

@@ -1,0 +1,229 @@
+"""The CI-facing commands: check, batch, compare, trend. Each parses its options, calls the
+library and hands the result to a renderer."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from spectra_cli.cli.app import EXIT_CHECK, app, emit
+from spectra_cli.cli.options import BlockRows, Column, Ddof, Json, Key, Plot, Precision, Rows, Sample, Uncentered
+
+FitWindow = Annotated[list[str] | None, typer.Option("--window", metavar="K1:K2",
+                                                     help="Fit window K1:K2 or auto (repeatable).")]
+FitMethod = Annotated[str, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank.")]
+FitModel = Annotated[str, typer.Option("--model", metavar="MODEL", help="power-law | log-corrected | broken.")]
+AllowMismatch = Annotated[bool, typer.Option("--allow-option-mismatch", help="Compare reports made with different "
+                                             "number-changing options (stated in the output).")]
+
+
+@app.command()
+def check(
+    path: Annotated[str, typer.Argument(metavar="PATH", help="Input matrix, or a spectra JSON report (.json).",
+                                        show_default=False)],
+    require: Annotated[list[str] | None, typer.Option("--require", metavar="SPEC", help="'FIELD OP VALUE', "
+                                                      "'FIELD between LO HI' or 'FIELD == VALUE +- TOL' "
+                                                      "(repeatable).")] = None,
+    config: Annotated[str | None, typer.Option("--config", metavar="FILE.toml", help="spectra.toml with a [check] "
+                                               "table (and [fit] options).")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", metavar="REPORT.json",
+                                                 help="A previous JSON report to compare with.")] = None,
+    max_change: Annotated[list[str] | None, typer.Option("--max-change", metavar="FIELD=LIMIT", help="FIELD=LIMIT "
+                                                         "or FIELD=PCT% against the baseline (repeatable).")] = None,
+    window: FitWindow = None,
+    method: Annotated[str | None, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank "
+                                               "(default ols).")] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="power-law | log-corrected | broken "
+                                              "(default power-law).")] = None,
+    uncentered: Annotated[bool | None, typer.Option("--uncentered", help="Second moment X^T X / n instead of the "
+                                                    "covariance.", show_default=False)] = None,
+    key: Key = None, column: Column = None, rows: Rows = None, sample: Sample = None,
+    seed: Annotated[int | None, typer.Option("--seed", metavar="S", help="Seed of --sample.")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", metavar="float64|float32",
+                                                  help="Arithmetic of the products (default float64).")] = None,
+    allow_option_mismatch: AllowMismatch = False,
+    json: Json = False,
+) -> None:
+    """Evaluate thresholds on a report: exit 0 when all pass, 1 when any fails, 2 on bad input or spec.
+
+    Flags win over the config's [fit] table, which wins over the defaults.
+
+    \b
+    Examples:
+      spectra check acts.npy --require "fit.alpha between 0.6 0.9" --require "rank.participation_ratio >= 50"
+      spectra check report.json --config spectra.toml --baseline last_good.json --max-change fit.alpha=0.05
+    """
+    from spectra_cli.checks import evaluate, fit_options, load_config, parse_max_change, parse_require
+    from spectra_cli.compare import as_report, load_report
+    from spectra_cli.errors import OptionError, param
+    from spectra_cli.provenance import check_same_options
+
+    cfg = load_config(config) if config else {"require": [], "baseline": None, "max_change": [], "fit": {}}
+    checks = [parse_require(r) for r in [*cfg["require"], *(require or [])]]
+    checks += [parse_max_change(m) for m in [*cfg["max_change"], *(max_change or [])]]
+    if not checks:
+        raise OptionError(f"check needs at least one {param('require')} or {param('max_change')} (or a [check] "
+                          f"table via {param('config')}).")
+    base_path = baseline or cfg["baseline"]
+    base = load_report(base_path) if base_path else None
+    opts = fit_options(cfg["fit"], dict(window=window, method=method, model=model, uncentered=uncentered, key=key,
+                                        column=column, rows=rows, sample=sample, seed=seed, precision=precision))
+    doc = as_report(path, opts)
+    mismatch = check_same_options(doc, base, what=f"{path} and the baseline {base_path}",
+                                  allow=allow_option_mismatch) if base is not None else []
+    verdicts = evaluate(doc, checks, base)
+    passed = all(v.passed for v in verdicts)
+    doc["checks"] = {"passed": passed, "baseline": base_path, "option_mismatch": mismatch,
+                     "results": [v.to_dict() for v in verdicts]}
+    for m in mismatch:
+        sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
+    from spectra_cli.render.summaries import print_checks
+    from spectra_cli.results import json_safe
+
+    emit(json_safe(doc), json, lambda d, console: print_checks(path, verdicts, console))
+    if not passed:
+        raise typer.Exit(EXIT_CHECK)
+
+
+@app.command()
+def batch(
+    paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, directories, globs; .safetensors "
+                                               "give one item per 2-D tensor.", show_default=False)],
+    jsonl: Annotated[str | None, typer.Option("--jsonl", metavar="FILE", help="Write one JSON report per line to "
+                                              "this file (locked while the batch runs).")] = None,
+    workers: Annotated[int, typer.Option("--workers", metavar="N", help="Worker processes.")] = 1,
+    tensors: Annotated[str | None, typer.Option("--tensors", metavar="REGEX",
+                                                help="Regex on tensor names (re.search).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Skip items already in --jsonl with the same "
+                                         "fingerprint; repair a cut last line, retry failed items.")] = False,
+    window: FitWindow = None, method: FitMethod = "ols", model: FitModel = "power-law",
+    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
+                       ] = False,
+    block_rows: BlockRows = 8192,
+    allow_option_mismatch: AllowMismatch = False,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout instead of the summary table.")
+                    ] = False,
+) -> None:
+    """Analyse many matrices or checkpoint tensors in parallel: JSON Lines and a summary table.
+
+    \b
+    Examples:
+      spectra batch runs/*/step_*.npy --jsonl results.jsonl --workers 2
+      spectra batch checkpoint.safetensors --tensors 'attn|mlp' --jsonl weights.jsonl --resume
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from spectra_cli.batch import enumerate_items, run_to_jsonl
+    from spectra_cli.render.json import dumps
+
+    if resume and not jsonl:
+        from spectra_cli.errors import OptionError
+
+        raise OptionError("--resume needs --jsonl FILE (the results to resume from).")
+    items, notes = enumerate_items(paths, tensors)
+    options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
+                   precision=precision, density=density, block_rows=block_rows)
+    for note in notes:
+        sys.stderr.write(f"note: {note}\n")
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                  disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("batch", total=len(items))
+
+        def on_result(doc: dict[str, Any]) -> None:
+            if json:
+                sys.stdout.write(dumps(doc, indent=None) + "\n")
+                sys.stdout.flush()
+            progress.advance(task)
+
+        run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers,
+                           allow_option_mismatch=allow_option_mismatch, on_result=on_result)
+    for note in run.notes:
+        sys.stderr.write(f"note: {note}\n")
+    if run.skipped:
+        sys.stderr.write(f"note: --resume skips {run.skipped} item(s) already in {jsonl}\n")
+    for m in run.option_mismatch[:1]:
+        sys.stderr.write(f"warning: lines already in {jsonl} were made with other options ({m}); "
+                         "--allow-option-mismatch\n")
+    failed = [r for r in run.results if "error" in r]
+    if not json:
+        from spectra_cli.render.summaries import print_batch
+        from spectra_cli.render.table import console_for
+
+        print_batch(run.results, [it.name for it in items], skipped=run.skipped, jsonl=jsonl, console=console_for())
+    for r in failed:
+        sys.stderr.write(f"error: {r['item']}: {r['error']}\n")
+    if failed:
+        raise typer.Exit(EXIT_CHECK)
+
+
+@app.command()
+def compare(
+    a: Annotated[str, typer.Argument(metavar="A", help="A report (.json) or an input.", show_default=False)],
+    b: Annotated[str, typer.Argument(metavar="B", help="Another report (.json) or input.", show_default=False)],
+    window: FitWindow = None, method: FitMethod = "ols", uncentered: Uncentered = False,
+    allow_option_mismatch: AllowMismatch = False, json: Json = False,
+) -> None:
+    """Two reports (or inputs) side by side: each metric, the difference and the relative difference.
+
+    \b
+    Examples:
+      spectra compare old.json new.json
+      spectra compare step_100.npy step_200.npy --window 11:200 --json
+    """
+    from spectra_cli.compare import as_report, compare_doc
+    from spectra_cli.compare import compare as compare_reports
+    from spectra_cli.provenance import check_same_options
+
+    opts: dict[str, Any] = {"method": method, "centered": not uncentered}
+    if window:
+        opts["window"] = window
+    da, db = as_report(a, opts), as_report(b, opts)
+    mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
+    for m in mismatch:
+        sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
+    rows = compare_reports(da, db)
+    from spectra_cli.render.summaries import print_compare
+
+    doc = compare_doc(da, db, rows)
+    doc["option_mismatch"] = mismatch
+    emit(doc, json, lambda d, console: print_compare(a, b, rows, console))
+
+
+@app.command()
+def trend(
+    jsonl: Annotated[str, typer.Argument(metavar="RESULTS.jsonl", help="JSON Lines from spectra batch.",
+                                         show_default=False)],
+    metric: Annotated[list[str] | None, typer.Option("--metric", metavar="FIELD", help="Report field, e.g. "
+                                                     "fit.alpha (repeatable).")] = None,
+    step_regex: Annotated[str | None, typer.Option("--step-regex", metavar="REGEX",
+                                                   help="Regex whose group 1 is the step.")] = None,
+    plot: Plot = None,
+    json: Json = False,
+) -> None:
+    """Metrics of a batch against the step number in the item names (table, JSON, plot).
+
+    \b
+    Examples:
+      spectra trend results.jsonl --metric fit.alpha --plot alpha.png
+      spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
+    """
+    from spectra_cli.trend import load_points, plot_trend, trend_doc
+
+    metrics = list(metric or [])
+    if plot is not None:
+        from spectra_cli.render.plot import check_plot_target
+
+        check_plot_target(plot)
+    points, notes = load_points(jsonl, metrics, step_regex)
+    if plot is not None:
+        plot_trend(points, metrics, plot)
+    for note in notes:
+        sys.stderr.write(f"note: {note}\n")
+    from spectra_cli.render.summaries import print_trend
+
+    emit(trend_doc(points, metrics, notes), json, lambda d, console: print_trend(jsonl, points, metrics, console))

@@ -1,0 +1,46 @@
+"""Options shared by the commands that read a matrix (metavars as the README writes them)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+Path = Annotated[str, typer.Argument(metavar="PATH", help="Input: .npy, .npz, .parquet, a directory or a glob of "
+                                     "Parquet files, a file.safetensors::tensor, or a moment file.",
+                                     show_default=False)]
+Key = Annotated[str | None, typer.Option("--key", metavar="NAME", help="Array name inside a .npz archive.")]
+Column = Annotated[str | None, typer.Option("--column", metavar="NAME",
+                                            help="Parquet vector column (list or fixed-size list).")]
+Columns = Annotated[str | None, typer.Option("--columns", metavar="A,B,C",
+                                             help="Comma-separated numeric Parquet columns, one feature each.")]
+Rows = Annotated[str | None, typer.Option("--rows", metavar="START:STOP",
+                                          help="Row range (0-based, half-open).")]
+Sample = Annotated[int | None, typer.Option("--sample", metavar="N",
+                                            help="Use N rows drawn uniformly without replacement.")]
+Seed = Annotated[int, typer.Option("--seed", metavar="S", help="Seed of --sample.")]
+Weights = Annotated[str | None, typer.Option("--weights", metavar="FILE.npy",
+                                             help="1-D .npy of row weights (counts or probabilities).")]
+WeightCol = Annotated[str | None, typer.Option("--weight-column", metavar="NAME",
+                                               help="Parquet column of row weights.")]
+Uncentered = Annotated[bool, typer.Option("--uncentered", help="Second moment X^T X / n instead of the covariance.")]
+Ddof = Annotated[int, typer.Option("--ddof", metavar="K", help="Delta degrees of freedom of the unweighted "
+                                   "covariance.")]
+Precision = Annotated[str, typer.Option(
+    "--precision", metavar="float64|float32",
+    help="Arithmetic of the products: float64 (exact) or float32 (fast, higher floor).")]
+BlockRows = Annotated[int, typer.Option("--block-rows", metavar="N",
+                                        help="Rows per block (memory is O(d^2 + block)).")]
+DropNonfinite = Annotated[bool, typer.Option("--drop-nonfinite", help="Skip rows with NaN/inf instead of failing.")]
+MaxMemory = Annotated[str | None, typer.Option("--max-memory", metavar="SIZE", help="Memory the run's matrices may "
+                                               "take, e.g. 8GB (default: half the physical memory).")]
+Json = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of tables.")]
+Logits = Annotated[str | None, typer.Option("--logits", metavar="FILE.npy",
+                                            help="1-D .npy of scores z: row weights softmax(z / T).")]
+Temperature = Annotated[float, typer.Option("--temperature", metavar="T", help="Temperature T of --logits.")]
+Plot = Annotated[str | None, typer.Option("--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; needs "
+                                          "the 'plot' extra).")]
+
+
+def split_columns(text: str | None) -> list[str] | None:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None

@@ -1,0 +1,166 @@
+"""The mergeable states of a pass over the rows.
+
+A pass feeds every block ``(X, w)`` to a set of states, each with ``update(X, w)``;
+two states of the same kind built from different rows combine with ``merge``, so any
+split of the rows (blocks, files, processes, cluster workers) gives the same result up to
+rounding. States pickle small (O(d^2) at most, never rows or scratch buffers), so a worker
+can return one. :class:`RowGuard` is the policy applied to each block before the states
+see it (weights checked, non-finite rows refused or dropped).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from spectra_cli.errors import InputError, param
+from spectra_cli.moments import Moments
+
+
+class State(Protocol):
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None: ...
+
+
+class MomentsState:
+    """Moments of the rows seen (the streaming fast path of :mod:`spectra_cli.moments`), and
+    optionally the moments of up to ``groups`` groups of blocks for the bootstrap.
+
+    The first block with a finite, unscaled mean fixes the shift that later blocks are centred
+    on in one product. Groups are contiguous runs of blocks when ``n_blocks`` is known (a file),
+    else blocks in turn (an online stream): block ``i`` goes to group ``i mod groups``.
+    """
+
+    def __init__(self, d: int, *, weighted: bool = False, precision: str = "float64", groups: int = 0,
+                 n_blocks: int | None = None) -> None:
+        self.moments = Moments.empty(d, weighted=weighted)
+        self.precision = precision
+        self.n_groups = groups
+        self.n_blocks = n_blocks
+        self.groups = [Moments.empty(d, weighted=weighted) for _ in range(groups)]
+        self.blocks_seen = 0
+        self._shift: np.ndarray | None = None
+        self._scratch: np.ndarray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_scratch"] = None  # a reusable buffer, not data
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        if self._shift is None:
+            bm = Moments.from_block(X, w, precision=self.precision)
+            if np.all(np.isfinite(bm.mean)) and bm.scale == 1.0 and bm.weight_sum > 0:
+                self._shift = bm.mean
+        else:
+            d = X.shape[1]
+            dt = np.float32 if self.precision == "float32" else np.float64
+            if self._scratch is None or self._scratch.shape[0] < len(X):
+                self._scratch = np.empty((len(X), d + 1), dtype=dt)
+            bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)
+        self.moments = self.moments.merge(bm)
+        if self.n_groups:
+            i = self.blocks_seen
+            g = i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups
+            self.groups[min(g, self.n_groups - 1)] = self.groups[min(g, self.n_groups - 1)].merge(bm)
+        self.blocks_seen += 1
+
+    def merge(self, other: MomentsState) -> MomentsState:
+        """Combine with the state of other rows (this one changes and is returned)."""
+        self.moments = self.moments.merge(other.moments)
+        if self._shift is None:
+            self._shift = other._shift
+        groups = [g for g in (*self.groups, *other.groups) if g.n > 0]
+        limit = max(self.n_groups, other.n_groups)
+        while limit and len(groups) > limit:  # pairwise, keeping neighbours together
+            groups = [groups[i].merge(groups[i + 1]) if i + 1 < len(groups) else groups[i]
+                      for i in range(0, len(groups), 2)]
+        self.groups, self.n_groups = groups, limit
+        self.blocks_seen += other.blocks_seen
+        return self
+
+    def filled_groups(self) -> tuple[Moments, ...]:
+        return tuple(g for g in self.groups if g.n > 0)
+
+
+class RowsState:
+    """The rows themselves (float64), for the ``n < d`` Gram route and the shuffled control."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.weights: list[np.ndarray] = []
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        self.rows.append(np.array(X, dtype=np.float64))
+        if w is not None:
+            self.weights.append(np.array(w, dtype=np.float64))
+
+    def merge(self, other: RowsState) -> RowsState:
+        self.rows += other.rows
+        self.weights += other.weights
+        return self
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray | None]:
+        X = np.concatenate(self.rows) if self.rows else np.zeros((0, 0))
+        return X, (np.concatenate(self.weights) if self.weights else None)
+
+
+class RowGuard:
+    """Checks each block before the states see it.
+
+    Weights must be finite and >= 0. Rows with NaN or inf are dropped and counted
+    (``drop_nonfinite``) or, by default, fail the pass: once one is seen, the remaining
+    blocks are only counted so that :meth:`finish` can give the total and the first row.
+    """
+
+    def __init__(self, where: str, *, drop_nonfinite: bool) -> None:
+        self.where = where
+        self.drop = drop_nonfinite
+        self.dropped = 0
+        self.bad = 0
+        self.first_bad: int | None = None
+
+    def filter(self, X: np.ndarray, w: np.ndarray | None, row_id: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        if w is not None:
+            badw = ~(np.isfinite(w) & (w >= 0))
+            if np.any(badw):
+                i = int(np.flatnonzero(badw)[0])
+                raise InputError(f"weight of row {row_id(i)} is {float(w[i])}; weights must be finite and >= 0.")
+        ok = finite_rows(X)
+        if ok is None:
+            return (X[:0], None if w is None else w[:0]) if self.bad else (X, w)
+        bad = np.flatnonzero(~ok)
+        if self.drop:
+            self.dropped += bad.size
+            return X[ok], None if w is None else w[ok]
+        if not self.bad:
+            self.first_bad = row_id(int(bad[0]))
+        self.bad += bad.size
+        return X[:0], None if w is None else w[:0]
+
+    def finish(self) -> None:
+        if self.bad:
+            raise InputError(
+                f"{self.where} has {self.bad} row(s) with NaN or inf entries (first at row {self.first_bad}); "
+                f"clean the data or pass {param('drop_nonfinite')} to skip those rows."
+            )
+
+
+def finite_rows(X: np.ndarray) -> np.ndarray | None:
+    """None when every entry is finite, else a boolean mask of the finite rows.
+
+    A product with a ones vector (1-2 % of the block's second-moment product) finds blocks
+    without NaN/inf; only a block whose row sums are not finite is inspected entry by entry.
+    """
+    if X.dtype.kind in "iub" or not X.size:
+        return None
+    if X.dtype in (np.float32, np.float64):
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = X @ np.ones(X.shape[1], dtype=X.dtype)
+        if np.all(np.isfinite(s)):
+            return None
+    ok = np.all(np.isfinite(X), axis=1)
+    return None if ok.all() else ok

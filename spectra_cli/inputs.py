@@ -1,0 +1,298 @@
+"""What an analysis reads, opened once and read in passes.
+
+``data`` may be a path (``.npy``, ``.npz``, Parquet, safetensors, or a moment file written by
+:meth:`Accumulator.save`), a numpy array, anything with ``__array__`` or ``__dlpack__`` (torch,
+jax, cupy tensors move to host memory), or an :class:`~spectra_cli.accumulator.Accumulator`.
+The first pass builds the mergeable states the analyses need; a second pass (partition
+isotropy, the shuffled control, whitening) reads the rows again through the same loop.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.accumulator import Accumulator
+from spectra_cli.analysis.isotropy import CosineAccumulator
+from spectra_cli.engine import MomentsState, Progress, RowGuard, RowsState, State, run_pass
+from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.moments import Moments
+from spectra_cli.options import ReadOptions
+from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, fingerprint, iter_selected, open_source
+from spectra_cli.sources.select import RowSpec, WeightsArray
+
+#: Group moments kept for the bootstrap may use at most this much memory.
+GROUP_MEMORY = 1 << 30
+MIN_BLOCKS_FOR_GROUPS = 32
+
+ACCEPTED = ("a path (str or os.PathLike), a numpy array, an object with __array__ or __dlpack__ "
+            "(torch, jax, cupy tensors), or a spectra Accumulator")
+
+
+def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
+    """A numpy view of an array-like: ndarray, ``__dlpack__`` (copied to host if needed) or ``__array__``.
+
+    Lists, strings and other objects are a TypeError: spectra does not guess a matrix from them.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    if isinstance(obj, str | bytes | os.PathLike | list | tuple | dict | set) or obj is None:
+        kind = type(obj).__name__
+        hint = " (wrap it as np.asarray(...) if it is a list of rows)" if isinstance(obj, list | tuple) else ""
+        raise TypeError(f"{what} must be an array: a numpy array or an object with __array__ or __dlpack__; "
+                        f"got {kind}{hint}.")
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj, device="cpu")
+        except (TypeError, BufferError, ValueError, RuntimeError, AttributeError) as first:
+            if not hasattr(obj, "__array__"):
+                raise TypeError(f"{what} could not be read through DLPack ({first}); move it to host memory "
+                                "and a dtype numpy knows (e.g. tensor.float().cpu()).") from None
+    if hasattr(obj, "__array__"):
+        try:
+            arr = np.asarray(obj)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            raise TypeError(f"{what} could not be converted to an array: {exc}") from None
+        if arr.dtype.hasobject:
+            raise TypeError(f"{what} converts to an object array (ragged rows?); a numeric matrix is required.")
+        return arr
+    raise TypeError(f"{what} must be {ACCEPTED}; got {type(obj).__name__}.")
+
+
+def is_moment_file(path: str) -> bool:
+    """An ``.npz`` written by :meth:`Accumulator.save` (it holds ``format`` and ``meta`` members)."""
+    if not path.lower().endswith(".npz") or not os.path.isfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return {"format.npy", "meta.npy", "m2.npy"} <= names
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulated:
+    """What the first pass produced: ``moments`` (the d x d route) or ``rows``/``weights``
+    (the Gram route, taken when fewer rows than features are selected)."""
+
+    n_features: int
+    n_rows: int
+    n_dropped: int
+    moments: Moments | None
+    rows: np.ndarray | None
+    weights: np.ndarray | None
+    groups: tuple[Moments, ...] = ()
+    cosine: CosineAccumulator | None = None
+    precision: str = "float64"
+
+    def constant_columns(self) -> int:
+        """Features with exactly zero spread among the used rows."""
+        if self.moments is not None:
+            return int(np.count_nonzero(np.diag(self.moments.m2) == 0.0))
+        assert self.rows is not None
+        return int(np.count_nonzero(np.ptp(self.rows, axis=0) == 0.0))
+
+    def mean(self) -> np.ndarray:
+        if self.moments is not None:
+            return self.moments.mean * self.moments.scale
+        assert self.rows is not None
+        if self.weights is not None:
+            return (self.weights @ self.rows) / self.weights.sum()
+        return self.rows.mean(axis=0)
+
+    @property
+    def weighted(self) -> bool:
+        return self.moments.weighted if self.moments is not None else self.weights is not None
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / (1 << 30):.3g} GiB"
+
+
+class Input:
+    """An opened input (use as a context manager)."""
+
+    def __init__(self, data: Any, read: ReadOptions) -> None:
+        self.read = read
+        self.accumulator: Accumulator | None = None
+        self.source: Source | None = None
+        self.path: str | None = None
+        self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
+        if isinstance(data, Accumulator):
+            self.accumulator = data
+        elif isinstance(data, str | os.PathLike):
+            self.path = os.fspath(data)
+            if is_moment_file(self.path):
+                self.accumulator = Accumulator.load(self.path)
+            else:
+                self.source = open_source(self.path, key=read.key, column=read.column,
+                                          columns=list(read.columns) if read.columns else None,
+                                          weight_column=read.weight_column)
+        else:
+            from spectra_cli.sources.array import ArraySource
+
+            self.source = ArraySource(as_array(data, what="data"))
+        if self.accumulator is not None:
+            self._refuse_row_options()
+            acc = self.accumulator
+            self.info = SourceInfo(path=self.path or "<accumulator>", format="moments", shape=(acc.n, acc.d),
+                                   dtype=acc.precision, n_rows=acc.n, n_features=acc.d,
+                                   layout="accumulated moments (no rows)")
+            return
+        assert self.source is not None
+        self.info = self.source.info
+        try:
+            self.weights = self._open_weights()
+        except BaseException:
+            self.source.close()
+            raise
+
+    def _open_weights(self) -> WeightsFile | LogitsWeights | WeightsArray | None:
+        read, n = self.read, self.info.n_rows
+        if isinstance(read.weights, str):
+            return WeightsFile(read.weights, n)
+        if isinstance(read.weights, np.ndarray):
+            return WeightsArray(read.weights, n)
+        if read.logits is not None:
+            return LogitsWeights(read.logits, n, read.temperature)
+        return None
+
+    def _refuse_row_options(self) -> None:
+        r = self.read
+        given = [name for name, v in (("rows", r.rows.start is not None or r.rows.stop is not None),
+                                      ("sample", r.rows.sample is not None), ("weights", r.weights is not None),
+                                      ("weight_column", r.weight_column is not None),
+                                      ("logits", r.logits is not None), ("key", r.key is not None),
+                                      ("column", r.column is not None), ("columns", r.columns is not None)) if v]
+        if given:
+            raise OptionError(f"{', '.join(param(g) for g in given)} select(s) rows or weights of a data matrix; "
+                              "accumulated moments have no rows to select.")
+
+    def __enter__(self) -> Input:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+
+    @property
+    def precision(self) -> str:
+        return self.accumulator.precision if self.accumulator is not None else self.read.precision
+
+    @property
+    def n_selected(self) -> int:
+        return self.read.rows.n_selected(self.info.n_rows) if self.source is not None else self.info.n_rows
+
+    # -- passes --------------------------------------------------------------------------------
+    def first_pass(self, *, groups: int = 0, cosine: bool = False, gram: bool = True,
+                   progress: Progress | None = None) -> Accumulated:
+        """One pass over the selected rows into the states the analyses asked for."""
+        if self.accumulator is not None:
+            return self._from_accumulator(groups=groups, cosine=cosine)
+        assert self.source is not None
+        info, read = self.info, self.read
+        d, total = info.n_features, self.n_selected
+        if d == 0:
+            raise InputError(f"{info.path} has 0 columns (shape {info.shape}); at least 1 feature is required.")
+        if total == 0:
+            raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
+        weighted = self.weights is not None or self.source.has_weights
+        use_gram = gram and total < d
+        block_rows, n_groups, n_blocks = read.block_rows, 0, None
+        if groups > 0 and not use_gram:
+            if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
+                block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
+            n_blocks = -(-total // block_rows)
+            n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
+        self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
+        main: MomentsState | RowsState = RowsState() if use_gram else MomentsState(
+            d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks)
+        cos = CosineAccumulator(d) if cosine else None
+        states: list[State] = [main] + ([cos] if cos is not None else [])
+        guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite)
+        run_pass(iter_selected(self.source, read.rows, block_rows, self.weights), states, guard, total=total,
+                 progress=progress)
+        rows: np.ndarray | None = None
+        wts: np.ndarray | None = None
+        moments: Moments | None = None
+        grp: tuple[Moments, ...] = ()
+        if isinstance(main, RowsState):
+            rows, wts = main.matrix()
+            n_used = len(rows)
+            total_w = float(wts.sum()) if wts is not None else float(n_used)
+        else:
+            moments, grp = main.moments, main.filled_groups()
+            n_used, total_w = moments.n, moments.weight_sum
+        if n_used < 2:
+            raise InputError(f"{info.path} has {n_used} usable row{'s' if n_used != 1 else ''} "
+                             f"(shape ({n_used}, {d})); at least 2 are required.")
+        if weighted and total_w == 0.0:
+            raise InputError("all weights are zero; at least one row needs a positive weight.")
+        return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision)
+
+    def _from_accumulator(self, *, groups: int, cosine: bool) -> Accumulated:
+        acc = self.accumulator
+        assert acc is not None
+        if acc.n < 2:
+            raise InputError(f"{self.info.path} holds {acc.n} row(s); at least 2 are required.")
+        if acc.weighted and acc.moments.weight_sum == 0.0:
+            raise InputError("all weights are zero; at least one row needs a positive weight.")
+        self.check_memory(acc.d, acc.n, use_gram=False, extra_matrices=0)
+        return Accumulated(acc.d, acc.n, acc.n_dropped, acc.moments, None, None, acc.groups if groups else (),
+                           acc.cosine if cosine else None, acc.precision)
+
+    def second_pass(self, states: list[State], *, need: str, progress: Progress | None = None,
+                    rows: RowSpec | None = None) -> None:
+        """The selected rows (or ``rows``) once more, through the same loop (rows the first pass
+        dropped are dropped again). ``need`` names the analysis, for the error an Accumulator gets."""
+        if self.source is None:
+            raise OptionError(f"{need} needs a second pass over the rows; accumulated moments (an Accumulator or "
+                              "a moment file) cannot give it: leave it out or pass the data itself.")
+        spec = rows or self.read.rows
+        guard = RowGuard(self.info.path, drop_nonfinite=True)
+        run_pass(iter_selected(self.source, spec, self.read.block_rows, self.weights), states, guard,
+                 total=spec.n_selected(self.info.n_rows), progress=progress)
+
+    def check_memory(self, d: int, n: int, *, use_gram: bool, extra_matrices: int = 0) -> None:
+        """Refuse, before reading, a run whose matrices would not fit the memory budget."""
+        budget = self.read.memory_budget()
+        if use_gram:
+            need = 8.0 * n * d + 3 * 8.0 * n * n
+            what = f"{n} rows of {d} features and {n} x {n} float64 Gram matrices"
+        else:
+            need = (3 + extra_matrices) * 8.0 * d * d
+            what = f"{3 + extra_matrices} float64 matrices of {d} x {d}"
+        if need > budget:
+            raise InputError(f"{self.info.path}: the spectrum needs about {_gib(need)} ({what}); the memory budget "
+                             f"is {_gib(budget)}. Raise it with {param('max_memory')} (e.g. {_gib(need * 1.2)}) "
+                             "on a machine that has it, or select fewer features.")
+
+    # -- what the report says about the input ------------------------------------------------------
+    def source_report(self, first: Accumulated | None) -> dict[str, Any]:
+        out = self.info.to_dict()
+        spec = self.read.rows if self.source is not None else RowSpec()
+        out.update(spec.to_dict())
+        out["rows_used"] = first.n_rows if first is not None else None
+        out["rows_dropped"] = first.n_dropped if first is not None else 0
+        out["fingerprint"] = fingerprint(self.path) if self.path is not None else None
+        return out
+
+    def options_report(self) -> dict[str, Any]:
+        out = self.read.to_report()
+        acc = self.accumulator
+        if acc is not None:
+            out["precision"] = acc.precision
+            out["block_rows"] = acc.block_rows
+            out["drop_nonfinite"] = acc.drop_nonfinite
+            if acc.weighted:
+                out["weights"] = {"accumulated": True, "normalised": "p = w / sum w"}
+                out["ddof"] = None
+        return out

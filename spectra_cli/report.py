@@ -1,0 +1,87 @@
+"""Report assembly, below the orchestrators: warnings about a spectrum, timings, and the
+frozen :class:`~spectra_cli.results.Report` with its source and options sections."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings as _warnings
+from typing import Any
+
+from spectra_cli.errors import SpectraWarning
+from spectra_cli.inputs import Accumulated, Input
+from spectra_cli.results import Report
+from spectra_cli.spectrum import NEAR_NULL_GAP, Spectrum
+
+# n/d below which the tail of a sample covariance is visibly biased (Marchenko–Pastur).
+SAMPLING_WARN_RATIO = 10.0
+
+
+def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
+    """Suspect but computable facts about a spectrum, one sentence each."""
+    out: list[str] = []
+    d = spec.n_features
+    if first is not None and first.n_dropped:
+        out.append(f"{first.n_dropped} row(s) with NaN or inf entries were dropped (--drop-nonfinite)")
+    if spec.structural_zeros:
+        out.append(
+            f"n = {spec.n_samples} < d = {d}: at most {spec.sampling_rank} non-zero eigenvalues; "
+            f"{spec.structural_zeros} are structural zeros and not listed"
+        )
+    elif spec.n_over_d is not None and spec.n_over_d < SAMPLING_WARN_RATIO:
+        out.append(
+            f"n/d = {spec.n_over_d:.3g} < {SAMPLING_WARN_RATIO:g}: tail eigenvalues of the sample covariance "
+            "are biased by finite sampling (Marchenko-Pastur)"
+        )
+    const = first.constant_columns() if first is not None else 0
+    if const:
+        out.append(f"{const} constant column(s): each adds an exactly zero eigenvalue")
+    below = spec.eigenvalues.size - spec.numerical_rank
+    if below:
+        out.append(
+            f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "
+            "null directions (e.g. LayerNorm's, constant or dependent columns); they enter no logarithm or fit"
+        )
+    near = spec.near_null_count
+    if near:
+        k = spec.numerical_rank - near
+        out.append(
+            f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times below rank {k}: "
+            "near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding); excluded from fits"
+        )
+    return out
+
+
+def emit_warnings(messages: list[str]) -> None:
+    """Each suspect finding is also a SpectraWarning, pointing at the caller's line (the first
+    frame outside spectra_cli), never silent (STYLE)."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("spectra_cli"):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    for m in messages:
+        _warnings.warn(m, SpectraWarning, stacklevel=level)
+
+
+class Stopwatch:
+    """Wall-clock seconds of each stage, in the order they were marked."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def timings(self) -> dict[str, float]:
+        return {**self.laps, "total_s": time.perf_counter() - self.start}
+
+
+def assemble(command: str, inp: Input, first: Accumulated | None, spectrum: Spectrum, *,
+             options: dict[str, Any], warnings: list[str], clock: Stopwatch, **sections: Any) -> Report:
+    """The report of one run; its warnings are also emitted as SpectraWarnings."""
+    emit_warnings(warnings)
+    return Report(command=command, source=inp.source_report(first), options=options, spectrum=spectrum,
+                  warnings=tuple(warnings), timings=clock.timings(), **sections)

@@ -1,0 +1,109 @@
+"""The steps the orchestrators of :mod:`spectra_cli.api` and :mod:`spectra_cli.whiten` share:
+a spectrum from the first pass, the partition-isotropy and shuffled-control second passes,
+the isotropy summary and the bootstrap of the fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from spectra_cli.analysis.controls import ShuffledControl, meets_at, shuffled_spectrum
+from spectra_cli.analysis.isotropy import Isotropy, LogZAccumulator, directions
+from spectra_cli.analysis.isotropy import summary as isotropy_summary
+from spectra_cli.analysis.powerlaw import BootstrapCI, Window
+from spectra_cli.analysis.suite import FitOptions, FitSuite
+from spectra_cli.engine import Progress, RowsState
+from spectra_cli.errors import FitError, OptionError, param
+from spectra_cli.inputs import Accumulated, Input
+from spectra_cli.moments import Moments
+from spectra_cli.spectrum import Spectrum, spectrum_from_moments, spectrum_from_rows
+
+# Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
+CONTROL_MEMORY = 256 << 20
+
+
+def spectrum_of(first: Accumulated, *, centered: bool, ddof: int) -> Spectrum:
+    """The covariance (or uncentred second-moment) spectrum of the first pass."""
+    if centered and not first.weighted and ddof >= first.n_rows:
+        raise OptionError(f"{param('ddof', ddof)} must be less than the number of rows used ({first.n_rows}): "
+                          "the covariance divides by n - ddof.")
+    if first.moments is not None:
+        return spectrum_from_moments(first.moments, centered=centered, ddof=ddof, precision=first.precision)
+    assert first.rows is not None
+    return spectrum_from_rows(first.rows, first.weights, centered=centered, ddof=ddof, precision=first.precision)
+
+
+def uncentered_of(first: Accumulated, main: Spectrum, *, centered: bool) -> Spectrum:
+    """The uncentred spectrum (RankMe's singular values), reusing ``main`` when it is one."""
+    return main if not centered else spectrum_of(first, centered=False, ddof=0)
+
+
+def partition_pass(inp: Input, first: Accumulated, *, scale: str,
+                   progress: Progress | None) -> tuple[LogZAccumulator, float]:
+    """log Z(c) for every direction, streamed in a second pass.
+
+    The scores ``x^T c / s`` are computed in the run's precision (float32 halves the cost and
+    adds a relative error of about 1e-7 |score| to log Z); the log-sum-exp is always float64."""
+    m = first.moments
+    if m is None:
+        assert first.rows is not None
+        m = Moments.from_block(first.rows, first.weights)
+    V, s = directions(m, scale)
+    logz = LogZAccumulator(V, s, dtype=np.float32 if first.precision == "float32" else np.float64)
+    if first.rows is not None:
+        logz.update(first.rows, first.weights)
+    else:
+        inp.second_pass([logz], need=param("partition_isotropy"), progress=progress)
+    return logz, s
+
+
+def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: int, centered: bool,
+                     ddof: int) -> ShuffledControl:
+    """A second pass that gathers rows (all, or a uniform sample within CONTROL_MEMORY), then the
+    spectrum with each column permuted independently."""
+    d = inp.info.n_features
+    spec = inp.read.rows
+    n_sel = inp.n_selected
+    budget = max(2, CONTROL_MEMORY // (8 * d))
+    sub = n_sel > budget
+    rows = RowsState()
+    inp.second_pass([rows], need=param("shuffled_control"),
+                    rows=replace(spec, sample=min(n_sel, budget), seed=seed) if sub else spec)
+    X, w = rows.matrix()
+    ctrl = shuffled_spectrum(X, w, seed=seed, centered=centered, ddof=ddof, precision=first.precision)
+    return ShuffledControl(ctrl.eigenvalues, len(X), sub, seed, meets_at(real, ctrl))
+
+
+def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,
+                scale: str | None = None, scale_value: float | None = None, isoscore: bool = False) -> Isotropy:
+    return isotropy_summary(main.resolved(), main.n_features, first.mean(), first.cosine, logz=logz, scale=scale,
+                            scale_value=scale_value, with_isoscore=isoscore)
+
+
+def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,
+                   replicates: int, seed: int, warnings: list[str]) -> FitSuite:
+    """The basic bootstrap interval of each fit's alpha over the first pass's row-block groups."""
+    from spectra_cli.analysis.bootstrap import bootstrap_statistic, intervals
+    from spectra_cli.analysis.powerlaw import fit_model, with_ci
+
+    if first.moments is None:
+        raise FitError(f"{param('ci')} needs more rows than features (the bootstrap reuses d x d block moments).")
+    if not first.groups:
+        raise FitError(f"{param('ci')} needs group moments: the Accumulator was made without groups "
+                       "(Accumulator(d, groups=32)).")
+    if not suite.fits:
+        return suite
+    groups = first.groups
+    if len(groups) < 10:
+        warnings.append(f"the bootstrap has only {len(groups)} groups of rows; the interval is coarse")
+    fits = []
+    for f in suite.fits:
+        def stat(lam: np.ndarray, window: Window = f.window) -> float:
+            return fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
+
+        values = bootstrap_statistic(groups, stat, centered=centered, ddof=ddof, replicates=replicates, seed=seed)
+        lo, hi, p_lo, p_hi, bias = intervals(values, f.alpha)
+        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, p_lo, p_hi, bias, int(np.isfinite(values).sum()),
+                                           len(groups), seed)))
+    return replace(suite, fits=tuple(fits))

@@ -44,12 +44,19 @@ def schema() -> dict[str, Any]:
     return report_schema()
 
 
-@pytest.fixture
-def validate(schema: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+@pytest.fixture(scope="session")
+def _validator(schema: dict[str, Any]) -> Any:
     import jsonschema
 
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)  # once: jsonschema.validate would re-check the schema on every call
+    return cls(schema)
+
+
+@pytest.fixture
+def validate(_validator: Any) -> Callable[[dict[str, Any]], None]:
     def check(doc: dict[str, Any]) -> None:
-        jsonschema.validate(doc, schema)
+        _validator.validate(doc)
 
     return check
 
@@ -78,3 +85,60 @@ def npy(tmp_path: Path) -> Callable[..., Path]:
         return p
 
     return write
+
+
+# ruff and mypy run in the background while the other tests run (mypy alone takes ~12 s from a
+# cold cache; the suite must stay under a minute on 2 cores); tests/test_lint.py waits for them.
+STATIC_CHECKS = {
+    "ruff": ["-m", "ruff", "check", "spectra_cli", "tests", "bench"],
+    "mypy": ["-m", "mypy", "spectra_cli"],
+}
+_RUNNING: dict[str, Any] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    import subprocess
+    import sys
+
+    if any(item.nodeid.startswith("tests/test_lint.py") for item in session.items):
+        for name, args in STATIC_CHECKS.items():
+            _RUNNING[name] = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True)
+
+
+def static_check_result(name: str) -> tuple[int, str]:
+    """Exit code and output of a background static check (started now if it was not)."""
+    import subprocess
+    import sys
+
+    proc = _RUNNING.pop(name, None)
+    if proc is None:
+        proc = subprocess.Popen([sys.executable, *STATIC_CHECKS[name]], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for proc in _RUNNING.values():
+        proc.kill()
+
+
+# Fixtures shared by the library and command-line tests.
+@pytest.fixture
+def checkpoint(tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(0)
+    w32 = rng.standard_normal((96, 40)).astype(np.float32)
+    w16 = rng.standard_normal((80, 40)).astype(np.float16)
+    safetensors_numpy.save_file({"enc.layer0.attn.weight": w32, "enc.layer0.mlp.weight": w16,
+                                 "enc.layer0.attn.bias": np.zeros(96, np.float32)}, tmp_path / "model.safetensors")
+    return tmp_path / "model.safetensors", w32, w16
+
+
+@pytest.fixture
+def full_rank(tmp_path):
+    X = powerlaw_matrix(20000, 24, 1.0, seed=3, offset=30.0)
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    return p, X

@@ -1,26 +1,18 @@
-"""The test command also runs ruff and mypy on the package (STYLE.md)."""
+"""The test command also runs ruff and mypy on the package (STYLE.md); they start in the
+background when the session starts (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
+import importlib.util
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import static_check_result
 
 
-@pytest.mark.parametrize(
-    "cmd",
-    [
-        [sys.executable, "-m", "ruff", "check", "spectra_cli", "tests", "bench"],
-        [sys.executable, "-m", "mypy", "spectra_cli"],
-    ],
-    ids=["ruff", "mypy"],
-)
-def test_static_checks(cmd):
-    if shutil.which(cmd[2]) is None and subprocess.run([*cmd[:3], "--version"], capture_output=True).returncode:
-        pytest.fail(f"{cmd[2]} is not installed: install the test extras (pip install '.[test]')")
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
+@pytest.mark.parametrize("name", ["ruff", "mypy"])
+def test_static_checks(name):
+    if importlib.util.find_spec(name) is None:
+        pytest.fail(f"{name} is not installed: install the test extras (pip install '.[test]')")
+    code, out = static_check_result(name)
+    assert code == 0, out

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.analysis import unique_sorted
 from spectra_cli.errors import FitError
 
 
@@ -72,7 +73,7 @@ def density_fit(eigenvalues: np.ndarray, *, xmin: float | None = None) -> Densit
             raise FitError(f"xmin {xmin:g} leaves {tail.size} eigenvalue(s) in the tail; at least 2 are required.")
         a, ks = hill(tail, xmin)
         return DensityFit(a, float(xmin), ks, tail.size, (a - 1) / math.sqrt(tail.size), 1)
-    candidates = np.unique(data)[:-1]
+    candidates = unique_sorted(data)[:-1]
     best: tuple[float, float, float, int] | None = None
     for c in candidates:
         start = int(np.searchsorted(data, c, side="left"))

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.analysis import unique_sorted
+
 DEFAULT_WIDTH_DECADES = 0.5
 MIN_POINTS = 5
 
@@ -63,7 +65,7 @@ def local_slope_profile(
     if r < MIN_POINTS:
         return LocalSlope(np.array([]), np.array([]), width_decades)
     n = max(2, int(per_decade * math.log10(r)) + 1)
-    centers = np.unique(np.round(np.exp(np.linspace(0, math.log(r), n))).astype(int))
+    centers = unique_sorted(np.round(np.exp(np.linspace(0, math.log(r), n))).astype(int))
     values = local_slope(eigenvalues, centers, usable_rank=r, width_decades=width_decades)
     keep = np.isfinite(values)
     return LocalSlope(centers[keep].astype(np.float64), values[keep], width_decades)

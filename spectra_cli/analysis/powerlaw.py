@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.analysis import unique_sorted
 from spectra_cli.errors import FitError, OptionError, describe_choices, param
 
 METHODS = ("ols", "logspaced", "inv-rank")
@@ -252,9 +253,9 @@ def auto_window(
     x = np.log(np.arange(1, r + 1, dtype=np.float64))
     # Prefix sums give every window's least-squares fit in O(1).
     c = [np.concatenate([[0.0], np.cumsum(v)]) for v in (np.ones(r), x, y, x * x, x * y, y * y)]
-    grid = np.unique(np.round(np.exp(np.linspace(0, math.log(r), max(2, int(per_decade * math.log10(r)) + 1)))))
+    grid = unique_sorted(np.round(np.exp(np.linspace(0, math.log(r), max(2, int(per_decade * math.log10(r)) + 1)))))
     grid = grid.astype(int)
-    grid = np.unique(np.clip(grid, 1, r))
+    grid = unique_sorted(np.clip(grid, 1, r))
     best: tuple[float, int, int, float] | None = None
     for a in grid:
         for b in grid[grid >= a + min_ranks - 1]:
@@ -384,17 +385,35 @@ def _fit_broken(j: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray, wind
     best_i = min(candidates, key=lambda i: ssr_at(float(x[i]))[0])
     # Refine between neighbouring points: the SSR is smooth in the break position.
     lo, hi = x[max(best_i - 1, 0)], x[min(best_i + 1, m - 1)]
-    from scipy.optimize import minimize_scalar
-
-    res = minimize_scalar(lambda xb: ssr_at(xb)[0], bounds=(lo, hi), method="bounded",
-                          options={"xatol": 1e-6})
-    xb = float(res.x) if res.fun <= ssr_at(float(x[best_i]))[0] else float(x[best_i])
+    xr, fr = golden_section(lambda xb: ssr_at(xb)[0], float(lo), float(hi), xatol=1e-10)
+    xb = xr if fr <= ssr_at(float(x[best_i]))[0] else float(x[best_i])
     _, coef, resid, cov = ssr_at(xb)
     r2, rms, bic = _summary(y, w, resid, 4)
     alpha_1 = -float(coef[1])
     alpha_2 = -float(coef[1] + coef[2])
     return RankFit("broken", method, alpha_1, float(coef[0]), r2, rms, float(np.sqrt(cov[1, 1])), m, bic,
                    window, alpha_2=alpha_2, crossover=float(math.exp(xb)))
+
+
+def golden_section(f: Any, lo: float, hi: float, *, xatol: float) -> tuple[float, float]:
+    """Minimum of a unimodal ``f`` on ``[lo, hi]`` by golden-section search (to ``xatol``).
+
+    The SSR of the broken law is smooth and unimodal between neighbouring points; this keeps
+    ``fit`` from importing ``scipy.optimize`` (0.5 s of start-up) for a one-dimensional search."""
+    inv = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    c, d = b - inv * (b - a), a + inv * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > xatol:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - inv * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + inv * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
 
 
 def fit_ols(eigenvalues: np.ndarray, window: Window) -> RankFit:

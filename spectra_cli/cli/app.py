@@ -168,4 +168,11 @@ def main() -> None:
     """Console-script entry point."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
+    # Typer builds every registered command's parameters at each start (~10 ms a command); a run of
+    # one command only needs that one. Top-level help and unknown names still see them all.
+    name = sys.argv[1] if len(sys.argv) > 1 else None
+    names = {c.name or getattr(c.callback, "__name__", "") for c in app.registered_commands}
+    if name in names:
+        app.registered_commands = [c for c in app.registered_commands
+                                   if (c.name or getattr(c.callback, "__name__", "")) == name]
     app()

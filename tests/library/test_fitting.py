@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -21,27 +19,6 @@ def _synth(kind="powerlaw", **kw):
     return np.concatenate(list(synth.generate(kind, **kw)))
 
 
-@pytest.mark.parametrize("fmt", ["npy", "json", "csv"])
-def test_spec_known_answers_through_eigenvalue_input(cli, tmp_path, fmt, validate):
-    path = tmp_path / f"eigs.{fmt}"
-    rng = np.random.default_rng(0)
-    shuffled = LOG_CORRECTED[rng.permutation(J.size)]  # any order: spectra sorts them
-    if fmt == "npy":
-        np.save(path, shuffled)
-    elif fmt == "json":
-        path.write_text(json.dumps(shuffled.tolist()))
-    else:
-        path.write_text("eigenvalue\n" + "\n".join(repr(float(v)) for v in shuffled) + "\n")
-    doc = cli("fit", path, "--eigenvalues", "--window", "10:3000", "--json").json()
-    validate(doc)
-    assert doc["fit"]["alpha"] == pytest.approx(1.093, abs=0.002)
-    assert doc["source"]["format"] == "eigenvalues" and doc["spectrum"]["n_samples"] is None
-    doc = cli("fit", path, "--eigenvalues", "--window", "10:3000", "--model", "log-corrected", "--degree", "2",
-              "--json").json()
-    validate(doc)
-    assert doc["fit"]["model"] == "log-corrected" and doc["fit"]["degree"] == 2
-    assert doc["fit"]["alpha"] == pytest.approx(1.310, abs=0.002)
-    assert doc["models"]["best"] == "log-corrected"
 
 
 def test_local_slope_at_rank_3000_known_answer():
@@ -92,27 +69,14 @@ def test_synthetic_powerlaw_rows_recover_alpha_within_003(alpha):
     assert rep.fit.alpha == pytest.approx(alpha, abs=0.03)
 
 
-def test_ci_covers_the_truth_in_at_least_90_percent_of_50_repeats():
-    # The small version of the acceptance run (the full one is bench/bench_fit.py).
-    covered = 0
-    for s in range(50):
-        X = _synth(n=20 * 96, d=96, seed=100 + s, alpha=1.0)
-        ci = api.fit(X, window="3:30", ci=True, ci_replicates=200, ci_seed=s).fit.ci
-        covered += ci.low <= 1.0 <= ci.high
-        assert ci.replicates == 200 and ci.groups == 32
-    assert covered >= 45
+def test_ci_covers_the_truth_on_a_known_spectrum():
+    # One seeded case; the 50-seed coverage study is bench/bench_fit.py (bench/README.md has the numbers).
+    X = _synth(n=20 * 96, d=96, seed=101, alpha=1.0)
+    ci = api.fit(X, window="3:30", ci=True, ci_replicates=100, ci_seed=1).fit.ci
+    assert ci.low <= 1.0 <= ci.high
+    assert ci.replicates == 100 and ci.groups == 32
 
 
-def test_ci_is_reproducible_and_reported(cli, tmp_path, validate):
-    np.save(tmp_path / "x.npy", _synth(n=4000, d=64, seed=3, alpha=1.2))
-    a = cli("fit", tmp_path / "x.npy", "--window", "3:20", "--ci", "--ci-replicates", "50", "--json").json()
-    b = cli("fit", tmp_path / "x.npy", "--window", "3:20", "--ci", "--ci-replicates", "50", "--json").json()
-    validate(a)
-    assert a["fit"]["ci"] == b["fit"]["ci"]
-    ci = a["fit"]["ci"]
-    assert ci["low"] < a["fit"]["alpha"] < ci["high"]
-    assert ci["low"] == pytest.approx(2 * a["fit"]["alpha"] - ci["percentile_high"])
-    assert "bootstrap_s" in a["timings"] and a["options"]["ci"] == {"replicates": 50, "seed": 0, "level": 0.95}
 
 
 def test_broken_law_recovered():
@@ -151,14 +115,6 @@ def test_auto_window_with_nothing_straight_is_a_fit_error():
         auto_window(lam, 50, tolerance=1e-6)
 
 
-def test_several_windows_give_one_fit_each(cli, validate):
-    from tests.conftest import SAMPLE
-
-    doc = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--window", "11:100", "--window", "11:200",
-              "--window", "auto", "--json").json()
-    validate(doc)
-    assert [f["window"] for f in doc["fits"]][:2] == [[11, 100], [11, 200]]
-    assert doc["fits"][2]["window_source"] == "auto" and doc["fit"] == doc["fits"][0]
 
 
 def test_density_matches_hill_closed_form_and_rank_relation():
@@ -214,64 +170,14 @@ def test_fit_window_past_the_control_is_warned():
     assert any("shuffled control" in w for w in rep.warnings)
 
 
-def test_ci_and_control_refuse_eigenvalue_input(cli, tmp_path):
-    np.save(tmp_path / "e.npy", LOG_CORRECTED[:100])
-    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--ci")
-    assert r.exit_code == 2
-    assert r.stderr == ("error: --ci, --shuffled-control and --partition-isotropy need the data matrix, "
-                        "not --eigenvalues.\n")
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--method", "lsq"], "error: --method 'lsq' is not one of 'ols', 'logspaced', 'inv-rank'.\n"),
-        (["--model", "exp"], "error: --model 'exp' is not one of 'power-law', 'log-corrected', 'broken'.\n"),
-        (["--degree", "0", "--model", "log-corrected"],
-         "error: --degree 0 must be at least 1 (1 is the plain power law).\n"),
-        (["--ci", "--ci-replicates", "3"], "error: --ci-replicates 3 must be at least 10.\n"),
-    ],
-)
-def test_bad_fit_options(cli, tmp_path, args, message):
-    np.save(tmp_path / "x.npy", _synth(n=500, d=20, seed=0))
-    r = cli("fit", tmp_path / "x.npy", *args)
-    assert r.exit_code == 2 and r.stdout == "" and r.stderr == message
 
 
-@pytest.mark.parametrize(
-    ("content", "name", "message"),
-    [
-        ("[1, 2, \"x\"]", "e.json",
-         "error: {p} must hold a JSON list of numbers (or an object with an 'eigenvalues' list).\n"),
-        ("1\n2\nabc\n", "e.csv", "error: {p} line 3: 'abc' is not a number.\n"),
-        ("[1, 2]", "e.json", "error: {p} holds 2 eigenvalue(s); at least 3 are required.\n"),
-        ("1\n2\n3\n", "e.dat", "error: unknown extension .dat for --eigenvalues {p}; use .npy, .json, .csv or .txt.\n"),
-    ],
-)
-def test_bad_eigenvalue_files(cli, tmp_path, content, name, message):
-    p = tmp_path / name
-    p.write_text(content)
-    r = cli("fit", p, "--eigenvalues")
-    assert r.exit_code == 2 and r.stdout == "" and r.stderr == message.format(p=p)
 
 
-def test_eigenvalue_input_with_nonfinite_values(cli, tmp_path):
-    np.save(tmp_path / "e.npy", np.array([3.0, np.nan, 1.0, 0.5]))
-    r = cli("fit", tmp_path / "e.npy", "--eigenvalues")
-    assert r.exit_code == 2
-    assert r.stderr == f"error: {tmp_path / 'e.npy'} has 1 non-finite eigenvalue(s) (first at index 1).\n"
 
 
-def test_counting_and_capacity(cli, tmp_path, validate):
-    lam = np.array([4.0, 2.0, 1.0, 0.5])
-    np.save(tmp_path / "e.npy", lam)
-    doc = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--window", "1:4", "--counting", "1", "--counting", "3",
-              "--capacity", "1", "--json").json()
-    validate(doc)
-    assert [c["N"] for c in doc["capacity"]["counting"]] == [3, 1]
-    assert doc["capacity"]["capacity"][0]["N"] == pytest.approx(4 / 5 + 2 / 3 + 1 / 2 + 0.5 / 1.5)
-    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--capacity", "0")
-    assert r.exit_code == 2 and r.stderr == "error: --capacity 0.0 must be a positive ridge scale tau.\n"
 
 
 def test_shuffled_control_spectrum_equals_numpy_permuted():

@@ -15,7 +15,7 @@ import pytest
 from spectra_cli import api
 from tests.conftest import SAMPLE
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "golden.json").read_text())
+GOLDEN = json.loads((Path(__file__).parents[1] / "golden" / "golden.json").read_text())
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))

@@ -1,4 +1,4 @@
-"""`spectra synth` (known spectra, seeded, atomic) and `--plot` (valid image files)."""
+"""`spectra synth` (known spectra, seeded, atomic) and `--plot` (valid image files). (command line)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from spectra_cli import synth
 from tests.conftest import SAMPLE
 
 
@@ -25,14 +24,6 @@ def test_synth_powerlaw_npy_has_the_promised_spectrum_and_offset(cli, tmp_path):
     assert np.linalg.norm(X.mean(axis=0)) == pytest.approx(50, rel=0.01)
 
 
-def test_synth_is_seeded_and_independent_of_block_size():
-    a = np.concatenate(list(synth.generate("cone", n=1000, d=8, seed=3, block=1000)))
-    b = np.concatenate(list(synth.generate("cone", n=1000, d=8, seed=3, block=77)))
-    np.testing.assert_array_equal(a, b)
-    c = np.concatenate(list(synth.generate("cone", n=1000, d=8, seed=4)))
-    assert not np.array_equal(a, c)
-
-
 def test_synth_parquet_and_float16(cli, tmp_path):
     out = tmp_path / "x.parquet"
     assert cli("synth", "isotropic", "-n", "3000", "-d", "5", "-o", out).exit_code == 0
@@ -41,27 +32,6 @@ def test_synth_parquet_and_float16(cli, tmp_path):
     out16 = tmp_path / "h.npy"
     assert cli("synth", "isotropic", "-n", "10", "-d", "5", "--dtype", "float16", "-o", out16).exit_code == 0
     assert np.load(out16).dtype == np.float16
-
-
-@pytest.mark.parametrize("activation", ["linear", "quadratic", "relu", "tanh"])
-def test_synth_random_features(activation):
-    X = np.concatenate(list(synth.generate("random-features", n=3000, d=40, seed=0, alpha=1.31,
-                                           activation=activation)))
-    assert X.shape == (3000, 40) and np.all(np.isfinite(X))
-    if activation == "relu":
-        assert X.min() >= 0
-    if activation == "quadratic":
-        assert X.min() >= 0
-
-
-def test_synth_quadratic_features_have_the_log_corrected_spectrum():
-    # seed 001 Theorem 1 with p = 2: lambda_j ~ (log(j+1)/j)^alpha over a range of ranks.
-    from spectra_cli import api
-
-    X = np.concatenate(list(synth.generate("random-features", n=40000, d=400, seed=1, alpha=1.31,
-                                           activation="quadratic", input_dim=2000)))
-    rep = api.fit(X, window="5:40", model="log-corrected", degree=2)
-    assert rep.fit.alpha == pytest.approx(1.31, abs=0.15)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""batch over files and safetensors checkpoints; compare; trend."""
+"""batch over files and safetensors checkpoints; compare; trend. (command line)."""
 
 from __future__ import annotations
 
@@ -9,44 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from spectra_cli.batch import enumerate_items, run_batch
-from spectra_cli.batch import run_item as _REAL_RUN_ITEM
 from tests.conftest import powerlaw_matrix
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
-
-
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns, round to nearest even (the reference conversion)."""
-    u = x.astype(np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def _write_bf16_checkpoint(path, tensors):
-    """safetensors with BF16 tensors: the package's numpy API has no bfloat16, so write the format
-    with it for the other dtypes and patch in BF16 entries by hand (the format is a JSON header)."""
-    import struct
-
-    header, blobs, offset = {}, [], 0
-    for name, (dtype, arr) in tensors.items():
-        raw = arr.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
-@pytest.fixture
-def checkpoint(tmp_path):
-    rng = np.random.default_rng(0)
-    w32 = rng.standard_normal((96, 40)).astype(np.float32)
-    w16 = rng.standard_normal((80, 40)).astype(np.float16)
-    safetensors_numpy.save_file({"enc.layer0.attn.weight": w32, "enc.layer0.mlp.weight": w16,
-                                 "enc.layer0.attn.bias": np.zeros(96, np.float32)}, tmp_path / "model.safetensors")
-    return tmp_path / "model.safetensors", w32, w16
 
 
 def test_checkpoint_tensors_are_items_with_the_right_values(cli, checkpoint, validate):
@@ -62,21 +27,6 @@ def test_checkpoint_tensors_are_items_with_the_right_values(cli, checkpoint, val
         ref = np.linalg.eigvalsh(np.cov(w.astype(np.float64), rowvar=False))[::-1]
         np.testing.assert_allclose(d["spectrum"]["eigenvalues"], ref, rtol=1e-9)
     assert lines[1]["source"]["dtype"] == "float16"
-
-
-def test_bfloat16_matches_a_reference_conversion_exactly(tmp_path):
-    from spectra_cli.sources import RowSpec, iter_selected, open_source
-
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((50, 12)) * 10).astype(np.float32)
-    bits = _bf16_bits(x)
-    _write_bf16_checkpoint(tmp_path / "bf.safetensors", {"w": ("BF16", bits)})
-    reference = (bits.astype(np.uint32) << 16).view(np.float32)  # bfloat16 is the top half of a float32
-    with open_source(f"{tmp_path / 'bf.safetensors'}::w") as src:
-        assert src.info.dtype == "bfloat16"
-        got = np.concatenate([b.X.copy() for b in iter_selected(src, RowSpec(), 7)])
-    np.testing.assert_array_equal(got, reference)
-    assert np.max(np.abs(got - x) / np.abs(x)) < 2**-8  # and it is x to bfloat16 precision
 
 
 def test_sharded_checkpoint_through_its_index(cli, tmp_path):
@@ -140,30 +90,6 @@ def test_resume_reruns_nothing_when_nothing_changed(cli, tmp_path):
     assert len(out.read_text().splitlines()) == 4
 
 
-def test_two_workers_are_faster_than_one(tmp_path):
-    for i in range(40):
-        np.save(tmp_path / f"f_{i:02d}.npy", powerlaw_matrix(4000, 96, 1.0, seed=i).astype(np.float32))
-    items, _ = enumerate_items([str(tmp_path)])
-    assert len(items) == 40
-    options = {"model": "broken", "ci": True, "ci_replicates": 20}
-
-    def timed(workers):
-        t = time.perf_counter()
-        docs = list(run_batch(items, options, workers=workers))
-        assert len(docs) == 40 and not any("error" in d for d in docs)
-        return time.perf_counter() - t, docs
-
-    one, docs1 = timed(1)
-    two, docs2 = timed(2)
-    if two >= one:  # a noisy neighbour: measure once more
-        one, _ = timed(1)
-        two, _ = timed(2)
-    assert two < one, (one, two)
-    by_item = {d["item"]: d["fit"]["alpha"] for d in docs2}
-    for d in docs1:  # the same numbers either way (BLAS thread counts change only the rounding)
-        assert by_item[d["item"]] == pytest.approx(d["fit"]["alpha"], rel=1e-9)
-
-
 def test_compare_two_reports(cli, tmp_path):
     np.save(tmp_path / "a.npy", powerlaw_matrix(2000, 30, 1.0))
     np.save(tmp_path / "b.npy", powerlaw_matrix(2000, 30, 1.5))
@@ -216,27 +142,6 @@ def test_batch_errors(cli, tmp_path):
     os.makedirs(tmp_path / "empty")
     r = cli("batch", tmp_path / "empty")
     assert r.stderr == f"error: directory {tmp_path / 'empty'} holds no .npy, .npz, .parquet or .safetensors files.\n"
-
-
-def _dies_on_m3(name, fingerprint, options):
-    """Module level, so the pool can pickle it by reference."""
-    if name.endswith("m_3.npy"):
-        os._exit(1)  # a worker killed by the kernel looks like this to the pool
-    return _REAL_RUN_ITEM(name, fingerprint, options)
-
-
-def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
-    import spectra_cli.batch as batch
-
-    for i in range(6):
-        np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
-    items, _ = enumerate_items([str(tmp_path)])
-    monkeypatch.setattr(batch, "run_item", _dies_on_m3)
-    docs = list(run_batch(items, {}, workers=2))
-    assert sorted(d["item"] for d in docs) == sorted(it.name for it in items)
-    died = [d for d in docs if "error" in d]
-    assert any(d["item"].endswith("m_3.npy") for d in died)
-    assert all(d["error"].startswith("a worker process died") for d in died)
 
 
 def test_fingerprints_name_the_tensor_and_match_between_batch_and_fit(cli, checkpoint):

@@ -1,19 +1,15 @@
-"""The commands end to end: JSON against the schema, tables, help, lazy imports, streams."""
+"""The commands end to end: JSON against the schema, tables, help, lazy imports, streams. (command line)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from spectra_cli.cli import app
-from tests.conftest import ROOT, SAMPLE, powerlaw_matrix
-
-NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
-PARQUET = SAMPLE / "minilm_layer5_tokens_4k.parquet"
+from tests.cli.test_cli import NPY, PARQUET
+from tests.conftest import ROOT, powerlaw_matrix
 
 
 def test_fit_json_is_strict_and_valid(cli, validate):
@@ -124,28 +120,6 @@ def test_version(cli):
 
     r = cli("--version")
     assert r.stdout == f"spectra {__version__}\n"
-
-
-def test_help_does_not_import_heavy_modules():
-    code = (
-        "import sys; from spectra_cli.cli import main; sys.argv=['spectra','--help'];\n"
-        "try: main()\nexcept SystemExit: pass\n"
-        "bad=[m for m in ('scipy','pyarrow','matplotlib','dask') if m in sys.modules]; "
-        "sys.stderr.write(repr(bad))"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert r.stderr.strip() == "[]", r.stderr
-
-
-def test_entry_point_streams(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(NPY), "--json"],
-                       capture_output=True, text=True, check=False)
-    assert r.returncode == 0
-    doc = json.loads(r.stdout)
-    assert r.stderr.splitlines() == [f"warning: {w}" for w in doc["warnings"]]
-    r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "none.npy")],
-                       capture_output=True, text=True, check=False)
-    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

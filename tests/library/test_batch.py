@@ -1,0 +1,108 @@
+"""batch over files and safetensors checkpoints; compare; trend."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from spectra_cli.batch import enumerate_items, run_batch
+from spectra_cli.batch import run_item as _REAL_RUN_ITEM
+from tests.conftest import powerlaw_matrix
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, round to nearest even (the reference conversion)."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _write_bf16_checkpoint(path, tensors):
+    """safetensors with BF16 tensors: the package's numpy API has no bfloat16, so write the format
+    with it for the other dtypes and patch in BF16 entries by hand (the format is a JSON header)."""
+    import struct
+
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        raw = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+
+
+
+
+def test_bfloat16_matches_a_reference_conversion_exactly(tmp_path):
+    from spectra_cli.sources import RowSpec, iter_selected, open_source
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((50, 12)) * 10).astype(np.float32)
+    bits = _bf16_bits(x)
+    _write_bf16_checkpoint(tmp_path / "bf.safetensors", {"w": ("BF16", bits)})
+    reference = (bits.astype(np.uint32) << 16).view(np.float32)  # bfloat16 is the top half of a float32
+    with open_source(f"{tmp_path / 'bf.safetensors'}::w") as src:
+        assert src.info.dtype == "bfloat16"
+        got = np.concatenate([b.X.copy() for b in iter_selected(src, RowSpec(), 7)])
+    np.testing.assert_array_equal(got, reference)
+    assert np.max(np.abs(got - x) / np.abs(x)) < 2**-8  # and it is x to bfloat16 precision
+
+
+
+
+
+
+
+
+
+
+def test_two_workers_give_the_numbers_of_one(tmp_path):
+    # Wall time is measured in bench/bench_batch.py, never asserted in a test (shared machines).
+    for i in range(6):
+        np.save(tmp_path / f"f_{i:02d}.npy", powerlaw_matrix(1500, 48, 1.0, seed=i).astype(np.float32))
+    items, _ = enumerate_items([str(tmp_path)])
+    options = {"model": "broken", "ci": True, "ci_replicates": 20}
+    docs1 = list(run_batch(items, options, workers=1))
+    docs2 = list(run_batch(items, options, workers=2))
+    assert len(docs2) == 6 and not any("error" in d for d in docs1 + docs2)
+    by_item = {d["item"]: d["fit"]["alpha"] for d in docs2}
+    for d in docs1:  # the same numbers either way (BLAS thread counts change only the rounding)
+        assert by_item[d["item"]] == pytest.approx(d["fit"]["alpha"], rel=1e-9)
+
+
+
+
+
+
+
+
+def _dies_on_m3(name, fingerprint, options):
+    """Module level, so the pool can pickle it by reference."""
+    if name.endswith("m_3.npy"):
+        os._exit(1)  # a worker killed by the kernel looks like this to the pool
+    return _REAL_RUN_ITEM(name, fingerprint, options)
+
+
+def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
+    import spectra_cli.batch as batch
+
+    for i in range(6):
+        np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
+    items, _ = enumerate_items([str(tmp_path)])
+    monkeypatch.setattr(batch, "run_item", _dies_on_m3)
+    docs = list(run_batch(items, {}, workers=2))
+    assert sorted(d["item"] for d in docs) == sorted(it.name for it in items)
+    died = [d for d in docs if "error" in d]
+    assert any(d["item"].endswith("m_3.npy") for d in died)
+    assert all(d["error"].startswith("a worker process died") for d in died)
+
+

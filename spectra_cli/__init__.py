@@ -20,7 +20,7 @@ _EXPORTS = {
     "fit": "spectra_cli.api",
     "spectrum": "spectra_cli.api",
     "isotropy": "spectra_cli.api",
-    "whiten": "spectra_cli.whiten",
+    "whiten": "spectra_cli.whitening",
     "Accumulator": "spectra_cli.accumulator",
     "Report": "spectra_cli.results",
     "ReadOptions": "spectra_cli.options",
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
-    from spectra_cli.whiten import whiten
+    from spectra_cli.whitening import whiten
 
 
 def __getattr__(name: str) -> Any:

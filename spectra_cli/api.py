@@ -1,4 +1,4 @@
-"""The library: ``fit``, ``spectrum`` and ``isotropy`` (``whiten`` lives in :mod:`spectra_cli.whiten`).
+"""The library: ``fit``, ``spectrum`` and ``isotropy`` (``whiten`` lives in :mod:`spectra_cli.whitening`).
 
 Each takes ``data`` — a path, a numpy array, anything with ``__array__`` or ``__dlpack__``, an
 :class:`~spectra_cli.accumulator.Accumulator` or a moment file — and typed keyword options,
@@ -267,9 +267,9 @@ def isotropy(
 
 def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Report:
     """A spectrum computed elsewhere (``eigenvalues=True``)."""
+    from spectra_cli.eigen import spectrum_from_eigenvalues
     from spectra_cli.sources.base import SourceInfo
     from spectra_cli.sources.eigenvalues import read_eigenvalues
-    from spectra_cli.spectrum import spectrum_from_eigenvalues
 
     clock = Stopwatch()
     if isinstance(data, str):

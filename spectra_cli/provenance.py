@@ -18,6 +18,8 @@ def number_options(doc: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(opts, dict):
         return {}
     out = {k: opts[k] for k in NUMBER_OPTIONS if k in opts}
+    if out.get("centered") is False:
+        out.pop("ddof", None)  # the uncentred second moment has no ddof
     w = out.get("weights")
     if isinstance(w, dict):  # the weights' source is what matters, not how it is described
         out["weights"] = {k: v for k, v in w.items() if k != "normalised"}

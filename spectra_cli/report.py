@@ -8,10 +8,10 @@ import time
 import warnings as _warnings
 from typing import Any
 
+from spectra_cli.eigen import NEAR_NULL_GAP, Spectrum
 from spectra_cli.errors import SpectraWarning
 from spectra_cli.inputs import Accumulated, Input
 from spectra_cli.results import Report
-from spectra_cli.spectrum import NEAR_NULL_GAP, Spectrum
 
 # n/d below which the tail of a sample covariance is visibly biased (Marchenko–Pastur).
 SAMPLING_WARN_RATIO = 10.0

@@ -1,4 +1,4 @@
-"""The steps the orchestrators of :mod:`spectra_cli.api` and :mod:`spectra_cli.whiten` share:
+"""The steps the orchestrators of :mod:`spectra_cli.api` and :mod:`spectra_cli.whitening` share:
 a spectrum from the first pass, the partition-isotropy and shuffled-control second passes,
 the isotropy summary and the bootstrap of the fits."""
 
@@ -13,11 +13,11 @@ from spectra_cli.analysis.isotropy import Isotropy, LogZAccumulator, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
+from spectra_cli.eigen import Spectrum, spectrum_from_moments, spectrum_from_rows
 from spectra_cli.engine import Progress, RowsState
 from spectra_cli.errors import FitError, OptionError, param
 from spectra_cli.inputs import Accumulated, Input
 from spectra_cli.moments import Moments
-from spectra_cli.spectrum import Spectrum, spectrum_from_moments, spectrum_from_rows
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20

@@ -22,8 +22,8 @@ from spectra_cli.analysis.powerlaw import (
     resolve_window,
 )
 from spectra_cli.analysis.rank import EffectiveRanks, entropy_rank, participation_ratio, rankme, stable_rank
+from spectra_cli.eigen import Spectrum
 from spectra_cli.errors import FitError, param
-from spectra_cli.spectrum import Spectrum
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ import numpy as np
 
 from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import Isotropy
+from spectra_cli.eigen import Spectrum
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
-from spectra_cli.spectrum import Spectrum
 
 METHODS = ("zca", "pca", "abtt")
 # Required when loading; "zeroed" (directions given scale 0) is saved too but optional.

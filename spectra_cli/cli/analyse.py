@@ -191,7 +191,7 @@ def whiten(
     """
     from spectra_cli.errors import OptionError, param
     from spectra_cli.render.progress import LazyProgress
-    from spectra_cli.whiten import whiten as run_whiten
+    from spectra_cli.whitening import whiten as run_whiten
 
     if not out:
         raise OptionError(f"whiten needs {param('out')} FILE (.npy or .parquet).")

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spectra_cli.eigen import spectrum_from_moments
 from spectra_cli.inputs import Input
 from spectra_cli.moments import Moments
 from spectra_cli.options import ReadOptions
-from spectra_cli.spectrum import spectrum_from_moments
 from tests.conftest import powerlaw_matrix, reference_eigenvalues
 
 SEED000_POINTS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])

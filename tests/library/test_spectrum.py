@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from spectra_cli import api
+from spectra_cli.eigen import spectrum_from_moments, spectrum_from_rows
 from spectra_cli.moments import Moments
-from spectra_cli.spectrum import spectrum_from_moments, spectrum_from_rows
 from tests.conftest import powerlaw_matrix, reference_eigenvalues
 
 

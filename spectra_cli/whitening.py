@@ -19,6 +19,7 @@ from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator, ch
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningResult, WhiteningTransform, fit_transform
 from spectra_cli.api import keywords_checked
+from spectra_cli.eigen import Spectrum, describe, floor_for, spectrum_from_moments
 from spectra_cli.engine import Progress
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.inputs import Input
@@ -28,7 +29,6 @@ from spectra_cli.report import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.results import Report
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
 from spectra_cli.sources import fingerprint
-from spectra_cli.spectrum import Spectrum, describe, floor_for, spectrum_from_moments
 
 
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:

@@ -1,0 +1,32 @@
+"""The library and the command line give the same numbers for every input kind (the library's
+inputs: ndarray, DLPack, __array__, os.PathLike), and name options in their own way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from tests.library.test_api import ArrayOnly, DLPackOnly, X, _numbers
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, DLPackOnly, ArrayOnly], ids=["ndarray", "dlpack", "array"])
+@pytest.mark.parametrize("func", ["fit", "spectrum", "isotropy"])
+def test_every_function_takes_arrays_and_paths_with_the_cli_numbers(cli, tmp_path, wrap, func):
+    np.save(tmp_path / "x.npy", X)
+    doc_cli = cli(func, tmp_path / "x.npy", "--json").json()
+    rep = getattr(spectra, func)(wrap(X))
+    got = _numbers(rep.to_dict())
+    want = _numbers(doc_cli)
+    np.testing.assert_array_equal(got["spectrum"]["eigenvalues"], want["spectrum"]["eigenvalues"])
+    assert got == want
+    from_path = _numbers(getattr(spectra, func)(tmp_path / "x.npy").to_dict())  # os.PathLike
+    assert from_path == want
+
+
+def test_the_command_line_names_flags_where_the_library_names_parameters(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    r = cli("fit", tmp_path / "x.npy", "--ddof", "-1")
+    assert r.exit_code == 2 and r.stderr == "error: --ddof -1 must be 0 or a positive integer.\n"
+    with pytest.raises(spectra.OptionError, match=r"^ddof=-1 must be 0 or a positive integer\.$"):
+        spectra.fit(tmp_path / "x.npy", ddof=-1)

@@ -30,3 +30,30 @@ def test_the_command_line_names_flags_where_the_library_names_parameters(cli, tm
     assert r.exit_code == 2 and r.stderr == "error: --ddof -1 must be 0 or a positive integer.\n"
     with pytest.raises(spectra.OptionError, match=r"^ddof=-1 must be 0 or a positive integer\.$"):
         spectra.fit(tmp_path / "x.npy", ddof=-1)
+
+
+@pytest.mark.parametrize("func", ["fit", "spectrum"])
+def test_an_accumulator_and_its_moment_file_give_the_cli_numbers(cli, tmp_path, func):
+    acc = spectra.Accumulator(X.shape[1])
+    for lo in range(0, len(X), 512):
+        acc.update(DLPackOnly(X[lo:lo + 512]))
+    acc.save(tmp_path / "m.npz")
+    doc_cli = cli(func, tmp_path / "m.npz", "--json").json()
+    assert doc_cli["source"]["format"] == "moments"
+    assert _numbers(getattr(spectra, func)(acc).to_dict()) == _numbers(doc_cli)
+    r = cli("isotropy", tmp_path / "m.npz")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --partition-isotropy needs a second pass over the rows")
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, DLPackOnly], ids=["ndarray", "dlpack"])
+def test_whiten_gives_the_cli_numbers_and_rows(cli, tmp_path, wrap):
+    np.save(tmp_path / "x.npy", X)
+    doc_cli = cli("whiten", tmp_path / "x.npy", "-o", tmp_path / "w.npy", "--json").json()
+    rep = spectra.whiten(wrap(X))
+    np.testing.assert_array_equal(rep.whitened, np.load(tmp_path / "w.npy"))
+    got = rep.to_dict()
+    assert got["whitening"]["spectrum_after"] == doc_cli["whitening"]["spectrum_after"]
+    assert got["spectrum"] == doc_cli["spectrum"]
+    on_disk = spectra.whiten(tmp_path / "x.npy", out=tmp_path / "w2.npy")
+    assert on_disk.whitened is None
+    np.testing.assert_array_equal(np.load(tmp_path / "w2.npy"), rep.whitened)

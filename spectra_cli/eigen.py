@@ -17,6 +17,10 @@ FLOOR_DEFINITION = (
     "products and d * eps * ||C|| from the symmetric eigensolver"
 )
 
+# The largest eigenvalue must be a normal float64 (>= 2.2e-308): below it every eigenvalue is
+# subnormal, with digits lost, or zero.
+MIN_RESOLVED = float(np.finfo(np.float64).tiny)
+
 # A drop by this factor between consecutive resolved eigenvalues marks near-null directions.
 NEAR_NULL_GAP = 1e-4
 
@@ -149,6 +153,13 @@ def _finish(lam_scaled: np.ndarray, factor: float) -> np.ndarray:
         raise InputError(
             "the covariance exceeds the float64 range (values above ~1e154 square past 1.8e308); "
             "rescale the input (e.g. divide by its largest magnitude)."
+        )
+    top = float(lam_scaled.max()) * factor if lam_scaled.size else 0.0
+    if lam_scaled.size and float(lam_scaled.max()) > 0 and top < MIN_RESOLVED:
+        raise InputError(
+            f"the covariance is below the float64 range: its largest eigenvalue ({top:.3g}) is under "
+            f"{MIN_RESOLVED:.3g}, where float64 loses digits (values near 1e-154 square below it); rescale the "
+            "input (e.g. divide it by its largest magnitude)."
         )
     return lam
 

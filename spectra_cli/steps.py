@@ -9,7 +9,14 @@ from dataclasses import replace
 import numpy as np
 
 from spectra_cli.analysis.controls import ShuffledControl, meets_at, shuffled_spectrum
-from spectra_cli.analysis.isotropy import Isotropy, LogZAccumulator, directions
+from spectra_cli.analysis.isotropy import (
+    DIRECTIONS_DXD,
+    DIRECTIONS_GRAM,
+    Isotropy,
+    LogZAccumulator,
+    directions,
+    gram_log_z,
+)
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
@@ -17,7 +24,6 @@ from spectra_cli.eigen import Spectrum, spectrum_from_moments, spectrum_from_row
 from spectra_cli.engine import Progress, RowsState
 from spectra_cli.errors import FitError, OptionError, param
 from spectra_cli.inputs import Accumulated, Input
-from spectra_cli.moments import Moments
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
@@ -45,16 +51,12 @@ def partition_pass(inp: Input, first: Accumulated, *, scale: str,
 
     The scores ``x^T c / s`` are computed in the run's precision (float32 halves the cost and
     adds a relative error of about 1e-7 |score| to log Z); the log-sum-exp is always float64."""
-    m = first.moments
-    if m is None:
-        assert first.rows is not None
-        m = Moments.from_block(first.rows, first.weights)
-    V, s = directions(m, scale)
+    if first.rows is not None:  # n < d: from the n x n Gram matrix, never d x d
+        return gram_log_z(first.rows, first.weights, scale)
+    assert first.moments is not None
+    V, s = directions(first.moments, scale)
     logz = LogZAccumulator(V, s, dtype=np.float32 if first.precision == "float32" else np.float64)
-    if first.rows is not None:
-        logz.update(first.rows, first.weights)
-    else:
-        inp.second_pass([logz], need=param("partition_isotropy"), progress=progress)
+    inp.second_pass([logz], need=param("partition_isotropy"), progress=progress)
     return logz, s
 
 
@@ -77,8 +79,9 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
 
 def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,
                 scale: str | None = None, scale_value: float | None = None, isoscore: bool = False) -> Isotropy:
+    note = DIRECTIONS_GRAM if first.rows is not None else DIRECTIONS_DXD
     return isotropy_summary(main.resolved(), main.n_features, first.mean(), first.cosine, logz=logz, scale=scale,
-                            scale_value=scale_value, with_isoscore=isoscore)
+                            scale_value=scale_value, with_isoscore=isoscore, directions_note=note)
 
 
 def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator, check_scale, directions
+from spectra_cli.analysis.isotropy import DIRECTIONS_DXD, CosineAccumulator, LogZAccumulator, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningResult, WhiteningTransform, fit_transform
 from spectra_cli.api import keywords_checked
@@ -162,9 +162,11 @@ def whiten(
         t.save(save_transform)
     after = _after_spectrum(t.covariance_after(C), first.n_rows, describe(True, ddof, m.weighted))
     iso_before = isotropy_summary(before.resolved(), before.n_features, mean, first.cosine,
-                                  logz=logz[0] if logz else None, scale=scale, scale_value=s_b, with_isoscore=True)
+                                  logz=logz[0] if logz else None, scale=scale, scale_value=s_b, with_isoscore=True,
+                                  directions_note=DIRECTIONS_DXD)
     iso_after = isotropy_summary(after.resolved(), after.n_features, (mean - t.mean) @ t.matrix, apply.cosine,
-                                 logz=logz[1] if logz else None, scale=scale, scale_value=s_a, with_isoscore=True)
+                                 logz=logz[1] if logz else None, scale=scale, scale_value=s_a, with_isoscore=True,
+                                 directions_note=DIRECTIONS_DXD)
     result = WhiteningResult(
         transform=t, transform_from=transform_path or ("given" if loaded is not None else "fitted"),
         saved_to=save_transform, output={**output, "rows": written, "columns": out_columns,

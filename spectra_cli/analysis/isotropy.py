@@ -117,6 +117,52 @@ def directions(m: Moments, scale: str) -> tuple[np.ndarray, float]:
     return V, s
 
 
+def gram_log_z(A: np.ndarray, w: np.ndarray | None, scale: str) -> tuple[LogZAccumulator, float]:
+    """``log Z(c)`` for all d directions from the rows themselves, when n < d (no d x d matrix).
+
+    With ``B = diag(sqrt w) A / s``, the eigenvectors of ``B^T B`` with non-zero eigenvalues are
+    ``v_k = B^T u_k / sqrt(lambda_k)`` for the eigenpairs of the n x n ``B B^T``; the scores
+    ``A v_k / s`` follow from ``A A^T`` alone. The other d - r directions are orthogonal to every
+    row: their scores are 0 and ``Z = sum w``. Each ``v_k`` is signed so that its largest-magnitude
+    entry is positive (SPEC's convention: the d x d route's LAPACK signs are not available here).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    n, d = A.shape
+    wt = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    keep = wt > 0
+    A, wt = A[keep], wt[keep]
+    W = float(wt.sum())
+    amax = float(np.max(np.abs(A))) if A.size else 0.0
+    unit = 2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0  # exact power-of-two rescaling
+    Au = A / unit
+    if scale == "seed":
+        mean_all = float(wt @ Au.sum(axis=1)) / (W * d)
+        second = float(wt @ np.einsum("ij,ij->i", Au, Au)) / (W * d)
+        var = max(second - mean_all**2, 0.0)
+        s = math.sqrt(var) * unit if var > 0 else 1.0
+    else:
+        s = 1.0
+    K = Au @ Au.T  # A A^T in units of unit^2
+    root = np.sqrt(wt)
+    lam, U = np.linalg.eigh((K * root[:, None] * root[None, :] + (K * root[:, None] * root[None, :]).T) * 0.5)
+    floor = (d + n) * np.finfo(np.float64).eps * max(float(lam.max()), 0.0) if lam.size else 0.0
+    nz = lam > floor
+    lam, U = lam[nz], U[:, nz]
+    V = (Au.T @ (root[:, None] * U)) / np.sqrt(lam)  # d x r unit eigenvectors (in units of 1/unit^0)
+    idx = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[idx, np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    scores = (Au @ (V * signs)) * (unit / s)  # c_k^T x_i / s
+    acc = LogZAccumulator(np.zeros((d, 0)), 1.0)
+    acc.update_scores(scores, wt)
+    null = d - scores.shape[1]
+    if null > 0:
+        logw = math.log(W)
+        acc.pos = np.concatenate([acc.pos, np.full(null, logw)])
+        acc.neg = np.concatenate([acc.neg, np.full(null, logw)])
+    return acc, s
+
+
 class LogZAccumulator:
     """Running ``log Z(c)`` and ``log Z(-c)`` for every direction, block by block."""
 
@@ -138,6 +184,16 @@ class LogZAccumulator:
                 return
             logw = np.log(w)
         S = (np.asarray(X, dtype=self.dtype) @ self.P).astype(np.float64, copy=False)
+        self._add(S, logw)
+
+    def update_scores(self, S: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Add rows given by their scores ``c^T x / s`` directly (the Gram route)."""
+        self.pos = np.full(S.shape[1], -np.inf)
+        self.neg = np.full(S.shape[1], -np.inf)
+        if S.shape[1] and len(S):
+            self._add(S, None if w is None else np.log(w))
+
+    def _add(self, S: np.ndarray, logw: np.ndarray | None) -> None:
         for sign, acc in ((1.0, self.pos), (-1.0, self.neg)):
             T = S if sign > 0 else -S
             if logw is not None:
@@ -163,6 +219,9 @@ def isoscore(eigenvalues: np.ndarray, d: int) -> float | None:
     sigma = np.zeros(d)
     lam = np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None)[:d]
     sigma[: lam.size] = lam
+    top = float(sigma.max()) if d else 0.0
+    if top > 0:
+        sigma /= top  # IsoScore is scale-free; this keeps the norm finite for eigenvalues near 1e300
     norm = float(np.linalg.norm(sigma))
     if norm == 0 or d < 2:
         return None
@@ -186,6 +245,7 @@ class Isotropy:
     top_pc_share: float | None
     mean_norm_ratio: float | None
     isoscore: float | None
+    directions: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,6 +260,7 @@ class Isotropy:
             "top_pc_share": self.top_pc_share,
             "mean_norm_ratio": self.mean_norm_ratio,
             "isoscore": self.isoscore,
+            "directions": self.directions,
             "definitions": {
                 "partition_isotropy": "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i / s), c the eigenvectors "
                 "of sum w x x^T / s^2 as numpy.linalg.eigh returns them (seed 003); s = std of all entries "
@@ -217,7 +278,7 @@ class Isotropy:
 def summary(
     spectrum_eigenvalues: np.ndarray, d: int, moments_mean: np.ndarray | None, cos: CosineAccumulator | None,
     *, logz: LogZAccumulator | None = None, scale: str | None = None, scale_value: float | None = None,
-    with_isoscore: bool = False,
+    with_isoscore: bool = False, directions_note: str | None = None,
 ) -> Isotropy:
     lam = np.clip(spectrum_eigenvalues, 0.0, None)
     total = float(lam.sum())
@@ -240,4 +301,10 @@ def summary(
         top_pc_share=float(lam[0]) / total if total > 0 else None,
         mean_norm_ratio=ratio,
         isoscore=isoscore(lam, d) if with_isoscore else None,
+        directions=directions_note if logz is not None else None,
     )
+
+
+DIRECTIONS_DXD = "eigenvectors of the d x d matrix as numpy.linalg.eigh (LAPACK) returns them (seed 003)"
+DIRECTIONS_GRAM = ("n < d: the r eigenvectors with non-zero eigenvalues from the n x n Gram matrix, each signed so its "
+                   "largest-magnitude entry is positive (SPEC); the d - r null directions have Z = sum w")

@@ -47,9 +47,12 @@ class EffectiveRanks:
 
 
 def participation_ratio(lam: np.ndarray) -> float:
-    s = float(lam.sum())
-    s2 = float(np.dot(lam, lam))
-    return s * s / s2 if s2 > 0 else 0.0
+    top = float(np.max(lam)) if lam.size else 0.0
+    if top <= 0:
+        return 0.0
+    q = lam / top  # scale-free: eigenvalues near 1e300 would overflow their squares
+    s = float(q.sum())
+    return s * s / float(np.dot(q, q))
 
 
 def entropy_rank(lam: np.ndarray) -> float:

@@ -139,7 +139,9 @@ def check_regular(path: str) -> None:
 
 
 def is_glob(path: str) -> bool:
-    return any(ch in path for ch in "*?[")
+    """A pattern to expand: it has ``*?[`` and no file of that name exists (an existing path is a
+    path, so ``emb[1].parquet`` never silently reads ``emb1.parquet``)."""
+    return any(ch in path for ch in "*?[") and not os.path.lexists(path)
 
 
 def expand_glob(pattern: str) -> list[str]:
@@ -175,6 +177,8 @@ def check_numeric_dtype(dtype: np.dtype, where: str) -> None:
 
 def matrix_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, str]:
     """Map a stored shape to ``(n_rows, n_features, layout)`` or refuse it."""
+    if any(not isinstance(s, int) or s < 0 for s in shape):
+        raise InputError(f"{where} has shape {shape}; sizes must be non-negative integers.")
     if len(shape) == 2:
         return shape[0], shape[1], "matrix"
     if len(shape) == 3:

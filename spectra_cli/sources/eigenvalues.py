@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 
 import numpy as np
@@ -13,14 +12,17 @@ from spectra_cli.errors import InputError, param
 
 def read_eigenvalues(path: str) -> np.ndarray:
     """Eigenvalues as float64 (any order; the caller sorts them)."""
-    if not os.path.exists(path):
-        raise InputError(f"no such file: {path}")
+    from spectra_cli.sources.base import open_regular
+
     lower = path.lower()
     if lower.endswith(".npy"):
         try:
-            arr = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise InputError(f"cannot read eigenvalues from {path}: {exc}") from None
+            with open_regular(path) as f:
+                arr = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(f"cannot read eigenvalues from {path}: {str(exc)[:200]}") from None
         if arr.ndim == 2 and 1 in arr.shape:
             arr = arr.ravel()
         if arr.ndim != 1:
@@ -29,14 +31,12 @@ def read_eigenvalues(path: str) -> np.ndarray:
             raise InputError(f"{path} has dtype {arr.dtype}; eigenvalues must be real numbers.")
         values = arr.astype(np.float64)
     elif lower.endswith(".json"):
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read eigenvalues from {path}: {exc}") from None
+        from spectra_cli.jsonio import read
+
+        doc = read(path, "eigenvalues file")
         if isinstance(doc, dict):
-            doc = doc.get("eigenvalues", doc.get("spectrum", {}).get("eigenvalues") if isinstance(
-                doc.get("spectrum"), dict) else None)
+            spec = doc.get("spectrum")
+            doc = doc.get("eigenvalues", spec.get("eigenvalues") if isinstance(spec, dict) else None)
         if not isinstance(doc, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
                                                 for v in doc):
             raise InputError(
@@ -57,17 +57,26 @@ def read_eigenvalues(path: str) -> np.ndarray:
 
 
 def _read_column(path: str) -> np.ndarray:
+    import io
+
+    from spectra_cli.sources.base import open_regular
+
     out: list[float] = []
-    with open(path, newline="", encoding="utf-8") as f:
-        dialect = csv.excel_tab if path.lower().endswith(".tsv") else csv.excel
-        for i, row in enumerate(csv.reader(f, dialect)):
-            cells = [c.strip() for c in row if c.strip()]
-            if not cells:
-                continue
-            try:
-                out.append(float(cells[0]))
-            except ValueError:
-                if i == 0 and not out:
-                    continue  # a header line
-                raise InputError(f"{path} line {i + 1}: {cells[0]!r} is not a number.") from None
+    dialect = csv.excel_tab if path.lower().endswith(".tsv") else csv.excel
+    try:
+        with open_regular(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
+            for i, row in enumerate(csv.reader(f, dialect)):
+                cells = [c.strip() for c in row if c.strip()]
+                if not cells:
+                    continue
+                try:
+                    out.append(float(cells[0]))
+                except ValueError:
+                    if i == 0 and not out:
+                        continue  # a header line
+                    raise InputError(f"{path} line {i + 1}: {cells[0][:40]!r} is not a number.") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+    except csv.Error as exc:
+        raise InputError(f"{path} is not a readable CSV column: {exc}.") from None
     return np.array(out, dtype=np.float64)

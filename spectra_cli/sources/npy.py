@@ -1,16 +1,19 @@
 """`.npy` and `.npz` readers: headers parsed without unpickling, rows read in blocks.
 
-A `.npy` file is read with positioned ``readinto`` calls into one reusable buffer
-instead of a memory map, so the resident set stays at one block however large the
-file (memory-mapped pages would count towards RSS). `.npz` members are streamed
-through :mod:`zipfile` (stored or deflated) in the same block sizes.
+A `.npy` file is read with positioned reads into reused buffers, never memory-mapped (mapped
+pages count towards RSS, and a file truncated under a map kills the process with SIGBUS):
+C-order rows are one read per block, Fortran-order (column-major) files one read per column
+stripe of a block. `.npz` members are streamed through :mod:`zipfile` (stored or deflated) in
+the same block sizes. Sizes from headers are Python integers, so no header can overflow the
+truncation check, and only regular files are opened (a FIFO would block forever).
 """
 
 from __future__ import annotations
 
-import io
+import math
 import os
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -18,20 +21,25 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spectra_cli.errors import InputError, param
-from spectra_cli.sources.base import Source, SourceInfo, check_numeric_dtype, matrix_shape
+from spectra_cli.sources.base import Source, SourceInfo, check_numeric_dtype, check_regular, matrix_shape, open_regular
 
 # Arrays whose header says more than this many bytes are refused as corrupt headers.
 _MAX_HEADER = 1 << 20
+#: What zipfile and zlib raise on a corrupt, encrypted or unsupported member.
+ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError, ValueError)
 
 
 def _read_header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = npformat.read_magic(f)
         shape, fortran, dtype = _header_after_magic(f, version)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise InputError(f"{where} is not a valid .npy file: {exc}") from None
+    except (ValueError, OSError, SyntaxError, EOFError, TypeError, MemoryError, RecursionError) as exc:
+        raise InputError(f"{where} is not a valid .npy file: {str(exc)[:200]}") from None
     check_numeric_dtype(dtype, where)
-    return tuple(int(s) for s in shape), bool(fortran), dtype
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise InputError(f"{where} has shape {shape}; sizes must be non-negative.")
+    return shape, bool(fortran), dtype
 
 
 class NpySource(Source):
@@ -39,25 +47,27 @@ class NpySource(Source):
 
     def __init__(self, path: str) -> None:
         self._path = path
+        self._f = open_regular(path)
         try:
-            self._f: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed in close()
-        except OSError as exc:
-            raise InputError(f"cannot open {path}: {exc.strerror}") from None
-        shape, fortran, dtype = _read_header(self._f, path)
-        n_rows, n_features, layout = matrix_shape(shape, path)
-        self._offset = self._f.tell()
-        self._fortran = fortran and len(shape) > 1
-        if self._fortran and len(shape) == 3:
-            raise InputError(f"{path} is a Fortran-ordered 3-D array; save it in C order (np.ascontiguousarray).")
+            shape, fortran, dtype = _read_header(self._f, path)
+            n_rows, n_features, layout = matrix_shape(shape, path)
+            self._offset = self._f.tell()
+            self._fortran = fortran and len(shape) > 1
+            if self._fortran and len(shape) == 3:
+                raise InputError(f"{path} is a Fortran-ordered 3-D array; save it in C order "
+                                 "(np.save(path, np.ascontiguousarray(X))).")
+            expected = math.prod(shape) * dtype.itemsize  # Python integers: no overflow
+            found = os.fstat(self._f.fileno()).st_size - self._offset
+            if found < expected:
+                raise InputError(
+                    f"{path} is truncated: its header promises {expected} bytes of data "
+                    f"(shape {shape}, dtype {dtype}) but only {found} follow."
+                )
+        except BaseException:
+            self._f.close()
+            raise
         self._dtype = dtype
         self._shape = shape
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        found = os.fstat(self._f.fileno()).st_size - self._offset
-        if found < expected:
-            raise InputError(
-                f"{path} is truncated: its header promises {expected} bytes of data "
-                f"(shape {shape}, dtype {dtype}) but only {found} follow."
-            )
         self.info = SourceInfo(
             path=path,
             format="npy",
@@ -69,41 +79,67 @@ class NpySource(Source):
             details={"fortran_order": fortran, "header_bytes": self._offset, "data_bytes": expected},
         )
 
+    def _pread_into(self, out: np.ndarray, offset: int, what: int) -> None:
+        view = out.data.cast("B") if out.flags.c_contiguous else None
+        assert view is not None
+        got = os.preadv(self._f.fileno(), [view], offset) if hasattr(os, "preadv") else self._seek_read(view, offset)
+        if got != view.nbytes:
+            raise InputError(f"{self._path} ended early at row {what} (file changed while reading?).")
+
+    def _seek_read(self, view: memoryview, offset: int) -> int:  # pragma: no cover - platforms without preadv
+        self._f.seek(offset)
+        return self._f.readinto(view) or 0
+
     def iter_blocks(
         self, start: int, stop: int, block_rows: int
     ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         d = self.info.n_features
-        if self._fortran:
-            yield from self._iter_fortran(start, stop, block_rows)
-            return
         row_bytes = d * self._dtype.itemsize
         # Two buffers used in turn, so a reader thread can fill one while the other is in use.
         rows = min(block_rows, max(stop - start, 0))
         bufs = [np.empty((rows, d), dtype=self._dtype) for _ in range(2)]
+        stripe = np.empty(rows, dtype=self._dtype) if self._fortran else None
+        n = self.info.n_rows
         for i, lo in enumerate(range(start, stop, block_rows)):
             hi = min(lo + block_rows, stop)
             out = bufs[i % 2][: hi - lo]
-            self._f.seek(self._offset + lo * row_bytes)
-            got = self._f.readinto(out.data.cast("B"))
-            if got != out.nbytes:
-                raise InputError(f"{self._path} ended early at row {lo} (file changed while reading?).")
+            if stripe is None:
+                self._pread_into(out, self._offset + lo * row_bytes, lo)
+            else:
+                # Column-major: column j of rows lo..hi is one contiguous run; d reads per block.
+                part = stripe[: hi - lo]
+                for j in range(d):
+                    self._pread_into(part, self._offset + (j * n + lo) * self._dtype.itemsize, lo)
+                    out[:, j] = part
             yield out, None
-
-    def _iter_fortran(
-        self, start: int, stop: int, block_rows: int
-    ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        # Column-major: each block is d strided reads. A fresh map per block keeps the
-        # resident set at one block (pages of a dropped map no longer count).
-        for lo in range(start, stop, block_rows):
-            hi = min(lo + block_rows, stop)
-            mm = np.memmap(self._path, dtype=self._dtype, mode="r", offset=self._offset,
-                           shape=self._shape, order="F")
-            block = np.ascontiguousarray(mm[lo:hi])
-            del mm
-            yield block, None
 
     def close(self) -> None:
         self._f.close()
+
+
+_ZIP_CACHE: dict[tuple[str, int, int], zipfile.ZipFile] = {}
+
+
+def open_zip(path: str) -> zipfile.ZipFile:
+    """The archive's ZipFile, parsed once per process for a given file version (a batch over the
+    10,000 arrays of one archive reads its central directory once, not 10,000 times)."""
+    check_regular(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"no such file or directory: {path}") from None
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    z = _ZIP_CACHE.get(key)
+    if z is None:
+        try:
+            z = zipfile.ZipFile(path)
+        except ZIP_ERRORS as exc:
+            raise InputError(f"{path} is not a valid .npz archive: {exc}") from None
+        for old in _ZIP_CACHE.values():
+            old.close()
+        _ZIP_CACHE.clear()
+        _ZIP_CACHE[key] = z
+    return z
 
 
 class NpzSource(Source):
@@ -111,22 +147,19 @@ class NpzSource(Source):
 
     def __init__(self, path: str, key: str | None) -> None:
         self._path = path
-        try:
-            self._zip = zipfile.ZipFile(path)
-            names = [n for n in self._zip.namelist() if n.endswith(".npy")]
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise InputError(f"{path} is not a valid .npz archive: {exc}") from None
+        self._zip = open_zip(path)
+        names = [n for n in self._zip.namelist() if n.endswith(".npy")]
         keys = [n[: -len(".npy")] for n in names]
         if not keys:
             raise InputError(f"{path} holds no arrays.")
         if key is None:
             if len(keys) > 1:
-                raise InputError(
-                    f"{path} holds {len(keys)} arrays ({', '.join(keys)}); choose one with {param('key')}."
-                )
+                shown = ", ".join(keys[:10]) + (f", ... ({len(keys) - 10} more)" if len(keys) > 10 else "")
+                raise InputError(f"{path} holds {len(keys)} arrays ({shown}); choose one with {param('key')}.")
             key = keys[0]
         elif key not in keys:
-            raise InputError(f"{path} has no array {key!r}; it holds: {', '.join(keys)}.")
+            shown = ", ".join(keys[:10]) + (f", ... ({len(keys) - 10} more)" if len(keys) > 10 else "")
+            raise InputError(f"{path} has no array {key!r}; it holds: {shown}.")
         self._member = key + ".npy"
         with self._open_member() as f:
             shape, fortran, dtype = _read_header(f, f"{path}[{key}]")
@@ -136,6 +169,9 @@ class NpzSource(Source):
                 f"{path}[{key}] is stored in Fortran order, which cannot be streamed from a zip; "
                 "save it in C order (np.ascontiguousarray)."
             )
+        info = self._zip.getinfo(self._member)
+        if math.prod(shape) * dtype.itemsize > info.file_size:
+            raise InputError(f"{path}[{key}] is truncated: its header promises more bytes than the member holds.")
         self._dtype = dtype
         self.info = SourceInfo(
             path=path, format="npz", shape=shape, dtype=str(dtype), n_rows=n_rows,
@@ -146,7 +182,7 @@ class NpzSource(Source):
     def _open_member(self) -> IO[bytes]:
         try:
             return self._zip.open(self._member)
-        except (OSError, zipfile.BadZipFile, RuntimeError) as exc:
+        except ZIP_ERRORS as exc:
             raise InputError(f"cannot read {self._path}[{self._member}]: {exc}") from None
 
     def iter_blocks(
@@ -155,8 +191,8 @@ class NpzSource(Source):
         d = self.info.n_features
         row_bytes = d * self._dtype.itemsize
         with self._open_member() as f:
-            _read_header(f, self._path)
             try:
+                _read_header(f, self._path)
                 _skip(f, start * row_bytes)
                 for lo in range(start, stop, block_rows):
                     hi = min(lo + block_rows, stop)
@@ -164,11 +200,11 @@ class NpzSource(Source):
                     if len(raw) != (hi - lo) * row_bytes:
                         raise InputError(f"{self._path}[{self.info.key}] is truncated near row {lo}.")
                     yield np.frombuffer(raw, dtype=self._dtype).reshape(hi - lo, d), None
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            except ZIP_ERRORS as exc:
                 raise InputError(f"{self._path}[{self.info.key}] is corrupt: {exc}") from None
 
     def close(self) -> None:
-        self._zip.close()
+        """The archive stays open in the per-process cache (see :func:`open_zip`)."""
 
 
 def _skip(f: IO[bytes], nbytes: int, chunk: int = 1 << 24) -> None:
@@ -180,23 +216,23 @@ def _skip(f: IO[bytes], nbytes: int, chunk: int = 1 << 24) -> None:
 
 
 def npz_listing(path: str) -> list[dict[str, Any]]:
-    """Names, shapes and dtypes of every array in an archive (for ``spectra info``)."""
-    out = []
-    try:
-        with zipfile.ZipFile(path) as z:
-            for name in z.namelist():
-                if not name.endswith(".npy"):
-                    continue
-                with z.open(name) as f:
-                    shape, _, dtype = _read_header_loose(f)
-                out.append({"key": name[:-4], "shape": list(shape), "dtype": str(dtype)})
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path} is not a valid .npz archive: {exc}") from None
+    """Names, shapes and dtypes of every array in an archive (for ``spectra info`` and ``batch``)."""
+    out: list[dict[str, Any]] = []
+    z = open_zip(path)
+    for name in z.namelist():
+        if not name.endswith(".npy"):
+            continue
+        try:
+            with z.open(name) as f:
+                shape, _, dtype = _read_header(f, f"{path}[{name[:-4]}]")
+        except InputError as exc:
+            out.append({"key": name[:-4], "shape": [], "dtype": "unreadable", "error": str(exc)})
+            continue
+        except ZIP_ERRORS as exc:
+            out.append({"key": name[:-4], "shape": [], "dtype": "unreadable", "error": f"{path}[{name}]: {exc}"})
+            continue
+        out.append({"key": name[:-4], "shape": list(shape), "dtype": str(dtype)})
     return out
-
-
-def _read_header_loose(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
-    return _header_after_magic(f, npformat.read_magic(f))
 
 
 def _header_after_magic(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -204,3 +240,37 @@ def _header_after_magic(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[i
         return npformat.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
     # Format 3.0 differs from 2.0 only in allowing UTF-8 field names; numeric headers are ASCII.
     return npformat.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
+
+
+class Vector:
+    """A 1-D ``.npy`` (row weights or scores) read by positioned reads, never memory-mapped: a file
+    truncated during the run is an input error, not a SIGBUS."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self._f = open_regular(path, f"{what} file")
+        try:
+            shape, fortran, dtype = _read_header(self._f, f"{what} file {path}")
+            if len(shape) != 1:
+                raise InputError(f"{what} file {path} has shape {shape}; a 1-D array is required.")
+            self._offset = self._f.tell()
+            if os.fstat(self._f.fileno()).st_size - self._offset < shape[0] * dtype.itemsize:
+                raise InputError(f"{what} file {path} is truncated: its header promises {shape[0]} values.")
+        except BaseException:
+            self._f.close()
+            raise
+        self.size = shape[0]
+        self.dtype = dtype
+        self.what = what
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """Values ``lo..hi`` as float64."""
+        out = np.empty(max(hi - lo, 0), dtype=self.dtype)
+        view = out.data.cast("B")
+        got = os.preadv(self._f.fileno(), [view], self._offset + lo * self.dtype.itemsize) if view.nbytes else 0
+        if got != view.nbytes:
+            raise InputError(f"{self.what} file {self.path} ended early at value {lo} (file changed while reading?).")
+        return out.astype(np.float64)
+
+    def close(self) -> None:
+        self._f.close()

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.sources.base import Source, SourceInfo, expand_glob, is_glob
+from spectra_cli.sources.base import Source, SourceInfo, check_regular, expand_glob, is_glob
 
 _BUFFER_BYTES = 1 << 20
 
@@ -20,15 +20,17 @@ def resolve_parquet_files(path: str) -> list[str]:
     if is_glob(path):
         return expand_glob(path)
     if os.path.isdir(path):
-        files = sorted(
-            os.path.join(root, name)
-            for root, _, names in os.walk(path)
-            for name in names
-            if name.endswith((".parquet", ".pq")) and not name.startswith((".", "_"))
-        )
+        files = []
+        for root, dirs, names in os.walk(path):
+            # Skip what Spark, Dask and pyarrow skip: _temporary/, _SUCCESS, .hidden, _metadata.
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            files += [os.path.join(root, name) for name in names
+                      if name.endswith((".parquet", ".pq")) and not name.startswith((".", "_"))
+                      and os.path.isfile(os.path.join(root, name))]
         if not files:
             raise InputError(f"directory {path} holds no .parquet files.")
-        return files
+        return sorted(files)
+    check_regular(path)
     return [path]
 
 

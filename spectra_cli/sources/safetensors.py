@@ -6,7 +6,7 @@ half of a float32). Sharded checkpoints are found through ``*.safetensors.index.
 from __future__ import annotations
 
 import io
-import json
+import math
 import os
 import struct
 from collections.abc import Iterator
@@ -26,36 +26,62 @@ _MAX_HEADER = 100 << 20
 
 
 def read_header(path: str) -> tuple[dict[str, Any], int]:
-    """The tensors' descriptions and the byte offset where data starts."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise InputError(f"{path} is not a safetensors file (shorter than 8 bytes).")
-            (n,) = struct.unpack("<Q", raw)
-            if n > _MAX_HEADER:
-                raise InputError(f"{path} is not a safetensors file (header length {n} is implausible).")
-            header = json.loads(f.read(n))
-    except FileNotFoundError:
-        raise InputError(f"no such file or directory: {path}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path} is not a safetensors file: its header is not JSON ({exc}).") from None
+    """The tensors' descriptions and the byte offset where data starts.
+
+    Every entry is checked against the format: ``dtype`` a string, ``shape`` a list of
+    non-negative integers, ``data_offsets`` two integers inside the data section whose byte count
+    matches shape and dtype; the tensors' byte ranges, in order, must tile the data section exactly
+    (no overlap, no hole, nothing past the end), as the format requires. Sizes are Python integers.
+    """
+    from spectra_cli.jsonio import loads
+    from spectra_cli.sources.base import open_regular
+
+    with open_regular(path) as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise InputError(f"{path} is not a safetensors file (shorter than 8 bytes).")
+        (n,) = struct.unpack("<Q", raw)
+        size = os.fstat(f.fileno()).st_size
+        if n > _MAX_HEADER or 8 + n > size:
+            raise InputError(f"{path} is not a safetensors file (header length {n} is implausible for a file of "
+                             f"{size} bytes).")
+        header = loads(f.read(n), f"{path}'s safetensors header")
     if not isinstance(header, dict):
         raise InputError(f"{path} is not a safetensors file: its header is not a JSON object.")
-    header.pop("__metadata__", None)
-    size = os.path.getsize(path)
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not isinstance(meta, dict):
+        raise InputError(f"{path}: __metadata__ must be a JSON object.")
+    data_size = size - 8 - n
+    spans: list[tuple[int, int, str]] = []
     for name, t in header.items():
-        try:
-            lo, hi = t["data_offsets"]
-            shape = [int(s) for s in t["shape"]]
-            dtype = t["dtype"]
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{path}: tensor {name!r} has a malformed header entry.") from None
-        if 8 + n + hi > size:
-            raise InputError(f"{path} is truncated: tensor {name!r} ends at byte {8 + n + hi} of {size}.")
-        if dtype in DTYPES and hi - lo != int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize:
+        if not isinstance(t, dict):
+            raise InputError(f"{path}: tensor {name!r} has a malformed header entry (not an object).")
+        lo_hi, shape, dtype = t.get("data_offsets"), t.get("shape"), t.get("dtype")
+        if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(lo_hi, list) \
+                or len(lo_hi) != 2 or not all(_count(v) for v in [*shape, *lo_hi]):
+            raise InputError(f"{path}: tensor {name!r} has a malformed header entry (dtype must be a string, "
+                             "shape and data_offsets lists of non-negative integers).")
+        lo, hi = lo_hi
+        if lo > hi or hi > data_size:
+            raise InputError(f"{path}: tensor {name!r} has data_offsets [{lo}, {hi}] outside the data section "
+                             f"of {data_size} bytes (truncated or corrupt file).")
+        if dtype in DTYPES and hi - lo != math.prod(shape) * DTYPES[dtype].itemsize:
             raise InputError(f"{path}: tensor {name!r} has {hi - lo} bytes for shape {shape} {dtype}.")
+        spans.append((lo, hi, name))
+    end = 0
+    for lo, hi, name in sorted(spans):
+        if lo != end:
+            what = "overlaps the previous tensor" if lo < end else f"leaves a hole at bytes {end}..{lo}"
+            raise InputError(f"{path}: tensor {name!r} {what}; the data section must be tiled exactly.")
+        end = hi
+    if end != data_size:
+        raise InputError(f"{path}: the tensors cover {end} of the {data_size} data bytes; the file has bytes no "
+                         "tensor describes (corrupt, or not a safetensors file).")
     return header, 8 + n
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def list_tensors(path: str) -> list[dict[str, Any]]:
@@ -64,21 +90,34 @@ def list_tensors(path: str) -> list[dict[str, Any]]:
 
 
 def shard_files(directory: str) -> list[str]:
-    """The shard files named by an index (``*.safetensors.index.json``), or every ``*.safetensors``."""
+    """The shard files named by an index (``*.safetensors.index.json``), or every ``*.safetensors``.
+
+    Shards must be plain file names inside the index's directory: a name with a path separator,
+    ``..`` or an absolute path is refused (an index must not make spectra read other files)."""
+    from spectra_cli.jsonio import read
+
     index = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors.index.json"))
     if index:
         p = os.path.join(directory, index[0])
-        try:
-            with open(p, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{p} is not a valid safetensors index: {exc}") from None
-        files = sorted({os.path.join(directory, v) for v in weight_map.values()})
-        missing = [f for f in files if not os.path.exists(f)]
+        doc = read(p, "safetensors index")
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise InputError(f"{p} is not a valid safetensors index: 'weight_map' must map tensor names to "
+                             "shard file names.")
+        names = sorted(set(weight_map.values()))
+        for name in names:
+            if (not name or os.path.isabs(name) or "/" in name or "\\" in name or name in (".", "..")
+                    or "\x00" in name or not name.endswith(".safetensors")):
+                raise InputError(f"{p} names shard {name!r}; shards must be plain .safetensors file names in the "
+                                 "index's directory.")
+        files = [os.path.join(directory, name) for name in names]
+        missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise InputError(f"{p} names shard {missing[0]}, which does not exist.")
         return files
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".safetensors"))
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.endswith(".safetensors") and not f.startswith((".", "_"))
+                  and os.path.isfile(os.path.join(directory, f)))
 
 
 class SafetensorsSource(Source):
@@ -107,7 +146,9 @@ class SafetensorsSource(Source):
         self._raw = DTYPES[t["dtype"]]
         self._bf16 = t["dtype"] == "BF16"
         self._offset = start + int(t["data_offsets"][0])
-        self._f: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed in close()
+        from spectra_cli.sources.base import open_regular
+
+        self._f: io.BufferedReader = open_regular(path)
         dtype = "bfloat16" if self._bf16 else str(self._raw.newbyteorder("="))
         self.info = SourceInfo(path=f"{path}::{tensor}", format="safetensors", shape=shape, dtype=dtype,
                                n_rows=shape[0], n_features=shape[1], layout="2-D tensor (rows = first axis)",

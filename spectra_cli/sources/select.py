@@ -73,35 +73,34 @@ class RowSpec:
 
 
 class WeightsFile:
-    """A 1-D ``.npy`` of per-row weights, memory-mapped and sliced block by block."""
+    """A 1-D ``.npy`` of per-row weights, read block by block with positioned reads (never
+    memory-mapped: a weights file truncated during the run is an input error, not a SIGBUS)."""
 
     def __init__(self, path: str, n_rows: int, *, what: str = "weights") -> None:
+        from spectra_cli.sources.npy import Vector
+
         self.path = path
         one = "score" if what == "logits" else "weight"
         if not path.lower().endswith(".npy"):
             raise InputError(f"{what} file {path} must be a 1-D .npy array of one {one} per row.")
-        try:
-            w = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise InputError(f"no such {what} file: {path}") from None
-        except (ValueError, OSError) as exc:
-            raise InputError(f"cannot read {what} file {path}: {exc}") from None
-        if w.ndim != 1:
-            raise InputError(f"{what} file {path} has shape {w.shape}; a 1-D array is required.")
-        if w.dtype.kind not in "fiu":
-            raise InputError(f"{what} file {path} has dtype {w.dtype}; numeric {one}s are required.")
-        if len(w) != n_rows:
+        self._v = Vector(path, what)
+        if self._v.dtype.kind not in "fiu":
+            raise InputError(f"{what} file {path} has dtype {self._v.dtype}; numeric {one}s are required.")
+        if self._v.size != n_rows:
             raise InputError(
-                f"{what} file {path} has {len(w)} {one}s but the input has {n_rows} rows; "
+                f"{what} file {path} has {self._v.size} {one}s but the input has {n_rows} rows; "
                 f"one {one} per row is required."
             )
-        self._w = w
 
     def slice(self, lo: int, hi: int) -> np.ndarray:
-        return np.asarray(self._w[lo:hi], dtype=np.float64)
+        return self._v.read(lo, hi)
 
     def take(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(self._w[idx], dtype=np.float64)
+        """Weights of sorted row ids (one read of the span they cover, within one block)."""
+        if not idx.size:
+            return np.zeros(0)
+        lo = int(idx[0])
+        return self._v.read(lo, int(idx[-1]) + 1)[idx - lo]
 
 
 class WeightsArray:
@@ -161,7 +160,7 @@ def iter_selected(
 class LogitsWeights:
     """Row weights ``p = softmax(z / T)`` from a 1-D ``.npy`` of scores (seed 000, soft token).
 
-    The normaliser ``log sum exp(z / T)`` is found in one pass over the memory-mapped scores;
+    The normaliser ``log sum exp(z / T)`` is found in one pass over the scores;
     blocks then get ``exp(z / T - lse)``, so no score overflows.
     """
 
@@ -171,20 +170,19 @@ class LogitsWeights:
         self.path = path
         self.temperature = float(temperature)
         base = WeightsFile(path, n_rows, what="logits")
-        z = base._w
         lse = -np.inf
-        for lo in range(0, len(z), 1 << 20):
-            chunk = np.asarray(z[lo : lo + (1 << 20)], dtype=np.float64) / self.temperature
+        for lo in range(0, n_rows, 1 << 20):
+            chunk = base.slice(lo, min(lo + (1 << 20), n_rows)) / self.temperature
             bad = np.flatnonzero(~np.isfinite(chunk))
             if bad.size:
                 raise InputError(f"logits file {path} has a non-finite score at row {lo + int(bad[0])}.")
             top = float(chunk.max())
             lse = float(np.logaddexp(lse, top + np.log(np.sum(np.exp(chunk - top)))))
-        self._z = z
+        self._z = base
         self._lse = lse
 
     def slice(self, lo: int, hi: int) -> np.ndarray:
-        return np.exp(np.asarray(self._z[lo:hi], dtype=np.float64) / self.temperature - self._lse)
+        return np.exp(self._z.slice(lo, hi) / self.temperature - self._lse)
 
     def take(self, idx: np.ndarray) -> np.ndarray:
-        return np.exp(np.asarray(self._z[idx], dtype=np.float64) / self.temperature - self._lse)
+        return np.exp(self._z.take(idx) / self.temperature - self._lse)

@@ -1,0 +1,50 @@
+"""JSON read defensively: every JSON that spectra reads (safetensors headers and indexes,
+``--eigenvalues``, reports, batch results, moment-file metadata) goes through :func:`loads`,
+which turns what would crash or mislead a caller into one ``InputError``: nesting deeper than
+Python's recursion allows, integers with more digits than any real count (``1`` followed by 400
+zeros would overflow every later float conversion), and text that is not UTF-8."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spectra_cli.errors import InputError
+
+#: Integers longer than this are refused (2**64 has 20 digits).
+MAX_INT_DIGITS = 40
+
+
+class _TooLong(ValueError):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _TooLong(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """``json.loads`` that raises ``InputError`` naming ``where`` for anything unreadable."""
+    import json
+
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise InputError(f"{where} is JSON nested too deeply to read.") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+    except _TooLong as exc:
+        raise InputError(f"{where} holds {exc}, more than any count or size spectra reads.") from None
+    except ValueError as exc:
+        raise InputError(f"{where} is not valid JSON: {exc}") from None
+
+
+def read(path: str, what: str = "file") -> Any:
+    """Parse a JSON file (a regular file only: never a FIFO that would block)."""
+    from spectra_cli.sources.base import open_regular
+
+    with open_regular(path, what) as f:
+        return loads(f.read(), path)

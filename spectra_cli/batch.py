@@ -29,27 +29,84 @@ MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 class Item:
     name: str  # what open_source takes: a path, path::tensor or path::key
     fingerprint: str
+    error: str | None = None  # the file could not even be listed: the item fails with this
 
 
-def _expand(path: str) -> list[str]:
+def _readable_name(path: str) -> bool:
+    """File names that are not valid UTF-8 cannot be reported in JSON: they are skipped with a note."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _expand(path: str, notes: list[str]) -> list[str]:
     if is_glob(path):
         return expand_glob(path)
     if os.path.isdir(path):
         from spectra_cli.sources.safetensors import shard_files
 
         shards = shard_files(path)
-        others = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs
-                        if f.lower().endswith(MATRIX_EXT[:-1]) and not f.startswith((".", "_")))
+        others = []
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            for f in files:
+                full = os.path.join(root, f)
+                if not f.lower().endswith(MATRIX_EXT[:-1]) or f.startswith((".", "_")):
+                    continue
+                if not _readable_name(full):
+                    notes.append(f"skipped a file in {root} whose name is not valid UTF-8 "
+                                 f"({full.encode('utf-8', 'replace').decode()})")
+                elif not os.path.isfile(full):
+                    notes.append(f"skipped {full}: not a regular file")
+                else:
+                    others.append(full)
         if not shards and not others:
             raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
-        return shards + others
-    if not os.path.exists(path):
+        return shards + sorted(others)
+    if not os.path.lexists(path):
         raise InputError(f"no such file or directory: {path}")
     return [path]
 
 
+def _listing(f: str, pattern: re.Pattern[str] | None, notes: list[str]) -> list[Item]:
+    """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
+    low = f.lower()
+    out: list[Item] = []
+    if low.endswith(".safetensors"):
+        from spectra_cli.sources.safetensors import list_tensors
+
+        for t in list_tensors(f):
+            name = f"{f}::{t['name']}"
+            if pattern is not None and not pattern.search(t["name"]):
+                continue
+            if len(t["shape"]) != 2:
+                notes.append(f"skipped {name}: shape {t['shape']} is not 2-D")
+                continue
+            out.append(Item(name, fingerprint(name)))
+    elif low.endswith(".npz"):
+        from spectra_cli.sources.npy import npz_listing
+
+        arrays = npz_listing(f)
+        for a in arrays:
+            name = f"{f}::{a['key']}" if len(arrays) > 1 else f
+            if "error" in a:
+                out.append(Item(name, fingerprint(name), a["error"]))
+            elif len(a["shape"]) not in (2, 3):
+                notes.append(f"skipped {f}::{a['key']}: shape {a['shape']} is not a matrix")
+            else:
+                out.append(Item(name, fingerprint(name)))
+    elif low.endswith(MATRIX_EXT):
+        out.append(Item(f, fingerprint(f)))
+    else:
+        notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
+    return out
+
+
 def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], list[str]]:
-    """Items in a stable order, and notes about what was skipped (1-D biases, filtered tensors)."""
+    """Items in a stable order, and notes about what was skipped (1-D biases, filtered tensors). A file
+    that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch."""
     try:
         pattern = re.compile(tensors) if tensors else None
     except re.error as exc:
@@ -58,51 +115,30 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
     notes: list[str] = []
     seen: set[str] = set()
     for path in paths:
-        for f in _expand(path):
-            low = f.lower()
-            if low.endswith(".safetensors"):
-                from spectra_cli.sources.safetensors import list_tensors
-
-                for t in list_tensors(f):
-                    name = f"{f}::{t['name']}"
-                    if pattern is not None and not pattern.search(t["name"]):
-                        continue
-                    if len(t["shape"]) != 2:
-                        notes.append(f"skipped {name}: shape {t['shape']} is not 2-D")
-                        continue
-                    if name not in seen:
-                        seen.add(name)
-                        items.append(Item(name, fingerprint(name)))
-            elif low.endswith(".npz"):
-                from spectra_cli.sources.npy import npz_listing
-
-                arrays = npz_listing(f)
-                for a in arrays:
-                    name = f"{f}::{a['key']}" if len(arrays) > 1 else f
-                    if len(a["shape"]) not in (2, 3):
-                        notes.append(f"skipped {f}::{a['key']}: shape {a['shape']} is not a matrix")
-                        continue
-                    if name not in seen:
-                        seen.add(name)
-                        items.append(Item(name, fingerprint(name)))
-            elif low.endswith(MATRIX_EXT):
-                if f not in seen:
-                    seen.add(f)
-                    items.append(Item(f, fingerprint(f)))
-            else:
-                notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
+        for f in _expand(path, notes):
+            try:
+                found = _listing(f, pattern, notes)
+            except SpectraError as exc:
+                found = [Item(f, fingerprint(f), str(exc))]
+            for it in found:
+                if it.name not in seen:
+                    seen.add(it.name)
+                    items.append(it)
     if not items:
         raise InputError("no matrices to analyse" + (f" ({'; '.join(notes[:3])})" if notes else "") + ".")
     return items, notes
 
 
-def run_item(name: str, fp: str, options: dict[str, Any]) -> dict[str, Any]:
+def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None) -> dict[str, Any]:
     """One item's JSON line (runs in a worker process)."""
     import warnings
 
     from spectra_cli import api
     from spectra_cli.errors import SpectraWarning
 
+    if error is not None:
+        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
+                "error": error}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SpectraWarning)  # they are in each line's report
@@ -110,6 +146,9 @@ def run_item(name: str, fp: str, options: dict[str, Any]) -> dict[str, Any]:
     except SpectraError as exc:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": str(exc)}
+    except MemoryError:
+        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
+                "error": "out of memory while analysing this item (fewer workers, or --max-memory, may help)"}
     except Exception as exc:  # noqa: BLE001 - one broken item must not stop the batch
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"unexpected {type(exc).__name__}: {exc} (a bug; please report it)"}
@@ -262,7 +301,7 @@ def run_batch(
         raise OptionError(f"{param('workers', workers)} must be at least 1.")
     if workers == 1 or len(items) == 1:
         for it in items:
-            doc = run_item(it.name, it.fingerprint, options)
+            doc = run_item(it.name, it.fingerprint, options, it.error)
             if on_result:
                 on_result(doc)
             yield doc
@@ -275,7 +314,7 @@ def run_batch(
         while queue or pending:
             while queue and len(pending) < 2 * workers:
                 it = queue.pop(0)
-                pending[ex.submit(run_item, it.name, it.fingerprint, options)] = it
+                pending[ex.submit(run_item, it.name, it.fingerprint, options, it.error)] = it
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in finished:
                 it = pending.pop(fut)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,19 +15,22 @@ SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.")
 
 def load_report(path: str) -> dict[str, Any]:
     """A spectra report from a ``.json`` file (or a one-line ``.jsonl``)."""
-    if not os.path.exists(path):
-        raise InputError(f"no such file: {path}")
-    try:
-        with open(path, encoding="utf-8") as f:
+    from spectra_cli.jsonio import loads
+    from spectra_cli.sources.base import open_regular
+
+    if path == "-":
+        import sys
+
+        text = sys.stdin.buffer.read()
+    else:
+        with open_regular(path) as f:
             text = f.read()
-        if path.lower().endswith(".jsonl"):
-            lines = [ln for ln in text.splitlines() if ln.strip()]
-            if len(lines) != 1:
-                raise InputError(f"{path} holds {len(lines)} reports; compare takes one report per side.")
-            text = lines[0]
-        doc = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is not a JSON report: {exc}") from None
+    if path.lower().endswith(".jsonl"):
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) != 1:
+            raise InputError(f"{path} holds {len(lines)} reports; compare takes one report per side.")
+        text = lines[0]
+    doc = loads(text, path)
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("spectra.report/"):
         raise InputError(f"{path} is not a spectra report (no 'schema': 'spectra.report/...').")
     return doc
@@ -37,7 +38,7 @@ def load_report(path: str) -> dict[str, Any]:
 
 def as_report(path: str, fit_options: dict[str, Any]) -> dict[str, Any]:
     """A report file as is, or the ``fit`` report of an input."""
-    if path.lower().endswith((".json", ".jsonl")):
+    if path == "-" or path.lower().endswith((".json", ".jsonl")):
         return load_report(path)
     from spectra_cli import api
 

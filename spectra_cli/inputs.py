@@ -217,7 +217,7 @@ class Input:
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks)
         cos = CosineAccumulator(d) if cosine else None
         states: list[State] = [main] + ([cos] if cos is not None else [])
-        guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite)
+        guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite, tiny_weights=read.logits is not None)
         run_pass(iter_selected(self.source, read.rows, block_rows, self.weights), states, guard, total=total,
                  progress=progress)
         rows: np.ndarray | None = None

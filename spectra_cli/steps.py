@@ -21,7 +21,7 @@ from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
 from spectra_cli.eigen import Spectrum, spectrum_from_moments, spectrum_from_rows
-from spectra_cli.engine import Progress, RowsState
+from spectra_cli.engine import Progress, RowsBuffer
 from spectra_cli.errors import FitError, OptionError, param
 from spectra_cli.inputs import Accumulated, Input
 
@@ -69,9 +69,10 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
     n_sel = inp.n_selected
     budget = max(2, CONTROL_MEMORY // (8 * d))
     sub = n_sel > budget
-    rows = RowsState()
+    n_take = min(n_sel, budget) if sub else n_sel
+    rows = RowsBuffer(n_take, d, weighted=first.weighted)
     inp.second_pass([rows], need=param("shuffled_control"),
-                    rows=replace(spec, sample=min(n_sel, budget), seed=seed) if sub else spec)
+                    rows=replace(spec, sample=n_take, seed=seed) if sub else spec)
     X, w = rows.matrix()
     ctrl = shuffled_spectrum(X, w, seed=seed, centered=centered, ddof=ddof, precision=first.precision)
     return ShuffledControl(ctrl.eigenvalues, len(X), sub, seed, meets_at(real, ctrl))

@@ -9,7 +9,6 @@ path pattern), so several tensors of a run of checkpoints give one line each.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import defaultdict
@@ -60,23 +59,25 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
         pattern = re.compile(step_regex) if step_regex else None
     except re.error as exc:
         raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
-    if not os.path.exists(jsonl):
-        raise InputError(f"no such file: {jsonl}")
+    from spectra_cli.jsonio import loads
+    from spectra_cli.sources.base import open_regular
+
     points: list[Point] = []
     notes: list[str] = []
-    with open(jsonl, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
+    with open_regular(jsonl) as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                raise InputError(f"{jsonl} line {i} is not JSON.") from None
-            item = doc.get("item") or doc.get("source", {}).get("path")
-            if not item:
+            doc = loads(raw, f"{jsonl} line {i}")
+            if not isinstance(doc, dict):
+                raise InputError(f"{jsonl} line {i} is not a JSON object (a {type(doc).__name__}); "
+                                 "spectra batch writes one report object per line.")
+            source = doc.get("source")
+            item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
+            if not isinstance(item, str) or not item:
                 raise InputError(f"{jsonl} line {i} has no item name.")
             if "error" in doc:
-                notes.append(f"{item}: failed in the batch ({doc['error']})")
+                notes.append(f"{item}: failed in the batch ({str(doc['error'])[:200]})")
                 continue
             values: dict[str, float | None] = {}
             for m in metrics:

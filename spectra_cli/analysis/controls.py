@@ -36,12 +36,15 @@ class ShuffledControl:
 def shuffled_spectrum(
     X: np.ndarray, w: np.ndarray | None, *, seed: int, centered: bool, ddof: int, precision: str
 ) -> Spectrum:
+    """The spectrum of ``X`` with each column permuted independently. ``X`` (float64) is permuted
+    and centred in place: the control holds one copy of its rows."""
     rng = np.random.default_rng(seed)
-    Xp = rng.permuted(np.asarray(X, dtype=np.float64), axis=0)
+    Xp = np.asarray(X, dtype=np.float64)
+    rng.permuted(Xp, axis=0, out=Xp)
     if len(Xp) < Xp.shape[1]:
         return spectrum_from_rows(Xp, w, centered=centered, ddof=ddof, precision=precision)
-    return spectrum_from_moments(Moments.from_block(Xp, w, precision=precision), centered=centered, ddof=ddof,
-                                 precision=precision)
+    return spectrum_from_moments(Moments.from_block(Xp, w, precision=precision, out=Xp), centered=centered,
+                                 ddof=ddof, precision=precision)
 
 
 def meets_at(real: Spectrum, control: Spectrum) -> int | None:

@@ -67,6 +67,9 @@ class SpectraGroup(TyperGroup):
 
         # The reports carry their warnings; the CLI shows them itself (table, or stderr with --json).
         warnings.simplefilter("ignore", SpectraWarning)
+        # numpy's floating-point RuntimeWarnings are not messages for a user: what is suspect in the
+        # numbers is a report warning, and what cannot be computed is an error.
+        warnings.simplefilter("ignore", RuntimeWarning)
         try:
             rv = super().main(*args, **kwargs)
         except SpectraError as exc:

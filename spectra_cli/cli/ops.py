@@ -127,8 +127,6 @@ def batch(
     items, notes = enumerate_items(paths, tensors)
     options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
                    precision=precision, density=density, block_rows=block_rows)
-    for note in notes:
-        sys.stderr.write(f"note: {note}\n")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as progress:
@@ -142,7 +140,7 @@ def batch(
 
         run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result)
-    for note in run.notes:
+    for note in [*notes, *run.notes]:
         sys.stderr.write(f"note: {note}\n")
     if run.skipped:
         sys.stderr.write(f"note: --resume skips {run.skipped} item(s) already in {jsonl}\n")

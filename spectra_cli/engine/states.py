@@ -17,6 +17,9 @@ import numpy as np
 from spectra_cli.errors import InputError, param
 from spectra_cli.moments import Moments
 
+#: Row weights outside this range would overflow or underflow their sums (only ratios matter).
+MAX_WEIGHT, MIN_WEIGHT = 1e250, 1e-250
+
 
 class State(Protocol):
     def update(self, X: np.ndarray, w: np.ndarray | None) -> None: ...
@@ -108,6 +111,26 @@ class RowsState:
         return X, (np.concatenate(self.weights) if self.weights else None)
 
 
+class RowsBuffer:
+    """Selected rows copied into one preallocated float64 matrix (the shuffled control gathers its
+    rows here: one copy of the rows, never a list of blocks plus their concatenation)."""
+
+    def __init__(self, n: int, d: int, *, weighted: bool) -> None:
+        self.X = np.empty((n, d))
+        self.w = np.empty(n) if weighted else None
+        self.filled = 0
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        a, b = self.filled, self.filled + len(X)
+        self.X[a:b] = X
+        if self.w is not None and w is not None:
+            self.w[a:b] = w
+        self.filled = b
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.X[: self.filled], None if self.w is None else self.w[: self.filled]
+
+
 class RowGuard:
     """Checks each block before the states see it.
 
@@ -116,9 +139,10 @@ class RowGuard:
     blocks are only counted so that :meth:`finish` can give the total and the first row.
     """
 
-    def __init__(self, where: str, *, drop_nonfinite: bool) -> None:
+    def __init__(self, where: str, *, drop_nonfinite: bool, tiny_weights: bool = False) -> None:
         self.where = where
         self.drop = drop_nonfinite
+        self.tiny_weights = tiny_weights
         self.dropped = 0
         self.bad = 0
         self.first_bad: int | None = None
@@ -129,6 +153,13 @@ class RowGuard:
             if np.any(badw):
                 i = int(np.flatnonzero(badw)[0])
                 raise InputError(f"weight of row {row_id(i)} is {float(w[i])}; weights must be finite and >= 0.")
+            big = w > MAX_WEIGHT
+            tiny = (w > 0) & (w < MIN_WEIGHT) if not self.tiny_weights else np.zeros(0, dtype=bool)
+            if np.any(big) or np.any(tiny):
+                i = int(np.flatnonzero(big if np.any(big) else tiny)[0])
+                raise InputError(f"weight of row {row_id(i)} is {float(w[i]):.3g}; positive weights must lie within "
+                                 f"[{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] (their sums must stay finite and exact): rescale "
+                                 "them, only their ratios matter.")
         ok = finite_rows(X)
         if ok is None:
             return (X[:0], None if w is None else w[:0]) if self.bad else (X, w)

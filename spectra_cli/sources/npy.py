@@ -161,8 +161,11 @@ class NpzSource(Source):
             shown = ", ".join(keys[:10]) + (f", ... ({len(keys) - 10} more)" if len(keys) > 10 else "")
             raise InputError(f"{path} has no array {key!r}; it holds: {shown}.")
         self._member = key + ".npy"
-        with self._open_member() as f:
-            shape, fortran, dtype = _read_header(f, f"{path}[{key}]")
+        try:
+            with self._open_member() as f:
+                shape, fortran, dtype = _read_header(f, f"{path}[{key}]")
+        except ZIP_ERRORS as exc:
+            raise InputError(f"{path}[{key}] is corrupt: {exc}") from None
         n_rows, n_features, layout = matrix_shape(shape, f"{path}[{key}]")
         if fortran and len(shape) > 1:
             raise InputError(

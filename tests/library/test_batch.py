@@ -85,11 +85,11 @@ def test_two_workers_give_the_numbers_of_one(tmp_path):
 
 
 
-def _dies_on_m3(name, fingerprint, options):
+def _dies_on_m3(name, fingerprint, options, error=None):
     """Module level, so the pool can pickle it by reference."""
     if name.endswith("m_3.npy"):
         os._exit(1)  # a worker killed by the kernel looks like this to the pool
-    return _REAL_RUN_ITEM(name, fingerprint, options)
+    return _REAL_RUN_ITEM(name, fingerprint, options, error)
 
 
 def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):

@@ -188,14 +188,18 @@ class ResultsFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         self._f = os.fdopen(fd, "r+b")
         self._lock(self._f)
-        if not resume:
-            self._f.truncate(0)
-            return
-        raw = self._f.read()
-        kept, changed = self._keep(raw, expected, allow_mismatch)
-        if changed:
-            self._replace(kept)
-        self._f.seek(0, os.SEEK_END)
+        try:
+            if not resume:
+                self._f.truncate(0)
+                return
+            raw = self._f.read()
+            kept, changed = self._keep(raw, expected, allow_mismatch)
+            if changed:
+                self._replace(kept)
+            self._f.seek(0, os.SEEK_END)
+        except BaseException:
+            self._f.close()  # releases the lock
+            raise
 
     def _lock(self, f: Any) -> None:
         try:

@@ -91,7 +91,7 @@ def test_broken_law_recovered():
 
 
 def test_broken_law_from_rows():
-    d = 1000
+    d = 600
     lam = np.where(np.arange(1, d + 1) <= 100, np.arange(1, d + 1) ** -0.6,
                    100.0 ** 0.8 * np.arange(1, d + 1) ** -1.4)
     rng = np.random.default_rng(4)

@@ -33,8 +33,8 @@ def test_synth_quadratic_features_have_the_log_corrected_spectrum():
     # seed 001 Theorem 1 with p = 2: lambda_j ~ (log(j+1)/j)^alpha over a range of ranks.
     from spectra_cli import api
 
-    X = np.concatenate(list(synth.generate("random-features", n=40000, d=400, seed=1, alpha=1.31,
-                                           activation="quadratic", input_dim=2000)))
+    X = np.concatenate(list(synth.generate("random-features", n=20000, d=400, seed=1, alpha=1.31,
+                                           activation="quadratic", input_dim=1000)))
     rep = api.fit(X, window="5:40", model="log-corrected", degree=2)
     assert rep.fit.alpha == pytest.approx(1.31, abs=0.15)
 

@@ -12,17 +12,11 @@ from spectra_cli.errors import InputError, param
 
 def read_eigenvalues(path: str) -> np.ndarray:
     """Eigenvalues as float64 (any order; the caller sorts them)."""
-    from spectra_cli.sources.base import open_regular
-
     lower = path.lower()
     if lower.endswith(".npy"):
-        try:
-            with open_regular(path) as f:
-                arr = np.load(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            if isinstance(exc, InputError):
-                raise
-            raise InputError(f"cannot read eigenvalues from {path}: {str(exc)[:200]}") from None
+        from spectra_cli.sources.npy import read_whole
+
+        arr = read_whole(path, "eigenvalues file")
         if arr.ndim == 2 and 1 in arr.shape:
             arr = arr.ravel()
         if arr.ndim != 1:

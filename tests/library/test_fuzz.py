@@ -1,0 +1,172 @@
+"""Property tests: mutated `.npy` and safetensors headers, and arbitrary JSON and TOML where spectra
+reads them, either work or raise a SpectraError (exit 2 on the command line) — never another
+exception (exit 3, a traceback)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spectra_cli as spectra
+from spectra_cli.errors import SpectraError
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _only_spectra_errors(write: Callable[[str], None], call: Callable[[str], Any], suffix: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "input" + suffix)
+        write(path)
+        try:
+            call(path)
+        except SpectraError:
+            pass
+
+
+def _npy_bytes() -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.arange(24, dtype=np.float64).reshape(6, 4))
+    return buf.getvalue()
+
+
+NPY = _npy_bytes()
+
+
+@SETTINGS
+@given(flips=st.lists(st.tuples(st.integers(0, 127), st.integers(0, 255)), min_size=1, max_size=6),
+       cut=st.integers(0, len(NPY)))
+def test_mutated_npy_headers(flips, cut):
+    raw = bytearray(NPY)
+    for at, value in flips:
+        raw[at] = value
+    data = bytes(raw[: max(cut, 10)])
+
+    def write(path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    _only_spectra_errors(write, lambda p: spectra.spectrum(p, eigenvalues=False), ".npy")
+    _only_spectra_errors(write, lambda p: spectra.fit(p, eigenvalues=True), ".npy")
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(-3, 2**64), max_size=4), descr=st.sampled_from(["<f8", "<f4", "|b1", "O", "<c16",
+                                                                                   "V8", "<M8[s]", "zz"]),
+       fortran=st.sampled_from(["True", "False", "1", "None"]))
+def test_npy_header_dicts(shape, descr, fortran):
+    header = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': ({', '.join(map(str, shape))},), }}"
+
+    def write(path: str) -> None:
+        h = header.encode("latin1")
+        h += b" " * (-(len(h) + 11) % 64) + b"\n"
+        with open(path, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + b"\0" * 192)
+
+    _only_spectra_errors(write, spectra.spectrum, ".npy")
+
+
+@SETTINGS
+@given(entries=st.dictionaries(st.text(min_size=1, max_size=5), JSON | st.fixed_dictionaries(
+    {"dtype": st.sampled_from(["F32", "BF16", "I64", "BOOL", 3]), "shape": JSON | st.lists(st.integers(0, 8)),
+     "data_offsets": JSON | st.lists(st.integers(-8, 300), min_size=2, max_size=2)}), max_size=3),
+    data=st.integers(0, 300), meta=JSON)
+def test_safetensors_headers(entries, data, meta):
+    header = dict(entries)
+    header["__metadata__"] = meta
+
+    def write(path: str) -> None:
+        raw = json.dumps(header).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * data)
+
+    def call(path: str) -> None:
+        from spectra_cli.batch import enumerate_items
+        from spectra_cli.sources import open_source
+
+        items, _ = enumerate_items([path])
+        for it in items:
+            if it.error is None:
+                with open_source(it.name) as src:
+                    for _ in src.iter_blocks(0, src.info.n_rows, 4):
+                        pass
+
+    _only_spectra_errors(write, call, ".safetensors")
+
+
+@SETTINGS
+@given(doc=JSON)
+def test_json_where_spectra_reads_json(doc):
+    text = json.dumps(doc)
+
+    def write(path: str) -> None:
+        with open(path, "w") as f:
+            f.write(text)
+
+    _only_spectra_errors(write, lambda p: spectra.fit(p, eigenvalues=True), ".json")
+
+    def check(path: str) -> None:
+        from spectra_cli.checks import evaluate, parse_require
+        from spectra_cli.compare import compare, load_report
+
+        report = load_report(path)
+        evaluate(report, [parse_require("fit.alpha > 0")], report)
+        compare(report, report)
+
+    _only_spectra_errors(write, check, ".json")
+
+    def trend(path: str) -> None:
+        from spectra_cli.trend import load_points
+
+        load_points(path, ["fit.alpha"], None)
+
+    _only_spectra_errors(lambda p: open(p, "w").write(text + "\n" + text + "\n"), trend, ".jsonl")
+
+
+TOML_VALUES = st.sampled_from(['"no"', "true", "1", "1.5", '"11:200"', "[1, 2]", '["3:20"]', "{a = 1}", '"x"',
+                               "-1", "1979-05-27", '"\\u0000"', "nan", "[[1]]"])
+
+
+@SETTINGS
+@given(table=st.sampled_from(["fit", "check", "other"]),
+       key=st.sampled_from(["window", "method", "uncentered", "degree", "ddof", "require", "max_change", "baseline",
+                            "precision", "sample", "zzz"]),
+       value=TOML_VALUES, junk=st.text(max_size=20))
+def test_toml_where_spectra_reads_toml(table, key, value, junk):
+    def write(path: str) -> None:
+        with open(path, "w") as f:
+            f.write(f"[{table}]\n{key} = {value}\n{junk}\n")
+
+    def call(path: str) -> None:
+        from spectra_cli.checks import fit_options, load_config
+
+        cfg = load_config(path)
+        opts = fit_options(cfg["fit"], {})
+        spectra.fit(np.random.default_rng(0).standard_normal((60, 8)), **opts)
+
+    _only_spectra_errors(write, call, ".toml")
+
+
+@pytest.mark.parametrize("kind", ["list", "string", "deep", "long int"])
+def test_resume_lines_of_any_shape_are_dropped_not_fatal(tmp_path, kind):
+    from spectra_cli.batch import ResultsFile
+
+    line = {"list": "[1, 2]", "string": '"x"', "deep": "[" * 5000 + "]" * 5000, "long int": "1" * 5000}[kind]
+    (tmp_path / "r.jsonl").write_text(line + "\n")
+    with ResultsFile(str(tmp_path / "r.jsonl"), resume=True, inputs=[]) as out:
+        assert out.done == {}
+    assert (tmp_path / "r.jsonl").read_text() == ""

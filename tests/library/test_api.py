@@ -214,3 +214,23 @@ def test_whiten_takes_and_returns_arrays():
     assert rep.to_dict()["whitening"]["output"]["format"] == "array"
     again = spectra.whiten(X, transform=rep.whitening.transform).whitened
     np.testing.assert_allclose(again, Y, rtol=1e-12, atol=1e-12)
+
+
+def test_states_pickle_small_for_workers_to_return():
+    import pickle
+
+    from spectra_cli.analysis.isotropy import CosineAccumulator
+    from spectra_cli.engine import MomentsState
+
+    d = 64
+    state = MomentsState(d, groups=4, n_blocks=8)
+    cos = CosineAccumulator(d)
+    for _ in range(8):
+        block = np.random.default_rng(0).standard_normal((5000, d))
+        state.update(block, None)
+        cos.update(block)
+    size = len(pickle.dumps(state))
+    assert size < 6 * 8 * d * d  # moments + 4 groups of d x d, no rows, no scratch buffer (5000 x 65)
+    back = pickle.loads(pickle.dumps(state))
+    np.testing.assert_array_equal(back.moments.m2, state.moments.m2)
+    assert len(pickle.dumps(cos)) < 4 * 8 * d

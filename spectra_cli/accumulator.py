@@ -56,7 +56,8 @@ class Accumulator:
         self.drop_nonfinite = bool(drop_nonfinite)
         self.block_rows = int(block_rows)
         self._state = MomentsState(self.d, precision=precision, groups=groups)
-        self.cosine: CosineAccumulator | None = CosineAccumulator(self.d) if cosine else None
+        self.cosine: CosineAccumulator | None = (CosineAccumulator(self.d, dtype=np.float32 if precision == "float32"
+                                                                   else np.float64) if cosine else None)
         self.weighted: bool | None = None
         self.n_dropped = 0
         self.sources: list[dict[str, Any]] = []
@@ -158,7 +159,8 @@ class Accumulator:
         arrays: dict[str, np.ndarray] = {
             "format": np.array(FORMAT),
             "meta": np.array(json.dumps({"options": self.options(), "spectra_version": __version__,
-                                         "sources": self.sources, "n_dropped": self.n_dropped})),
+                                         "sources": self.sources, "n_dropped": self.n_dropped,
+                                         "weight_sq_sum": self._state.weight_sq_sum})),
             **_moments_arrays("", m),
         }
         groups = self.groups
@@ -237,6 +239,7 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
     acc._state.n_groups = int(opts.get("groups", 0))
     acc.weighted = bool(opts.get("weighted", False)) if acc._state.moments.n else None
     acc.n_dropped = int(meta.get("n_dropped", 0))
+    acc._state.weight_sq_sum = float(meta.get("weight_sq_sum", acc._state.moments.n))
     acc.sources = list(meta.get("sources", []))
     if acc.cosine is not None:
         try:

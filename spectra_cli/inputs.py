@@ -89,6 +89,19 @@ class Accumulated:
     groups: tuple[Moments, ...] = ()
     cosine: CosineAccumulator | None = None
     precision: str = "float64"
+    weight_sq_sum: float | None = None
+
+    @property
+    def n_effective(self) -> float | None:
+        """Kish's effective sample size ``(sum w)^2 / sum w^2`` of weighted rows (None unweighted)."""
+        if not self.weighted or not self.weight_sq_sum:
+            return None
+        if self.moments is not None:
+            W = self.moments.weight_sum
+        else:
+            assert self.weights is not None
+            W = float(np.sum(self.weights))
+        return W * W / self.weight_sq_sum
 
     def constant_columns(self) -> int:
         """Features with exactly zero spread among the used rows."""
@@ -215,7 +228,7 @@ class Input:
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
         main: MomentsState | RowsState = RowsState() if use_gram else MomentsState(
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks)
-        cos = CosineAccumulator(d) if cosine else None
+        cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
         states: list[State] = [main] + ([cos] if cos is not None else [])
         guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite, tiny_weights=read.logits is not None)
         run_pass(iter_selected(self.source, read.rows, block_rows, self.weights), states, guard, total=total,
@@ -236,7 +249,9 @@ class Input:
                              f"(shape ({n_used}, {d})); at least 2 are required.")
         if weighted and total_w == 0.0:
             raise InputError("all weights are zero; at least one row needs a positive weight.")
-        return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision)
+        w2 = float(np.dot(wts, wts)) if wts is not None else (main.weight_sq_sum if isinstance(main, MomentsState)
+                                                              else None)
+        return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision, w2)
 
     def _from_accumulator(self, *, groups: int, cosine: bool) -> Accumulated:
         acc = self.accumulator
@@ -247,7 +262,7 @@ class Input:
             raise InputError("all weights are zero; at least one row needs a positive weight.")
         self.check_memory(acc.d, acc.n, use_gram=False, extra_matrices=0)
         return Accumulated(acc.d, acc.n, acc.n_dropped, acc.moments, None, None, acc.groups if groups else (),
-                           acc.cosine if cosine else None, acc.precision)
+                           acc.cosine if cosine else None, acc.precision, acc._state.weight_sq_sum)
 
     def second_pass(self, states: list[State], *, need: str, progress: Progress | None = None,
                     rows: RowSpec | None = None) -> None:
@@ -282,6 +297,7 @@ class Input:
         out.update(spec.to_dict())
         out["rows_used"] = first.n_rows if first is not None else None
         out["rows_dropped"] = first.n_dropped if first is not None else 0
+        out["n_effective"] = first.n_effective if first is not None else None
         out["fingerprint"] = fingerprint(self.path) if self.path is not None else None
         return out
 

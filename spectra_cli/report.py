@@ -28,6 +28,14 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
             f"n = {spec.n_samples} < d = {d}: at most {spec.sampling_rank} non-zero eigenvalues; "
             f"{spec.structural_zeros} are structural zeros and not listed"
         )
+    elif first is not None and first.n_effective is not None:
+        ratio = first.n_effective / d
+        if ratio < SAMPLING_WARN_RATIO:
+            out.append(
+                f"effective n / d = {ratio:.3g} < {SAMPLING_WARN_RATIO:g} (effective sample size (sum w)^2 / sum w^2 "
+                f"= {first.n_effective:.4g} of {spec.n_samples} weighted rows): tail eigenvalues of the sample "
+                "covariance are biased by finite sampling (Marchenko-Pastur)"
+            )
     elif spec.n_over_d is not None and spec.n_over_d < SAMPLING_WARN_RATIO:
         out.append(
             f"n/d = {spec.n_over_d:.3g} < {SAMPLING_WARN_RATIO:g}: tail eigenvalues of the sample covariance "

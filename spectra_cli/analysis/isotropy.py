@@ -34,7 +34,10 @@ SCALES = ("seed", "none")
 class CosineAccumulator:
     """Running sums for the exact mean cosine and the mean-norm ratio (one O(n d) pass)."""
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, *, dtype: Any = np.float64) -> None:
+        """``dtype``: the arithmetic of the norms and the unit-vector sum in each block (float64 by
+        default, whatever the input's dtype; float32 under ``precision="float32"``)."""
+        self.dtype = np.dtype(dtype)
         self.unit_sum = np.zeros(d)
         self.w_sum = 0.0
         self.w2_sum = 0.0
@@ -43,9 +46,7 @@ class CosineAccumulator:
         self.rows = 0
 
     def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        X = np.asarray(X)
-        if X.dtype not in (np.float32, np.float64):
-            X = X.astype(np.float64)
+        X = np.asarray(X, dtype=self.dtype)
         with np.errstate(over="ignore", invalid="ignore"):
             sq = np.einsum("ij,ij->i", X, X)
         if not np.all(np.isfinite(sq)) or (sq.size and float(sq.max()) < 1e-30 and np.any(X)):
@@ -63,8 +64,8 @@ class CosineAccumulator:
         coef = np.divide(wn, norms, out=np.zeros_like(wn), where=nz)
         self.zero_rows += int(np.count_nonzero(~nz))
         self.rows += len(X)
-        # sum_i w_i x_i / ||x_i|| as one matrix-vector product in the data's precision (per block),
-        # accumulated across blocks in float64.
+        # sum_i w_i x_i / ||x_i|| as one matrix-vector product in the block's arithmetic, accumulated
+        # across blocks in float64.
         self.unit_sum += (coef.astype(X.dtype) @ X).astype(np.float64)
         self.w_sum += float(wn.sum())
         self.w2_sum += float(wn @ wn)

@@ -42,6 +42,7 @@ class MomentsState:
         self.n_blocks = n_blocks
         self.groups = [Moments.empty(d, weighted=weighted) for _ in range(groups)]
         self.blocks_seen = 0
+        self.weight_sq_sum = 0.0  # sum w^2, for the effective sample size (sum w)^2 / sum w^2
         self._shift: np.ndarray | None = None
         self._scratch: np.ndarray | None = None
 
@@ -65,6 +66,7 @@ class MomentsState:
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
             bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)
         self.moments = self.moments.merge(bm)
+        self.weight_sq_sum += float(len(X)) if w is None else float(np.dot(w, w))
         if self.n_groups:
             i = self.blocks_seen
             g = i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups
@@ -74,6 +76,7 @@ class MomentsState:
     def merge(self, other: MomentsState) -> MomentsState:
         """Combine with the state of other rows (this one changes and is returned)."""
         self.moments = self.moments.merge(other.moments)
+        self.weight_sq_sum += other.weight_sq_sum
         if self._shift is None:
             self._shift = other._shift
         groups = [g for g in (*self.groups, *other.groups) if g.n > 0]

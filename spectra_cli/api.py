@@ -125,6 +125,7 @@ def fit(
     auto_tolerance: float = 0.05,
     counting: list[float] | tuple[float, ...] | None = (),
     capacity: list[float] | tuple[float, ...] | None = (),
+    alpha_range: str | tuple[float, float] = (2.0, 6.0),
     ci: bool = False,
     ci_replicates: int = 200,
     ci_seed: int = 0,
@@ -158,7 +159,8 @@ def fit(
     Fitting: ``window`` is ``"K1:K2"`` (1-based, inclusive), ``"auto"`` or a list of them (one fit
     each; default ranks 11..d/10); ``method`` ``ols | logspaced | inv-rank``; ``model``
     ``power-law | log-corrected | broken`` with ``degree`` p of the log-corrected model;
-    ``density``: WeightWatcher's density exponent; ``auto_tolerance``: residual RMS allowed by
+    ``density``: WeightWatcher's density exponent, with WeightWatcher's per-layer metrics and a verdict
+    (``alpha_range`` ``"LO:HI"``, default 2:6) in ``report.weightwatcher``; ``auto_tolerance``: residual RMS allowed by
     ``window="auto"``; ``counting`` / ``capacity``: N(eps) and N(tau) at these values.
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
     ``shuffled_control`` (``control_seed``), ``partition_isotropy`` (a second pass; ``scale``
@@ -170,7 +172,8 @@ def fit(
                               temperature=temperature, centered=centered, ddof=ddof, precision=precision,
                               block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory)
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
-                             auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity)
+                             auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
+                             alpha_range=alpha_range)
     check_scale(scale)
     ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)
     if ci and (isinstance(ci_replicates, bool) or not isinstance(ci_replicates, int) or ci_replicates < 10):
@@ -211,11 +214,20 @@ def fit(
         if k2 >= control.meets_at_rank:
             warnings.append(f"the fit window reaches rank {k2}, past rank {control.meets_at_rank} where the "
                             "spectrum meets the shuffled control (finite-sampling noise)")
+    ww = None
+    if opts.density:
+        from spectra_cli.analysis.weightwatcher import weight_metrics
+
+        n = first.n_rows
+        factor = float(n if not read.centered or first.weighted else n - read.ddof)
+        ww = weight_metrics(main.resolved(), n_rows=n, n_features=main.n_features, sum_factor=factor,
+                            density_alpha=suite.density.alpha if suite.density is not None else None,
+                            alpha_range=opts.alpha_range)
     clock.mark("analysis_s")
     options = {**inp.options_report(), **opts.to_report(),
                "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None}
     return assemble("fit", inp, first, main, options=options, warnings=warnings, clock=clock, suite=suite,
-                    control=control, isotropy=iso)
+                    control=control, isotropy=iso, weightwatcher=ww)
 
 
 @keywords_checked

@@ -22,6 +22,7 @@ from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 
 ERROR_SCHEMA = "spectra.batch-error/1"
+SKIP_SCHEMA = "spectra.batch-skipped/1"
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 
 
@@ -30,6 +31,47 @@ class Item:
     name: str  # what open_source takes: a path, path::tensor or path::key
     fingerprint: str
     error: str | None = None  # the file could not even be listed: the item fails with this
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A tensor or array that is not a weight matrix: why, and under which kind it is counted."""
+
+    name: str
+    kind: str  # "vector", "scalar", "integer buffer", "boolean buffer", "tensor of 3+ dimensions", ...
+    reason: str
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SKIP_SCHEMA, "spectra_version": __version__, "item": self.name,
+                "fingerprint": self.fingerprint, "skipped": self.reason, "kind": self.kind}
+
+
+@dataclass
+class Listing:
+    """What enumerating the inputs found besides the items."""
+
+    skipped: list[Skip]
+    notes: list[str]
+
+    def skip_summary(self) -> str | None:
+        """One line: ``skipped 66 vectors, 1 integer buffer``."""
+        if not self.skipped:
+            return None
+        counts: dict[str, int] = {}
+        for sk in self.skipped:
+            counts[sk.kind] = counts.get(sk.kind, 0) + 1
+        parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+        return "skipped " + ", ".join(parts) + " (not weight matrices; --verbose lists them)"
+
+
+PICKLE_EXT = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _pickle_refusal(path: str) -> InputError:
+    return InputError(f"{path} is a PyTorch pickle; spectra never unpickles (loading it could run code). Save the "
+                      "weights as safetensors (safetensors.torch.save_file, or save_pretrained(..., "
+                      "safe_serialization=True)) and pass the .safetensors file or its folder.")
 
 
 def _readable_name(path: str) -> bool:
@@ -49,10 +91,13 @@ def _expand(path: str, notes: list[str]) -> list[str]:
 
         shards = shard_files(path)
         others = []
+        pickles = []
         for root, dirs, files in os.walk(path):
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
             for f in files:
                 full = os.path.join(root, f)
+                if f.lower().endswith(PICKLE_EXT) and root == path:
+                    pickles.append(full)
                 if not f.lower().endswith(MATRIX_EXT[:-1]) or f.startswith((".", "_")):
                     continue
                 if not _readable_name(full):
@@ -63,14 +108,42 @@ def _expand(path: str, notes: list[str]) -> list[str]:
                 else:
                     others.append(full)
         if not shards and not others:
+            if pickles:
+                raise _pickle_refusal(sorted(pickles)[0])
             raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
+        if pickles and shards:
+            notes.append(f"ignored {len(pickles)} PyTorch pickle(s) beside the safetensors weights (never unpickled)")
         return shards + sorted(others)
     if not os.path.lexists(path):
         raise InputError(f"no such file or directory: {path}")
+    if path.lower().endswith(PICKLE_EXT):
+        raise _pickle_refusal(path)
     return [path]
 
 
-def _listing(f: str, pattern: re.Pattern[str] | None, notes: list[str]) -> list[Item]:
+_INT_KINDS = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64"}
+
+
+def _matrix_skip(name: str, dtype: str, shape: list[int]) -> tuple[str, str] | None:
+    """``(kind, reason)`` when a tensor is not a weight matrix, else None."""
+    if dtype.upper() in _INT_KINDS or dtype.lower().startswith(("int", "uint")):
+        return "integer buffer", f"{dtype} tensor of shape {shape} (an index or counter, not weights)"
+    if dtype.upper() == "BOOL" or dtype == "bool":
+        return "boolean buffer", f"bool tensor of shape {shape}"
+    if dtype.upper() not in {"F64", "F32", "F16", "BF16"} and not dtype.startswith("float"):
+        return "unsupported dtype", f"dtype {dtype} is not float64/32/16 or bfloat16"
+    if len(shape) == 0:
+        return "scalar", "a scalar"
+    if len(shape) == 1:
+        return "vector", f"a vector of {shape[0]} (biases, norms)"
+    if len(shape) > 2:
+        return "tensor of 3+ dimensions", f"shape {shape} is not 2-D (convolution kernels are not reshaped)"
+    if min(shape) < 2:
+        return "matrix with a side < 2", f"shape {shape}: a spectrum needs both sides >= 2"
+    return None
+
+
+def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: list[int]) -> list[Item]:
     """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
     low = f.lower()
     out: list[Item] = []
@@ -78,11 +151,14 @@ def _listing(f: str, pattern: re.Pattern[str] | None, notes: list[str]) -> list[
         from spectra_cli.sources.safetensors import list_tensors
 
         for t in list_tensors(f):
+            counts[0] += 1
             name = f"{f}::{t['name']}"
             if pattern is not None and not pattern.search(t["name"]):
                 continue
-            if len(t["shape"]) != 2:
-                notes.append(f"skipped {name}: shape {t['shape']} is not 2-D")
+            counts[1] += 1
+            why = _matrix_skip(t["name"], str(t["dtype"]), list(t["shape"]))
+            if why is not None:
+                listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
             out.append(Item(name, fingerprint(name)))
     elif low.endswith(".npz"):
@@ -94,39 +170,53 @@ def _listing(f: str, pattern: re.Pattern[str] | None, notes: list[str]) -> list[
             if "error" in a:
                 out.append(Item(name, fingerprint(name), a["error"]))
             elif len(a["shape"]) not in (2, 3):
-                notes.append(f"skipped {f}::{a['key']}: shape {a['shape']} is not a matrix")
+                listing.skipped.append(Skip(name, "vector" if len(a["shape"]) == 1 else "not a matrix",
+                                            f"shape {a['shape']} is not a matrix", fingerprint(name)))
             else:
                 out.append(Item(name, fingerprint(name)))
     elif low.endswith(MATRIX_EXT):
         out.append(Item(f, fingerprint(f)))
     else:
-        notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
+        listing.notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
     return out
 
 
-def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], list[str]]:
-    """Items in a stable order, and notes about what was skipped (1-D biases, filtered tensors). A file
+def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], Listing]:
+    """Items in a stable order, and what was skipped (vectors, integer buffers, ...) with notes. A file
     that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch."""
     try:
         pattern = re.compile(tensors) if tensors else None
     except re.error as exc:
         raise OptionError(f"{param('tensors', tensors)} is not a valid regular expression: {exc}.") from None
     items: list[Item] = []
-    notes: list[str] = []
+    listing = Listing([], [])
     seen: set[str] = set()
+    counts = [0, 0]  # tensors seen, tensors matching --tensors
+    names: list[str] = []
     for path in paths:
-        for f in _expand(path, notes):
+        for f in _expand(path, listing.notes):
             try:
-                found = _listing(f, pattern, notes)
+                found = _listing(f, pattern, listing, counts)
             except SpectraError as exc:
                 found = [Item(f, fingerprint(f), str(exc))]
             for it in found:
                 if it.name not in seen:
                     seen.add(it.name)
                     items.append(it)
+            if f.lower().endswith(".safetensors") and pattern is not None and len(names) < 5:
+                from spectra_cli.sources.safetensors import list_tensors
+
+                try:
+                    names += [t["name"] for t in list_tensors(f)][: 5 - len(names)]
+                except SpectraError:
+                    pass
+    if pattern is not None and counts[0] and not counts[1]:
+        raise OptionError(f"{param('tensors', tensors)} matches none of the {counts[0]} tensors "
+                          f"(e.g. {', '.join(names)}).")
     if not items:
-        raise InputError("no matrices to analyse" + (f" ({'; '.join(notes[:3])})" if notes else "") + ".")
-    return items, notes
+        why = listing.skip_summary() or "; ".join(listing.notes[:3])
+        raise InputError("no matrices to analyse" + (f" ({why})" if why else "") + ".")
+    return items, listing
 
 
 def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None) -> dict[str, Any]:
@@ -230,7 +320,7 @@ class ResultsFile:
                 if line.strip() and doc is None:
                     self.notes.append(f"{self.path} line {i} is not a JSON object; dropped")
                 continue
-            if expected is not None:
+            if expected is not None and "skipped" not in doc:
                 self.mismatch = check_same_options(doc, expected, what=f"{self.path} and this run", allow=allow)
             self.done[fp] = doc
             kept.append(line)
@@ -363,10 +453,11 @@ class BatchRun:
 
 
 def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | None, resume: bool = False,
-                 workers: int = 1, allow_option_mismatch: bool = False,
+                 workers: int = 1, allow_option_mismatch: bool = False, skipped: list[Skip] | None = None,
                  on_result: Callable[[dict[str, Any]], None] | None = None) -> BatchRun:
     """Run the items (skipping, with ``resume``, those already in ``jsonl`` with the same
-    fingerprint and options) and append each finished line to ``jsonl`` as it comes."""
+    fingerprint and options) and append each finished line to ``jsonl`` as it comes. ``skipped``
+    tensors get a ``spectra.batch-skipped/1`` line each (once, also across resumes)."""
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
     expected = expected_options(options)
@@ -376,10 +467,17 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
     try:
         done = out.done if out is not None else {}
         todo = [it for it in items if it.fingerprint not in done]
+        from spectra_cli.render.json import dumps
+
+        for sk in skipped or ():
+            if sk.fingerprint not in done:
+                line = sk.to_dict()
+                if out is not None:
+                    out.write(dumps(line, indent=None))
+                if on_result is not None:
+                    on_result(line)
         for doc in run_batch(todo, options, workers=workers):
             if out is not None:
-                from spectra_cli.render.json import dumps
-
                 out.write(dumps(doc, indent=None))
             results.append(doc)
             if on_result is not None:

@@ -242,3 +242,28 @@ def fit_options(config: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]
     if "uncentered" in merged:
         merged["centered"] = not merged.pop("uncentered")
     return merged
+
+
+RESULTS_SCHEMA = "spectra.check-results/1"
+
+
+def evaluate_results(lines: list[dict[str, Any]], checks: list[Check],
+                     baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every item of a batch's results checked: one verdict list per item; a failed item fails, a
+    skipped tensor (not a weight matrix) is not checked. Unknown fields are refused as for one report."""
+    items: list[dict[str, Any]] = []
+    for doc in lines:
+        source = doc.get("source")
+        name = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
+        if "skipped" in doc:
+            continue
+        if "error" in doc:
+            items.append({"item": name, "passed": False, "error": str(doc["error"]), "results": []})
+            continue
+        verdicts = evaluate(doc, checks, baseline)
+        items.append({"item": name, "passed": all(v.passed for v in verdicts),
+                      "results": [v.to_dict() for v in verdicts]})
+    if not items:
+        raise OptionError("the results hold no analysed item to check (only skipped tensors).")
+    return {"schema": RESULTS_SCHEMA, "passed": all(i["passed"] for i in items), "items": items,
+            "failed": [i["item"] for i in items if not i["passed"]]}

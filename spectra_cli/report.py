@@ -90,6 +90,8 @@ class Stopwatch:
 def assemble(command: str, inp: Input, first: Accumulated | None, spectrum: Spectrum, *,
              options: dict[str, Any], warnings: list[str], clock: Stopwatch, **sections: Any) -> Report:
     """The report of one run; its warnings are also emitted as SpectraWarnings."""
+    if inp.source is not None and inp.source.notes:
+        warnings = [*inp.source.notes, *warnings]
     emit_warnings(warnings)
     return Report(command=command, source=inp.source_report(first), options=options, spectrum=spectrum,
                   warnings=tuple(warnings), timings=clock.timings(), **sections)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
     from spectra_cli.analysis.isotropy import Isotropy
     from spectra_cli.analysis.suite import FitSuite
+    from spectra_cli.analysis.weightwatcher import WeightMetrics
     from spectra_cli.analysis.whitening import WhiteningResult
 
 SCHEMA_VERSION = "spectra.report/1"
@@ -44,6 +45,7 @@ class Report:
     control: ShuffledControl | None = None
     isotropy: Isotropy | None = None
     whitening: WhiteningResult | None = None
+    weightwatcher: WeightMetrics | None = None
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -87,6 +89,8 @@ class Report:
             out["isotropy"] = self.isotropy.to_dict()
         if self.whitening is not None:
             out["whitening"] = self.whitening.to_dict()
+        if self.weightwatcher is not None:
+            out["weightwatcher"] = self.weightwatcher.to_dict()
         out["warnings"] = list(self.warnings)
         out["timings"] = dict(self.timings)
         return json_safe(out)

@@ -76,6 +76,8 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
             item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
             if not isinstance(item, str) or not item:
                 raise InputError(f"{jsonl} line {i} has no item name.")
+            if "skipped" in doc:
+                continue  # not a weight matrix (spectra batch records why)
             if "error" in doc:
                 notes.append(f"{item}: failed in the batch ({str(doc['error'])[:200]})")
                 continue

@@ -38,6 +38,7 @@ class FitOptions:
     density: bool = False
     counting: tuple[float, ...] = ()
     capacity: tuple[float, ...] = ()
+    alpha_range: tuple[float, float] = (2.0, 6.0)
 
     def __post_init__(self) -> None:
         """Every value is checked when the options are made (once, at the boundary)."""
@@ -50,6 +51,9 @@ class FitOptions:
             parse_window(w)
         if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 1:
             raise OptionError(f"{param('degree', self.degree)} must be at least 1 (1 is the plain power law).")
+        from spectra_cli.analysis.weightwatcher import check_alpha_range
+
+        check_alpha_range(*self.alpha_range)
         if not isinstance(self.auto_tolerance, int | float) or not self.auto_tolerance > 0 \
                 or not math.isfinite(self.auto_tolerance):
             raise OptionError(f"{param('auto_tolerance', self.auto_tolerance)} must be a positive number.")
@@ -58,14 +62,38 @@ class FitOptions:
     def create(cls, *, window: str | list[str] | tuple[str, ...] | None = None, method: str = "ols",
                model: str = "power-law", degree: int = 2, auto_tolerance: float = 0.05, density: bool = False,
                counting: list[float] | tuple[float, ...] | None = (),
-               capacity: list[float] | tuple[float, ...] | None = ()) -> FitOptions:
+               capacity: list[float] | tuple[float, ...] | None = (),
+               alpha_range: str | tuple[float, float] = (2.0, 6.0)) -> FitOptions:
         windows = (window,) if isinstance(window, str) else tuple(window or ())
         return cls(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
-                   density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()))
+                   density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()),
+                   alpha_range=parse_alpha_range(alpha_range))
 
     def to_report(self) -> dict[str, object]:
-        return {"window": list(self.windows) or ["default"], "method": self.method, "model": self.model,
-                "degree": self.degree, "auto_tolerance": self.auto_tolerance}
+        out: dict[str, object] = {"window": list(self.windows) or ["default"], "method": self.method,
+                                  "model": self.model, "degree": self.degree, "auto_tolerance": self.auto_tolerance}
+        if self.density:
+            out["alpha_range"] = list(self.alpha_range)
+        return out
+
+
+def parse_alpha_range(value: str | tuple[float, float]) -> tuple[float, float]:
+    """``"2:6"`` or ``(2, 6)`` -> ``(2.0, 6.0)``."""
+    from spectra_cli.errors import OptionError, param
+
+    if isinstance(value, str):
+        lo, sep, hi = value.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            return float(lo), float(hi)
+        except ValueError:
+            raise OptionError(f"{param('alpha_range', value)} is not LO:HI (e.g. 2:6).") from None
+    try:
+        lo_f, hi_f = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise OptionError(f"{param('alpha_range', value, show=True)} is not a pair (lo, hi).") from None
+    return lo_f, hi_f
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +151,10 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     )
     density = None
     if opts.density:
-        density = density_fit(lam[: spec.numerical_rank])
+        try:
+            density = density_fit(lam[: spec.numerical_rank])
+        except FitError as exc:  # too few eigenvalues: the same rule as a collapsed rank fit
+            warnings.append(f"no density fit: {exc}")
     profile = local_slope_profile(lam, spec.usable_rank)
     cap = None
     if opts.counting or opts.capacity:

@@ -68,6 +68,16 @@ def check(
                           f"table via {param('config')}).")
     base_path = baseline or cfg["baseline"]
     base = load_report(base_path) if base_path else None
+    if path.lower().endswith(".jsonl"):
+        from spectra_cli.checks import evaluate_results
+        from spectra_cli.render.summaries import print_item_checks
+        from spectra_cli.summary import read_results
+
+        results = evaluate_results(read_results([path]), checks, base)
+        emit(results, json, lambda d, console: print_item_checks(path, d, console))
+        if not results["passed"]:
+            raise typer.Exit(EXIT_CHECK)
+        return
     opts = fit_options(cfg["fit"], dict(window=window, method=method, model=model, uncentered=uncentered, key=key,
                                         column=column, rows=rows, sample=sample, seed=seed, precision=precision))
     doc = as_report(path, opts)
@@ -103,6 +113,13 @@ def batch(
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
                        ] = False,
     block_rows: BlockRows = 8192,
+    alpha_range: Annotated[str, typer.Option("--alpha-range", metavar="LO:HI", help="Density alpha of a healthy "
+                                             "layer: below LO over-trained, above HI under-trained "
+                                             "(WeightWatcher's 2:6).")] = "2:6",
+    summary: Annotated[bool, typer.Option("--summary", help="A model-level summary: layers per verdict, mean and "
+                                          "median of each metric (plain and parameter-weighted), the worst "
+                                          "layers. PATH may be a results .jsonl.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="List every skipped tensor.")] = False,
     allow_option_mismatch: AllowMismatch = False,
     json: Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout instead of the summary table.")
                     ] = False,
@@ -118,15 +135,23 @@ def batch(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from spectra_cli.batch import enumerate_items, run_to_jsonl
+    from spectra_cli.errors import OptionError
     from spectra_cli.render.json import dumps
 
     if resume and not jsonl:
-        from spectra_cli.errors import OptionError
-
         raise OptionError("--resume needs --jsonl FILE (the results to resume from).")
-    items, notes = enumerate_items(paths, tensors)
+    results_files = [p for p in paths if p.lower().endswith(".jsonl")]
+    if results_files:
+        if len(results_files) != len(paths) or not summary:
+            raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
+                              "files).")
+        from spectra_cli.summary import read_results, summarize
+
+        _print_summary(summarize(read_results(paths)).to_dict(), json)
+        return
+    items, listing = enumerate_items(paths, tensors)
     options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
-                   precision=precision, density=density, block_rows=block_rows)
+                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as progress:
@@ -136,12 +161,20 @@ def batch(
             if json:
                 sys.stdout.write(dumps(doc, indent=None) + "\n")
                 sys.stdout.flush()
-            progress.advance(task)
+            if "skipped" not in doc:
+                progress.advance(task)
 
         run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers,
-                           allow_option_mismatch=allow_option_mismatch, on_result=on_result)
-    for note in [*notes, *run.notes]:
+                           allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
+                           on_result=on_result)
+    for note in [*listing.notes, *run.notes]:
         sys.stderr.write(f"note: {note}\n")
+    summary_line = listing.skip_summary()
+    if summary_line:
+        sys.stderr.write(f"note: {summary_line}\n")
+    if verbose:
+        for sk in listing.skipped:
+            sys.stderr.write(f"note: skipped {sk.name}: {sk.reason}\n")
     if run.skipped:
         sys.stderr.write(f"note: --resume skips {run.skipped} item(s) already in {jsonl}\n")
     for m in run.option_mismatch[:1]:
@@ -153,10 +186,27 @@ def batch(
         from spectra_cli.render.table import console_for
 
         print_batch(run.results, [it.name for it in items], skipped=run.skipped, jsonl=jsonl, console=console_for())
+    if summary:
+        from spectra_cli.summary import read_results, summarize
+
+        lines = read_results([jsonl]) if jsonl else [*(s.to_dict() for s in listing.skipped), *run.results]
+        _print_summary(summarize(lines).to_dict(), json)
     for r in failed:
         sys.stderr.write(f"error: {r['item']}: {r['error']}\n")
     if failed:
         raise typer.Exit(EXIT_CHECK)
+
+
+def _print_summary(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        from spectra_cli.render.json import dumps
+
+        sys.stdout.write(dumps(doc, indent=None) + "\n")
+        return
+    from spectra_cli.render.summaries import print_model_summary
+    from spectra_cli.render.table import console_for
+
+    print_model_summary(doc, console_for())
 
 
 @app.command()

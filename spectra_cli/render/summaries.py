@@ -51,17 +51,26 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
 def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int, jsonl: str | None,
                 console: Console) -> None:
     title = f"{len(results)} item(s)" + (f", {skipped} skipped (--resume)" if skipped else "")
-    t = Table("item", "shape", "alpha", "R^2", "part. ratio", "status",
-              title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
+    results = [r for r in results if "skipped" not in r]
+    with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
+    t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
+    t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
+    for name in ("shape", "alpha", "R^2", "part. ratio", *(("alpha (density)", "verdict") if with_ww else ())):
+        t.add_column(name, no_wrap=True)
+    t.add_column("status", overflow="fold")
     position = {name: i for i, name in enumerate(order)}
-    for r in sorted(results, key=lambda r: position.get(r["item"], 0)):
+    rows = sorted(results, key=lambda r: position.get(r["item"], 0))
+    names = shorten_names([str(r["item"]) for r in rows])
+    for name, r in zip(names, rows, strict=True):
         if "error" in r:
-            t.add_row(r["item"], "", "", "", "", f"[red]error: {r['error']}[/]")
+            t.add_row(name, "", "", "", "", *(("", "") if with_ww else ()), f"[red]error: {r['error']}[/]")
             continue
         f = r.get("fit") or {}
-        t.add_row(r["item"], "x".join(str(x) for x in r["source"]["shape"]),
+        ww = r.get("weightwatcher") or {}
+        extra = (_num(ww.get("alpha")), str(ww.get("verdict") or "—")) if with_ww else ()
+        t.add_row(name, "x".join(str(x) for x in r["source"]["shape"]),
                   f"{f['alpha']:.4f}" if f else "—", f"{f['r2']:.4f}" if f else "—",
-                  f"{r['rank']['participation_ratio']:.2f}", "ok")
+                  f"{r['rank']['participation_ratio']:.2f}", *extra, "ok")
     console.print(t)
 
 
@@ -85,4 +94,64 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
     t = Table("series", "step", *metrics, title=jsonl, title_justify="left")
     for p in points:
         t.add_row(p.series, f"{p.step:g}", *(_num(p.values[m]) for m in metrics))
+    console.print(t)
+
+
+def print_model_summary(doc: dict[str, Any], console: Console) -> None:
+    """The model-level summary of a batch (``--summary``)."""
+    title = (f"Model: {doc['layers']} layer(s), {doc['failed']} failed, {doc['skipped']} skipped (not weight "
+             "matrices)")
+    if doc.get("verdicts"):
+        lo, hi = doc["alpha_range"] or (None, None)
+        t = Table("verdict", "layers", "rule", title=title, title_justify="left")
+        rules = {"over-trained": f"alpha < {lo:g}" if lo is not None else "", "ok": "in range",
+                 "under-trained": f"alpha > {hi:g}" if hi is not None else "", "no density fit": "too few eigenvalues"}
+        for k, n in doc["verdicts"].items():
+            t.add_row(k, str(n), rules.get(k, ""))
+        console.print(t)
+    else:
+        console.print(title + " (no verdicts: run the batch with --density)")
+    m = Table("metric", "layers", "mean", "median", "weighted mean", "weighted median",
+              title="Metrics (weighted by parameters)", title_justify="left")
+    for row in doc["metrics"]:
+        m.add_row(row["label"], str(row["layers"]), _num(row["mean"]), _num(row["median"]),
+                  _num(row["weighted_mean"]), _num(row["weighted_median"]))
+    console.print(m)
+    if doc.get("worst"):
+        w = Table("item", "alpha", "verdict", "outside by", title="Furthest outside the alpha range",
+                  title_justify="left")
+        names = shorten_names([str(x["item"]) for x in doc["worst"]])
+        for name, row in zip(names, doc["worst"], strict=True):
+            w.add_row(name, _num(row["alpha"]), str(row["verdict"]), _num(row["distance"]))
+        console.print(w)
+
+
+def shorten_names(names: Sequence[str]) -> list[str]:
+    """Names with their common directory prefix replaced by ``…/``, so the part that differs shows."""
+    import os
+
+    if len(names) < 2:
+        return list(names)
+    prefix = os.path.commonprefix(list(names))
+    cut = max(prefix.rfind("/"), prefix.rfind("::") + 1 if "::" in prefix else -1)
+    if cut <= 0:
+        return list(names)
+    return ["…" + n[cut:] for n in names]
+
+
+def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:
+    """``check`` on a results file: the failures, item by item, and the count."""
+    items = doc["items"]
+    failed = [i for i in items if not i["passed"]]
+    t = Table(title=f"{path}: {len(items) - len(failed)} of {len(items)} item(s) pass", title_justify="left")
+    t.add_column("item", overflow="fold")
+    t.add_column("failed check", overflow="fold")
+    t.add_column("value", no_wrap=True)
+    names = shorten_names([str(i["item"]) for i in failed])
+    for name, item in zip(names, failed, strict=True):
+        if "error" in item:
+            t.add_row(name, f"[red]the item failed: {item['error']}[/]", "")
+        for r in item["results"]:
+            if not r["passed"]:
+                t.add_row(name, r["message"], "null" if r["value"] is None else f"{r['value']:.6g}")
     console.print(t)

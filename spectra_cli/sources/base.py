@@ -61,6 +61,8 @@ class Source(ABC):
     info: SourceInfo
     #: True when the source reads a weight column alongside the data.
     has_weights: bool = False
+    #: What the reader decided for the user (e.g. id-like columns left out); reported as warnings.
+    notes: list[str] = []  # noqa: RUF012 - replaced per instance, never mutated
 
     @abstractmethod
     def iter_blocks(

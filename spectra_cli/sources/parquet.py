@@ -4,6 +4,7 @@ numeric columns, from a file, a directory of files or a glob, in record batches.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,8 @@ from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import Source, SourceInfo, check_regular, expand_glob, is_glob
 
 _BUFFER_BYTES = 1 << 20
+#: Integer column names that are ids, indexes or counters, not features.
+ID_NAME = re.compile(r"(.*[_.\-])?(id|ids|idx|index|position|pos|step|row|row_nr|row_number|offset)")
 
 
 def resolve_parquet_files(path: str) -> list[str]:
@@ -129,7 +132,11 @@ class ParquetSource(Source):
                     f"choose one with {param('column')}."
                 )
             elif numeric:
-                self._mode, self._cols = "columns", numeric
+                kept, self.notes = self._without_ids(numeric, schema)
+                if not kept:
+                    raise InputError(f"{path}'s numeric columns ({', '.join(numeric)}) all look like ids or "
+                                     f"counters; name the features with {param('columns')}.")
+                self._mode, self._cols = "columns", kept
             else:
                 kinds = ", ".join(f"{n}: {schema.field(n).type}" for n in names) or "none"
                 raise InputError(
@@ -166,6 +173,28 @@ class ParquetSource(Source):
                 "row_groups": sum(pf.metadata.num_row_groups for pf in self._pf),
             },
         )
+
+    def _without_ids(self, numeric: list[str], schema: Any) -> tuple[list[str], list[str]]:
+        """Numeric columns minus integer ones that look like ids, indexes or counters: by name
+        (``*id``, ``index``, ``*_idx``, ``position``, ``step``) or strictly increasing in the first
+        rows. ``--columns`` still selects them."""
+        import pyarrow as pa
+
+        ints = [c for c in numeric if pa.types.is_integer(schema.field(c).type)]
+        named = {c for c in ints if ID_NAME.fullmatch(c.lower()) or re.fullmatch(r".*[a-z]Id", c)}
+        rising: set[str] = set()
+        rest = [c for c in ints if c not in named]
+        if rest:
+            for batch in self._pf[0].iter_batches(batch_size=1000, columns=rest):
+                for c in rest:
+                    v = batch.column(c).to_numpy(zero_copy_only=False)
+                    if v.size > 2 and batch.column(c).null_count == 0 and np.all(np.diff(v.astype(np.float64)) > 0):
+                        rising.add(c)
+                break
+        notes = [f"column {c!r} left out: {'its name looks like an id' if c in named else 'it is strictly increasing'} "
+                 "(an index, not a feature); --columns (Python: columns=) selects it" for c in ints
+                 if c in named | rising]
+        return [c for c in numeric if c not in named | rising], notes
 
     def _first_length(self) -> int:
         import pyarrow.compute as pc

@@ -18,9 +18,14 @@ def test_checkpoint_tensors_are_items_with_the_right_values(cli, checkpoint, val
     path, w32, w16 = checkpoint
     r = cli("batch", path, "--json")
     assert r.exit_code == 0, r.stderr
-    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    everything = [json.loads(x) for x in r.stdout.splitlines()]
+    skipped = [d for d in everything if "skipped" in d]
+    lines = [d for d in everything if "skipped" not in d]
     assert [d["item"] for d in lines] == [f"{path}::enc.layer0.attn.weight", f"{path}::enc.layer0.mlp.weight"]
-    assert "note: skipped " + f"{path}::enc.layer0.attn.bias: shape [96] is not 2-D" in r.stderr
+    assert skipped == [{"schema": "spectra.batch-skipped/1", "spectra_version": skipped[0]["spectra_version"],
+                        "item": f"{path}::enc.layer0.attn.bias", "fingerprint": skipped[0]["fingerprint"],
+                        "skipped": "a vector of 96 (biases, norms)", "kind": "vector"}]
+    assert "note: skipped 1 vector (not weight matrices; --verbose lists them)" in r.stderr
     for d, w in zip(lines, (w32, w16), strict=True):
         validate(d)
         assert d["source"]["shape"] == list(w.shape) and d["source"]["format"] == "safetensors"
@@ -50,7 +55,7 @@ def test_sharded_checkpoint_through_its_index(cli, tmp_path):
 def test_tensor_filter_and_uncentered(cli, checkpoint):
     path, w32, _ = checkpoint
     r = cli("batch", path, "--tensors", "attn", "--uncentered", "--json")
-    docs = [json.loads(x) for x in r.stdout.splitlines()]
+    docs = [json.loads(x) for x in r.stdout.splitlines() if "skipped" not in json.loads(x)]
     assert len(docs) == 1 and docs[0]["options"]["centered"] is False
     ref = np.linalg.eigvalsh(w32.T.astype(np.float64) @ w32 / 96)[::-1]
     np.testing.assert_allclose(docs[0]["spectrum"]["eigenvalues"], ref, rtol=1e-9)
@@ -147,7 +152,7 @@ def test_batch_errors(cli, tmp_path):
 def test_fingerprints_name_the_tensor_and_match_between_batch_and_fit(cli, checkpoint):
     path, _, _ = checkpoint
     lines = [json.loads(x) for x in cli("batch", path, "--json").stdout.splitlines()]
-    fps = [d["source"]["fingerprint"] for d in lines]
+    fps = [d["source"]["fingerprint"] for d in lines if "skipped" not in d]
     assert len(set(fps)) == 2  # one per tensor, not one per file
     direct = cli("fit", f"{path}::enc.layer0.attn.weight", "--json").json()
     assert direct["source"]["fingerprint"] == fps[0]

@@ -1,0 +1,180 @@
+"""A model-level summary of a batch (``spectra batch ... --summary``): how many layers per verdict,
+the mean and median of each metric — plain, and weighted by each layer's parameter count — and the
+layers furthest outside the healthy ``alpha`` range. It reads the batch's JSON lines, so it works
+on a results file as well as on a run in progress."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from spectra_cli.checks import lookup
+from spectra_cli.errors import InputError
+
+SUMMARY_SCHEMA = "spectra.batch-summary/1"
+#: (report field, label) of the metrics summarised.
+METRICS = (
+    ("weightwatcher.alpha", "alpha (density, WeightWatcher)"),
+    ("weightwatcher.alpha_weighted", "alpha_weighted"),
+    ("weightwatcher.log_norm", "log_norm"),
+    ("weightwatcher.log_spectral_norm", "log_spectral_norm"),
+    ("weightwatcher.stable_rank", "stable_rank"),
+    ("weightwatcher.mp_spikes", "mp_spikes"),
+    ("fit.alpha", "alpha (rank fit)"),
+    ("rank.participation_ratio", "participation_ratio"),
+    ("rank.entropy_rank", "entropy_rank"),
+)
+WORST = 5
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    field: str
+    label: str
+    layers: int
+    mean: float | None
+    median: float | None
+    weighted_mean: float | None
+    weighted_median: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "label": self.label, "layers": self.layers, "mean": self.mean,
+                "median": self.median, "weighted_mean": self.weighted_mean, "weighted_median": self.weighted_median}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSummary:
+    layers: int
+    failed: int
+    skipped: int
+    verdicts: dict[str, int]
+    alpha_range: tuple[float, float] | None
+    metrics: tuple[MetricSummary, ...]
+    worst: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        from spectra_cli.results import json_safe
+
+        return json_safe({
+            "schema": SUMMARY_SCHEMA,
+            "layers": self.layers,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "verdicts": self.verdicts,
+            "alpha_range": list(self.alpha_range) if self.alpha_range else None,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "worst": list(self.worst),
+            "definitions": {
+                "weighted": "each layer weighted by its parameter count (rows x columns)",
+                "worst": "layers furthest outside the alpha range (distance 0 inside it), at most 5",
+                "verdicts": "WeightWatcher's: over-trained alpha < lo, under-trained alpha > hi (needs --density)",
+            },
+        })
+
+
+def _weighted_median(values: list[float], weights: list[float]) -> float:
+    pairs = sorted(zip(values, weights, strict=True))
+    half = sum(weights) / 2.0
+    acc = 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= half:
+            return v
+    return pairs[-1][0]
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    k = len(s) // 2
+    return s[k] if len(s) % 2 else 0.5 * (s[k - 1] + s[k])
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _parameters(doc: dict[str, Any]) -> float:
+    src = doc.get("source")
+    if not isinstance(src, dict):
+        return 1.0
+    n, d = _number(src.get("n_rows")), _number(src.get("n_features"))
+    return n * d if n and d else 1.0
+
+
+def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
+    """The summary of a batch's lines (reports, error lines and skip lines, in any order)."""
+    layers: list[dict[str, Any]] = []
+    failed = skipped = 0
+    for doc in docs:
+        if "skipped" in doc:
+            skipped += 1
+        elif "error" in doc:
+            failed += 1
+        else:
+            layers.append(doc)
+    verdicts = {"over-trained": 0, "ok": 0, "under-trained": 0, "no density fit": 0}
+    alpha_range: tuple[float, float] | None = None
+    for doc in layers:
+        ww = doc.get("weightwatcher")
+        if not isinstance(ww, dict):
+            continue
+        v = ww.get("verdict")
+        verdicts[v if v in verdicts else "no density fit"] += 1
+        ar = ww.get("alpha_range")
+        if alpha_range is None and isinstance(ar, list) and len(ar) == 2 and all(_number(a) is not None for a in ar):
+            alpha_range = (float(ar[0]), float(ar[1]))
+    metrics = []
+    for field, label in METRICS:
+        vals, wts = [], []
+        for doc in layers:
+            v = _number(lookup(doc, field))
+            if v is not None:
+                vals.append(v)
+                wts.append(_parameters(doc))
+        if not vals:
+            continue
+        total = sum(wts)
+        metrics.append(MetricSummary(field, label, len(vals), sum(vals) / len(vals), _median(vals),
+                                     sum(v * w for v, w in zip(vals, wts, strict=True)) / total,
+                                     _weighted_median(vals, wts)))
+    worst: list[dict[str, Any]] = []
+    if alpha_range is not None:
+        lo, hi = alpha_range
+        scored = []
+        for doc in layers:
+            a = _number(lookup(doc, "weightwatcher.alpha"))
+            if a is not None:
+                dist = lo - a if a < lo else a - hi if a > hi else 0.0
+                scored.append((dist, a, doc))
+        scored.sort(key=lambda t: (-t[0], -t[1]))
+        worst = [{"item": doc.get("item") or doc.get("source", {}).get("path"), "alpha": a,
+                  "verdict": lookup(doc, "weightwatcher.verdict"), "distance": dist}
+                 for dist, a, doc in scored[:WORST]]
+    if not any(verdicts.values()):
+        verdicts = {}
+    return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst))
+
+
+def read_results(paths: list[str]) -> list[dict[str, Any]]:
+    """Every JSON object line of batch results files (cut or foreign lines are an input error)."""
+    from spectra_cli.jsonio import loads
+    from spectra_cli.sources.base import open_regular
+
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        with open_regular(path) as f:
+            for i, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                doc = loads(raw, f"{path} line {i}")
+                if not isinstance(doc, dict):
+                    raise InputError(f"{path} line {i} is not a JSON object; spectra batch writes one per line.")
+                out.append(doc)
+    if not out:
+        raise InputError(f"{', '.join(paths)} holds no batch results.")
+    return out

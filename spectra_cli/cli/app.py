@@ -56,8 +56,19 @@ def _quiet_broken_pipe() -> None:
     sys.exit(128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else EXIT_OK)
 
 
+class _PipeClosed(BaseException):
+    """stdout's reader went away; a BaseException so that no OSError handler on the way (Typer's
+    turns a broken pipe into exit 1, which means "a check failed") intercepts it."""
+
+
 class SpectraGroup(TyperGroup):
     """Maps exceptions to exit codes for the entry point and for CliRunner alike."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _PipeClosed() from exc
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False  # exceptions reach us; we choose the exit code
@@ -89,7 +100,7 @@ class SpectraGroup(TyperGroup):
         except _cx.ClickException as exc:
             _error(exc.format_message())
             sys.exit(EXIT_USAGE)
-        except BrokenPipeError:
+        except (BrokenPipeError, _PipeClosed):
             _quiet_broken_pipe()
         except _Signalled as exc:
             from spectra_cli.sinks import remove_temporaries

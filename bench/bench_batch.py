@@ -1,7 +1,7 @@
 """Checkpoint benchmark: every 2-D tensor of a ~90 MB MiniLM/BERT-size safetensors checkpoint,
 end to end as a whole process (start-up included), and the 40-file worker comparison.
 
-    python bench/bench_batch.py
+    python bench/bench_batch.py [ROUNDS]      # run from a plain `pip install .`
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def make_checkpoint(path: Path) -> int:
 
 
 def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     spectra = shutil.which("spectra") or sys.exit("spectra is not installed (pip install -e .)")
     data = HERE / "data"
     data.mkdir(exist_ok=True)
@@ -48,18 +49,28 @@ def main() -> None:
     n_params = make_checkpoint(ckpt) if not ckpt.exists() else None
     print(f"checkpoint {ckpt.stat().st_size / 1e6:.1f} MB" + (f", {n_params / 1e6:.1f} M parameters" if n_params
                                                                else ""))
-    for workers in (1, 2):
-        times = []
-        for _ in range(3):
+    try:
+        import threadpoolctl
+
+        print(f"threadpoolctl {threadpoolctl.__version__}: {threadpoolctl.threadpool_info()[0].get('internal_api')} "
+              f"{threadpoolctl.threadpool_info()[0].get('num_threads')} threads")
+    except ImportError:
+        print("threadpoolctl not installed")
+    variants = {f"--workers {w}{' --density --uncentered' if ww else ''}": [
+        "--workers", str(w), *(["--density", "--uncentered"] if ww else [])] for ww in (False, True) for w in (1, 2)}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):  # alternated, so a noisy neighbour hits every variant alike
+        for name, flags in variants.items():
             t = time.perf_counter()
-            r = subprocess.run([spectra, "batch", str(ckpt), "--workers", str(workers), "--jsonl",
-                                str(data / "ckpt.jsonl")], capture_output=True, text=True, check=False)
-            times.append(time.perf_counter() - t)
+            r = subprocess.run([spectra, "batch", str(ckpt), *flags, "--jsonl", str(data / "ckpt.jsonl")],
+                               capture_output=True, text=True, check=False)
+            times[name].append(time.perf_counter() - t)
             if r.returncode != 0:
                 sys.exit(r.stderr)
-        n = sum(1 for _ in open(data / "ckpt.jsonl"))
-        print(f"spectra batch {ckpt.name} --workers {workers}: {n} tensors, median {statistics.median(times):.2f} s "
-              f"(runs: {', '.join(f'{x:.2f}' for x in times)}), process start included")
+    n = sum(1 for line in open(data / "ckpt.jsonl") if '"skipped"' not in line)
+    for name, ts in times.items():
+        print(f"spectra batch {ckpt.name} {name}: {n} matrices, median {statistics.median(ts):.2f} s "
+              f"(runs: {', '.join(f'{x:.2f}' for x in ts)}), process start included")
 
 
 if __name__ == "__main__":

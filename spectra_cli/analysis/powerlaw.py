@@ -376,17 +376,32 @@ def _fit_broken(j: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray, wind
         coef, resid, cov = _wls(A, y, w)
         return float(np.sum(w * resid**2)), coef, resid, cov
 
+    # The search only needs the SSR: with x and y centred on their weighted means, the least squares
+    # on [1, x, max(0, x - xb)] reduces to a 2 x 2 solve in closed form (no lstsq per candidate).
+    sw = float(w.sum())
+    xc, yc = x - float(w @ x) / sw, y - float(w @ y) / sw
+    sxx, sxy, syy = float(w @ (xc * xc)), float(w @ (xc * yc)), float(w @ (yc * yc))
+
+    def ssr(xb: float) -> float:
+        h = np.maximum(0.0, x - xb)
+        hc = h - float(w @ h) / sw
+        shh, sxh, shy = float(w @ (hc * hc)), float(w @ (xc * hc)), float(w @ (hc * yc))
+        det = sxx * shh - sxh * sxh
+        if det <= 1e-12 * sxx * max(shh, 1e-300):  # the hinge is (almost) collinear with x
+            return syy - sxy * sxy / sxx
+        return syy - (shh * sxy * sxy - 2.0 * sxh * sxy * shy + sxx * shy * shy) / det
+
     candidates = [int(i) for i in range(BROKEN_MIN_SIDE - 1, m - BROKEN_MIN_SIDE)]
     if len(candidates) > 400:  # coarse pass on a subset, then every point around the best
         coarse = sorted({int(i) for i in np.linspace(candidates[0], candidates[-1], 200)})
-        best_c = min(coarse, key=lambda i: ssr_at(float(x[i]))[0])
+        best_c = min(coarse, key=lambda i: ssr(float(x[i])))
         step = len(candidates) // 200 + 2
         candidates = list(range(max(candidates[0], best_c - step), min(candidates[-1], best_c + step) + 1))
-    best_i = min(candidates, key=lambda i: ssr_at(float(x[i]))[0])
+    best_i = min(candidates, key=lambda i: ssr(float(x[i])))
     # Refine between neighbouring points: the SSR is smooth in the break position.
     lo, hi = x[max(best_i - 1, 0)], x[min(best_i + 1, m - 1)]
-    xr, fr = golden_section(lambda xb: ssr_at(xb)[0], float(lo), float(hi), xatol=1e-10)
-    xb = xr if fr <= ssr_at(float(x[best_i]))[0] else float(x[best_i])
+    xr, fr = golden_section(ssr, float(lo), float(hi), xatol=1e-10)
+    xb = xr if fr <= ssr(float(x[best_i])) else float(x[best_i])
     _, coef, resid, cov = ssr_at(xb)
     r2, rms, bic = _summary(y, w, resid, 4)
     alpha_1 = -float(coef[1])

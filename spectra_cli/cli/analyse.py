@@ -207,7 +207,7 @@ def whiten(
 
 @app.command()
 def synth(
-    kind: Annotated[str, typer.Argument(help="powerlaw | isotropic | cone | random-features",
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="powerlaw | isotropic | cone | random-features",
                                         show_default=False)],
     n: Annotated[int, typer.Option("-n", metavar="N", help="Rows.")] = 10000,
     d: Annotated[int, typer.Option("-d", metavar="D", help="Features.")] = 256,

@@ -21,7 +21,8 @@ AllowMismatch = Annotated[bool, typer.Option("--allow-option-mismatch", help="Co
 
 @app.command()
 def check(
-    path: Annotated[str, typer.Argument(help="Input matrix, or a spectra JSON report (.json).",
+    path: Annotated[str, typer.Argument(metavar="PATH", help="Input matrix, a spectra JSON report (.json; - reads "
+                                        "it from stdin), or a batch's results .jsonl (every item checked).",
                                         show_default=False)],
     require: Annotated[list[str] | None, typer.Option("--require", metavar="SPEC", help="'FIELD OP VALUE', "
                                                       "'FIELD between LO HI' or 'FIELD == VALUE +- TOL' "
@@ -99,7 +100,7 @@ def check(
 
 @app.command()
 def batch(
-    paths: Annotated[list[str], typer.Argument(help="Files, directories, globs; .safetensors "
+    paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, directories, globs; .safetensors "
                                                "give one item per 2-D tensor.", show_default=False)],
     jsonl: Annotated[str | None, typer.Option("--jsonl", metavar="FILE", help="Write one JSON report per line to "
                                               "this file (locked while the batch runs).")] = None,
@@ -211,8 +212,8 @@ def _print_summary(doc: dict[str, Any], as_json: bool) -> None:
 
 @app.command()
 def compare(
-    a: Annotated[str, typer.Argument(help="A report (.json) or an input.", show_default=False)],
-    b: Annotated[str, typer.Argument(help="Another report (.json) or input.", show_default=False)],
+    a: Annotated[str, typer.Argument(metavar="A", help="A report (.json) or an input.", show_default=False)],
+    b: Annotated[str, typer.Argument(metavar="B", help="Another report (.json) or input.", show_default=False)],
     window: FitWindow = None, method: FitMethod = "ols", uncentered: Uncentered = False,
     allow_option_mismatch: AllowMismatch = False, json: Json = False,
 ) -> None:
@@ -244,7 +245,7 @@ def compare(
 
 @app.command()
 def trend(
-    jsonl: Annotated[str, typer.Argument(help="JSON Lines from spectra batch.",
+    jsonl: Annotated[str, typer.Argument(metavar="RESULTS.jsonl", help="JSON Lines from spectra batch.",
                                          show_default=False)],
     metric: Annotated[list[str] | None, typer.Option("--metric", metavar="FIELD", help="Report field, e.g. "
                                                      "fit.alpha (repeatable).")] = None,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-Path = Annotated[str, typer.Argument(help="Input: .npy, .npz, .parquet, a directory or a glob of "
+Path = Annotated[str, typer.Argument(metavar="PATH", help="Input: .npy, .npz, .parquet, a directory or a glob of "
                                      "Parquet files, a file.safetensors::tensor, or a moment file.",
                                      show_default=False)]
 Key = Annotated[str | None, typer.Option("--key", metavar="NAME", help="Array name inside a .npz archive.")]

@@ -18,6 +18,10 @@ Reading options, shared by every function:
   ``drop_nonfinite``: skip rows with NaN/inf instead of failing; ``max_memory``: bytes (or
   ``"8GB"``) the run's matrices may take (default half the physical memory);
   ``progress``: a callable ``progress(rows_done, rows_total)``.
+- Sequence dumps ``(windows, positions, features)``: ``positions`` (``"1:"``, ``"0,2,5"`` or a list),
+  ``pool`` (``tokens`` — every selected position flattened, the default —, ``mean``, ``first``,
+  ``last``), ``mask`` (a ``(windows, positions)`` boolean ``.npy`` or array, False = padding) and
+  ``positions_per_window`` (regroup 2-D token rows into windows of L).
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ def spectrum(
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    pool: str = "tokens",
+    mask: Any = None,
+    positions_per_window: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and the numerical and sampling floors.
@@ -99,7 +107,9 @@ def spectrum(
     read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
                               weights=weights, weight_column=weight_column, logits=logits,
                               temperature=temperature, centered=centered, ddof=ddof, precision=precision,
-                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory)
+                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+                              positions=positions, pool=pool, mask=mask,
+                              positions_per_window=positions_per_window)
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
@@ -151,6 +161,10 @@ def fit(
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    pool: str = "tokens",
+    mask: Any = None,
+    positions_per_window: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """The spectrum plus power-law fits, the model comparison, the local slope, every effective
@@ -170,7 +184,9 @@ def fit(
     read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
                               weights=weights, weight_column=weight_column, logits=logits,
                               temperature=temperature, centered=centered, ddof=ddof, precision=precision,
-                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory)
+                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+                              positions=positions, pool=pool, mask=mask,
+                              positions_per_window=positions_per_window)
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
                              auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
                              alpha_range=alpha_range)
@@ -250,6 +266,10 @@ def isotropy(
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    pool: str = "tokens",
+    mask: Any = None,
+    positions_per_window: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Partition isotropy (two streamed passes; ``scale`` ``seed | none``), the exact mean cosine,
@@ -258,7 +278,9 @@ def isotropy(
     read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
                               weights=weights, weight_column=weight_column, logits=logits,
                               temperature=temperature, precision=precision, block_rows=block_rows,
-                              drop_nonfinite=drop_nonfinite, max_memory=max_memory)
+                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+                              positions=positions, pool=pool, mask=mask,
+                              positions_per_window=positions_per_window)
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:

@@ -436,7 +436,7 @@ def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     from spectra_cli.analysis.suite import FitOptions
     from spectra_cli.options import ReadOptions
 
-    read_keys = {"centered", "ddof", "precision", "block_rows"}
+    read_keys = {"centered", "ddof", "precision", "block_rows", "positions", "pool"}
     read = ReadOptions.create(**{k: v for k, v in options.items() if k in read_keys})
     fit = FitOptions.create(**{k: v for k, v in options.items() if k not in read_keys})
     return {"options": {**read.to_report(), **fit.to_report()}}

@@ -150,6 +150,15 @@ class Input:
             from spectra_cli.sources.array import ArraySource
 
             self.source = ArraySource(as_array(data, what="data"))
+        if self.source is not None and (read.sequence or len(self.source.info.shape) == 3):
+            from spectra_cli.sources.sequence import SequenceSource
+
+            try:
+                self.source = SequenceSource(self.source, length=read.positions_per_window,
+                                             positions=read.positions, pool=read.pool, mask=read.mask)
+            except BaseException:
+                self.source.close()
+                raise
         if self.accumulator is not None:
             self._refuse_row_options()
             acc = self.accumulator

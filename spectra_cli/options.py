@@ -79,6 +79,8 @@ class ReadOptions:
         block_rows: rows per streamed block.
         drop_nonfinite: skip rows with NaN/inf (counted) instead of failing.
         max_memory: bytes the run's matrices may take (None: half the physical memory).
+        positions / pool / mask / positions_per_window: how a sequence dump becomes rows
+            (see :mod:`spectra_cli.sources.sequence`); None and ``tokens``: all positions, flattened.
     """
 
     key: str | None = None
@@ -95,6 +97,10 @@ class ReadOptions:
     block_rows: int = DEFAULT_BLOCK_ROWS
     drop_nonfinite: bool = False
     max_memory: int | None = None
+    positions: str | tuple[int, ...] | None = None
+    pool: str = "tokens"
+    mask: Any = None
+    positions_per_window: int | None = None
 
     @classmethod
     def create(
@@ -116,6 +122,10 @@ class ReadOptions:
         block_rows: int = DEFAULT_BLOCK_ROWS,
         drop_nonfinite: bool = False,
         max_memory: int | str | None = None,
+        positions: str | list[int] | tuple[int, ...] | None = None,
+        pool: str = "tokens",
+        mask: Any = None,
+        positions_per_window: int | None = None,
     ) -> ReadOptions:
         """Validate every value once; the error names the parameter (or flag) and what is allowed."""
         if precision not in PRECISIONS:
@@ -142,10 +152,25 @@ class ReadOptions:
         for name, value in (("key", key), ("column", column), ("weight_column", weight_column), ("logits", logits)):
             if value is not None and not isinstance(value, str):
                 raise OptionError(f"{param(name, value, show=True)} must be a string.")
+        from spectra_cli.sources.sequence import check_pool
+
+        check_pool(pool)
+        if positions_per_window is not None:
+            positions_per_window = _check_int("positions_per_window", positions_per_window, minimum=1)
+        if mask is not None and not isinstance(mask, str):
+            mask = os.fspath(mask) if isinstance(mask, os.PathLike) else mask
         return cls(key=key, column=column, columns=columns, rows=RowSpec.parse(rows, sample, seed), weights=weights,
                    weight_column=weight_column, logits=logits, temperature=float(temperature),
                    centered=bool(centered), ddof=ddof, precision=precision, block_rows=block_rows,
-                   drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory))
+                   drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
+                   positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
+                   positions_per_window=positions_per_window)
+
+    @property
+    def sequence(self) -> bool:
+        """Whether the sequence options ask for anything but the default (all positions, tokens)."""
+        return (self.positions is not None or self.pool != "tokens" or self.mask is not None
+                or self.positions_per_window is not None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -180,6 +205,9 @@ class ReadOptions:
             "precision": self.precision,
             "block_rows": self.block_rows,
             "drop_nonfinite": self.drop_nonfinite,
+            **({"positions": self.positions if isinstance(self.positions, str | None) else list(self.positions),
+                "pool": self.pool, "mask": self.mask if isinstance(self.mask, str | None) else "array",
+                "positions_per_window": self.positions_per_window} if self.sequence else {}),
         }
 
 

@@ -91,6 +91,10 @@ def whiten(
     block_rows: int = DEFAULT_BLOCK_ROWS,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    pool: str = "tokens",
+    mask: Any = None,
+    positions_per_window: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Whiten the rows of ``data`` (zca, pca or abtt; ``k`` directions kept or removed, ``eps``
@@ -104,7 +108,9 @@ def whiten(
     read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
                               weights=weights, weight_column=weight_column, logits=logits,
                               temperature=temperature, ddof=ddof, block_rows=block_rows,
-                              drop_nonfinite=drop_nonfinite, max_memory=max_memory)
+                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+                              positions=positions, pool=pool, mask=mask,
+                              positions_per_window=positions_per_window)
     out = os.fspath(out) if out is not None else None
     save_transform = os.fspath(save_transform) if save_transform is not None else None
     transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None

@@ -17,9 +17,13 @@ from spectra_cli.cli.options import (
     Json,
     Key,
     Logits,
+    Mask,
     MaxMemory,
     Path,
+    PerWindow,
     Plot,
+    Pool,
+    Positions,
     Precision,
     Rows,
     Sample,
@@ -65,7 +69,9 @@ def fit(
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
-    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
+    mask: Mask = None, positions_per_window: PerWindow = None,
     json: Json = False,
 ) -> None:
     """Spectrum, power-law fit and effective ranks of a matrix (the main job).
@@ -91,7 +97,8 @@ def fit(
             isoscore=isoscore, logits=logits, temperature=temperature, key=key, column=column,
             columns=split_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
             weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
-            block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+            block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
     if plot is not None:
         from spectra_cli.render.plot import plot_report
 
@@ -106,7 +113,9 @@ def spectrum(
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     logits: Logits = None, temperature: Temperature = 1.0,
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
-    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
+    mask: Mask = None, positions_per_window: PerWindow = None,
     json: Json = False,
 ) -> None:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and floors.
@@ -124,7 +133,8 @@ def spectrum(
             path, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample, seed=seed,
             weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
             centered=not uncentered, ddof=ddof, precision=precision, block_rows=block_rows,
-            drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+            drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
     emit(report.to_dict(), json)
 
 
@@ -138,7 +148,8 @@ def isotropy(
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     logits: Logits = None, temperature: Temperature = 1.0,
     precision: Precision = "float64", block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, json: Json = False,
+    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
+    mask: Mask = None, positions_per_window: PerWindow = None, json: Json = False,
 ) -> None:
     """Partition isotropy, exact mean cosine, top-PC share, mean-norm ratio (two streamed passes).
 
@@ -155,7 +166,8 @@ def isotropy(
             path, scale=scale, isoscore=isoscore, key=key, column=column, columns=split_columns(columns), rows=rows,
             sample=sample, seed=seed, weights=weights, weight_column=weight_column, logits=logits,
             temperature=temperature, precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
-            max_memory=max_memory, progress=progress)
+            max_memory=max_memory,
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
     emit(report.to_dict(), json)
 
 
@@ -179,7 +191,9 @@ def whiten(
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     logits: Logits = None, temperature: Temperature = 1.0, ddof: Ddof = 1,
-    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False, max_memory: MaxMemory = None,
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
+    mask: Mask = None, positions_per_window: PerWindow = None,
     json: Json = False,
 ) -> None:
     """Whiten (zca, pca, abtt) to a file; report spectrum and isotropy before and after.
@@ -201,7 +215,8 @@ def whiten(
             partition_isotropy=partition_isotropy, scale=scale, key=key, column=column,
             columns=split_columns(columns), weights=weights, weight_column=weight_column, logits=logits,
             temperature=temperature, rows=rows, sample=sample, seed=seed, ddof=ddof, block_rows=block_rows,
-            drop_nonfinite=drop_nonfinite, max_memory=max_memory, progress=progress)
+            drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
     emit(report.to_dict(), json)
 
 

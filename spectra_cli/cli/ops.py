@@ -9,7 +9,20 @@ from typing import Annotated, Any
 import typer
 
 from spectra_cli.cli.app import EXIT_CHECK, app, emit
-from spectra_cli.cli.options import BlockRows, Column, Ddof, Json, Key, Plot, Precision, Rows, Sample, Uncentered
+from spectra_cli.cli.options import (
+    BlockRows,
+    Column,
+    Ddof,
+    Json,
+    Key,
+    Plot,
+    Pool,
+    Positions,
+    Precision,
+    Rows,
+    Sample,
+    Uncentered,
+)
 
 FitWindow = Annotated[list[str] | None, typer.Option("--window", metavar="K1:K2",
                                                      help="Fit window K1:K2 or auto (repeatable).")]
@@ -113,7 +126,7 @@ def batch(
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
                        ] = False,
-    block_rows: BlockRows = 8192,
+    block_rows: BlockRows = 8192, positions: Positions = None, pool: Pool = "tokens",
     alpha_range: Annotated[str, typer.Option("--alpha-range", metavar="LO:HI", help="Density alpha of a healthy "
                                              "layer: below LO over-trained, above HI under-trained "
                                              "(WeightWatcher's 2:6).")] = "2:6",
@@ -152,7 +165,9 @@ def batch(
         return
     items, listing = enumerate_items(paths, tensors)
     options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
-                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range)
+                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
+                   **({"positions": positions} if positions is not None else {}),
+                   **({"pool": pool} if pool != "tokens" else {}))
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as progress:

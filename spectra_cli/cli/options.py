@@ -42,5 +42,15 @@ Plot = Annotated[str | None, typer.Option("--plot", metavar="FILE", help="Write 
                                           "the 'plot' extra).")]
 
 
+Positions = Annotated[str | None, typer.Option("--positions", metavar="SLICE|LIST", help="Positions of a sequence "
+                                               "dump to use: 1: (drop position 0), 0:16, or 0,2,5.")]
+Pool = Annotated[str, typer.Option("--pool", metavar="tokens|mean|first|last", help="Rows of a sequence dump: every "
+                                   "selected position (tokens), or one per window: mean, first, last.")]
+Mask = Annotated[str | None, typer.Option("--mask", metavar="FILE.npy", help="(windows, positions) booleans of a "
+                                          "sequence dump: False marks padding, left out of every statistic.")]
+PerWindow = Annotated[int | None, typer.Option("--positions-per-window", metavar="L", help="Regroup token rows into "
+                                               "consecutive windows of L positions (a sequence dump).")]
+
+
 def split_columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()] if text else None

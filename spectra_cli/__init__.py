@@ -21,6 +21,7 @@ _EXPORTS = {
     "spectrum": "spectra_cli.api",
     "isotropy": "spectra_cli.api",
     "whiten": "spectra_cli.whitening",
+    "sequence": "spectra_cli.sequences",
     "Accumulator": "spectra_cli.accumulator",
     "Report": "spectra_cli.results",
     "ReadOptions": "spectra_cli.options",
@@ -35,7 +36,7 @@ _EXPORTS = {
 
 __all__ = [
     "Accumulator", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report", "SpectraError",
-    "SpectraWarning", "WhiteningTransform", "__version__", "fit", "isotropy", "spectrum", "whiten",
+    "SpectraWarning", "WhiteningTransform", "__version__", "fit", "isotropy", "sequence", "spectrum", "whiten",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
+    from spectra_cli.sequences import sequence
     from spectra_cli.whitening import whiten
 
 

@@ -115,9 +115,9 @@ def json_safe(obj: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
-def report_schema() -> dict[str, Any]:
-    """The JSON Schema that every ``Report.to_dict()`` satisfies."""
+def report_schema(name: str = "report") -> dict[str, Any]:
+    """The JSON Schema that every ``Report.to_dict()`` satisfies (``sequence``: ``SequenceReport``)."""
     import json
     from importlib.resources import files
 
-    return json.loads(files("spectra_cli").joinpath("schema/report.schema.json").read_text())
+    return json.loads(files("spectra_cli").joinpath(f"schema/{name}.schema.json").read_text())

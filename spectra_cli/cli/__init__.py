@@ -2,7 +2,7 @@
 function and render what comes back (``app`` and the error handling in :mod:`.app`, shared
 options in :mod:`.options`, commands in :mod:`.analyse` and :mod:`.ops`)."""
 
-from spectra_cli.cli import analyse, ops  # noqa: F401  (register their commands on `app`)
+from spectra_cli.cli import analyse, ops, sequence  # noqa: F401  (register their commands on `app`)
 from spectra_cli.cli.app import EXIT_BUG, EXIT_CHECK, EXIT_OK, EXIT_USAGE, app, main
 
 __all__ = ["EXIT_BUG", "EXIT_CHECK", "EXIT_OK", "EXIT_USAGE", "app", "main"]

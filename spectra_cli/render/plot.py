@@ -4,7 +4,6 @@ window, floors and shuffled control, over a local-slope panel. Written atomicall
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -41,19 +40,11 @@ def check_plot_target(path: str) -> None:
 
 def save_atomically(fig: Any, path: str) -> None:
     """Write to a temporary file beside the target, then rename: no half-written plots."""
+    from spectra_cli.sinks import atomic_file
+
     ext = os.path.splitext(path)[1].lower()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=ext, dir=os.path.dirname(os.path.abspath(path)))
-    except OSError as exc:
-        raise OptionError(f"cannot write {path}: {exc.strerror}.") from None
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format=ext[1:], dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, flag="plot") as f:  # the umask's mode, removed on any failure or signal
+        fig.savefig(f, format=ext[1:], dpi=120, bbox_inches="tight")
 
 
 def plot_report(report: Any, path: str) -> None:

@@ -1,0 +1,87 @@
+"""Tables and the plot of ``spectra sequence``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _num(x: Any, fmt: str = ".4g") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def print_sequence(doc: dict[str, Any], console: Console) -> None:
+    src = doc["source"]
+    console.print(f"[bold]{src['path']}[/]: {src['layout']}; positions used {len(src['positions_used'])}, "
+                  f"{src['windows_in_context']} windows in the context")
+    t = Table("position", "tokens", "alpha", "part. ratio", "mean cosine", title="Per position",
+              title_justify="left")
+    for row in doc["per_position"]:
+        t.add_row(str(row["position"]), str(row["n"]), _num(row["alpha"]), _num(row["participation_ratio"]),
+                  _num(row["mean_cosine"], ".3f"))
+    console.print(t)
+    s = Table("spectrum", "n", "features", "alpha", "window", "part. ratio", "entropy rank",
+              title="Spectra", title_justify="left")
+    parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
+    parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
+    for name, part in parts:
+        sp, fit, rank = part["spectrum"], part.get("fit"), part.get("rank") or {}
+        s.add_row(name, str(sp["n_samples"]), str(sp["n_features"]), _num(fit["alpha"]) if fit else "—",
+                  f"{fit['window'][0]}..{fit['window'][1]}" if fit else "—", _num(rank.get("participation_ratio")),
+                  _num(rank.get("entropy_rank")))
+    console.print(s)
+    lag = doc["lag_energy"]
+    lt = Table("lag", "energy", *(("shuffled",) if lag["shuffled"] else ()), title="Lag energy (cross-position "
+               "blocks / diagonal blocks)", title_justify="left")
+    for i, lg in enumerate(lag["lags"][:12]):
+        lt.add_row(str(lg), _num(lag["data"][i]), *((_num(lag["shuffled"][i]),) if lag["shuffled"] else ()))
+    console.print(lt)
+    for w in doc["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def plot_sequence(doc: dict[str, Any], path: str) -> None:
+    """Three panels: per-position participation ratio and alpha; the context spectrum with its
+    controls; the lag energies."""
+    import numpy as np
+
+    from spectra_cli.render.plot import _matplotlib, save_atomically
+
+    plt = _matplotlib()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    pos = [r["position"] for r in doc["per_position"]]
+    ax = axes[0]
+    ax.plot(pos, [r["participation_ratio"] for r in doc["per_position"]], "o-", ms=3, label="participation ratio")
+    ax.set_xlabel("position")
+    ax.set_ylabel("participation ratio")
+    ax2 = ax.twinx()
+    ax2.plot(pos, [r["alpha"] for r in doc["per_position"]], "s--", ms=3, color="tab:orange", label="alpha")
+    ax2.set_ylabel("alpha (rank fit)")
+    ax.set_title("per position")
+    ax = axes[1]
+    for name, part, style in [("context", doc["context"], "-"),
+                              *((f"{k} control", v, "--") for k, v in doc["controls"].items())]:
+        lam = np.asarray(part["spectrum"]["eigenvalues"], dtype=float)
+        lam = lam[lam > 0]
+        if lam.size:
+            ax.loglog(np.arange(1, lam.size + 1), lam / lam.sum(), style, label=name)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("eigenvalue / sum")
+    ax.set_title("context spectrum")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    lag = doc["lag_energy"]
+    ax.plot(lag["lags"], lag["data"], "o-", ms=3, label="data")
+    if lag["shuffled"]:
+        ax.plot(lag["lags"], lag["shuffled"], "o--", ms=3, label="shuffled")
+    ax.set_xlabel("lag")
+    ax.set_ylabel("lag energy")
+    ax.set_title("cross-position blocks")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        save_atomically(fig, path)
+    finally:
+        plt.close(fig)

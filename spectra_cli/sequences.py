@@ -1,0 +1,243 @@
+"""``sequence``: the geometry of a sequence dump ``(windows, positions, features)`` — a per-position
+summary, the pooled token spectrum, the context spectrum (covariance of whole flattened windows,
+seed 001 §4.2.2) with its fits and ranks, the block-diagonal and shuffled controls, and the lag
+energies of the cross-position blocks (:mod:`spectra_cli.analysis.sequence` has the formulas).
+
+The selected positions of every window are held in memory as float64 (``n x P x d``; the report
+and ``--max-memory`` state the size), with the ``n x n`` Gram matrices of the positions when there
+are fewer windows than ``P k`` coordinates, else the ``P k x P k`` covariance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spectra_cli import __version__
+from spectra_cli.analysis.isotropy import CosineAccumulator
+from spectra_cli.analysis.powerlaw import fit_model
+from spectra_cli.analysis.rank import participation_ratio
+from spectra_cli.analysis.sequence import CONTROLS, context, lag_definition, projection, shuffled_windows
+from spectra_cli.analysis.suite import FitOptions, FitSuite, run_suite, windows_for
+from spectra_cli.api import keywords_checked
+from spectra_cli.eigen import Spectrum, floor_for, spectrum_from_moments
+from spectra_cli.engine import Progress
+from spectra_cli.errors import FitError, InputError, OptionError, describe_choices, param
+from spectra_cli.inputs import Input
+from spectra_cli.moments import Moments
+from spectra_cli.options import ReadOptions
+from spectra_cli.report import Stopwatch, emit_warnings
+from spectra_cli.results import json_safe
+from spectra_cli.sources import fingerprint
+from spectra_cli.sources.sequence import SequenceSource
+
+SCHEMA = "spectra.sequence/1"
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceReport:
+    """Everything ``spectra sequence`` found; ``to_dict()`` is its JSON document."""
+
+    source: dict[str, Any]
+    options: dict[str, Any]
+    per_position: tuple[dict[str, Any], ...]
+    pooled: dict[str, Any]
+    context: dict[str, Any]
+    controls: dict[str, Any]
+    lag_energy: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe({
+            "schema": SCHEMA, "spectra_version": __version__, "command": "sequence", "source": self.source,
+            "options": self.options, "per_position": list(self.per_position),
+            "per_position_definition": "each position's tokens: centred covariance (ddof 1), ols fit on the "
+            "default window 11..floor(d/10) (or ranks 1..usable rank), participation ratio, exact mean cosine",
+            "pooled": self.pooled, "context": self.context, "controls": self.controls,
+            "lag_energy": self.lag_energy, "warnings": list(self.warnings), "timings": dict(self.timings),
+        })
+
+
+def _suite_doc(spec: Spectrum, opts: FitOptions, warnings: list[str], what: str) -> dict[str, Any]:
+    try:
+        suite: FitSuite | None = run_suite(spec, opts)
+    except FitError as exc:
+        warnings.append(f"{what}: no fit ({exc})")
+        suite = None
+    fits = [f.to_dict() for f in suite.fits] if suite is not None else []
+    if suite is not None:
+        warnings += [f"{what}: {w}" for w in suite.warnings]
+    return {"spectrum": spec.to_dict(), "fit": fits[0] if fits else None, "fits": fits,
+            "rank": suite.rank.to_dict() if suite is not None else None}
+
+
+def _given_spectrum(lam: np.ndarray, n: int, features: int, definition: str, method: str,
+                    sampling: int) -> Spectrum:
+    lam = np.sort(np.clip(np.asarray(lam, dtype=np.float64), 0.0, None))[::-1]
+    return Spectrum(lam, n, features, definition, "float64", floor_for(lam, features, n, "float64"),
+                    min(sampling, features), max(features - lam.size, 0), method)
+
+
+@keywords_checked
+def sequence(
+    data: Any,
+    *,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    mask: Any = None,
+    positions_per_window: int | None = None,
+    project: int | None = None,
+    seed: int = 0,
+    controls: str | list[str] | tuple[str, ...] = CONTROLS,
+    window: str | list[str] | tuple[str, ...] | None = None,
+    method: str = "ols",
+    model: str = "power-law",
+    key: str | None = None,
+    column: str | None = None,
+    columns: list[str] | tuple[str, ...] | None = None,
+    block_rows: int = 8192,
+    max_memory: int | str | None = None,
+    progress: Progress | None = None,
+) -> SequenceReport:
+    """Per-position summary, pooled and context spectra, controls and lag energies of a sequence dump.
+
+    ``data``: a 3-D ``(windows, positions, features)`` array or file, or token rows with
+    ``positions_per_window`` L. ``positions`` selects positions (``"1:"``, ``"0,2,5"``); ``mask``
+    (``(windows, positions)`` booleans, False = padding) leaves padded tokens out of every statistic
+    (a window with padding at a selected position is left out of the context statistics);
+    ``project`` k maps each token through one fixed random orthogonal ``d x k`` map (``seed``) before
+    the context is formed; ``controls``: ``block-diagonal``, ``shuffled`` (seeded by ``seed``), both
+    by default, or ``()``; ``window``/``method``/``model``: the fits of the context spectrum and the
+    controls (default window as ``fit``'s: 11..floor(P k / 10)).
+    """
+    clock = Stopwatch()
+    ctrl = (controls,) if isinstance(controls, str) else tuple(controls)
+    ctrl = tuple(c for c in ctrl if c != "none")
+    for c in ctrl:
+        if c not in CONTROLS:
+            raise OptionError(f"{param('controls')} {describe_choices(c, CONTROLS)}.")
+    if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
+        raise OptionError(f"{param('project', project, show=True)} must be a positive number of features.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise OptionError(f"{param('seed', seed, show=True)} must be 0 or a positive integer.")
+    opts = FitOptions.create(window=window, method=method, model=model)
+    read = ReadOptions.create(key=key, column=column, columns=columns, block_rows=block_rows, max_memory=max_memory,
+                              positions=positions, mask=mask, positions_per_window=positions_per_window)
+    warnings: list[str] = []
+    with Input(data, read) as inp:
+        src = inp.source
+        if not isinstance(src, SequenceSource):
+            raise InputError(f"{inp.info.path} is not a sequence dump: give a 3-D (windows, positions, features) "
+                             f"array, or token rows with {param('positions_per_window')} L.")
+        lay = src.layout
+        n, P, d = lay.windows, len(lay.positions), lay.d
+        k = project if project is not None else d
+        if project is not None and project > d:
+            raise OptionError(f"{param('project', project)} exceeds the {d} features of a token.")
+        held = 8.0 * n * P * d
+        ctx = 8.0 * (P * n * n if n < P * k else 3 * (P * k) ** 2)
+        if held + 2 * ctx > read.memory_budget():
+            raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + 2 * ctx) / 2**30:.3g} GiB "
+                             f"({n} windows x {P} positions x {d} features held as float64, and the context "
+                             f"matrices); the memory budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer "
+                             f"windows or positions, use {param('project')} k, or raise {param('max_memory')}.")
+        X = np.empty((n, P, d))
+        pos = np.asarray(lay.positions)
+        for w0, B in src.windows(max(1, read.block_rows // lay.length)):
+            X[w0:w0 + len(B)] = B[:, pos, :]
+            if progress is not None:
+                progress(w0 + len(B), n)
+        valid = src.mask[:, pos] if src.mask is not None else np.ones((n, P), dtype=bool)
+        clock.mark("read_s")
+    if not np.all(np.isfinite(X[valid])):
+        raise InputError(f"{inp.info.path} has NaN or inf entries in its selected tokens; clean the data first.")
+    per_position, pooled_m, pooled_cos = _positions(X, valid, lay.positions, warnings)
+    pooled_spec = spectrum_from_moments(pooled_m)
+    pooled = _suite_doc(pooled_spec, FitOptions(), warnings, "pooled")
+    pooled["mean_cosine"] = pooled_cos.mean_cosine()
+    clock.mark("positions_pooled_s")
+    full = valid.all(axis=1)
+    W = X[full]
+    if project is not None:
+        W = W @ projection(d, k, seed)
+    n_ctx = len(W)
+    if n_ctx < 3:
+        raise InputError(f"{inp.info.path} has {n_ctx} window(s) without padding at the selected positions; the "
+                         "context covariance needs at least 3.")
+    if n_ctx < n:
+        warnings.append(f"{n - n_ctx} window(s) with padding at a selected position left out of the context "
+                        "statistics")
+    res = context(W, block_diagonal="block-diagonal" in ctrl)
+    ctx_spec = _given_spectrum(res.eigenvalues, n_ctx, P * k, "context covariance of flattened windows, centred per "
+                               "coordinate across windows, ddof 1 (seed 001)", "eigvalsh of " + res.route, n_ctx - 1)
+    context_doc = {**_suite_doc(ctx_spec, opts, warnings, "context"), "route": res.route}
+    clock.mark("context_s")
+    controls_doc: dict[str, Any] = {}
+    shuffled_lags = None
+    if "block-diagonal" in ctrl and res.block_diagonal is not None:
+        bd = _given_spectrum(res.block_diagonal, n_ctx, P * k, "block-diagonal control: Gamma_ab = 0 for a != b "
+                             "(the union of the positionwise spectra)", "eigvalsh of each Gamma_aa",
+                             P * min(n_ctx - 1, k))
+        controls_doc["block-diagonal"] = _suite_doc(bd, opts, warnings, "block-diagonal control")
+    if "shuffled" in ctrl:
+        sh = context(shuffled_windows(W, seed), block_diagonal=False)
+        sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
+                                  "and positions, windows rebuilt (seed 001)", "eigvalsh of " + sh.route, n_ctx - 1)
+        controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}
+        shuffled_lags = sh.lag_energy
+    clock.mark("controls_s")
+    emit_warnings(warnings)
+    info = inp.info
+    source = {"path": info.path, "format": info.format, "shape": list(info.shape), "dtype": info.dtype,
+              "windows": n, "positions": lay.length, "features": d, "positions_used": list(lay.positions),
+              "windows_in_context": n_ctx, "masked_tokens": src.masked_tokens,
+              "fingerprint": fingerprint(inp.path) if inp.path else None,
+              "layout": f"{n} windows x {lay.length} positions x {d} features"}
+    options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
+               "mask": read.mask if isinstance(read.mask, str | None) else "array",
+               "positions_per_window": read.positions_per_window,
+               "project": {"k": k, "seed": seed, "definition": "each token x -> x Q, Q a fixed d x k matrix with "
+                           "orthonormal columns (QR of a Gaussian matrix from numpy.random.default_rng(seed))"}
+               if project is not None else None,
+               "controls": list(ctrl), "control_seed": seed if "shuffled" in ctrl else None, "centered": True,
+               "ddof": 1, **opts.to_report()}
+    lag_doc = {**lag_definition(), "lags": list(range(1, P)), "data": res.lag_energy.tolist(),
+               "shuffled": None if shuffled_lags is None else shuffled_lags.tolist()}
+    return SequenceReport(source, options, tuple(per_position), pooled, context_doc, controls_doc, lag_doc,
+                          tuple(warnings), clock.timings())
+
+
+def _positions(X: np.ndarray, valid: np.ndarray, positions: tuple[int, ...],
+               warnings: list[str]) -> tuple[list[dict[str, Any]], Moments, CosineAccumulator]:
+    """Each position's summary, and the pooled moments and cosine sums (their exact merge)."""
+    n, P, d = X.shape
+    pooled = Moments.empty(d)
+    cos_all = CosineAccumulator(d)
+    rows: list[dict[str, Any]] = []
+    for i, p in enumerate(positions):
+        T = X[valid[:, i], i, :]
+        entry: dict[str, Any] = {"position": int(p), "n": int(len(T)), "alpha": None, "participation_ratio": None,
+                                 "mean_cosine": None}
+        if len(T) >= 2:
+            m = Moments.from_block(T)
+            pooled = pooled.merge(m)
+            cos = CosineAccumulator(d)
+            cos.update(T)
+            cos_all.merge(cos)
+            spec = spectrum_from_moments(m)
+            entry["participation_ratio"] = participation_ratio(spec.resolved())
+            entry["mean_cosine"] = cos.mean_cosine()
+            try:
+                (win,), _ = windows_for(spec, FitOptions())
+                entry["alpha"] = fit_model(spec.eigenvalues, win).alpha
+            except FitError:
+                pass
+        rows.append(entry)
+    if pooled.n < 2:
+        raise InputError("the selected positions hold fewer than 2 real tokens.")
+    return rows, pooled, cos_all
+
+
+__all__ = ["SequenceReport", "sequence"]

@@ -1,0 +1,169 @@
+"""Sequence dumps: position selection and pooling, the context spectrum, controls and lag energies,
+against numpy written out plainly and against what the mathematics says must hold."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from tests.conftest import SAMPLE
+
+CTX = SAMPLE / "minilm_layer3_context32_128_f16.npy"
+
+
+def _lag_reference(X: np.ndarray) -> np.ndarray:
+    """Two-pass float64: Gamma_ab = Xc_a^T Xc_b / (n - 1) block by block, then the mean energies."""
+    n, P, _ = X.shape
+    Xc = X - X.mean(axis=0)
+
+    def energy(a: int, b: int) -> float:
+        return float(np.sum((Xc[:, a, :].T @ Xc[:, b, :] / (n - 1)) ** 2))
+
+    diag = np.mean([energy(a, a) for a in range(P)])
+    return np.array([np.mean([energy(a, a + lag) for a in range(P - lag)]) for lag in range(1, P)]) / diag
+
+
+def test_context_spectrum_and_lag_energies_match_numpy_on_real_data():
+    X = np.load(CTX).astype(np.float64)[:, :16]  # 128 windows x 16 positions: n < P k, the Gram route
+    rep = spectra.sequence(X, controls="block-diagonal").to_dict()
+    n, P, k = X.shape
+    flat = X.reshape(n, P * k)
+    centred = flat - flat.mean(axis=0)  # per coordinate across windows; ddof 1 below
+    ref = (np.linalg.svd(centred, compute_uv=False) ** 2 / (n - 1))[: n - 1]  # the SVD, not a Gram matrix
+    got = np.array(rep["context"]["spectrum"]["eigenvalues"])
+    np.testing.assert_allclose(got[: n - 1], ref, rtol=1e-6, atol=1e-9 * ref[0])
+    np.testing.assert_allclose(rep["lag_energy"]["data"], _lag_reference(X), rtol=1e-6)
+    blocks = np.sort(np.concatenate([np.linalg.eigvalsh(np.cov(X[:, a], rowvar=False)) for a in range(P)]))[::-1]
+    bd = np.array(rep["controls"]["block-diagonal"]["spectrum"]["eigenvalues"])
+    np.testing.assert_allclose(bd, blocks[: bd.size], rtol=1e-6, atol=1e-9 * blocks[0])
+    assert "Gram" in rep["context"]["route"]
+
+
+def test_the_covariance_route_gives_the_same_numbers():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 5, 6)) @ rng.standard_normal((6, 6))  # n = 400 >= P k = 30
+    rep = spectra.sequence(X, controls=()).to_dict()
+    C = np.cov(X.reshape(400, 30), rowvar=False)
+    np.testing.assert_allclose(rep["context"]["spectrum"]["eigenvalues"], np.linalg.eigvalsh(C)[::-1], rtol=1e-9)
+    np.testing.assert_allclose(rep["lag_energy"]["data"], _lag_reference(X), rtol=1e-9)
+    assert "covariance" in rep["context"]["route"]
+
+
+def test_independent_tokens_look_like_their_controls():
+    # Tokens drawn independently: every cross-position block is pure sampling noise. Lag energies must
+    # sit at the shuffled level: both estimate E||Gamma_ab||^2 ~ (tr S)^2 / n for a != b, with a relative
+    # spread of about 1/sqrt(P (P-1)/2) across the averaged pairs; 15 % is > 3 of those spreads here.
+    # The context spectrum differs from the block-diagonal one only by that noise, whose operator norm
+    # is about 2 sqrt(P k / n) lambda_max (Marchenko-Pastur): the tolerance is 3 sqrt(P k / n).
+    rng = np.random.default_rng(1)
+    n, P, k = 3000, 8, 6
+    scales = np.linspace(1.0, 3.0, k)
+    X = rng.standard_normal((n, P, k)) * scales
+    rep = spectra.sequence(X, seed=2).to_dict()
+    data, shuffled = np.array(rep["lag_energy"]["data"]), np.array(rep["lag_energy"]["shuffled"])
+    assert abs(data.mean() - shuffled.mean()) / shuffled.mean() < 0.15
+    ctx = np.array(rep["context"]["spectrum"]["eigenvalues"])
+    bd = np.array(rep["controls"]["block-diagonal"]["spectrum"]["eigenvalues"])
+    assert np.max(np.abs(ctx - bd[: ctx.size])) / bd[0] < 3 * math.sqrt(P * k / n)
+    # and a sequence with real cross-position dependence is far above its shuffled level
+    Y = X.copy()
+    Y[:, 1:] += 0.9 * X[:, :-1]
+    rep = spectra.sequence(Y, seed=2).to_dict()
+    assert rep["lag_energy"]["data"][0] > 3 * rep["lag_energy"]["shuffled"][0]
+
+
+def test_a_rotation_per_position_keeps_the_context_spectrum_and_moves_the_pooled_one():
+    # RoPE applies an orthogonal R_t at position t: Cov(R C) = R Sigma R^T, the same eigenvalues (seed 001).
+    X = np.load(CTX).astype(np.float64)[:64, :8]
+    n, P, k = X.shape
+    rng = np.random.default_rng(3)
+    R = np.stack([np.linalg.qr(rng.standard_normal((k, k)))[0] for _ in range(P)])
+    Y = np.einsum("npk,pjk->npj", X, R)
+    a, b = spectra.sequence(X, controls=()).to_dict(), spectra.sequence(Y, controls=()).to_dict()
+    la, lb = np.array(a["context"]["spectrum"]["eigenvalues"]), np.array(b["context"]["spectrum"]["eigenvalues"])
+    np.testing.assert_allclose(lb, la, rtol=1e-8, atol=1e-8 * la[0])
+    pa, pb = (np.array(r["pooled"]["spectrum"]["eigenvalues"]) for r in (a, b))
+    assert np.max(np.abs(pa - pb)) / pa[0] > 0.05
+
+
+def test_padding_is_left_out_everywhere():
+    X = np.load(CTX).astype(np.float64)[:40, :10]
+    n, P, k = X.shape
+    padded = np.zeros((n + 5, P + 3, k))  # 3 padded positions in every window, 5 windows of padding
+    padded[:n, :P] = X
+    padded[n:, :P] = 7.0  # garbage where the mask says padding
+    padded[:, P:] = -3.0
+    mask = np.zeros((n + 5, P + 3), dtype=bool)
+    mask[:n, :P] = True
+    mask[n:, :2] = True  # partly padded windows: their real tokens count, the windows leave the context
+    padded[n:, :2] = X[:5, :2]
+    a = spectra.sequence(padded, positions=f":{P}", mask=mask, controls="block-diagonal").to_dict()
+    b = spectra.sequence(X, controls="block-diagonal").to_dict()
+    for key in ("context",):
+        np.testing.assert_allclose(a[key]["spectrum"]["eigenvalues"], b[key]["spectrum"]["eigenvalues"], rtol=1e-12)
+    np.testing.assert_allclose(a["lag_energy"]["data"], b["lag_energy"]["data"], rtol=1e-12)
+    assert a["source"]["windows_in_context"] == n and a["source"]["masked_tokens"] == 5 * (P - 2)
+    assert [r["n"] for r in a["per_position"]] == [n + 5, n + 5] + [n] * (P - 2)
+    # the pooled rows are exactly the real tokens
+    tokens = np.concatenate([X.reshape(-1, k), X[:5, :2].reshape(-1, k)])
+    ref = np.linalg.eigvalsh(np.cov(tokens, rowvar=False))[::-1]
+    np.testing.assert_allclose(a["pooled"]["spectrum"]["eigenvalues"], ref, rtol=1e-9, atol=1e-12 * ref[0])
+    # fit and spectrum pool the same tokens through the mask
+    got = spectra.spectrum(padded, mask=mask).spectrum.eigenvalues
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12 * ref[0])
+
+
+def test_positions_and_pooling_for_every_command():
+    X = np.load(CTX).astype(np.float64)
+    n, L, d = X.shape
+    first = spectra.spectrum(X, positions=[0]).spectrum.eigenvalues  # 128 rows < 384: the n x n route
+    np.testing.assert_allclose(first[:n - 1], np.linalg.eigvalsh(np.cov(X[:, 0], rowvar=False))[::-1][:n - 1],
+                               rtol=1e-9, atol=1e-12 * first[0])
+    rest = spectra.spectrum(X, positions="1:").spectrum.eigenvalues
+    ref_rest = np.linalg.eigvalsh(np.cov(X[:, 1:].reshape(-1, d), rowvar=False))[::-1]
+    np.testing.assert_allclose(rest, ref_rest, rtol=1e-9, atol=1e-12 * ref_rest[0])
+    for pool, rows in (("mean", X.mean(axis=1)), ("first", X[:, 0]), ("last", X[:, -1])):
+        got = spectra.spectrum(X, pool=pool).spectrum.eigenvalues
+        ref = np.linalg.eigvalsh(np.cov(rows, rowvar=False))[::-1][: n - 1]
+        np.testing.assert_allclose(got[: n - 1], ref, rtol=1e-9, atol=1e-12 * ref[0])
+    tokens = X.reshape(-1, d)
+    regrouped = spectra.spectrum(tokens, positions_per_window=L, positions="1:").spectrum.eigenvalues
+    np.testing.assert_array_equal(regrouped, rest)
+    rep = spectra.fit(X, positions=[0])
+    assert rep.source["layout"] == "sequence (128 windows x 32 positions): positions 0 of 32, flattened to tokens"
+    assert rep.isotropy.mean_cosine > 0.4  # position 0 (CLS) is a cone; positions 1-31 are not
+    assert spectra.fit(X, positions="1:").isotropy.mean_cosine < 0.25
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"positions": "40:"}, "selects no position of 32"),
+        ({"positions": "0,99"}, "position 99 is outside 0..31"),
+        ({"project": 0}, "project=0 must be a positive number"),
+        ({"controls": "random"}, "controls 'random' is not one of"),
+    ],
+)
+def test_bad_sequence_options(kwargs, message):
+    with pytest.raises((spectra.OptionError, spectra.InputError), match=message):
+        spectra.sequence(CTX, **kwargs)
+
+
+def test_a_bad_pool_names_the_choices():
+    with pytest.raises(spectra.OptionError, match=r"^pool 'max' is not one of 'tokens', 'mean', 'first', 'last'"):
+        spectra.spectrum(CTX, pool="max")
+    with pytest.raises(spectra.OptionError, match="apply to sequence dumps"):
+        spectra.spectrum(np.zeros((10, 4)), positions="1:")
+
+
+def test_projection_is_orthogonal_and_seeded():
+    from spectra_cli.analysis.sequence import projection
+
+    Q = projection(384, 32, 5)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(32), atol=1e-12)
+    np.testing.assert_array_equal(Q, projection(384, 32, 5))
+    rep = spectra.sequence(CTX, project=16, seed=5, controls=()).to_dict()
+    assert rep["context"]["spectrum"]["n_features"] == 32 * 16 and rep["options"]["project"]["k"] == 16

@@ -145,7 +145,7 @@ class Input:
             else:
                 self.source = open_source(self.path, key=read.key, column=read.column,
                                           columns=list(read.columns) if read.columns else None,
-                                          weight_column=read.weight_column)
+                                          weight_column=read.weight_column or read.doc_column)
         else:
             from spectra_cli.sources.array import ArraySource
 
@@ -155,7 +155,8 @@ class Input:
 
             try:
                 self.source = SequenceSource(self.source, length=read.positions_per_window,
-                                             positions=read.positions, pool=read.pool, mask=read.mask)
+                                             positions=read.positions, pool=read.pool, mask=read.mask,
+                                             doc_column=read.doc_column)
             except BaseException:
                 self.source.close()
                 raise

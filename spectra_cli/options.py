@@ -101,6 +101,7 @@ class ReadOptions:
     pool: str = "tokens"
     mask: Any = None
     positions_per_window: int | None = None
+    doc_column: str | None = None
 
     @classmethod
     def create(
@@ -126,6 +127,7 @@ class ReadOptions:
         pool: str = "tokens",
         mask: Any = None,
         positions_per_window: int | None = None,
+        doc_column: str | None = None,
     ) -> ReadOptions:
         """Validate every value once; the error names the parameter (or flag) and what is allowed."""
         if precision not in PRECISIONS:
@@ -157,6 +159,9 @@ class ReadOptions:
         check_pool(pool)
         if positions_per_window is not None:
             positions_per_window = _check_int("positions_per_window", positions_per_window, minimum=1)
+        if doc_column is not None and (positions_per_window is None or weight_column is not None):
+            raise OptionError(f"{param('doc_column')} regroups Parquet token rows into windows: it needs "
+                              f"{param('positions_per_window')} L and no {param('weight_column')}.")
         if mask is not None and not isinstance(mask, str):
             mask = os.fspath(mask) if isinstance(mask, os.PathLike) else mask
         return cls(key=key, column=column, columns=columns, rows=RowSpec.parse(rows, sample, seed), weights=weights,
@@ -164,13 +169,13 @@ class ReadOptions:
                    centered=bool(centered), ddof=ddof, precision=precision, block_rows=block_rows,
                    drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
                    positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
-                   positions_per_window=positions_per_window)
+                   positions_per_window=positions_per_window, doc_column=doc_column)
 
     @property
     def sequence(self) -> bool:
         """Whether the sequence options ask for anything but the default (all positions, tokens)."""
         return (self.positions is not None or self.pool != "tokens" or self.mask is not None
-                or self.positions_per_window is not None)
+                or self.positions_per_window is not None or self.doc_column is not None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -207,7 +212,8 @@ class ReadOptions:
             "drop_nonfinite": self.drop_nonfinite,
             **({"positions": self.positions if isinstance(self.positions, str | None) else list(self.positions),
                 "pool": self.pool, "mask": self.mask if isinstance(self.mask, str | None) else "array",
-                "positions_per_window": self.positions_per_window} if self.sequence else {}),
+                "positions_per_window": self.positions_per_window, "doc_column": self.doc_column}
+               if self.sequence else {}),
         }
 
 

@@ -88,6 +88,7 @@ def sequence(
     positions: str | list[int] | tuple[int, ...] | None = None,
     mask: Any = None,
     positions_per_window: int | None = None,
+    doc_column: str | None = None,
     project: int | None = None,
     seed: int = 0,
     controls: str | list[str] | tuple[str, ...] = CONTROLS,
@@ -104,13 +105,14 @@ def sequence(
     """Per-position summary, pooled and context spectra, controls and lag energies of a sequence dump.
 
     ``data``: a 3-D ``(windows, positions, features)`` array or file, or token rows with
-    ``positions_per_window`` L. ``positions`` selects positions (``"1:"``, ``"0,2,5"``); ``mask``
-    (``(windows, positions)`` booleans, False = padding) leaves padded tokens out of every statistic
-    (a window with padding at a selected position is left out of the context statistics);
-    ``project`` k maps each token through one fixed random orthogonal ``d x k`` map (``seed``) before
-    the context is formed; ``controls``: ``block-diagonal``, ``shuffled`` (seeded by ``seed``), both
-    by default, or ``()``; ``window``/``method``/``model``: the fits of the context spectrum and the
-    controls (default window as ``fit``'s: 11..floor(P k / 10)).
+    ``positions_per_window`` L (with ``doc_column``, a Parquet column of document ids: windows restart
+    at every document and never cross one; the leftover tokens are counted). ``positions`` selects
+    positions (``"1:"``, ``"0,2,5"``); ``mask`` (``(windows, positions)`` booleans, False = padding)
+    leaves padded tokens out of every statistic (a window with padding at a selected position is left
+    out of the context statistics); ``project`` k maps each token through one fixed random orthogonal
+    ``d x k`` map (``seed``) before the context is formed; ``controls``: ``block-diagonal``,
+    ``shuffled`` (seeded by ``seed``), both by default, or ``()``; ``window``/``method``/``model``:
+    the fits of the context spectrum and the controls (default window as ``fit``'s: 11..floor(P k / 10)).
     """
     clock = Stopwatch()
     ctrl = (controls,) if isinstance(controls, str) else tuple(controls)
@@ -124,7 +126,8 @@ def sequence(
         raise OptionError(f"{param('seed', seed, show=True)} must be 0 or a positive integer.")
     opts = FitOptions.create(window=window, method=method, model=model)
     read = ReadOptions.create(key=key, column=column, columns=columns, block_rows=block_rows, max_memory=max_memory,
-                              positions=positions, mask=mask, positions_per_window=positions_per_window)
+                              positions=positions, mask=mask, positions_per_window=positions_per_window,
+                              doc_column=doc_column)
     warnings: list[str] = []
     with Input(data, read) as inp:
         src = inp.source
@@ -132,6 +135,7 @@ def sequence(
             raise InputError(f"{inp.info.path} is not a sequence dump: give a 3-D (windows, positions, features) "
                              f"array, or token rows with {param('positions_per_window')} L.")
         lay = src.layout
+        warnings += src.notes
         n, P, d = lay.windows, len(lay.positions), lay.d
         k = project if project is not None else d
         if project is not None and project > d:
@@ -197,7 +201,7 @@ def sequence(
               "layout": f"{n} windows x {lay.length} positions x {d} features"}
     options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
                "mask": read.mask if isinstance(read.mask, str | None) else "array",
-               "positions_per_window": read.positions_per_window,
+               "positions_per_window": read.positions_per_window, "doc_column": read.doc_column,
                "project": {"k": k, "seed": seed, "definition": "each token x -> x Q, Q a fixed d x k matrix with "
                            "orthonormal columns (QR of a Gaussian matrix from numpy.random.default_rng(seed))"}
                if project is not None else None,

@@ -16,6 +16,9 @@ def sequence(
     positions: Positions = None,
     mask: Mask = None,
     positions_per_window: PerWindow = None,
+    doc_column: Annotated[str | None, typer.Option("--doc-column", metavar="NAME", help="Parquet column of document "
+                                                   "ids: windows of --positions-per-window tokens restart at each "
+                                                   "document and never cross one.")] = None,
     project: Annotated[int | None, typer.Option("--project", metavar="K", help="Map each token to K features "
                                                 "through one fixed random orthogonal map (--seed) before the "
                                                 "context is formed.")] = None,
@@ -36,7 +39,7 @@ def sequence(
     Examples:
       spectra sequence ctx.npy --positions 1:
       spectra sequence ctx.npy --project 32 --seed 0 --window 50:500 --plot ctx.png
-      spectra sequence tokens.npy --positions-per-window 32 --controls shuffled --json
+      spectra sequence tokens.parquet --positions-per-window 32 --doc-column doc_id --json
     """
     from spectra_cli.cli.options import split_columns
     from spectra_cli.render.progress import LazyProgress
@@ -48,6 +51,7 @@ def sequence(
         check_plot_target(plot)
     with LazyProgress(f"reading {path}") as progress:
         report = run(path, positions=positions, mask=mask, positions_per_window=positions_per_window,
+                     doc_column=doc_column,
                      project=project, seed=seed, controls=[c.strip() for c in controls.split(",") if c.strip()],
                      window=window, method=method, key=key, column=column, columns=split_columns(columns),
                      max_memory=max_memory, progress=progress)

@@ -234,6 +234,20 @@ class ParquetSource(Source):
         if fill:
             yield bufs[turn][:fill], (wbufs[turn][:fill] if wbufs else None)
 
+    def iter_column(self, name: str) -> Iterator[np.ndarray]:
+        """One column's values, batch by batch over every file (a cheap columnar read)."""
+        import pyarrow as pa
+
+        for path, pf in zip(self._files, self._pf, strict=True):
+            try:
+                for batch in pf.iter_batches(batch_size=1 << 16, columns=[name], use_threads=False):
+                    col = batch.column(0)
+                    if col.null_count:
+                        raise InputError(f"column {name!r} of {path} has nulls.")
+                    yield col.to_numpy(zero_copy_only=False)
+            except (pa.ArrowException, OSError) as exc:
+                raise InputError(f"cannot read Parquet file {path}: {_first_line(exc)}") from None
+
     def _iter_batches(
         self, start: int, stop: int, block_rows: int
     ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:

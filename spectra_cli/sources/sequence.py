@@ -119,10 +119,19 @@ class SequenceSource(Source):
     """Rows of a sequence dump after position selection, masking and pooling."""
 
     def __init__(self, base: Source, *, length: int | None = None, positions: Any = None, pool: str = "tokens",
-                 mask: Any = None) -> None:
+                 mask: Any = None, doc_column: str | None = None) -> None:
         info = base.info
         check_pool(pool)
-        if len(info.shape) == 3:
+        self.doc_column = doc_column
+        if doc_column is not None:
+            if not hasattr(base, "iter_column") or len(info.shape) != 2 or length is None:
+                raise OptionError(f"{param('doc_column')} applies to Parquet token rows with "
+                                  f"{param('positions_per_window')} L.")
+            L, d = length, info.n_features
+            windows, dropped = self._count_doc_windows(base, doc_column, L)
+            if windows == 0:
+                raise InputError(f"{info.path}: no document holds {L} consecutive tokens; no window to analyse.")
+        elif len(info.shape) == 3:
             windows, L, d = info.shape
             if length is not None and length != L:
                 raise OptionError(f"{param('positions_per_window', length)}: the dump has {L} positions per window.")
@@ -151,8 +160,11 @@ class SequenceSource(Source):
         self.masked_tokens = int(sel.size - sel.sum()) if sel is not None else 0
         self.has_weights = False
         self.notes = list(getattr(base, "notes", []))
-        if dropped:
+        if dropped and doc_column is None:
             self.notes.append(f"{dropped} token row(s) past the last whole window of {L} were left out")
+        elif dropped:
+            self.notes.append(f"{dropped} token row(s) left out: the ends of documents ({doc_column}) too short "
+                              f"for another window of {L} (windows never cross a document boundary)")
         self.info = SourceInfo(
             path=info.path, format=info.format, shape=info.shape, dtype=info.dtype, n_rows=n, n_features=d,
             layout=self.layout.describe(), column=info.column, key=info.key, files=info.files,
@@ -161,8 +173,56 @@ class SequenceSource(Source):
                                                    "masked_tokens": self.masked_tokens}},
         )
 
+    @staticmethod
+    def _count_doc_windows(base: Any, doc_column: str, L: int) -> tuple[int, int]:
+        """Windows of L consecutive tokens restarting at every document, and the tokens left over."""
+        windows = dropped = run = 0
+        last = None
+        for ids in base.iter_column(doc_column):
+            if not ids.size:
+                continue
+            cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+            edges = np.concatenate(([0], cuts, [ids.size]))
+            for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+                if i == 0 and last is not None and ids[0] == last:
+                    run += b - a
+                    continue
+                windows, dropped = windows + run // L, dropped + run % L
+                run = b - a
+            last = ids[-1]
+        return windows + run // L, dropped + run % L
+
+    def _doc_windows(self, block_windows: int) -> Iterator[tuple[int, np.ndarray]]:
+        L, d = self.layout.length, self.layout.d
+        buf = np.empty((L, d))
+        fill, cur, first = 0, None, 0
+        out: list[np.ndarray] = []
+        for X, ids in self.base.iter_blocks(0, self.base.info.n_rows, max(1, block_windows) * L):
+            assert ids is not None
+            cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+            edges = np.concatenate(([0], cuts, [len(ids)]))
+            for a, b in zip(edges[:-1], edges[1:], strict=True):
+                if ids[a] != cur:  # a new document: a window never crosses its start
+                    cur, fill = ids[a], 0
+                i = a
+                while i < b:
+                    take = min(L - fill, b - i)
+                    buf[fill:fill + take] = X[i:i + take]
+                    fill, i = fill + take, i + take
+                    if fill == L:
+                        out.append(buf.copy())
+                        fill = 0
+                if len(out) >= block_windows:
+                    yield first, np.stack(out)
+                    first, out = first + len(out), []
+        if out:
+            yield first, np.stack(out)
+
     def windows(self, block_windows: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first window, block (w, L, d))`` for consecutive windows of the base source."""
+        if self.doc_column is not None:
+            yield from self._doc_windows(block_windows)
+            return
         L, d = self.layout.length, self.layout.d
         first = 0
         for X, _ in self.base.iter_blocks(0, self.layout.windows * L, max(1, block_windows) * L):

@@ -167,3 +167,24 @@ def test_projection_is_orthogonal_and_seeded():
     np.testing.assert_array_equal(Q, projection(384, 32, 5))
     rep = spectra.sequence(CTX, project=16, seed=5, controls=()).to_dict()
     assert rep["context"]["spectrum"]["n_features"] == 32 * 16 and rep["options"]["project"]["k"] == 16
+
+
+def test_parquet_token_rows_regrouped_without_crossing_documents(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    L, d, lengths = 4, 6, [9, 3, 12, 5]  # 2, 0, 3 and 1 windows; 1 + 3 + 0 + 1 tokens left over
+    docs = [rng.standard_normal((m, d)) for m in lengths]
+    ids = np.concatenate([np.full(m, 10 * i) for i, m in enumerate(lengths)])
+    tokens = np.concatenate(docs)
+    pq.write_table(pa.table({"doc_id": ids, "emb": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), d)}),
+                   tmp_path / "t.parquet", row_group_size=7)  # row groups cut across documents
+    rep = spectra.sequence(tmp_path / "t.parquet", positions_per_window=L, doc_column="doc_id", controls=())
+    windows = np.stack([docs[0][:4], docs[0][4:8], docs[2][:4], docs[2][4:8], docs[2][8:12], docs[3][:4]])
+    ref = spectra.sequence(windows, controls=())
+    assert rep.source["windows"] == 6 and any("5 token row(s) left out" in w for w in rep.warnings)
+    np.testing.assert_allclose(rep.context["spectrum"]["eigenvalues"], ref.context["spectrum"]["eigenvalues"],
+                               rtol=1e-12)
+    with pytest.raises(spectra.OptionError, match="doc_column regroups Parquet token rows"):
+        spectra.sequence(tmp_path / "t.parquet", doc_column="doc_id")

@@ -156,7 +156,7 @@ class Input:
             try:
                 self.source = SequenceSource(self.source, length=read.positions_per_window,
                                              positions=read.positions, pool=read.pool, mask=read.mask,
-                                             doc_column=read.doc_column)
+                                             doc_column=read.doc_column, mask_column=read.mask_column)
             except BaseException:
                 self.source.close()
                 raise

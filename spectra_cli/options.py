@@ -102,6 +102,7 @@ class ReadOptions:
     mask: Any = None
     positions_per_window: int | None = None
     doc_column: str | None = None
+    mask_column: str | None = None
 
     @classmethod
     def create(
@@ -128,6 +129,7 @@ class ReadOptions:
         mask: Any = None,
         positions_per_window: int | None = None,
         doc_column: str | None = None,
+        mask_column: str | None = None,
     ) -> ReadOptions:
         """Validate every value once; the error names the parameter (or flag) and what is allowed."""
         if precision not in PRECISIONS:
@@ -169,13 +171,14 @@ class ReadOptions:
                    centered=bool(centered), ddof=ddof, precision=precision, block_rows=block_rows,
                    drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
                    positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
-                   positions_per_window=positions_per_window, doc_column=doc_column)
+                   positions_per_window=positions_per_window, doc_column=doc_column, mask_column=mask_column)
 
     @property
     def sequence(self) -> bool:
         """Whether the sequence options ask for anything but the default (all positions, tokens)."""
         return (self.positions is not None or self.pool != "tokens" or self.mask is not None
-                or self.positions_per_window is not None or self.doc_column is not None)
+                or self.positions_per_window is not None or self.doc_column is not None
+                or self.mask_column is not None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -212,7 +215,8 @@ class ReadOptions:
             "drop_nonfinite": self.drop_nonfinite,
             **({"positions": self.positions if isinstance(self.positions, str | None) else list(self.positions),
                 "pool": self.pool, "mask": self.mask if isinstance(self.mask, str | None) else "array",
-                "positions_per_window": self.positions_per_window, "doc_column": self.doc_column}
+                "positions_per_window": self.positions_per_window, "doc_column": self.doc_column,
+                "mask_column": self.mask_column}
                if self.sequence else {}),
         }
 

@@ -89,6 +89,7 @@ def sequence(
     mask: Any = None,
     positions_per_window: int | None = None,
     doc_column: str | None = None,
+    mask_column: str | None = None,
     project: int | None = None,
     seed: int = 0,
     controls: str | list[str] | tuple[str, ...] = CONTROLS,
@@ -106,7 +107,8 @@ def sequence(
 
     ``data``: a 3-D ``(windows, positions, features)`` array or file, or token rows with
     ``positions_per_window`` L (with ``doc_column``, a Parquet column of document ids: windows restart
-    at every document and never cross one; the leftover tokens are counted). ``positions`` selects
+    at every document and never cross one; the leftover tokens are counted; ``mask_column``: a Parquet
+    column marking real tokens). ``positions`` selects
     positions (``"1:"``, ``"0,2,5"``); ``mask`` (``(windows, positions)`` booleans, False = padding)
     leaves padded tokens out of every statistic (a window with padding at a selected position is left
     out of the context statistics); ``project`` k maps each token through one fixed random orthogonal
@@ -127,7 +129,7 @@ def sequence(
     opts = FitOptions.create(window=window, method=method, model=model)
     read = ReadOptions.create(key=key, column=column, columns=columns, block_rows=block_rows, max_memory=max_memory,
                               positions=positions, mask=mask, positions_per_window=positions_per_window,
-                              doc_column=doc_column)
+                              doc_column=doc_column, mask_column=mask_column)
     warnings: list[str] = []
     with Input(data, read) as inp:
         src = inp.source
@@ -202,6 +204,7 @@ def sequence(
     options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
                "mask": read.mask if isinstance(read.mask, str | None) else "array",
                "positions_per_window": read.positions_per_window, "doc_column": read.doc_column,
+               "mask_column": read.mask_column,
                "project": {"k": k, "seed": seed, "definition": "each token x -> x Q, Q a fixed d x k matrix with "
                            "orthonormal columns (QR of a Gaussian matrix from numpy.random.default_rng(seed))"}
                if project is not None else None,

@@ -19,6 +19,8 @@ def sequence(
     doc_column: Annotated[str | None, typer.Option("--doc-column", metavar="NAME", help="Parquet column of document "
                                                    "ids: windows of --positions-per-window tokens restart at each "
                                                    "document and never cross one.")] = None,
+    mask_column: Annotated[str | None, typer.Option("--mask-column", metavar="NAME", help="Parquet column marking "
+                                                    "real tokens (0/false = padding) of regrouped token rows.")] = None,
     project: Annotated[int | None, typer.Option("--project", metavar="K", help="Map each token to K features "
                                                 "through one fixed random orthogonal map (--seed) before the "
                                                 "context is formed.")] = None,
@@ -51,7 +53,7 @@ def sequence(
         check_plot_target(plot)
     with LazyProgress(f"reading {path}") as progress:
         report = run(path, positions=positions, mask=mask, positions_per_window=positions_per_window,
-                     doc_column=doc_column,
+                     doc_column=doc_column, mask_column=mask_column,
                      project=project, seed=seed, controls=[c.strip() for c in controls.split(",") if c.strip()],
                      window=window, method=method, key=key, column=column, columns=split_columns(columns),
                      max_memory=max_memory, progress=progress)

@@ -119,7 +119,7 @@ class SequenceSource(Source):
     """Rows of a sequence dump after position selection, masking and pooling."""
 
     def __init__(self, base: Source, *, length: int | None = None, positions: Any = None, pool: str = "tokens",
-                 mask: Any = None, doc_column: str | None = None) -> None:
+                 mask: Any = None, doc_column: str | None = None, mask_column: str | None = None) -> None:
         info = base.info
         check_pool(pool)
         self.doc_column = doc_column
@@ -150,6 +150,13 @@ class SequenceSource(Source):
         self.base = base
         pos = parse_positions(positions, L)
         self.layout = Layout(windows, L, d, tuple(pos), pool, dropped)
+        if mask_column is not None:
+            if mask is not None or doc_column is not None or not hasattr(base, "iter_column") or len(info.shape) != 2:
+                raise OptionError(f"{param('mask_column')} applies to Parquet token rows regrouped with "
+                                  f"{param('positions_per_window')} L (without {param('mask')} or "
+                                  f"{param('doc_column')}).")
+            flags = np.concatenate(list(base.iter_column(mask_column)))  # one byte a token
+            mask = flags[: windows * L].reshape(windows, L)
         self.mask = None if mask is None else load_mask(mask, windows, L)
         self._pos = np.asarray(pos)
         sel = self.mask[:, self._pos] if self.mask is not None else None

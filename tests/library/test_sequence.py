@@ -188,3 +188,21 @@ def test_parquet_token_rows_regrouped_without_crossing_documents(tmp_path):
                                rtol=1e-12)
     with pytest.raises(spectra.OptionError, match="doc_column regroups Parquet token rows"):
         spectra.sequence(tmp_path / "t.parquet", doc_column="doc_id")
+
+
+def test_a_parquet_mask_column_equals_a_mask_array(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    X = np.load(CTX).astype(np.float32)[:20, :8]
+    mask = np.ones((20, 8), dtype=bool)
+    mask[3:, 6:] = False  # padding at the end of most windows
+    pq.write_table(pa.table({"real": mask.ravel(), "emb": pa.FixedSizeListArray.from_arrays(
+        pa.array(X.reshape(-1, 384).ravel()), 384)}), tmp_path / "t.parquet")
+    a = spectra.sequence(tmp_path / "t.parquet", positions_per_window=8, mask_column="real", controls=()).to_dict()
+    b = spectra.sequence(X, mask=mask, controls=()).to_dict()
+    assert a["source"]["masked_tokens"] == b["source"]["masked_tokens"] == 17 * 2
+    np.testing.assert_allclose(a["pooled"]["spectrum"]["eigenvalues"], b["pooled"]["spectrum"]["eigenvalues"],
+                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(a["context"]["spectrum"]["eigenvalues"], b["context"]["spectrum"]["eigenvalues"],
+                               rtol=1e-12, atol=1e-14)

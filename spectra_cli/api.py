@@ -46,6 +46,8 @@ from spectra_cli.results import Report
 from spectra_cli.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 
 BOOTSTRAP_GROUPS = 32
+#: RankMe's second decomposition is made by default up to this width (about a second on 2 cores).
+RANKME_AUTO_D = 2048
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -144,6 +146,7 @@ def fit(
     partition_isotropy: bool = False,
     isoscore: bool = False,
     scale: str = "seed",
+    rankme: bool | None = None,
     eigenvalues: bool = False,
     key: str | None = None,
     column: str | None = None,
@@ -178,7 +181,10 @@ def fit(
     ``window="auto"``; ``counting`` / ``capacity``: N(eps) and N(tau) at these values.
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
     ``shuffled_control`` (``control_seed``), ``partition_isotropy`` (a second pass; ``scale``
-    ``seed | none``), ``isoscore``. ``eigenvalues=True``: ``data`` is a list of eigenvalues.
+    ``seed | none``), ``isoscore``. ``rankme``: RankMe needs the uncentred spectrum, a second d x d
+    eigendecomposition on the d x d route; None (default) computes it when that costs little (the
+    n x n route, ``centered=False``, or d <= 2048), True always, False never; ``rank.rankme_source``
+    says which. ``eigenvalues=True``: ``data`` is a list of eigenvalues.
     The reading options are described in the module docstring.
     """
     read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
@@ -217,8 +223,22 @@ def fit(
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")
-    # RankMe is defined on the singular values of the uncentred matrix.
-    suite = run_suite(main, opts, uncentered=uncentered_of(first, main, centered=read.centered))
+    # RankMe is defined on the singular values of the uncentred matrix: a second decomposition on the
+    # d x d route, made only when it is cheap or asked for (one decomposition per spectrum otherwise).
+    unc, rankme_source = None, None
+    d = main.n_features
+    if not read.centered:
+        unc, rankme_source = main, "the main spectrum (already uncentred)"
+    elif rankme or (rankme is None and (first.moments is None or d <= RANKME_AUTO_D)):
+        clock.mark("analysis_s")
+        unc = uncentered_of(first, main, centered=True)
+        clock.mark("eigen_uncentered_s")
+        rankme_source = ("a second eigendecomposition: the uncentred " + ("n x n Gram matrix" if first.moments is None
+                                                                            else f"{d} x {d} second moment"))
+    else:
+        rankme_source = (f"not computed: d = {d} > {RANKME_AUTO_D} would need a second {d} x {d} "
+                         "eigendecomposition; ask for it with rankme=True (--rankme)")
+    suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += suite.warnings
     if ci:
         clock.mark("analysis_s")
@@ -240,6 +260,7 @@ def fit(
                             density_alpha=suite.density.alpha if suite.density is not None else None,
                             alpha_range=opts.alpha_range)
     clock.mark("analysis_s")
+    clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main))
     options = {**inp.options_report(), **opts.to_report(),
                "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None}
     return assemble("fit", inp, first, main, options=options, warnings=warnings, clock=clock, suite=suite,
@@ -297,6 +318,15 @@ def isotropy(
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,
                     isotropy=iso)
+
+
+def _peak_bytes(first: Any, d: int, ci: bool, second: bool) -> float:
+    """Bytes of the largest matrices alive at once: the d x d moments, the matrix handed to the
+    eigensolver and its workspace (or the n x n Gram route), plus the bootstrap's group moments."""
+    if first.moments is None:
+        n = first.n_rows
+        return 8.0 * (n * d + 3 * n * n)
+    return 8.0 * d * d * (3 + (len(first.groups) if ci else 0) + (1 if second else 0))
 
 
 def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Report:

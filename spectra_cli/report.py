@@ -83,6 +83,10 @@ class Stopwatch:
         self.laps[name] = self.laps.get(name, 0.0) + now - self.last
         self.last = now
 
+    def note(self, name: str, value: float) -> None:
+        """A number that belongs beside the timings (e.g. a peak-memory estimate)."""
+        self.laps[name] = float(value)
+
     def timings(self) -> dict[str, float]:
         return {**self.laps, "total_s": time.perf_counter() - self.start}
 

@@ -31,12 +31,14 @@ class EffectiveRanks:
     k90: int | None
     k95: int | None
     k99: int | None
+    rankme_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "participation_ratio": self.participation_ratio,
             "entropy_rank": self.entropy_rank,
             "rankme": self.rankme,
+            "rankme_source": self.rankme_source,
             "stable_rank": self.stable_rank,
             "numerical_rank": self.numerical_rank,
             "k90": self.k90,

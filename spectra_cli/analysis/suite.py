@@ -124,7 +124,8 @@ def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[st
     return out, warnings
 
 
-def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None = None) -> FitSuite:
+def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None = None,
+              rankme_source: str | None = None) -> FitSuite:
     """Fits on every window, the model comparison on the first, and the ranks."""
     lam = spec.eigenvalues
     try:
@@ -143,6 +144,7 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
         participation_ratio=participation_ratio(resolved),
         entropy_rank=entropy_rank(resolved),
         rankme=rankme(unc.eigenvalues, unc.numerical_floor) if uncentered is not None else None,
+        rankme_source=rankme_source,
         stable_rank=stable_rank(resolved),
         numerical_rank=spec.numerical_rank,
         k90=spec.k_for(0.90),

@@ -61,6 +61,9 @@ def fit(
     partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
                                                      "(a second streamed pass).")] = False,
     isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
+    rankme: Annotated[bool | None, typer.Option("--rankme/--no-rankme", help="RankMe's second (uncentred) "
+                                                "eigendecomposition: default only when cheap (d <= 2048).",
+                                                show_default=False)] = None,
     counting: Annotated[list[float] | None, typer.Option("--counting", metavar="EPS", help="N(eps) = "
                                                          "#{lambda_j >= eps} (repeatable).")] = None,
     capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
@@ -94,7 +97,7 @@ def fit(
             counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, logits=logits, temperature=temperature, key=key, column=column,
+            isoscore=isoscore, rankme=rankme, logits=logits, temperature=temperature, key=key, column=column,
             columns=split_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
             weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
             block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,

@@ -234,3 +234,21 @@ def test_states_pickle_small_for_workers_to_return():
     back = pickle.loads(pickle.dumps(state))
     np.testing.assert_array_equal(back.moments.m2, state.moments.m2)
     assert len(pickle.dumps(cos)) < 4 * 8 * d
+
+
+def test_one_decomposition_per_spectrum_unless_rankme_is_asked_for(monkeypatch):
+    import spectra_cli.api as api_module
+
+    monkeypatch.setattr(api_module, "RANKME_AUTO_D", 16)  # a d x d route wider than the automatic limit
+    Y = powerlaw_matrix(400, 24, 1.0, seed=2)
+    rep = spectra.fit(Y)
+    assert rep.rank.rankme is None and "eigen_uncentered_s" not in rep.timings
+    assert rep.to_dict()["rank"]["rankme_source"].startswith("not computed: d = 24 > 16")
+    assert rep.timings["peak_bytes_estimate"] == 8.0 * 24 * 24 * 3
+    asked = spectra.fit(Y, rankme=True)
+    s = np.linalg.svd(Y, compute_uv=False)  # RankMe on the singular values of the uncentred rows
+    p = s / s.sum() + 1e-7
+    assert asked.rank.rankme == pytest.approx(float(np.exp(-(p * np.log(p)).sum())), rel=1e-9)
+    assert "eigen_uncentered_s" in asked.timings
+    assert spectra.fit(Y, centered=False).rank.rankme == pytest.approx(asked.rank.rankme, rel=1e-12)
+    assert spectra.fit(Y[:20]).rank.rankme is not None  # the n x n route: the second one is cheap

@@ -6,7 +6,7 @@ on a results file as well as on a run in progress."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,21 +160,26 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
     return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst))
 
 
-def read_results(paths: list[str]) -> list[dict[str, Any]]:
-    """Every JSON object line of batch results files (cut or foreign lines are an input error)."""
+def iter_results(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every line of a batch results file (a line that is not a JSON
+    object is an input error naming it)."""
     from spectra_cli.jsonio import loads
     from spectra_cli.sources.base import open_regular
 
-    out: list[dict[str, Any]] = []
-    for path in paths:
-        with open_regular(path) as f:
-            for i, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                doc = loads(raw, f"{path} line {i}")
-                if not isinstance(doc, dict):
-                    raise InputError(f"{path} line {i} is not a JSON object; spectra batch writes one per line.")
-                out.append(doc)
+    with open_regular(path) as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            doc = loads(raw, f"{path} line {i}")
+            if not isinstance(doc, dict):
+                raise InputError(f"{path} line {i} is not a JSON object (a {type(doc).__name__}); spectra batch "
+                                 "writes one report object per line.")
+            yield i, doc
+
+
+def read_results(paths: list[str]) -> list[dict[str, Any]]:
+    """Every JSON object line of batch results files."""
+    out = [doc for path in paths for _, doc in iter_results(path)]
     if not out:
         raise InputError(f"{', '.join(paths)} holds no batch results.")
     return out

@@ -59,40 +59,32 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
         pattern = re.compile(step_regex) if step_regex else None
     except re.error as exc:
         raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
-    from spectra_cli.jsonio import loads
-    from spectra_cli.sources.base import open_regular
+    from spectra_cli.summary import iter_results
 
     points: list[Point] = []
     notes: list[str] = []
-    with open_regular(jsonl) as f:
-        for i, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            doc = loads(raw, f"{jsonl} line {i}")
-            if not isinstance(doc, dict):
-                raise InputError(f"{jsonl} line {i} is not a JSON object (a {type(doc).__name__}); "
-                                 "spectra batch writes one report object per line.")
-            source = doc.get("source")
-            item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
-            if not isinstance(item, str) or not item:
-                raise InputError(f"{jsonl} line {i} has no item name.")
-            if "skipped" in doc:
-                continue  # not a weight matrix (spectra batch records why)
-            if "error" in doc:
-                notes.append(f"{item}: failed in the batch ({str(doc['error'])[:200]})")
-                continue
-            values: dict[str, float | None] = {}
-            for m in metrics:
-                v = lookup(doc, m)
-                if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
-                    raise OptionError(f"{param('metric', m)} is not a number in the reports (line {i}).")
-                values[m] = None if v is None else float(v)
-            try:
-                step, series = step_of(item, pattern)
-            except InputError as exc:
-                notes.append(f"skipped {item}: {exc}")
-                continue
-            points.append(Point(series, step, item, values))
+    for i, doc in iter_results(jsonl):
+        source = doc.get("source")
+        item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
+        if not isinstance(item, str) or not item:
+            raise InputError(f"{jsonl} line {i} has no item name.")
+        if "skipped" in doc:
+            continue  # not a weight matrix (spectra batch records why)
+        if "error" in doc:
+            notes.append(f"{item}: failed in the batch ({str(doc['error'])[:200]})")
+            continue
+        values: dict[str, float | None] = {}
+        for m in metrics:
+            v = lookup(doc, m)
+            if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
+                raise OptionError(f"{param('metric', m)} is not a number in the reports (line {i}).")
+            values[m] = None if v is None else float(v)
+        try:
+            step, series = step_of(item, pattern)
+        except InputError as exc:
+            notes.append(f"skipped {item}: {exc}")
+            continue
+        points.append(Point(series, step, item, values))
     if not points:
         why = f" ({notes[0]})" if notes else ""
         raise InputError(f"{jsonl} holds no successful report with a step{why}.")

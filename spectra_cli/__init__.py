@@ -22,6 +22,7 @@ _EXPORTS = {
     "isotropy": "spectra_cli.api",
     "whiten": "spectra_cli.whitening",
     "sequence": "spectra_cli.sequences",
+    "accumulate": "spectra_cli.api",
     "Accumulator": "spectra_cli.accumulator",
     "Report": "spectra_cli.results",
     "ReadOptions": "spectra_cli.options",
@@ -36,13 +37,14 @@ _EXPORTS = {
 
 __all__ = [
     "Accumulator", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report", "SpectraError",
-    "SpectraWarning", "WhiteningTransform", "__version__", "fit", "isotropy", "sequence", "spectrum", "whiten",
+    "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "fit", "isotropy", "sequence",
+    "spectrum", "whiten",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.accumulator import Accumulator
     from spectra_cli.analysis.whitening import WhiteningTransform
-    from spectra_cli.api import fit, isotropy, spectrum
+    from spectra_cli.api import accumulate, fit, isotropy, spectrum
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report

@@ -309,7 +309,8 @@ def isotropy(
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=True, ddof=read.ddof)
         clock.mark("eigen_s")
-        logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress)
+        logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress,
+                                           need="isotropy (its partition isotropy)")
         clock.mark("second_pass_s")
     warnings = spectrum_warnings(main, first)
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
@@ -318,6 +319,67 @@ def isotropy(
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,
                     isotropy=iso)
+
+
+@keywords_checked
+def accumulate(
+    data: Any,
+    *,
+    groups: int = 0,
+    key: str | None = None,
+    column: str | None = None,
+    columns: list[str] | tuple[str, ...] | None = None,
+    rows: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    weights: Any = None,
+    weight_column: str | None = None,
+    logits: str | None = None,
+    temperature: float = 1.0,
+    precision: str = "float64",
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    drop_nonfinite: bool = False,
+    max_memory: int | str | None = None,
+    positions: str | list[int] | tuple[int, ...] | None = None,
+    pool: str = "tokens",
+    mask: Any = None,
+    positions_per_window: int | None = None,
+    progress: Progress | None = None,
+) -> Any:
+    """One pass over ``data`` into an :class:`~spectra_cli.accumulator.Accumulator`: the mergeable
+    moments (and cosine sums, and ``groups`` bootstrap groups) that ``acc.save(path)`` writes as a
+    moment file. Moment files of different shards, made anywhere, merge exactly:
+    ``fit(["m0.npz", "m1.npz"])`` or ``spectra fit 'm*.npz'``. Reading options as for :func:`fit`."""
+    from spectra_cli.accumulator import Accumulator
+    from spectra_cli.sources import fingerprint
+
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 0:
+        raise OptionError(f"{param('groups', groups, show=True)} must be 0 or a positive integer.")
+    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
+                              weights=weights, weight_column=weight_column, logits=logits,
+                              temperature=temperature, precision=precision, block_rows=block_rows,
+                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+                              positions=positions, pool=pool, mask=mask,
+                              positions_per_window=positions_per_window)
+    with Input(data, read) as inp:
+        if inp.accumulator is not None:
+            raise OptionError("the input is already accumulated moments; merge moment files with fit([...]) or "
+                              "Accumulator.merge.")
+        first = inp.first_pass(gram=False, groups=groups, cosine=True, progress=progress, min_rows=1)
+        source = inp.source_report(first)
+    assert first.moments is not None
+    acc = Accumulator(first.n_features, precision=read.precision, groups=groups, drop_nonfinite=read.drop_nonfinite,
+                      block_rows=read.block_rows)
+    acc._state.moments = first.moments
+    acc._state.groups = list(first.groups)
+    acc._state.weight_sq_sum = float(first.weight_sq_sum or first.n_rows)
+    acc.cosine = first.cosine
+    acc.weighted = first.weighted
+    acc.n_dropped = first.n_dropped
+    acc.sources = [{"path": source["path"], "fingerprint": source["fingerprint"] or
+                    (fingerprint(inp.path) if inp.path else None), "rows": source["rows"],
+                    "rows_used": first.n_rows, "layout": source["layout"]}]
+    return acc
 
 
 def _peak_bytes(first: Any, d: int, ci: bool, second: bool) -> float:

@@ -75,6 +75,38 @@ def is_moment_file(path: str) -> bool:
     return {"format.npy", "meta.npy", "m2.npy"} <= names
 
 
+def moment_files(path: str) -> list[str]:
+    """The moment files a path stands for: itself, or every match of a glob when all matches are
+    moment files (``spectra fit 'm*.npz'``); empty when the path is something else."""
+    from spectra_cli.sources.base import expand_glob, is_glob
+
+    if is_glob(path):
+        matches = expand_glob(path)
+        return matches if all(is_moment_file(m) for m in matches) else []
+    return [path] if is_moment_file(path) else []
+
+
+def merge_moment_files(paths: list[str]) -> Accumulator:
+    """The exact merge of moment files; files of other widths, options or formats are refused,
+    naming the file and the difference."""
+    acc: Accumulator | None = None
+    for p in paths:
+        if not is_moment_file(p):
+            raise InputError(f"{p} is not a spectra moment file (a list of paths merges moment files only).")
+        one = Accumulator.load(p)
+        if not one.sources:
+            one.sources = [{"path": p}]
+        if acc is None:
+            acc = one
+            continue
+        try:
+            acc.merge(one)
+        except OptionError as exc:
+            raise InputError(f"{p} cannot be merged with {paths[0]}: {exc}") from None
+    assert acc is not None
+    return acc
+
+
 @dataclass(frozen=True, slots=True)
 class Accumulated:
     """What the first pass produced: ``moments`` (the d x d route) or ``rows``/``weights``
@@ -138,10 +170,14 @@ class Input:
         self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
         if isinstance(data, Accumulator):
             self.accumulator = data
+        elif isinstance(data, list | tuple) and data and all(isinstance(p, str | os.PathLike) for p in data):
+            self.path = ",".join(os.fspath(p) for p in data)
+            self.accumulator = merge_moment_files([os.fspath(p) for p in data])
         elif isinstance(data, str | os.PathLike):
             self.path = os.fspath(data)
-            if is_moment_file(self.path):
-                self.accumulator = Accumulator.load(self.path)
+            files = moment_files(self.path)
+            if files:
+                self.accumulator = merge_moment_files(files)
             else:
                 self.source = open_source(self.path, key=read.key, column=read.column,
                                           columns=list(read.columns) if read.columns else None,
@@ -216,7 +252,7 @@ class Input:
 
     # -- passes --------------------------------------------------------------------------------
     def first_pass(self, *, groups: int = 0, cosine: bool = False, gram: bool = True,
-                   progress: Progress | None = None) -> Accumulated:
+                   progress: Progress | None = None, min_rows: int = 2) -> Accumulated:
         """One pass over the selected rows into the states the analyses asked for."""
         if self.accumulator is not None:
             return self._from_accumulator(groups=groups, cosine=cosine)
@@ -254,9 +290,10 @@ class Input:
         else:
             moments, grp = main.moments, main.filled_groups()
             n_used, total_w = moments.n, moments.weight_sum
-        if n_used < 2:
+        if n_used < min_rows:
             raise InputError(f"{info.path} has {n_used} usable row{'s' if n_used != 1 else ''} "
-                             f"(shape ({n_used}, {d})); at least 2 are required.")
+                             f"(shape ({n_used}, {d})); at least {min_rows} {'are' if min_rows > 1 else 'is'} "
+                             "required.")
         if weighted and total_w == 0.0:
             raise InputError("all weights are zero; at least one row needs a positive weight.")
         w2 = float(np.dot(wts, wts)) if wts is not None else (main.weight_sq_sum if isinstance(main, MomentsState)
@@ -280,7 +317,7 @@ class Input:
         dropped are dropped again). ``need`` names the analysis, for the error an Accumulator gets."""
         if self.source is None:
             raise OptionError(f"{need} needs a second pass over the rows; accumulated moments (an Accumulator or "
-                              "a moment file) cannot give it: leave it out or pass the data itself.")
+                              "a moment file) cannot give it: pass the data itself, or leave that analysis out.")
         spec = rows or self.read.rows
         guard = RowGuard(self.info.path, drop_nonfinite=True)
         run_pass(iter_selected(self.source, spec, self.read.block_rows, self.weights), states, guard,

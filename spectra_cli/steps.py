@@ -45,8 +45,8 @@ def uncentered_of(first: Accumulated, main: Spectrum, *, centered: bool) -> Spec
     return main if not centered else spectrum_of(first, centered=False, ddof=0)
 
 
-def partition_pass(inp: Input, first: Accumulated, *, scale: str,
-                   progress: Progress | None) -> tuple[LogZAccumulator, float]:
+def partition_pass(inp: Input, first: Accumulated, *, scale: str, progress: Progress | None,
+                   need: str | None = None) -> tuple[LogZAccumulator, float]:
     """log Z(c) for every direction, streamed in a second pass.
 
     The scores ``x^T c / s`` are computed in the run's precision (float32 halves the cost and
@@ -56,7 +56,7 @@ def partition_pass(inp: Input, first: Accumulated, *, scale: str,
     assert first.moments is not None
     V, s = directions(first.moments, scale)
     logz = LogZAccumulator(V, s, dtype=np.float32 if first.precision == "float32" else np.float64)
-    inp.second_pass([logz], need=param("partition_isotropy"), progress=progress)
+    inp.second_pass([logz], need=need or param("partition_isotropy"), progress=progress)
     return logz, s
 
 

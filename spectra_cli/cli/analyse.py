@@ -276,3 +276,44 @@ def info(
 
     doc = describe(path, key=key, column=column, columns=split_columns(columns))
     emit(doc, json, lambda d, console: print_info(path, d, console))
+
+
+@app.command()
+def moments(
+    path: Path,
+    out: Annotated[str, typer.Option("-o", "--output", metavar="FILE.npz", help="The moment file (plain arrays, "
+                                     "no pickle; written atomically).")] = "",
+    groups: Annotated[int, typer.Option("--groups", metavar="G", help="Also keep G bootstrap groups (for --ci "
+                                        "on the merged moments).")] = 0,
+    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
+    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
+    logits: Logits = None, temperature: Temperature = 1.0, precision: Precision = "float64",
+    block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
+    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
+    mask: Mask = None, positions_per_window: PerWindow = None,
+) -> None:
+    """One pass over a shard into a moment file; moment files merge exactly in fit and spectrum.
+
+    \b
+    Examples:
+      spectra moments shard_000.parquet -o m000.npz        # on any machine, a job array, cron
+      spectra fit 'm*.npz' --json > report.json             # every analysis of fit from merged moments
+    """
+    from spectra_cli import api
+    from spectra_cli.errors import OptionError, param
+    from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.sinks import check_not_input
+
+    if not out:
+        raise OptionError(f"moments needs {param('out')} FILE.npz.")
+    if not out.lower().endswith(".npz"):
+        raise OptionError(f"{param('out', out)}: a moment file must end in .npz.")
+    check_not_input(out, [path, weights, logits], "out")
+    with LazyProgress(f"reading {path}") as progress:
+        acc = api.accumulate(
+            path, groups=groups, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample,
+            seed=seed, weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
+            precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+    acc.save(out)
+    sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")

@@ -80,7 +80,8 @@ class MomentsState:
         if self._shift is None:
             self._shift = other._shift
         groups = [g for g in (*self.groups, *other.groups) if g.n > 0]
-        limit = max(self.n_groups, other.n_groups)
+        # Groups of different shards are different rows: keep them all (up to 32, the bootstrap's default).
+        limit = max(self.n_groups, other.n_groups, min(len(groups), 32)) if groups else 0
         while limit and len(groups) > limit:  # pairwise, keeping neighbours together
             groups = [groups[i].merge(groups[i + 1]) if i + 1 < len(groups) else groups[i]
                       for i in range(0, len(groups), 2)]

@@ -1,0 +1,74 @@
+"""Moment files (spectra moments / accumulate + save): any split of the rows into files, merged in
+any order, gives the moments of one pass; files that cannot merge are refused by name."""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import spectra_cli as spectra
+from tests.conftest import powerlaw_matrix
+
+X = powerlaw_matrix(1200, 16, 1.0, seed=9, offset=50.0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(cuts=st.lists(st.integers(1, 1199), min_size=1, max_size=6, unique=True), order=st.randoms(),
+       weighted=st.booleans())
+def test_any_partition_into_moment_files_merges_to_one_pass(cuts, order, weighted):
+    w = np.random.default_rng(3).uniform(0.1, 2.0, len(X)) if weighted else None
+    edges = [0, *sorted(cuts), len(X)]
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            acc = spectra.accumulate(X[a:b], weights=None if w is None else w[a:b])
+            paths.append(acc.save(Path(d) / f"m{i}.npz"))
+        order.shuffle(paths)
+        merged = spectra.spectrum(paths).spectrum.eigenvalues
+    one = spectra.spectrum(X, weights=w).spectrum.eigenvalues
+    np.testing.assert_allclose(merged, one, rtol=1e-12, atol=1e-12 * one[0])
+
+
+def test_moment_files_give_every_analysis_of_fit_from_moments(cli, tmp_path):
+    for i in range(3):
+        np.save(tmp_path / f"s{i}.npy", X[i * 400:(i + 1) * 400])
+        assert cli("moments", tmp_path / f"s{i}.npy", "-o", tmp_path / f"m{i}.npz", "--groups", "8").exit_code == 0
+    np.save(tmp_path / "all.npy", X)
+    merged = cli("fit", str(tmp_path / "m*.npz"), "--ci", "--json").json()
+    direct = cli("fit", tmp_path / "all.npy", "--json").json()
+    np.testing.assert_allclose(merged["spectrum"]["eigenvalues"], direct["spectrum"]["eigenvalues"], rtol=1e-12)
+    assert merged["fit"]["alpha"] == pytest.approx(direct["fit"]["alpha"], rel=1e-10)
+    assert merged["isotropy"]["mean_cosine"] == pytest.approx(direct["isotropy"]["mean_cosine"], rel=1e-12)
+    assert merged["fit"]["ci"]["groups"] == 24 and merged["source"]["format"] == "moments"
+    r = cli("fit", str(tmp_path / "m*.npz"), "--shuffled-control")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --shuffled-control needs a second pass over the rows")
+    r = cli("moments", tmp_path / "s0.npy", "-o", tmp_path / "s0.npy")
+    assert r.exit_code == 2 and "-o" in r.stderr
+
+
+def test_files_that_cannot_merge_are_refused_by_name(tmp_path):
+    a = spectra.accumulate(X).save(tmp_path / "a.npz")
+    b = spectra.accumulate(X[:, :8]).save(tmp_path / "b.npz")
+    c = spectra.accumulate(X, precision="float32").save(tmp_path / "c.npz")
+    with pytest.raises(spectra.InputError, match=r"b.npz cannot be merged with .*a.npz: cannot merge moments that "
+                                                 r"differ: d 16 vs 8"):
+        spectra.spectrum([a, b])
+    with pytest.raises(spectra.InputError, match="precision 'float64' vs 'float32'"):
+        spectra.spectrum([a, c])
+    with np.load(a) as z:
+        parts = {k: z[k] for k in z.files}
+    parts["format"] = np.array("spectra.moments/2")
+    np.savez(tmp_path / "future.npz", **parts)
+    with pytest.raises(spectra.InputError, match="has moment-file format spectra.moments/2; this spectra reads "
+                                                 "spectra.moments/1"):
+        spectra.spectrum(tmp_path / "future.npz")
+    meta = json.loads(str(parts["meta"]))
+    assert meta["sources"][0]["rows_used"] == len(X) and meta["options"]["d"] == 16
+    random.seed(0)

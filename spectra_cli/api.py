@@ -22,6 +22,9 @@ Reading options, shared by every function:
   ``pool`` (``tokens`` — every selected position flattened, the default —, ``mean``, ``first``,
   ``last``), ``mask`` (a ``(windows, positions)`` boolean ``.npy`` or array, False = padding) and
   ``positions_per_window`` (regroup 2-D token rows into windows of L).
+- Scale-out: ``engine="dask"`` runs the passes as Dask tasks over row ranges (``workers``: a
+  LocalCluster of that many processes; ``scheduler``: an existing cluster's address); a
+  ``dask.array.Array`` is always read that way. Needs the ``dask`` extra.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ def spectrum(
     pool: str = "tokens",
     mask: Any = None,
     positions_per_window: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and the numerical and sampling floors.
@@ -111,7 +117,8 @@ def spectrum(
                               temperature=temperature, centered=centered, ddof=ddof, precision=precision,
                               block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
                               positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window)
+                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
+                              workers=workers)
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
@@ -168,6 +175,9 @@ def fit(
     pool: str = "tokens",
     mask: Any = None,
     positions_per_window: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """The spectrum plus power-law fits, the model comparison, the local slope, every effective
@@ -192,7 +202,8 @@ def fit(
                               temperature=temperature, centered=centered, ddof=ddof, precision=precision,
                               block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
                               positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window)
+                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
+                              workers=workers)
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
                              auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
                              alpha_range=alpha_range)
@@ -291,6 +302,9 @@ def isotropy(
     pool: str = "tokens",
     mask: Any = None,
     positions_per_window: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Partition isotropy (two streamed passes; ``scale`` ``seed | none``), the exact mean cosine,
@@ -301,7 +315,8 @@ def isotropy(
                               temperature=temperature, precision=precision, block_rows=block_rows,
                               drop_nonfinite=drop_nonfinite, max_memory=max_memory,
                               positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window)
+                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
+                              workers=workers)
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
@@ -344,6 +359,9 @@ def accumulate(
     pool: str = "tokens",
     mask: Any = None,
     positions_per_window: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> Any:
     """One pass over ``data`` into an :class:`~spectra_cli.accumulator.Accumulator`: the mergeable
@@ -360,7 +378,8 @@ def accumulate(
                               temperature=temperature, precision=precision, block_rows=block_rows,
                               drop_nonfinite=drop_nonfinite, max_memory=max_memory,
                               positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window)
+                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
+                              workers=workers)
     with Input(data, read) as inp:
         if inp.accumulator is not None:
             raise OptionError("the input is already accumulated moments; merge moment files with fit([...]) or "

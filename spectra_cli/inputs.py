@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -168,6 +168,21 @@ class Input:
         self.source: Source | None = None
         self.path: str | None = None
         self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
+        self.dask_array: Any = None
+        from spectra_cli.engine.dask import is_dask_array
+
+        if is_dask_array(data):
+            if data.ndim != 2:
+                raise InputError(f"a dask array must be 2-D (rows, features) chunked by rows; got shape {data.shape}.")
+            self.dask_array = data
+            self.read = read = replace(read, engine="dask")
+            self.info = SourceInfo(path="<dask array>", format="array", shape=tuple(data.shape), dtype=str(data.dtype),
+                                   n_rows=int(data.shape[0]), n_features=int(data.shape[1]),
+                                   layout=f"matrix (dask array, {len(data.chunks[0])} row chunks)")
+            if read.weighted or read.rows.start is not None or read.rows.stop is not None or read.sequence:
+                raise OptionError("a dask array is analysed whole and unweighted: rows, weights and sequence options "
+                                  "apply to files.")
+            return
         if isinstance(data, Accumulator):
             self.accumulator = data
         elif isinstance(data, list | tuple) and data and all(isinstance(p, str | os.PathLike) for p in data):
@@ -242,6 +257,20 @@ class Input:
         if self.source is not None:
             self.source.close()
 
+    def description(self) -> str:
+        """What a Dask worker opens: the path (the reading options travel beside it)."""
+        if self.path is None:
+            raise OptionError(f"{param('engine', 'dask')} reads paths and dask arrays; an in-memory array is "
+                              "already on this machine: run it with the local engine.")
+        return self.path
+
+    def feed(self, states: list[State], guard: RowGuard, rows: RowSpec | None = None) -> None:
+        """Every selected row (or ``rows``) through ``guard`` into ``states`` (the loop of a task)."""
+        assert self.source is not None
+        spec = rows or self.read.rows
+        run_pass(iter_selected(self.source, spec, self.read.block_rows, self.weights), states, guard,
+                 total=spec.n_selected(self.info.n_rows))
+
     @property
     def precision(self) -> str:
         return self.accumulator.precision if self.accumulator is not None else self.read.precision
@@ -256,6 +285,8 @@ class Input:
         """One pass over the selected rows into the states the analyses asked for."""
         if self.accumulator is not None:
             return self._from_accumulator(groups=groups, cosine=cosine)
+        if self.read.engine == "dask":
+            return self._first_pass_dask(groups=groups, cosine=cosine, min_rows=min_rows)
         assert self.source is not None
         info, read = self.info, self.read
         d, total = info.n_features, self.n_selected
@@ -299,6 +330,20 @@ class Input:
         w2 = float(np.dot(wts, wts)) if wts is not None else (main.weight_sq_sum if isinstance(main, MomentsState)
                                                               else None)
         return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision, w2)
+
+    def _first_pass_dask(self, *, groups: int, cosine: bool, min_rows: int) -> Accumulated:
+        from spectra_cli.engine import dask as dask_engine
+
+        d = self.info.n_features
+        self.check_memory(d, self.n_selected, use_gram=False, extra_matrices=min(groups, 32))
+        ms, cos, dropped = dask_engine.first_pass(self, groups=groups, cosine=cosine)
+        m = ms.moments
+        if m.n < min_rows:
+            raise InputError(f"{self.info.path} has {m.n} usable row(s); at least {min_rows} are required.")
+        if m.weighted and m.weight_sum == 0.0:
+            raise InputError("all weights are zero; at least one row needs a positive weight.")
+        return Accumulated(d, m.n, dropped, m, None, None, ms.filled_groups() if groups else (), cos,
+                           self.read.precision, ms.weight_sq_sum)
 
     def _from_accumulator(self, *, groups: int, cosine: bool) -> Accumulated:
         acc = self.accumulator

@@ -18,6 +18,7 @@ from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.sources.select import RowSpec
 
 PRECISIONS = ("float64", "float32")
+ENGINES = ("local", "dask")
 DEFAULT_BLOCK_ROWS = 8192
 #: The default memory budget is this fraction of the machine's physical memory.
 MEMORY_FRACTION = 0.5
@@ -103,6 +104,9 @@ class ReadOptions:
     positions_per_window: int | None = None
     doc_column: str | None = None
     mask_column: str | None = None
+    engine: str = "local"
+    scheduler: str | None = None
+    workers: int | None = None
 
     @classmethod
     def create(
@@ -130,6 +134,9 @@ class ReadOptions:
         positions_per_window: int | None = None,
         doc_column: str | None = None,
         mask_column: str | None = None,
+        engine: str = "local",
+        scheduler: str | None = None,
+        workers: int | None = None,
     ) -> ReadOptions:
         """Validate every value once; the error names the parameter (or flag) and what is allowed."""
         if precision not in PRECISIONS:
@@ -159,6 +166,15 @@ class ReadOptions:
         from spectra_cli.sources.sequence import check_pool
 
         check_pool(pool)
+        check_choice("engine", engine, ENGINES)
+        if workers is not None:
+            workers = _check_int("workers", workers, minimum=1)
+        if engine != "dask" and (scheduler is not None or workers is not None):
+            raise OptionError(f"{param('scheduler')} and {param('workers')} choose the Dask cluster of "
+                              f"{param('engine', 'dask')}.")
+        if engine == "dask" and sample is not None:
+            raise OptionError(f"{param('sample')} is not supported with {param('engine', 'dask')} (a sample needs "
+                              "the whole row range in one place); select a row range or run locally.")
         if positions_per_window is not None:
             positions_per_window = _check_int("positions_per_window", positions_per_window, minimum=1)
         if doc_column is not None and (positions_per_window is None or weight_column is not None):
@@ -171,7 +187,8 @@ class ReadOptions:
                    centered=bool(centered), ddof=ddof, precision=precision, block_rows=block_rows,
                    drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
                    positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
-                   positions_per_window=positions_per_window, doc_column=doc_column, mask_column=mask_column)
+                   positions_per_window=positions_per_window, doc_column=doc_column, mask_column=mask_column,
+                   engine=engine, scheduler=scheduler, workers=workers)
 
     @property
     def sequence(self) -> bool:

@@ -55,6 +55,10 @@ def partition_pass(inp: Input, first: Accumulated, *, scale: str, progress: Prog
         return gram_log_z(first.rows, first.weights, scale)
     assert first.moments is not None
     V, s = directions(first.moments, scale)
+    if inp.read.engine == "dask":
+        from spectra_cli.engine import dask as dask_engine
+
+        return dask_engine.logz_pass(inp, V, s), s
     logz = LogZAccumulator(V, s, dtype=np.float32 if first.precision == "float32" else np.float64)
     inp.second_pass([logz], need=need or param("partition_isotropy"), progress=progress)
     return logz, s

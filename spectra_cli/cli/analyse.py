@@ -12,8 +12,10 @@ from spectra_cli.cli.options import (
     BlockRows,
     Column,
     Columns,
+    DaskWorkers,
     Ddof,
     DropNonfinite,
+    Engine,
     Json,
     Key,
     Logits,
@@ -27,6 +29,7 @@ from spectra_cli.cli.options import (
     Precision,
     Rows,
     Sample,
+    Scheduler,
     Seed,
     Temperature,
     Uncentered,
@@ -74,7 +77,8 @@ def fit(
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
     max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None,
+    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
+    scheduler: Scheduler = None, workers: DaskWorkers = None,
     json: Json = False,
 ) -> None:
     """Spectrum, power-law fit and effective ranks of a matrix (the main job).
@@ -101,7 +105,9 @@ def fit(
             columns=split_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
             weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
             block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
+            scheduler=scheduler,
+            workers=workers, progress=progress)
     if plot is not None:
         from spectra_cli.render.plot import plot_report
 
@@ -118,7 +124,8 @@ def spectrum(
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
     max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None,
+    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
+    scheduler: Scheduler = None, workers: DaskWorkers = None,
     json: Json = False,
 ) -> None:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and floors.
@@ -137,7 +144,9 @@ def spectrum(
             weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
             centered=not uncentered, ddof=ddof, precision=precision, block_rows=block_rows,
             drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
+            scheduler=scheduler,
+            workers=workers, progress=progress)
     emit(report.to_dict(), json)
 
 
@@ -152,7 +161,8 @@ def isotropy(
     logits: Logits = None, temperature: Temperature = 1.0,
     precision: Precision = "float64", block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
     max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None, json: Json = False,
+    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
+    scheduler: Scheduler = None, workers: DaskWorkers = None, json: Json = False,
 ) -> None:
     """Partition isotropy, exact mean cosine, top-PC share, mean-norm ratio (two streamed passes).
 
@@ -170,7 +180,9 @@ def isotropy(
             sample=sample, seed=seed, weights=weights, weight_column=weight_column, logits=logits,
             temperature=temperature, precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
             max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
+            scheduler=scheduler,
+            workers=workers, progress=progress)
     emit(report.to_dict(), json)
 
 
@@ -290,7 +302,8 @@ def moments(
     logits: Logits = None, temperature: Temperature = 1.0, precision: Precision = "float64",
     block_rows: BlockRows = 8192, drop_nonfinite: DropNonfinite = False,
     max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None,
+    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
+    scheduler: Scheduler = None, workers: DaskWorkers = None,
 ) -> None:
     """One pass over a shard into a moment file; moment files merge exactly in fit and spectrum.
 
@@ -314,6 +327,8 @@ def moments(
             path, groups=groups, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample,
             seed=seed, weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
             precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
+            scheduler=scheduler,
+            workers=workers, progress=progress)
     acc.save(out)
     sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")

@@ -52,5 +52,13 @@ PerWindow = Annotated[int | None, typer.Option("--positions-per-window", metavar
                                                "consecutive windows of L positions (a sequence dump).")]
 
 
+Engine = Annotated[str, typer.Option("--engine", metavar="local|dask", help="Run the passes here (local) or as "
+                                     "Dask tasks (dask: the 'dask' extra).")]
+Scheduler = Annotated[str | None, typer.Option("--scheduler", metavar="ADDRESS", help="An existing Dask "
+                                               "scheduler, e.g. tcp://host:8786 (--engine dask).")]
+DaskWorkers = Annotated[int | None, typer.Option("--workers", metavar="N", help="A LocalCluster of N worker "
+                                                 "processes (--engine dask; default 2).")]
+
+
 def split_columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()] if text else None

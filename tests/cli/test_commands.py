@@ -125,7 +125,8 @@ def test_version(cli):
 @pytest.mark.parametrize(
     "args",
     [
-        ["fit", NPY, "--window", "11:38", "--window", "auto", "--ci", "--ci-replicates", "20", "--density",
+        ["fit", NPY, "--rows", "0:1500", "--window", "11:38", "--window", "auto", "--ci", "--ci-replicates", "20",
+         "--density",
          "--shuffled-control", "--partition-isotropy", "--isoscore", "--model", "broken"],
         ["fit", NPY, "--model", "log-corrected", "--method", "logspaced"],
         ["spectrum", PARQUET, "--sample", "1000"],

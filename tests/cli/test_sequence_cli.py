@@ -25,25 +25,27 @@ def test_sequence_json_is_valid_and_matches_the_library(cli, sequence_schema):
     import spectra_cli as spectra
     from tests.conftest import _shortened
 
-    r = cli("sequence", CTX, "--positions", "1:", "--window", "20:100", "--json")
+    r = cli("sequence", CTX, "--positions", "1:9", "--window", "20:100", "--json")
     assert r.exit_code == 0, r.stderr
     doc = r.json()
     sequence_schema.validate(_shortened(doc))
-    assert doc["source"]["positions_used"] == list(range(1, 32)) and doc["options"]["window"] == ["20:100"]
-    lib = spectra.sequence(CTX, positions="1:", window="20:100").to_dict()
+    assert doc["source"]["positions_used"] == list(range(1, 9)) and doc["options"]["window"] == ["20:100"]
+    lib = spectra.sequence(CTX, positions="1:9", window="20:100").to_dict()
     assert doc["lag_energy"] == lib["lag_energy"] and doc["context"]["fit"] == lib["context"]["fit"]
     assert doc["lag_energy"]["data"][0] > doc["lag_energy"]["shuffled"][0]
 
 
 def test_sequence_tables_plot_and_regrouped_tokens(cli, tmp_path):
     pytest.importorskip("matplotlib")
-    r = cli("sequence", CTX, "--controls", "shuffled", "--project", "16", "--plot", tmp_path / "s.png")
+    r = cli("sequence", CTX, "--positions", ":4", "--controls", "shuffled", "--project", "16", "--plot",
+            tmp_path / "s.png")
     assert r.exit_code == 0, r.stderr
     assert "Per position" in r.stdout and "Lag energy" in r.stdout and "shuffled control" in r.stdout
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
     np.save(tmp_path / "tokens.npy", np.load(CTX).reshape(-1, 384))
-    a = cli("sequence", tmp_path / "tokens.npy", "--positions-per-window", "32", "--controls", "none", "--json")
-    b = cli("sequence", CTX, "--controls", "none", "--json")
+    a = cli("sequence", tmp_path / "tokens.npy", "--positions-per-window", "32", "--positions", ":6", "--controls",
+            "none", "--json")
+    b = cli("sequence", CTX, "--positions", ":6", "--controls", "none", "--json")
     assert a.exit_code == 0, a.stderr
     assert a.json()["context"]["spectrum"]["eigenvalues"] == b.json()["context"]["spectrum"]["eigenvalues"]
 

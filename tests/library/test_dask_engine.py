@@ -1,0 +1,85 @@
+"""The Dask engine against the local one: a real distributed LocalCluster (2 worker processes,
+started once for the module), every spectrum equal to 1e-10 relative."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from tests.conftest import powerlaw_matrix
+
+X = powerlaw_matrix(6000, 24, 1.0, seed=11, offset=20.0).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    distributed = pytest.importorskip("distributed")  # imported here: collecting the suite stays fast
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _close(a, b, what):
+    la, lb = np.asarray(a.spectrum.eigenvalues), np.asarray(b.spectrum.eigenvalues)
+    np.testing.assert_allclose(la, lb, rtol=1e-10, atol=1e-10 * lb[0], err_msg=what)
+
+
+def test_multi_file_parquet_with_ci_and_partition_isotropy(scheduler, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    for i in range(3):
+        part = X[i * 2000:(i + 1) * 2000]
+        pq.write_table(pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(part.ravel()), 24)}),
+                       tmp_path / f"part-{i}.parquet", row_group_size=500)
+    kw = dict(window="3:12", ci=True, ci_replicates=50, partition_isotropy=True)
+    a = spectra.fit(tmp_path, engine="dask", scheduler=scheduler, **kw)
+    b = spectra.fit(tmp_path, **kw)
+    _close(a, b, "parquet")
+    assert a.isotropy.partition_isotropy_symmetric == pytest.approx(b.isotropy.partition_isotropy_symmetric,
+                                                                    rel=1e-10)
+    assert a.isotropy.mean_cosine == pytest.approx(b.isotropy.mean_cosine, rel=1e-10)
+    assert a.fit.ci.groups == 32 and b.fit.ci.groups == 32
+
+
+def test_weights_rows_and_dask_arrays(scheduler, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    w = np.random.default_rng(1).uniform(0, 2, len(X))
+    np.save(tmp_path / "w.npy", w)
+    a = spectra.spectrum(tmp_path / "x.npy", weights=str(tmp_path / "w.npy"), rows="100:5000", engine="dask",
+                         scheduler=scheduler)
+    b = spectra.spectrum(tmp_path / "x.npy", weights=str(tmp_path / "w.npy"), rows="100:5000")
+    _close(a, b, "weighted rows")
+    da = pytest.importorskip("dask.array")
+    arr = da.from_array(X, chunks=(700, 24))
+    c = spectra.fit(arr, engine="dask", scheduler=scheduler)
+    _close(c, spectra.fit(X), "dask array")
+    assert c.source["layout"] == "matrix (dask array, 9 row chunks)"
+
+
+def test_dask_refuses_what_it_cannot_do(scheduler):
+    with pytest.raises(spectra.OptionError, match="sample is not supported with engine='dask'"):
+        spectra.fit("x.npy", engine="dask", sample=10)
+    with pytest.raises(spectra.OptionError, match="engine='dask' reads paths and dask arrays"):
+        spectra.fit(X, engine="dask", scheduler=scheduler)
+    with pytest.raises(spectra.OptionError, match="scheduler and workers choose the Dask cluster"):
+        spectra.fit(X, workers=2)
+
+
+def test_without_the_extra_the_message_names_it(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_dask(name, *a, **k):
+        if name.split(".")[0] in ("dask", "distributed"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    from spectra_cli.engine import dask as engine
+
+    with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-cli\[dask\]'"):
+        engine._dask()

@@ -387,12 +387,21 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def run_batch(
-    items: list[Item], options: dict[str, Any], *, workers: int = 1,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
+    items: list[Item], options: dict[str, Any], *, workers: int = 1, engine: str = "local",
+    scheduler: str | None = None, on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield each item's line as it completes (input order when ``workers == 1``)."""
+    """Yield each item's line as it completes (input order when ``workers == 1``). With
+    ``engine="dask"`` the items are Dask tasks (a LocalCluster of ``workers`` processes, or the
+    cluster at ``scheduler``); each item is analysed whole on one worker."""
     if workers < 1:
         raise OptionError(f"{param('workers', workers)} must be at least 1.")
+    if engine == "dask":
+        yield from _run_on_dask(items, options, workers=workers, scheduler=scheduler, on_result=on_result)
+        return
+    if engine != "local":
+        from spectra_cli.errors import describe_choices
+
+        raise OptionError(f"{param('engine')} {describe_choices(engine, ('local', 'dask'))}.")
     if workers == 1 or len(items) == 1:
         for it in items:
             doc = run_item(it.name, it.fingerprint, options, it.error)
@@ -426,6 +435,25 @@ def run_batch(
                     break
 
 
+def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, scheduler: str | None,
+                 on_result: Callable[[dict[str, Any]], None] | None) -> Iterator[dict[str, Any]]:
+    from spectra_cli.engine import dask as dask_engine
+
+    with dask_engine.client(scheduler, workers if scheduler is None else None) as c:
+        distributed = dask_engine._dask()
+        futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, pure=False): it for it in items}
+        for fut in distributed.as_completed(futures):
+            try:
+                doc = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker lost for good: this item fails, the batch goes on
+                it = futures[fut]
+                doc = {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": it.name,
+                       "fingerprint": it.fingerprint, "error": f"the Dask task failed: {type(exc).__name__}: {exc}"}
+            if on_result:
+                on_result(doc)
+            yield doc
+
+
 def _died(it: Item) -> dict[str, Any]:
     return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": it.name, "fingerprint": it.fingerprint,
             "error": "a worker process died (out of memory, or killed) before this item finished"}
@@ -453,7 +481,8 @@ class BatchRun:
 
 
 def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | None, resume: bool = False,
-                 workers: int = 1, allow_option_mismatch: bool = False, skipped: list[Skip] | None = None,
+                 workers: int = 1, engine: str = "local", scheduler: str | None = None,
+                 allow_option_mismatch: bool = False, skipped: list[Skip] | None = None,
                  on_result: Callable[[dict[str, Any]], None] | None = None) -> BatchRun:
     """Run the items (skipping, with ``resume``, those already in ``jsonl`` with the same
     fingerprint and options) and append each finished line to ``jsonl`` as it comes. ``skipped``
@@ -476,7 +505,7 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
                     out.write(dumps(line, indent=None))
                 if on_result is not None:
                     on_result(line)
-        for doc in run_batch(todo, options, workers=workers):
+        for doc in run_batch(todo, options, workers=workers, engine=engine, scheduler=scheduler):
             if out is not None:
                 out.write(dumps(doc, indent=None))
             results.append(doc)

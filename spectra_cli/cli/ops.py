@@ -127,6 +127,11 @@ def batch(
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
                        ] = False,
     block_rows: BlockRows = 8192, positions: Positions = None, pool: Pool = "tokens",
+    engine: Annotated[str, typer.Option("--engine", metavar="local|dask", help="Worker processes here (local) or "
+                                        "Dask tasks: --workers N starts a LocalCluster, --scheduler uses a "
+                                        "cluster (the 'dask' extra).")] = "local",
+    scheduler: Annotated[str | None, typer.Option("--scheduler", metavar="ADDRESS", help="An existing Dask "
+                                                  "scheduler (--engine dask).")] = None,
     alpha_range: Annotated[str, typer.Option("--alpha-range", metavar="LO:HI", help="Density alpha of a healthy "
                                              "layer: below LO over-trained, above HI under-trained "
                                              "(WeightWatcher's 2:6).")] = "2:6",
@@ -180,7 +185,8 @@ def batch(
             if "skipped" not in doc:
                 progress.advance(task)
 
-        run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers,
+        run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers, engine=engine,
+                           scheduler=scheduler,
                            allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
                            on_result=on_result)
     for note in [*listing.notes, *run.notes]:

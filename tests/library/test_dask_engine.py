@@ -83,3 +83,20 @@ def test_without_the_extra_the_message_names_it(monkeypatch):
 
     with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-cli\[dask\]'"):
         engine._dask()
+
+
+def test_batch_fans_items_out_over_the_cluster(scheduler, tmp_path):
+    from spectra_cli.batch import enumerate_items, run_batch
+
+    for i in range(4):
+        np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(800, 16, 1.0, seed=i))
+    np.save(tmp_path / "bad.npy", np.zeros((1, 16)))
+    items, _ = enumerate_items([str(tmp_path)])
+    remote = {d["item"]: d for d in run_batch(items, {"window": "2:8"}, engine="dask", scheduler=scheduler)}
+    local = {d["item"]: d for d in run_batch(items, {"window": "2:8"})}
+    assert set(remote) == set(local) and len(remote) == 5
+    for name, doc in local.items():
+        if "error" in doc:
+            assert remote[name]["error"] == doc["error"]  # the item's own error, not a cluster failure
+        else:
+            assert remote[name]["spectrum"]["eigenvalues"] == doc["spectrum"]["eigenvalues"]

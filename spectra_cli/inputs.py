@@ -80,6 +80,8 @@ def moment_files(path: str) -> list[str]:
     moment files (``spectra fit 'm*.npz'``); empty when the path is something else."""
     from spectra_cli.sources.base import expand_glob, is_glob
 
+    if "://" in path:
+        return []  # moment files are local files
     if is_glob(path):
         matches = expand_glob(path)
         return matches if all(is_moment_file(m) for m in matches) else []

@@ -32,10 +32,16 @@ def open_source(
     columns: list[str] | None = None,
     weight_column: str | None = None,
 ) -> Source:
-    """Open ``path`` by its extension (or as a directory/glob of Parquet files)."""
+    """Open ``path`` by its extension (or as a directory/glob of Parquet files); a URL is read
+    through fsspec (:mod:`spectra_cli.sources.remote`)."""
+    from spectra_cli.sources import remote
+
+    url = remote.is_url(path)
+    exists = remote.exists if url else os.path.exists
+    isdir = remote.isdir if url else os.path.isdir
     if "::" in path or path.lower().endswith(".safetensors"):
         file, _, name = path.partition("::")
-        if not os.path.exists(file):
+        if not exists(file):
             raise InputError(f"no such file or directory: {file}")
         if file.lower().endswith(".npz"):
             from spectra_cli.sources.npy import NpzSource
@@ -44,11 +50,11 @@ def open_source(
         from spectra_cli.sources.safetensors import SafetensorsSource
 
         return SafetensorsSource(file, name or None)
-    globbed = is_glob(path)
-    if not globbed and not os.path.exists(path):
+    globbed = is_glob(path) if not url else any(ch in path.split("://", 1)[1] for ch in "*?[")
+    if not globbed and not exists(path):
         raise InputError(f"no such file or directory: {path}")
     lower = path.lower()
-    is_parquet = globbed or os.path.isdir(path) or lower.endswith(_PARQUET_EXT)
+    is_parquet = globbed or isdir(path) or lower.endswith(_PARQUET_EXT)
     if not is_parquet and (column or columns or weight_column):
         raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "
                           "input only.")

@@ -91,6 +91,11 @@ def fingerprint(path: str) -> str:
     path, _, name = path.partition("::")
     if name:
         h.update(f"::{name};".encode())
+    from spectra_cli.sources.remote import identity, is_url
+
+    if is_url(path):
+        h.update(identity(path).encode())
+        return h.hexdigest()[:16]
     paths = [path]
     if os.path.isdir(path):
         paths = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs)
@@ -110,6 +115,10 @@ def open_regular(path: str, what: str = "") -> io.BufferedReader:
     """Open a regular file for reading; a FIFO, socket or device is refused without blocking
     (opening a FIFO for reading would wait for a writer forever)."""
     label = f"{what} " if what else ""
+    from spectra_cli.sources.remote import is_url, open_url
+
+    if is_url(path):
+        return open_url(path)  # type: ignore[return-value]
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -131,6 +140,8 @@ def open_regular(path: str, what: str = "") -> io.BufferedReader:
 
 def check_regular(path: str) -> None:
     """Refuse a path that exists but is not a regular file or a directory (FIFOs, devices)."""
+    if "://" in path:
+        return
     try:
         st = os.stat(path)
     except OSError:

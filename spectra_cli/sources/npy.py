@@ -22,6 +22,7 @@ from numpy.lib import format as npformat
 
 from spectra_cli.errors import InputError, param
 from spectra_cli.sources.base import Source, SourceInfo, check_numeric_dtype, check_regular, matrix_shape, open_regular
+from spectra_cli.sources.remote import size as file_size
 
 # Arrays whose header says more than this many bytes are refused as corrupt headers.
 _MAX_HEADER = 1 << 20
@@ -57,7 +58,7 @@ class NpySource(Source):
                 raise InputError(f"{path} is a Fortran-ordered 3-D array; save it in C order "
                                  "(np.save(path, np.ascontiguousarray(X))).")
             expected = math.prod(shape) * dtype.itemsize  # Python integers: no overflow
-            found = os.fstat(self._f.fileno()).st_size - self._offset
+            found = file_size(self._f) - self._offset
             if found < expected:
                 raise InputError(
                     f"{path} is truncated: its header promises {expected} bytes of data "
@@ -68,6 +69,7 @@ class NpySource(Source):
             raise
         self._dtype = dtype
         self._shape = shape
+        self._fd = _descriptor(self._f)
         self.info = SourceInfo(
             path=path,
             format="npy",
@@ -82,13 +84,16 @@ class NpySource(Source):
     def _pread_into(self, out: np.ndarray, offset: int, what: int) -> None:
         view = out.data.cast("B") if out.flags.c_contiguous else None
         assert view is not None
-        got = os.preadv(self._f.fileno(), [view], offset) if hasattr(os, "preadv") else self._seek_read(view, offset)
+        got = os.preadv(self._fd, [view], offset) if self._fd is not None else self._seek_read(view, offset)
         if got != view.nbytes:
             raise InputError(f"{self._path} ended early at row {what} (file changed while reading?).")
 
-    def _seek_read(self, view: memoryview, offset: int) -> int:  # pragma: no cover - platforms without preadv
+    def _seek_read(self, view: memoryview, offset: int) -> int:
+        """A positioned read on a file without a descriptor (a URL through fsspec): seek, then read."""
         self._f.seek(offset)
-        return self._f.readinto(view) or 0
+        data = self._f.read(view.nbytes)
+        view[: len(data)] = data
+        return len(data)
 
     def iter_blocks(
         self, start: int, stop: int, block_rows: int
@@ -115,6 +120,16 @@ class NpySource(Source):
 
     def close(self) -> None:
         self._f.close()
+
+
+def _descriptor(f: Any) -> int | None:
+    """The OS file descriptor for positioned reads, or None (fsspec files seek and read)."""
+    if not hasattr(os, "preadv"):  # pragma: no cover - platforms without preadv
+        return None
+    try:
+        return int(f.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 _ZIP_CACHE: dict[tuple[str, int, int], zipfile.ZipFile] = {}

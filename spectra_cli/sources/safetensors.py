@@ -41,7 +41,9 @@ def read_header(path: str) -> tuple[dict[str, Any], int]:
         if len(raw) != 8:
             raise InputError(f"{path} is not a safetensors file (shorter than 8 bytes).")
         (n,) = struct.unpack("<Q", raw)
-        size = os.fstat(f.fileno()).st_size
+        from spectra_cli.sources.remote import size as file_size
+
+        size = file_size(f)
         if n > _MAX_HEADER or 8 + n > size:
             raise InputError(f"{path} is not a safetensors file (header length {n} is implausible for a file of "
                              f"{size} bytes).")

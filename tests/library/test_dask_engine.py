@@ -100,3 +100,43 @@ def test_batch_fans_items_out_over_the_cluster(scheduler, tmp_path):
             assert remote[name]["error"] == doc["error"]  # the item's own error, not a cluster failure
         else:
             assert remote[name]["spectrum"]["eigenvalues"] == doc["spectrum"]["eigenvalues"]
+
+
+def _die_soon() -> None:
+    import os
+    import threading
+
+    threading.Timer(0.05, os._exit, (1,)).start()
+
+
+def test_a_worker_killed_mid_run_gives_the_right_spectrum_or_a_clear_error(scheduler, tmp_path):
+    import threading
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    Y = powerlaw_matrix(120_000, 48, 1.0, seed=4).astype(np.float32)
+    np.save(tmp_path / "y.npy", Y)
+    reference = spectra.spectrum(tmp_path / "y.npy", block_rows=2000).spectrum.eigenvalues
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["spectrum"] = spectra.spectrum(tmp_path / "y.npy", block_rows=2000, engine="dask",
+                                                   scheduler=scheduler).spectrum.eigenvalues
+        except Exception as exc:  # noqa: BLE001 - the contract allows a clear error
+            outcome["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)  # the tasks are running
+    with distributed.Client(scheduler) as c:
+        victim = sorted(c.scheduler_info()["workers"])[0]
+        c.run(_die_soon, workers=[victim])  # the worker process dies, as when the OOM killer ends it
+    t.join(120)
+    assert not t.is_alive()
+    if "error" in outcome:  # a clear error: a SpectraError or Dask's own account of the lost worker
+        assert str(outcome["error"]), outcome
+        print(f"killed worker: the run ended with an error: {outcome['error']}")
+    else:  # Dask re-ran the lost tasks on the other worker (read again from the path): the right answer
+        np.testing.assert_allclose(outcome["spectrum"], reference, rtol=1e-10)
+        print("killed worker: Dask re-ran its tasks; the spectrum equals the local one to 1e-10")

@@ -54,6 +54,13 @@ def open_source(
     if not globbed and not exists(path):
         raise InputError(f"no such file or directory: {path}")
     lower = path.lower()
+    if not url and os.path.isdir(path) and not any(f.lower().endswith(_PARQUET_EXT) for _, _, fs in os.walk(path)
+                                                   for f in fs):
+        from spectra_cli.sources.npy import NpyDirSource, npy_shards
+
+        shards = npy_shards(path)
+        if shards:
+            return NpyDirSource(path, shards)
     is_parquet = globbed or isdir(path) or lower.endswith(_PARQUET_EXT)
     if not is_parquet and (column or columns or weight_column):
         raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "

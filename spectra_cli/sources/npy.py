@@ -304,3 +304,53 @@ def read_whole(path: str, what: str) -> np.ndarray:
             raise InputError(f"{path} is truncated: its header promises {size * dtype.itemsize} bytes of data.")
         data = f.read(size * dtype.itemsize)
     return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
+class NpyDirSource(Source):
+    """A directory (or glob) of ``.npy`` shards as one matrix: their rows in file-name order, every
+    shard of the same width and dtype (``_``- and ``.``-names skipped, as for Parquet datasets). One
+    shard is open at a time."""
+
+    def __init__(self, path: str, files: list[str]) -> None:
+        self._path = path
+        self._files = files
+        self._rows: list[int] = []
+        first: SourceInfo | None = None
+        for f in files:
+            with NpySource(f) as src:
+                info = src.info
+            if len(info.shape) != 2:
+                raise InputError(f"{f} has shape {info.shape}; the shards of {path} must be 2-D matrices.")
+            if first is None:
+                first = info
+            elif info.n_features != first.n_features or info.dtype != first.dtype:
+                raise InputError(f"{f} is {info.dtype} with {info.n_features} features; {files[0]} is {first.dtype} "
+                                 f"with {first.n_features}: the shards of {path} must match.")
+            self._rows.append(info.n_rows)
+        assert first is not None
+        n = sum(self._rows)
+        self.info = SourceInfo(path=path, format="npy", shape=(n, first.n_features), dtype=first.dtype, n_rows=n,
+                               n_features=first.n_features, layout=f"matrix ({len(files)} .npy shards)",
+                               files=len(files))
+
+    def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        offset = 0
+        for f, n in zip(self._files, self._rows, strict=True):
+            lo, hi = max(start, offset), min(stop, offset + n)
+            if lo < hi:
+                with NpySource(f) as src:
+                    for X, w in src.iter_blocks(lo - offset, hi - offset, block_rows):
+                        yield X.copy(), w  # the shard's buffers are reused after the file closes
+            offset += n
+            if offset >= stop:
+                return
+
+
+def npy_shards(path: str) -> list[str]:
+    """The ``.npy`` files of a directory, in name order (none if it holds Parquet files too)."""
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        files += [os.path.join(root, n) for n in names if n.lower().endswith(".npy") and not n.startswith((".", "_"))
+                  and os.path.isfile(os.path.join(root, n))]
+    return sorted(files)

@@ -44,6 +44,18 @@ def test_multi_file_parquet_with_ci_and_partition_isotropy(scheduler, tmp_path):
     assert a.fit.ci.groups == 32 and b.fit.ci.groups == 32
 
 
+def test_a_directory_of_npy_shards(scheduler, tmp_path):
+    for i, (a, b) in enumerate(((0, 1700), (1700, 1701), (1701, 4200), (4200, 6000))):
+        np.save(tmp_path / f"shard_{i:03d}.npy", X[a:b])
+    a = spectra.fit(tmp_path, window="3:12", partition_isotropy=True, engine="dask", scheduler=scheduler)
+    b = spectra.fit(tmp_path, window="3:12", partition_isotropy=True)
+    _close(a, b, "npy shards")
+    _close(b, spectra.fit(X, window="3:12"), "shards vs the whole matrix")
+    assert b.source["layout"] == "matrix (4 .npy shards)"
+    assert a.isotropy.partition_isotropy_symmetric == pytest.approx(b.isotropy.partition_isotropy_symmetric,
+                                                                    rel=1e-10)
+
+
 def test_weights_rows_and_dask_arrays(scheduler, tmp_path):
     np.save(tmp_path / "x.npy", X)
     w = np.random.default_rng(1).uniform(0, 2, len(X))

@@ -21,10 +21,12 @@ from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.engine import MomentsState, Progress, RowGuard, RowsState, State, run_pass
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.moments import Moments
-from spectra_cli.options import ReadOptions
+from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions
 from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, fingerprint, iter_selected, open_source
 from spectra_cli.sources.select import RowSpec, WeightsArray
 
+#: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
+BLOCK_BYTES = 64 << 20
 #: Group moments kept for the bootstrap may use at most this much memory.
 GROUP_MEMORY = 1 << 30
 MIN_BLOCKS_FOR_GROUPS = 32
@@ -270,12 +272,21 @@ class Input:
         """Every selected row (or ``rows``) through ``guard`` into ``states`` (the loop of a task)."""
         assert self.source is not None
         spec = rows or self.read.rows
-        run_pass(iter_selected(self.source, spec, self.read.block_rows, self.weights), states, guard,
+        run_pass(iter_selected(self.source, spec, self.block_rows, self.weights), states, guard,
                  total=spec.n_selected(self.info.n_rows))
 
     @property
     def precision(self) -> str:
         return self.accumulator.precision if self.accumulator is not None else self.read.precision
+
+    @property
+    def block_rows(self) -> int:
+        """Rows per block: as given, except that the default (8192) shrinks for wide matrices so a
+        block's float64 copy stays within BLOCK_BYTES (64 MiB: 2,048 rows at d = 4,096)."""
+        rows = self.read.block_rows
+        if rows == DEFAULT_BLOCK_ROWS:
+            rows = max(256, min(rows, BLOCK_BYTES // (8 * max(self.info.n_features, 1))))
+        return rows
 
     @property
     def n_selected(self) -> int:
@@ -298,7 +309,7 @@ class Input:
             raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
         weighted = self.weights is not None or self.source.has_weights
         use_gram = gram and total < d
-        block_rows, n_groups, n_blocks = read.block_rows, 0, None
+        block_rows, n_groups, n_blocks = self.block_rows, 0, None
         if groups > 0 and not use_gram:
             if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
                 block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
@@ -367,7 +378,7 @@ class Input:
                               "a moment file) cannot give it: pass the data itself, or leave that analysis out.")
         spec = rows or self.read.rows
         guard = RowGuard(self.info.path, drop_nonfinite=True)
-        run_pass(iter_selected(self.source, spec, self.read.block_rows, self.weights), states, guard,
+        run_pass(iter_selected(self.source, spec, self.block_rows, self.weights), states, guard,
                  total=spec.n_selected(self.info.n_rows), progress=progress)
 
     def check_memory(self, d: int, n: int, *, use_gram: bool, extra_matrices: int = 0) -> None:

@@ -181,12 +181,16 @@ class Moments:
             # A feature's offset from the shift holds over half its raw second moment: the
             # subtraction below would lose more than one bit there, so centre exactly.
             return cls.from_block(X, w, precision=precision)
-        m2 = raw - np.outer(sums, delta)
-        m2 = (m2 + m2.T) * 0.5  # BLAS fills one triangle of A^T A exactly; keep the result symmetric
+        m2 = raw  # a view of G: corrected in place, so no d x d temporary is made
+        _sub_outer(m2, sums, delta)
+        _symmetrize(m2)  # BLAS fills one triangle of A^T A exactly; keep the result symmetric
         return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift)
 
-    def merge(self, other: Moments) -> Moments:
-        """Pairwise combination (Chan et al.): exact up to rounding for any split."""
+    def merge(self, other: Moments, *, reuse: bool = False) -> Moments:
+        """Pairwise combination (Chan et al.): exact up to rounding for any split.
+
+        ``reuse=True`` lets the result take over this object's ``m2`` buffer (the caller owns it and
+        drops this object): the streaming accumulation keeps one d x d matrix instead of three."""
         if self.d != other.d:
             raise InputError(f"cannot merge moments of {self.d} and {other.d} features.")
         weighted = self.weighted or other.weighted
@@ -207,8 +211,12 @@ class Moments:
         W = Wa + Wb
         delta = rb - ra
         mean_rel = ra + delta * (Wb / W)
-        m2 = m2a + m2b
-        m2 += np.outer(delta, delta * (Wa * Wb / W))
+        if reuse and m2a is self.m2:
+            m2 = m2a
+            m2 += m2b
+        else:
+            m2 = m2a + m2b
+        _sub_outer(m2, -delta, delta * (Wa * Wb / W))  # m2 += outer(delta, c delta), in row blocks
         return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean_rel, m2, scale, weighted,
                        rows, origin)
 
@@ -224,6 +232,29 @@ class Moments:
             return self.m2 / denom
         m = self.m2 + np.outer(self.mean, self.mean * self.weight_sum)
         return m / self.weight_sum
+
+
+_ROWS = 256  # rows per in-place block (a 256 x d temporary instead of d x d)
+
+
+def _sub_outer(m: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+    """``m -= outer(u, v)`` in place, a block of rows at a time."""
+    for i in range(0, m.shape[0], _ROWS):
+        m[i:i + _ROWS] -= np.outer(u[i:i + _ROWS], v)
+
+
+def _symmetrize(m: np.ndarray) -> None:
+    """``m = (m + m.T) * 0.5`` in place (the same arithmetic, element by element), by block pairs."""
+    d = m.shape[0]
+    for i in range(0, d, _ROWS):
+        I = slice(i, i + _ROWS)  # noqa: E741 - the block's rows, as in the formula
+        diag = m[I, I]
+        m[I, I] = (diag + diag.T) * 0.5
+        for j in range(i + _ROWS, d, _ROWS):
+            J = slice(j, j + _ROWS)
+            avg = (m[I, J] + m[J, I].T) * 0.5
+            m[I, J] = avg
+            m[J, I] = avg.T
 
 
 def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:

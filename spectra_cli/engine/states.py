@@ -10,6 +10,7 @@ see it (weights checked, non-finite rows refused or dropped).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,7 +66,11 @@ class MomentsState:
             if self._scratch is None or self._scratch.shape[0] < len(X):
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
             bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)
-        self.moments = self.moments.merge(bm)
+        if self.moments.weight_sum == 0.0:  # the first block: own a copy (groups may share bm's buffer)
+            self.moments = self.moments.merge(bm)
+            self.moments = replace(self.moments, m2=self.moments.m2.copy())
+        else:
+            self.moments = self.moments.merge(bm, reuse=True)
         self.weight_sq_sum += float(len(X)) if w is None else float(np.dot(w, w))
         if self.n_groups:
             i = self.blocks_seen

@@ -25,7 +25,8 @@ class SourceInfo:
     """What a reader found in the input, before any row is read.
 
     ``shape`` is the stored shape; ``n_rows`` x ``n_features`` is the matrix the
-    analyses see (a 3-D sequence dump is pooled to tokens, seed 001 §4.2.2).
+    analyses see (a 3-D sequence dump is read as token rows unless its positions are pooled; see
+    :mod:`spectra_cli.sources.sequence`).
     """
 
     path: str
@@ -195,7 +196,7 @@ def matrix_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, str]:
     if len(shape) == 2:
         return shape[0], shape[1], "matrix"
     if len(shape) == 3:
-        return shape[0] * shape[1], shape[2], "sequence (windows x positions pooled to tokens)"
+        return shape[0] * shape[1], shape[2], "sequence (windows x positions x features)"
     hint = ""
     if len(shape) == 1:
         hint = " (a 1-D array is a vector, not a matrix of rows)"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -417,6 +418,8 @@ def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Repor
     from spectra_cli.sources.eigenvalues import read_eigenvalues
 
     clock = Stopwatch()
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
     if isinstance(data, str):
         values = read_eigenvalues(data)
     else:

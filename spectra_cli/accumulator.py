@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import __version__
+from spectra_cli import __version__, jsonio
 from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.engine.states import MomentsState, RowGuard
 from spectra_cli.errors import InputError, OptionError, param
@@ -178,18 +178,10 @@ class Accumulator:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Accumulator:
         """Read a moment file written by :meth:`save` (or ``spectra moments``)."""
-        path = os.fspath(path)
-        from spectra_cli.sources.base import open_regular
+        from spectra_cli.sources.npy import read_npz_arrays
 
-        try:
-            with open_regular(path) as f, np.load(f, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (ValueError, OSError, EOFError) as exc:
-            if isinstance(exc, InputError):
-                raise
-            raise InputError(f"{path} is not a spectra moment file: {exc}") from None
-        except Exception as exc:  # zipfile and zlib raise their own types on corrupt archives
-            raise InputError(f"{path} is not a spectra moment file: {type(exc).__name__}: {exc}") from None
+        path = os.fspath(path)
+        arrays = read_npz_arrays(path)
         return _from_arrays(arrays, path)
 
 
@@ -227,16 +219,23 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
     if fmt != FORMAT:
         raise InputError(f"{path} has moment-file format {fmt}; this spectra reads {FORMAT}.")
     try:
-        meta = json.loads(str(arrays["meta"]))
+        meta = jsonio.loads(str(arrays["meta"]), f"{path} metadata")
         opts = meta["options"]
         d = int(opts["d"])
+        m2_shape = np.shape(arrays["m2"])
+        if m2_shape != (d, d):  # checked before anything of size d is made: a header may lie
+            raise InputError(f"{path}: its metadata says d = {d} but its m2 array has shape {list(m2_shape)}.")
         acc = cls_new(d, opts)
-    except (KeyError, ValueError, TypeError, RecursionError) as exc:
+    except InputError:
+        raise
+    except (KeyError, ValueError, TypeError, OptionError) as exc:
         raise InputError(f"{path}: its metadata is malformed ({type(exc).__name__}: {exc}).") from None
     acc._state.moments = _moments_from(arrays, "", d, path)
-    acc._state.groups = [_moments_from(arrays, f"g{i}_", d, path) for i in range(int(opts.get("groups", 0)))
-                         if f"g{i}_scalars" in arrays]
-    acc._state.n_groups = int(opts.get("groups", 0))
+    saved = sorted(int(k[1:-len("_scalars")]) for k in arrays
+                   if k.startswith("g") and k.endswith("_scalars") and k[1:-len("_scalars")].isdigit())
+    if len(saved) > acc._state.n_groups:
+        raise InputError(f"{path}: it holds {len(saved)} groups but its metadata says {acc._state.n_groups}.")
+    acc._state.groups = [_moments_from(arrays, f"g{i}_", d, path) for i in saved]
     acc.weighted = bool(opts.get("weighted", False)) if acc._state.moments.n else None
     acc.n_dropped = int(meta.get("n_dropped", 0))
     acc._state.weight_sq_sum = float(meta.get("weight_sq_sum", acc._state.moments.n))

@@ -19,6 +19,7 @@ from typing import Any
 
 from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
+from spectra_cli.inputs import is_moment_file
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 
 ERROR_SCHEMA = "spectra.batch-error/1"
@@ -161,6 +162,8 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
                 listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
             out.append(Item(name, fingerprint(name)))
+    elif low.endswith(".npz") and is_moment_file(f):  # moments of one matrix (``spectra moments``)
+        out.append(Item(f, fingerprint(f)))
     elif low.endswith(".npz"):
         from spectra_cli.sources.npy import npz_listing
 

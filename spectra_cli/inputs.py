@@ -10,7 +10,6 @@ isotropy, the shuffled control, whitening) reads the rows again through the same
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,10 +68,11 @@ def is_moment_file(path: str) -> bool:
     """An ``.npz`` written by :meth:`Accumulator.save` (it holds ``format`` and ``meta`` members)."""
     if not path.lower().endswith(".npz") or not os.path.isfile(path):
         return False
+    from spectra_cli.sources.npy import open_zip  # cached: a batch lists the same archive next
+
     try:
-        with zipfile.ZipFile(path) as z:
-            names = set(z.namelist())
-    except (OSError, zipfile.BadZipFile, ValueError):
+        names = set(open_zip(path).namelist())
+    except InputError:
         return False
     return {"format.npy", "meta.npy", "m2.npy"} <= names
 

@@ -41,7 +41,7 @@ class MomentsState:
         self.precision = precision
         self.n_groups = groups
         self.n_blocks = n_blocks
-        self.groups = [Moments.empty(d, weighted=weighted) for _ in range(groups)]
+        self.groups: list[Moments] = []  # grown as blocks reach them (a loaded file keeps its filled ones)
         self.blocks_seen = 0
         self.weight_sq_sum = 0.0  # sum w^2, for the effective sample size (sum w)^2 / sum w^2
         self._shift: np.ndarray | None = None
@@ -74,8 +74,10 @@ class MomentsState:
         self.weight_sq_sum += float(len(X)) if w is None else float(np.dot(w, w))
         if self.n_groups:
             i = self.blocks_seen
-            g = i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups
-            self.groups[min(g, self.n_groups - 1)] = self.groups[min(g, self.n_groups - 1)].merge(bm)
+            g = min(i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups, self.n_groups - 1)
+            while len(self.groups) <= g:
+                self.groups.append(Moments.empty(X.shape[1], weighted=self.moments.weighted))
+            self.groups[g] = self.groups[g].merge(bm)
         self.blocks_seen += 1
 
     def merge(self, other: MomentsState) -> MomentsState:

@@ -30,13 +30,14 @@ _MAX_HEADER = 1 << 20
 ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError, ValueError)
 
 
-def _read_header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _read_header(f: IO[bytes], where: str, *, text: bool = False) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = npformat.read_magic(f)
         shape, fortran, dtype = _header_after_magic(f, version)
     except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many types on untrusted text
         raise InputError(f"{where} is not a valid .npy file: {type(exc).__name__}: {str(exc)[:200]}") from None
-    check_numeric_dtype(dtype, where)
+    if not (text and dtype.kind == "U"):
+        check_numeric_dtype(dtype, where)
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
         raise InputError(f"{where} has shape {shape}; sizes must be non-negative.")
@@ -250,6 +251,35 @@ def npz_listing(path: str) -> list[dict[str, Any]]:
             out.append({"key": name[:-4], "shape": [], "dtype": "unreadable", "error": f"{path}[{name}]: {exc}"})
             continue
         out.append({"key": name[:-4], "shape": list(shape), "dtype": str(dtype)})
+    return out
+
+
+def read_npz_arrays(path: str) -> dict[str, np.ndarray]:
+    """Every array of a small archive (a moment file) read whole: numeric or text arrays only
+    (never objects, so never pickle), each header checked against its member's size before
+    anything is allocated."""
+    z = open_zip(path)
+    out: dict[str, np.ndarray] = {}
+    for name in z.namelist():
+        if not name.endswith(".npy"):
+            continue
+        where = f"{path}[{name[:-4]}]"
+        try:
+            with z.open(name) as f:
+                assert isinstance(f, zipfile.ZipExtFile)
+                shape, fortran, dtype = _read_header(f, where, text=True)
+                size = math.prod(shape) * dtype.itemsize
+                if size > z.getinfo(name).file_size:
+                    raise InputError(f"{where} is truncated: its header promises {size} bytes of data.")
+                arr = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+                got = f.readinto(arr.reshape(-1, order="A").view(np.uint8).data) if size else 0
+        except InputError:
+            raise
+        except ZIP_ERRORS as exc:
+            raise InputError(f"{where} is corrupt: {exc}") from None
+        if got != size:
+            raise InputError(f"{where} is truncated: its header promises {size} bytes of data.")
+        out[name[:-4]] = arr
     return out
 
 

@@ -78,6 +78,19 @@ def test_bad_item_is_recorded_and_does_not_stop_the_batch(cli, tmp_path):
     assert f"error: {tmp_path / 'bad_2.npy'}: " in r.stderr
 
 
+def test_a_moment_file_in_a_batch_is_one_matrix_not_an_archive(cli, tmp_path):
+    X = powerlaw_matrix(300, 10, 1.0)
+    np.save(tmp_path / "x.npy", X)
+    assert cli("moments", tmp_path / "x.npy", "-o", tmp_path / "m.npz").exit_code == 0
+    r = cli("batch", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    lines = {x["source"]["path"]: x for x in map(json.loads, r.stdout.splitlines())}
+    assert sorted(lines) == [str(tmp_path / "m.npz"), str(tmp_path / "x.npy")]
+    moments, matrix = lines[str(tmp_path / "m.npz")], lines[str(tmp_path / "x.npy")]
+    assert moments["source"]["format"] == "moments"
+    assert moments["fit"]["alpha"] == pytest.approx(matrix["fit"]["alpha"], rel=1e-12)
+
+
 def test_resume_reruns_nothing_when_nothing_changed(cli, tmp_path):
     for i in range(3):
         np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))

@@ -72,3 +72,52 @@ def test_files_that_cannot_merge_are_refused_by_name(tmp_path):
     meta = json.loads(str(parts["meta"]))
     assert meta["sources"][0]["rows_used"] == len(X) and meta["options"]["d"] == 16
     random.seed(0)
+
+
+def _rewrite(path, out, **changes):
+    with np.load(path) as z:
+        parts = {k: z[k] for k in z.files}
+    parts.update(changes)
+    np.savez(out, **parts)
+    return out
+
+
+def test_a_moment_file_whose_header_lies_is_refused_before_anything_is_allocated(tmp_path):
+    a = spectra.accumulate(X).save(tmp_path / "a.npz")
+    meta = json.loads(str(np.load(a)["meta"]))
+    meta["options"]["d"] = 10**9
+    with pytest.raises(spectra.InputError, match=r"its metadata says d = 1000000000 but its m2 array has shape "
+                                                 r"\[16, 16\]"):
+        spectra.Accumulator.load(_rewrite(a, tmp_path / "d.npz", meta=np.array(json.dumps(meta))))
+    meta["options"].update(d=16, groups=10**12)  # a group count is a number, never a list of that length
+    assert spectra.Accumulator.load(_rewrite(a, tmp_path / "g.npz", meta=np.array(json.dumps(meta)))).n == len(X)
+    meta["options"].update(groups=0)
+    with pytest.raises(spectra.InputError, match="holds 1 groups but its metadata says 0"):
+        spectra.Accumulator.load(_rewrite(a, tmp_path / "g0.npz", meta=np.array(json.dumps(meta)),
+                                          g0_scalars=np.load(a)["scalars"]))
+    # an array header promising 8 TB in a member of a few hundred bytes
+    import io
+    import zipfile
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    with zipfile.ZipFile(a) as zin, zipfile.ZipFile(tmp_path / "m.npz", "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, head.getvalue() if name == "m2.npy" else zin.read(name))
+    with pytest.raises(spectra.InputError, match=r"m\.npz\[m2\] is truncated: its header promises 8000000000000 "):
+        spectra.Accumulator.load(tmp_path / "m.npz")
+    with pytest.raises(spectra.InputError, match=r"\[meta\] has object dtype; spectra never unpickles data"):
+        spectra.Accumulator.load(_rewrite(a, tmp_path / "o.npz", meta=np.array([{"x": 1}], dtype=object)))
+
+
+def test_a_loaded_accumulator_keeps_its_groups_and_goes_on(tmp_path):
+    acc = spectra.Accumulator(16, groups=8)
+    acc.update(X[:100])
+    acc.update(X[100:200])
+    back = spectra.Accumulator.load(acc.save(tmp_path / "a.npz"))
+    assert len(back.groups) == 2 and back.options()["groups"] == 8
+    for lo in range(200, len(X), 100):
+        back.update(X[lo:lo + 100])
+    assert len(back.groups) == 8 and sum(g.n for g in back.groups) == len(X)
+    ci = spectra.fit(back, window="2:8", ci=True, ci_replicates=20).fit.ci
+    assert ci.groups == 8 and ci.low < ci.high

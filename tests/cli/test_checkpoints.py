@@ -102,6 +102,11 @@ def test_a_hugging_face_folder_passes_with_weightwatcher_numbers(cli, hf_model, 
         assert ww["log_spectral_norm"] == pytest.approx(math.log10(np.linalg.norm(W64, 2) ** 2), rel=1e-12)
         assert ww["stable_rank"] == pytest.approx(np.sum(W64**2) / np.linalg.norm(W64, 2) ** 2, rel=1e-10)
         assert ww["alpha_weighted"] == pytest.approx(alpha * ww["log_spectral_norm"], rel=1e-10)
+        # the Marchenko-Pastur bulk edge of a random N x M matrix of the same Frobenius norm, N >= M
+        big, small = max(W.shape), min(W.shape)
+        edge = np.sum(W64**2) / small * (1 + math.sqrt(small / big)) ** 2
+        assert ww["mp_bulk_edge"] == pytest.approx(edge, rel=1e-10)
+        assert ww["mp_spikes"] == int(np.sum(evals > edge))
         lo, hi = ww["alpha_range"]
         assert ww["verdict"] == ("over-trained" if alpha < lo else "under-trained" if alpha > hi else "ok")
     assert docs["encoder.layer.0.attention.self.key.weight"]["source"]["dtype"] == "bfloat16"
@@ -118,6 +123,13 @@ def test_model_summary_and_per_item_checks(cli, hf_model, tmp_path):
               if "weightwatcher" in json.loads(x) and json.loads(x)["weightwatcher"]["alpha"] is not None]
     metric = next(m for m in doc["metrics"] if m["field"] == "weightwatcher.alpha")
     assert metric["mean"] == pytest.approx(np.mean(alphas)) and metric["median"] == pytest.approx(np.median(alphas))
+    fitted = [json.loads(x) for x in out.read_text().splitlines()]
+    fitted = [x for x in fitted if (x.get("weightwatcher") or {}).get("alpha") is not None]
+    params = np.array([x["source"]["n_rows"] * x["source"]["n_features"] for x in fitted], dtype=np.float64)
+    a = np.array([x["weightwatcher"]["alpha"] for x in fitted])
+    assert metric["weighted_mean"] == pytest.approx(np.average(a, weights=params), rel=1e-12)
+    order = np.argsort(a)  # the weighted median: the first alpha whose cumulative parameter share reaches 1/2
+    assert metric["weighted_median"] == a[order][np.searchsorted(np.cumsum(params[order]), params.sum() / 2)]
     r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50")
     assert r.exit_code == 1  # the 2-row embedding has no density fit: that item fails, by name
     assert "token_type_embeddings" in r.stdout and "3 of 4 item(s) pass" in r.stdout

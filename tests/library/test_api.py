@@ -252,3 +252,10 @@ def test_one_decomposition_per_spectrum_unless_rankme_is_asked_for(monkeypatch):
     assert "eigen_uncentered_s" in asked.timings
     assert spectra.fit(Y, centered=False).rank.rankme == pytest.approx(asked.rank.rankme, rel=1e-12)
     assert spectra.fit(Y[:20]).rank.rankme is not None  # the n x n route: the second one is cheap
+
+
+def test_the_effective_sample_size_of_weighted_rows_is_kish():
+    w = np.random.default_rng(5).uniform(0.1, 3.0, len(X))
+    doc = spectra.fit(X, weights=w, window="2:10").to_dict()
+    assert doc["source"]["n_effective"] == pytest.approx(np.sum(w) ** 2 / np.sum(w**2), rel=1e-12)
+    assert spectra.fit(X, window="2:10").to_dict()["source"]["n_effective"] is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numpy.linalg import eigh, norm
@@ -199,3 +201,15 @@ def test_zero_weights_count_for_nothing_in_partition_isotropy():
     b = api.isotropy(X[w > 0], weights=w[w > 0]).isotropy
     assert a.partition_isotropy == pytest.approx(b.partition_isotropy, rel=1e-10)
     assert a.mean_cosine == pytest.approx(b.mean_cosine, rel=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40)])  # n > d, and n < d (d - n directions with c^T x = 0)
+def test_symmetric_partition_isotropy_matches_plain_numpy(shape):
+    from scipy.special import logsumexp
+
+    X = np.random.default_rng(11).standard_normal(shape) + 0.3
+    _, C = np.linalg.eigh(X.T @ X)
+    P = X @ C  # c^T x_i for every direction c
+    log_z = np.concatenate([logsumexp(P, axis=0), logsumexp(-P, axis=0)])
+    got = api.isotropy(X, scale="none").isotropy.partition_isotropy_symmetric
+    assert got == pytest.approx(math.exp(log_z.min() - log_z.max()), rel=1e-9)

@@ -206,3 +206,16 @@ def test_a_parquet_mask_column_equals_a_mask_array(tmp_path):
                                rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(a["context"]["spectrum"]["eigenvalues"], b["context"]["spectrum"]["eigenvalues"],
                                rtol=1e-12, atol=1e-14)
+
+
+def test_per_position_numbers_match_plain_numpy():
+    X = np.load(CTX).astype(np.float64)[:48, :6]
+    rows = spectra.sequence(X, controls=()).to_dict()["per_position"]
+    for p, r in enumerate(rows):
+        T = X[:, p]
+        lam = np.linalg.svd(T - T.mean(axis=0), compute_uv=False) ** 2 / (len(T) - 1)
+        assert r["position"] == p and r["n"] == len(T)
+        assert r["participation_ratio"] == pytest.approx(lam.sum() ** 2 / np.sum(lam**2), rel=1e-10)
+        U = T / np.linalg.norm(T, axis=1, keepdims=True)
+        C = U @ U.T
+        assert r["mean_cosine"] == pytest.approx((C.sum() - np.trace(C)) / (len(T) * (len(T) - 1)), rel=1e-9)

@@ -81,8 +81,9 @@ def moment_files(path: str) -> list[str]:
     """The moment files a path stands for: itself, or every match of a glob when all matches are
     moment files (``spectra fit 'm*.npz'``); empty when the path is something else."""
     from spectra_cli.sources.base import expand_glob, is_glob
+    from spectra_cli.sources.remote import is_url
 
-    if "://" in path:
+    if is_url(path):
         return []  # moment files are local files
     if is_glob(path):
         matches = expand_glob(path)

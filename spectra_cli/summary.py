@@ -6,6 +6,7 @@ on a results file as well as on a run in progress."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -85,12 +86,6 @@ def _weighted_median(values: list[float], weights: list[float]) -> float:
     return pairs[-1][0]
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    k = len(s) // 2
-    return s[k] if len(s) % 2 else 0.5 * (s[k - 1] + s[k])
-
-
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
@@ -139,7 +134,7 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
         if not vals:
             continue
         total = sum(wts)
-        metrics.append(MetricSummary(field, label, len(vals), sum(vals) / len(vals), _median(vals),
+        metrics.append(MetricSummary(field, label, len(vals), sum(vals) / len(vals), statistics.median(vals),
                                      sum(v * w for v, w in zip(vals, wts, strict=True)) / total,
                                      _weighted_median(vals, wts)))
     worst: list[dict[str, Any]] = []

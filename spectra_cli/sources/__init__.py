@@ -50,7 +50,7 @@ def open_source(
         from spectra_cli.sources.safetensors import SafetensorsSource
 
         return SafetensorsSource(file, name or None)
-    globbed = is_glob(path) if not url else any(ch in path.split("://", 1)[1] for ch in "*?[")
+    globbed = is_glob(path) if not url else remote.is_glob_url(path)
     if not globbed and not exists(path):
         raise InputError(f"no such file or directory: {path}")
     lower = path.lower()

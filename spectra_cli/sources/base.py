@@ -141,7 +141,9 @@ def open_regular(path: str, what: str = "") -> io.BufferedReader:
 
 def check_regular(path: str) -> None:
     """Refuse a path that exists but is not a regular file or a directory (FIFOs, devices)."""
-    if "://" in path:
+    from spectra_cli.sources.remote import is_url
+
+    if is_url(path):
         return
     try:
         st = os.stat(path)

@@ -23,7 +23,7 @@ def resolve_parquet_files(path: str) -> list[str]:
     from spectra_cli.sources import remote
 
     if remote.is_url(path):
-        if any(ch in path.split("://", 1)[1] for ch in "*?["):
+        if remote.is_glob_url(path):
             files = remote.glob(path)
         elif remote.isdir(path):
             files = remote.find(path, (".parquet", ".pq"))

@@ -18,6 +18,11 @@ def is_url(path: str) -> bool:
     return bool(_URL.match(path))
 
 
+def is_glob_url(url: str) -> bool:
+    """A URL with a wildcard after its scheme (``s3://bucket/part-*.parquet``)."""
+    return any(ch in url.split("://", 1)[1] for ch in "*?[")
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """``(fsspec filesystem, path inside it)``."""
     try:

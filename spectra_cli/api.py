@@ -113,13 +113,7 @@ def spectrum(
     ``eigenvalues=True``: ``data`` is a 1-D list of eigenvalues computed elsewhere (a path of a
     ``.npy``/``.json``/``.csv`` or an array). The reading options are described in the module docstring.
     """
-    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
-                              weights=weights, weight_column=weight_column, logits=logits,
-                              temperature=temperature, centered=centered, ddof=ddof, precision=precision,
-                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-                              positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
-                              workers=workers)
+    read = ReadOptions.of(locals())
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
@@ -198,13 +192,7 @@ def fit(
     says which. ``eigenvalues=True``: ``data`` is a list of eigenvalues.
     The reading options are described in the module docstring.
     """
-    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
-                              weights=weights, weight_column=weight_column, logits=logits,
-                              temperature=temperature, centered=centered, ddof=ddof, precision=precision,
-                              block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-                              positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
-                              workers=workers)
+    read = ReadOptions.of(locals())
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
                              auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
                              alpha_range=alpha_range)
@@ -311,13 +299,7 @@ def isotropy(
     """Partition isotropy (two streamed passes; ``scale`` ``seed | none``), the exact mean cosine,
     top-PC share, mean-norm ratio and, with ``isoscore``, IsoScore. The covariance is centred with
     ddof 1. The reading options are described in the module docstring."""
-    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
-                              weights=weights, weight_column=weight_column, logits=logits,
-                              temperature=temperature, precision=precision, block_rows=block_rows,
-                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-                              positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
-                              workers=workers)
+    read = ReadOptions.of(locals())
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
@@ -374,13 +356,7 @@ def accumulate(
 
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 0:
         raise OptionError(f"{param('groups', groups, show=True)} must be 0 or a positive integer.")
-    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
-                              weights=weights, weight_column=weight_column, logits=logits,
-                              temperature=temperature, precision=precision, block_rows=block_rows,
-                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-                              positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window, engine=engine, scheduler=scheduler,
-                              workers=workers)
+    read = ReadOptions.of(locals())
     with Input(data, read) as inp:
         if inp.accumulator is not None:
             raise OptionError("the input is already accumulated moments; merge moment files with fit([...]) or "

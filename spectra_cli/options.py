@@ -7,8 +7,10 @@ options as a :class:`ReadOptions`; the library functions and the CLI build it wi
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +109,12 @@ class ReadOptions:
     engine: str = "local"
     scheduler: str | None = None
     workers: int | None = None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> ReadOptions:
+        """From a public function's keyword arguments (its ``locals()`` on entry): the reading
+        keywords among them, each with the value the caller gave; the others keep their defaults."""
+        return cls.create(**{k: arguments[k] for k in _READ_KEYWORDS if k in arguments})
 
     @classmethod
     def create(
@@ -253,3 +261,7 @@ def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise OptionError(f"{param(name)} {describe_choices(value, allowed)}.")
     return value
+
+
+#: The keywords of :meth:`ReadOptions.create` (what :meth:`ReadOptions.of` picks from a call's arguments).
+_READ_KEYWORDS = tuple(p for p in inspect.signature(ReadOptions.create).parameters if p != "cls")

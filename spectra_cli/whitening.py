@@ -105,12 +105,7 @@ def whiten(
     path or a :class:`WhiteningTransform`) instead of fitting one; ``save_transform``: save the
     fitted one (``.npz``, no pickle). Reading options as for :func:`spectra_cli.fit`.
     """
-    read = ReadOptions.create(key=key, column=column, columns=columns, rows=rows, sample=sample, seed=seed,
-                              weights=weights, weight_column=weight_column, logits=logits,
-                              temperature=temperature, ddof=ddof, block_rows=block_rows,
-                              drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-                              positions=positions, pool=pool, mask=mask,
-                              positions_per_window=positions_per_window)
+    read = ReadOptions.of(locals())
     out = os.fspath(out) if out is not None else None
     save_transform = os.fspath(save_transform) if save_transform is not None else None
     transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None

@@ -116,6 +116,11 @@ class ReadOptions:
         keywords among them, each with the value the caller gave; the others keep their defaults."""
         return cls.create(**{k: arguments[k] for k in _READ_KEYWORDS if k in arguments})
 
+    @staticmethod
+    def keywords() -> tuple[str, ...]:
+        """The keywords of :meth:`create`."""
+        return _READ_KEYWORDS
+
     @classmethod
     def create(
         cls,

@@ -35,6 +35,7 @@ from spectra_cli.cli.options import (
     Uncentered,
     WeightCol,
     Weights,
+    read_arguments,
     split_columns,
 )
 
@@ -101,13 +102,7 @@ def fit(
             counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, rankme=rankme, logits=logits, temperature=temperature, key=key, column=column,
-            columns=split_columns(columns), rows=rows, sample=sample, seed=seed, weights=weights,
-            weight_column=weight_column, centered=not uncentered, ddof=ddof, precision=precision,
-            block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
-            scheduler=scheduler,
-            workers=workers, progress=progress)
+            isoscore=isoscore, rankme=rankme, progress=progress, **read_arguments(locals()))
     if plot is not None:
         from spectra_cli.render.plot import plot_report
 
@@ -139,14 +134,7 @@ def spectrum(
     from spectra_cli.render.progress import LazyProgress
 
     with LazyProgress(f"reading {path}") as progress:
-        report = api.spectrum(
-            path, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample, seed=seed,
-            weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
-            centered=not uncentered, ddof=ddof, precision=precision, block_rows=block_rows,
-            drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
-            scheduler=scheduler,
-            workers=workers, progress=progress)
+        report = api.spectrum(path, progress=progress, **read_arguments(locals()))
     emit(report.to_dict(), json)
 
 
@@ -175,14 +163,7 @@ def isotropy(
     from spectra_cli.render.progress import LazyProgress
 
     with LazyProgress(f"reading {path}") as progress:
-        report = api.isotropy(
-            path, scale=scale, isoscore=isoscore, key=key, column=column, columns=split_columns(columns), rows=rows,
-            sample=sample, seed=seed, weights=weights, weight_column=weight_column, logits=logits,
-            temperature=temperature, precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite,
-            max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
-            scheduler=scheduler,
-            workers=workers, progress=progress)
+        report = api.isotropy(path, scale=scale, isoscore=isoscore, progress=progress, **read_arguments(locals()))
     emit(report.to_dict(), json)
 
 
@@ -323,12 +304,6 @@ def moments(
         raise OptionError(f"{param('out', out)}: a moment file must end in .npz.")
     check_not_input(out, [path, weights, logits], "out")
     with LazyProgress(f"reading {path}") as progress:
-        acc = api.accumulate(
-            path, groups=groups, key=key, column=column, columns=split_columns(columns), rows=rows, sample=sample,
-            seed=seed, weights=weights, weight_column=weight_column, logits=logits, temperature=temperature,
-            precision=precision, block_rows=block_rows, drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, engine=engine,
-            scheduler=scheduler,
-            workers=workers, progress=progress)
+        acc = api.accumulate(path, groups=groups, progress=progress, **read_arguments(locals()))
     acc.save(out)
     sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 
@@ -62,3 +63,16 @@ DaskWorkers = Annotated[int | None, typer.Option("--workers", metavar="N", help=
 
 def split_columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def read_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The reading keywords of an API call from a command's parameters (its ``locals()``): those
+    the command has, with ``--uncentered`` as ``centered`` and ``--columns a,b`` as a list."""
+    from spectra_cli.options import ReadOptions
+
+    out = {k: values[k] for k in ReadOptions.keywords() if k in values}
+    if "uncentered" in values:
+        out["centered"] = not values["uncentered"]
+    if "columns" in out:
+        out["columns"] = split_columns(out["columns"])
+    return out

@@ -83,6 +83,7 @@ def spectrum(
     data: Any,
     *,
     eigenvalues: bool = False,
+    top: int | None = None,
     key: str | None = None,
     column: str | None = None,
     columns: list[str] | tuple[str, ...] | None = None,
@@ -111,16 +112,21 @@ def spectrum(
     """Eigenvalues (descending), explained variance, k90/k95/k99 and the numerical and sampling floors.
 
     ``eigenvalues=True``: ``data`` is a 1-D list of eigenvalues computed elsewhere (a path of a
-    ``.npy``/``.json``/``.csv`` or an array). The reading options are described in the module docstring.
+    ``.npy``/``.json``/``.csv`` or an array). ``top=K``: only the leading K eigenvalues (block
+    Lanczos on the d x d matrix, each within 1e-12 relative of the full decomposition; the total
+    variance and explained variance stay exact; ``spectrum.top_k`` says how); None or 0: all of them.
+    The reading options are described in the module docstring.
     """
     read = ReadOptions.of(locals())
+    top = _check_top(top)
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
     with Input(data, read) as inp:
         first = inp.first_pass(progress=progress)
         clock.mark("read_accumulate_s")
-        main = spectrum_of(first, centered=read.centered, ddof=read.ddof)
+        main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=top or None,
+                           top_reason=f"top={top} (asked)")
         clock.mark("eigen_s")
     clock.mark("analysis_s")
     return assemble("spectrum", inp, first, main, options=inp.options_report(),
@@ -149,6 +155,7 @@ def fit(
     isoscore: bool = False,
     scale: str = "seed",
     rankme: bool | None = None,
+    top: int | None = None,
     eigenvalues: bool = False,
     key: str | None = None,
     column: str | None = None,
@@ -187,10 +194,14 @@ def fit(
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
     ``shuffled_control`` (``control_seed``), ``partition_isotropy`` (a second pass; ``scale``
     ``seed | none``), ``isoscore``. ``rankme``: RankMe needs the uncentred spectrum, a second d x d
-    eigendecomposition on the d x d route; None (default) computes it when that costs little (the
-    n x n route, ``centered=False``, or d <= 2048), True always, False never; ``rank.rankme_source``
-    says which. ``eigenvalues=True``: ``data`` is a list of eigenvalues.
-    The reading options are described in the module docstring.
+    eigendecomposition; None (default) computes it when that costs little (``centered=False``, or
+    the matrix decomposed, n x n or d x d, is at most 2048 wide), True always, False never; ``rank.rankme_source``
+    says which. ``top``: K computes only the leading K eigenvalues (block Lanczos, each within
+    1e-12 relative of the full decomposition), 0 all of them, None (default) the leading ones
+    automatically when d >= 4096 and every window is ``K1:K2`` ending at or below d / 16; the ranks
+    that need every eigenvalue are then marked in ``rank.exactness`` (the entropy rank is an
+    interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
+    of eigenvalues. The reading options are described in the module docstring.
     """
     read = ReadOptions.of(locals())
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
@@ -198,6 +209,15 @@ def fit(
                              alpha_range=alpha_range)
     check_scale(scale)
     ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)
+    top = _check_top(top)
+    needs_all = [name for name, on in (("density", density), ("counting", bool(counting)),
+                                       ("capacity", bool(capacity)), ("shuffled_control", shuffled_control),
+                                       ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
+                                       ("rankme", bool(rankme))) if on]
+    if top and needs_all:
+        raise OptionError(f"{param('top', top)} computes only the leading eigenvalues, but "
+                          f"{', '.join(param(n) for n in needs_all)} need{'s' if len(needs_all) == 1 else ''} "
+                          "all of them; drop one or the other.")
     if ci and (isinstance(ci_replicates, bool) or not isinstance(ci_replicates, int) or ci_replicates < 10):
         raise OptionError(f"{param('ci_replicates', ci_replicates)} must be at least 10.")
     if eigenvalues:
@@ -210,7 +230,8 @@ def fit(
     with Input(data, read) as inp:
         first = inp.first_pass(groups=BOOTSTRAP_GROUPS if ci else 0, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
-        main = spectrum_of(first, centered=read.centered, ddof=read.ddof)
+        k, reason = _top_route(top, first, opts, needs_all)
+        main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)
         clock.mark("eigen_s")
         if partition_isotropy:
             logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress)
@@ -227,17 +248,20 @@ def fit(
     # d x d route, made only when it is cheap or asked for (one decomposition per spectrum otherwise).
     unc, rankme_source = None, None
     d = main.n_features
-    if not read.centered:
+    size = d if first.moments is not None else min(first.n_rows, d)  # of the second decomposition
+    if main.top is not None:
+        pass  # the top-k ranks say RankMe is not available
+    elif not read.centered:
         unc, rankme_source = main, "the main spectrum (already uncentred)"
-    elif rankme or (rankme is None and (first.moments is None or d <= RANKME_AUTO_D)):
+    elif rankme or (rankme is None and size <= RANKME_AUTO_D):
         clock.mark("analysis_s")
         unc = uncentered_of(first, main, centered=True)
         clock.mark("eigen_uncentered_s")
         rankme_source = ("a second eigendecomposition: the uncentred " + ("n x n Gram matrix" if first.moments is None
                                                                             else f"{d} x {d} second moment"))
     else:
-        rankme_source = (f"not computed: d = {d} > {RANKME_AUTO_D} would need a second {d} x {d} "
-                         "eigendecomposition; ask for it with rankme=True (--rankme)")
+        rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
+                         f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += suite.warnings
     if ci:
@@ -260,7 +284,8 @@ def fit(
                             density_alpha=suite.density.alpha if suite.density is not None else None,
                             alpha_range=opts.alpha_range)
     clock.mark("analysis_s")
-    clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main))
+    clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main,
+                                                  main))
     options = {**inp.options_report(), **opts.to_report(),
                "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None}
     return assemble("fit", inp, first, main, options=options, warnings=warnings, clock=clock, suite=suite,
@@ -378,13 +403,66 @@ def accumulate(
     return acc
 
 
-def _peak_bytes(first: Any, d: int, ci: bool, second: bool) -> float:
+def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) -> float:
     """Bytes of the largest matrices alive at once: the d x d moments, the matrix handed to the
-    eigensolver and its workspace (or the n x n Gram route), plus the bootstrap's group moments."""
+    eigensolver and its workspace (or the n x n Gram route), plus the bootstrap's group moments; on
+    the top-k route the moments, the matrix, the Krylov basis (d x m) and the projection (m x m)."""
     if first.moments is None:
         n = first.n_rows
         return 8.0 * (n * d + 3 * n * n)
-    return 8.0 * d * d * (3 + (len(first.groups) if ci else 0) + (1 if second else 0))
+    groups = len(first.groups) if ci else 0
+    if main is not None and main.top is not None:
+        m = main.top.dimension + main.top.block
+        return 8.0 * (d * d * (2 + groups) + d * m + m * m)
+    return 8.0 * d * d * (3 + groups + (1 if second else 0))
+
+
+def _check_top(top: Any) -> int | None:
+    if top is None:
+        return None
+    if isinstance(top, bool) or not isinstance(top, int | np.integer) or top < 0:
+        raise OptionError(f"{param('top', top, show=True)} must be 0 (every eigenvalue) or a positive number "
+                          "of leading eigenvalues.")
+    return int(top)
+
+
+def _window_ends(opts: FitOptions) -> list[int] | None:
+    """The last rank of every window, or None when a window is the default or ``auto``."""
+    from spectra_cli.analysis.powerlaw import parse_window
+
+    ends = []
+    for text in opts.windows:
+        w = parse_window(text)
+        if w is None:
+            return None
+        ends.append(w[1])
+    return ends or None
+
+
+def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str]) -> tuple[int | None, str]:
+    """How many leading eigenvalues ``fit`` computes (None: all) and why."""
+    from spectra_cli.eigen import TOP_AUTO_FRACTION, TOP_AUTO_MIN_D
+
+    if top == 0 or first.moments is None:
+        return None, ""
+    d = first.moments.d
+    ends = _window_ends(opts)
+    if top is not None:
+        if ends is None:
+            need = d // 10 if not opts.windows else None
+            if need is not None and need > top:
+                raise OptionError(f"{param('top', top)} computes {top} eigenvalues, but the default window "
+                                  f"11..floor(d/10) reaches rank {need}; give {param('window')} or a larger "
+                                  f"{param('top')}.")
+        elif max(ends) > top:
+            raise OptionError(f"{param('top', top)} computes {top} eigenvalues, but a window reaches rank "
+                              f"{max(ends)}; give a larger {param('top')}.")
+        return top, f"top={top} (asked)"
+    if d < TOP_AUTO_MIN_D or ends is None or needs_all or max(ends) > d // TOP_AUTO_FRACTION:
+        return None, ""
+    k = max(ends)
+    return k, (f"automatic: the fit windows end at rank {k} <= d/{TOP_AUTO_FRACTION} = {d // TOP_AUTO_FRACTION} "
+               f"(d >= {TOP_AUTO_MIN_D}); top=0 (--top 0) computes every eigenvalue")
 
 
 def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Report:

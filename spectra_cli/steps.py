@@ -29,13 +29,16 @@ from spectra_cli.inputs import Accumulated, Input
 CONTROL_MEMORY = 256 << 20
 
 
-def spectrum_of(first: Accumulated, *, centered: bool, ddof: int) -> Spectrum:
-    """The covariance (or uncentred second-moment) spectrum of the first pass."""
+def spectrum_of(first: Accumulated, *, centered: bool, ddof: int, top: int | None = None,
+                top_reason: str = "") -> Spectrum:
+    """The covariance (or uncentred second-moment) spectrum of the first pass (``top``: only the
+    leading eigenvalues, on the d x d route; the n x n route is exact and cheap already)."""
     if centered and not first.weighted and ddof >= first.n_rows:
         raise OptionError(f"{param('ddof', ddof)} must be less than the number of rows used ({first.n_rows}): "
                           "the covariance divides by n - ddof.")
     if first.moments is not None:
-        return spectrum_from_moments(first.moments, centered=centered, ddof=ddof, precision=first.precision)
+        return spectrum_from_moments(first.moments, centered=centered, ddof=ddof, precision=first.precision,
+                                     top=top, top_reason=top_reason)
     assert first.rows is not None
     return spectrum_from_rows(first.rows, first.weights, centered=centered, ddof=ddof, precision=first.precision)
 
@@ -85,7 +88,8 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
 def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,
                 scale: str | None = None, scale_value: float | None = None, isoscore: bool = False) -> Isotropy:
     note = DIRECTIONS_GRAM if first.rows is not None else DIRECTIONS_DXD
-    return isotropy_summary(main.resolved(), main.n_features, first.mean(), first.cosine, logz=logz, scale=scale,
+    return isotropy_summary(main.resolved(), main.n_features, first.mean(), first.cosine, total=main.total_variance,
+                            logz=logz, scale=scale,
                             scale_value=scale_value, with_isoscore=isoscore, directions_note=note)
 
 

@@ -278,11 +278,12 @@ class Isotropy:
 
 def summary(
     spectrum_eigenvalues: np.ndarray, d: int, moments_mean: np.ndarray | None, cos: CosineAccumulator | None,
-    *, logz: LogZAccumulator | None = None, scale: str | None = None, scale_value: float | None = None,
-    with_isoscore: bool = False, directions_note: str | None = None,
+    *, total: float | None = None, logz: LogZAccumulator | None = None, scale: str | None = None,
+    scale_value: float | None = None, with_isoscore: bool = False, directions_note: str | None = None,
 ) -> Isotropy:
+    """``total``: the sum of all eigenvalues when ``spectrum_eigenvalues`` holds only the leading ones."""
     lam = np.clip(spectrum_eigenvalues, 0.0, None)
-    total = float(lam.sum())
+    total = float(lam.sum()) if total is None else total
     pi = pis = lo = hi = None
     if logz is not None:
         pi, pis, lo, hi = logz.result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +19,18 @@ DEFINITIONS = {
     "numerical_rank": "eigenvalues above the numerical floor",
     "k90": "smallest k whose cumulative explained variance reaches 0.90 (k95, k99 likewise)",
     "floors": "eigenvalues at or below the numerical floor count as 0 in every rank",
+    "top_k": "with only the leading k of d eigenvalues (--top): the participation ratio and stable rank are "
+    "exact (from tr C and ||C||_F^2); the entropy rank is bounded: the other d - k eigenvalues hold the rest of "
+    "the trace, each at most lambda_k, and the entropy is largest when they share it equally and smallest when "
+    "it is packed into as few as possible; RankMe is not available; numerical_rank and k90/k95/k99 are exact when "
+    "reached within k, else lower bounds",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class EffectiveRanks:
     participation_ratio: float
-    entropy_rank: float
+    entropy_rank: float | None
     rankme: float | None
     stable_rank: float
     numerical_rank: int
@@ -32,11 +38,17 @@ class EffectiveRanks:
     k95: int | None
     k99: int | None
     rankme_source: str | None = None
+    #: On the top-k route: each rank's status (``exact``, ``bounded``, ``lower bound``, ``not available``)
+    #: and the interval of the bounded ones; None when every eigenvalue was computed.
+    exactness: dict[str, str] | None = None
+    bounds: dict[str, tuple[float, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "participation_ratio": self.participation_ratio,
             "entropy_rank": self.entropy_rank,
+            "exactness": self.exactness,
+            "bounds": {k: list(v) for k, v in self.bounds.items()} if self.bounds is not None else None,
             "rankme": self.rankme,
             "rankme_source": self.rankme_source,
             "stable_rank": self.stable_rank,
@@ -78,3 +90,31 @@ def rankme(second_moment_eigenvalues: np.ndarray, floor: float) -> float:
         return 0.0
     p = sigma / total + RANKME_EPS
     return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def _plogp(mass: float, total: float) -> float:
+    q = mass / total
+    return -q * math.log(q) if q > 0 else 0.0
+
+
+def entropy_rank_bounds(leading: np.ndarray, trace: float, d: int) -> tuple[float, float]:
+    """The interval of the entropy rank given the leading k eigenvalues (descending, resolved)
+    and the trace over all d.
+
+    The other d - k eigenvalues hold ``M = trace - sum(leading)``, each in ``[0, lambda_k]``. The
+    entropy is Schur-concave, so it is largest when they share M equally and smallest when M is
+    packed into ``floor(M / lambda_k)`` eigenvalues equal to ``lambda_k`` and one remainder."""
+    lam = leading[leading > 0]
+    if trace <= 0 or not lam.size:
+        return 0.0, 0.0
+    known = float(sum(_plogp(float(v), trace) for v in lam))
+    rest = max(trace - float(lam.sum()), 0.0)
+    others = d - leading.size
+    if rest <= 0 or others <= 0:
+        return math.exp(known), math.exp(known)
+    hi = known + others * _plogp(rest / others, trace)
+    last = float(lam[-1])
+    full = min(int(rest // last), others)
+    remainder = max(rest - full * last, 0.0)
+    lo = known + full * _plogp(last, trace) + (_plogp(remainder, trace) if full < others else 0.0)
+    return math.exp(lo), math.exp(hi)

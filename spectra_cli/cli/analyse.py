@@ -68,6 +68,10 @@ def fit(
     rankme: Annotated[bool | None, typer.Option("--rankme/--no-rankme", help="RankMe's second (uncentred) "
                                                 "eigendecomposition: default only when cheap (d <= 2048).",
                                                 show_default=False)] = None,
+    top: Annotated[int | None, typer.Option(
+        "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of "
+        "the full decomposition); 0: all. Default: automatic when d >= 4096 and every --window ends at or "
+        "below d/16.", show_default=False)] = None,
     counting: Annotated[list[float] | None, typer.Option("--counting", metavar="EPS", help="N(eps) = "
                                                          "#{lambda_j >= eps} (repeatable).")] = None,
     capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
@@ -88,6 +92,7 @@ def fit(
     Examples:
       spectra fit acts.npy --window 11:200 --json | jq .fit.alpha
       spectra fit emb.parquet --column emb --window auto --ci --plot spectrum.png
+      spectra fit mlp_acts.npy --window 11:1049 --top 2000
     """
     from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
@@ -102,7 +107,7 @@ def fit(
             counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, rankme=rankme, progress=progress, **read_arguments(locals()))
+            isoscore=isoscore, rankme=rankme, top=top, progress=progress, **read_arguments(locals()))
     if plot is not None:
         from spectra_cli.render.plot import plot_report
 
@@ -113,6 +118,9 @@ def fit(
 @app.command()
 def spectrum(
     path: Path,
+    top: Annotated[int | None, typer.Option(
+        "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of "
+        "the full decomposition); the total variance stays exact. Default: all.", show_default=False)] = None,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     logits: Logits = None, temperature: Temperature = 1.0,
@@ -129,12 +137,13 @@ def spectrum(
     Examples:
       spectra spectrum dump.npy --json > spectrum.json
       spectra spectrum 'shards/*.parquet' --precision float32
+      spectra spectrum mlp_acts.npy --top 1000
     """
     from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
 
     with LazyProgress(f"reading {path}") as progress:
-        report = api.spectrum(path, progress=progress, **read_arguments(locals()))
+        report = api.spectrum(path, top=top, progress=progress, **read_arguments(locals()))
     emit(report.to_dict(), json)
 
 

@@ -57,10 +57,14 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         eig.add_row(str(i + 1), _fmt(lam), f"{(r or 0) * 100:.2f}%", f"{cum * 100:.2f}%")
     parts.append(eig)
     parts.append(_kv("", [
-        ("k90 / k95 / k99", f"{_fmt(sp['k90'])} / {_fmt(sp['k95'])} / {_fmt(sp['k99'])}"),
+        ("k90 / k95 / k99", " / ".join(f"> {sp['top_k']['k']}" if sp[k] is None and sp.get("top_k") else _fmt(sp[k])
+                                       for k in ("k90", "k95", "k99"))),
         ("numerical floor", f"{_fmt(sp['numerical_floor'])}  ((d + sqrt(b)) * eps * lambda_1)"),
         ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
         ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']})"),
+        *([("computed", f"the leading {tk['k']} of {sp['n_features']} (block Lanczos, Krylov dimension "
+                        f"{tk['krylov_dimension']}, relative error bound {_fmt(tk['relative_error_bound'], 2)}); "
+                        f"{tk['requested']}")] if (tk := sp.get("top_k")) else []),
     ]))
     fits = doc.get("fits") or []
     if fits:
@@ -109,13 +113,18 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         ]))
     rank = doc.get("rank")
     if rank:
-        parts.append(_kv("Effective rank", [
-            ("participation_ratio", rank["participation_ratio"]),
-            ("entropy_rank", rank["entropy_rank"]),
-            ("rankme", rank["rankme"]),
-            ("stable_rank", rank["stable_rank"]),
-            ("numerical_rank", rank["numerical_rank"]),
-        ]))
+        bounds, exact = rank.get("bounds") or {}, rank.get("exactness") or {}
+
+        def shown(name: str) -> Any:
+            if name in bounds:
+                lo, hi = bounds[name]
+                return f"{_fmt(lo)} .. {_fmt(hi)} ({exact.get(name, 'bounded')})"
+            value = rank[name]
+            status = exact.get(name, "exact")
+            return value if status == "exact" else f"{_fmt(value)} ({status})"
+
+        parts.append(_kv("Effective rank", [(name, shown(name)) for name in (
+            "participation_ratio", "entropy_rank", "rankme", "stable_rank", "numerical_rank")]))
     iso = doc.get("isotropy")
     wh = doc.get("whitening")
     if iso and wh:

@@ -243,7 +243,7 @@ def test_one_decomposition_per_spectrum_unless_rankme_is_asked_for(monkeypatch):
     Y = powerlaw_matrix(400, 24, 1.0, seed=2)
     rep = spectra.fit(Y)
     assert rep.rank.rankme is None and "eigen_uncentered_s" not in rep.timings
-    assert rep.to_dict()["rank"]["rankme_source"].startswith("not computed: d = 24 > 16")
+    assert rep.to_dict()["rank"]["rankme_source"].startswith("not computed: it would need a second 24 x 24")
     assert rep.timings["peak_bytes_estimate"] == 8.0 * 24 * 24 * 3
     asked = spectra.fit(Y, rankme=True)
     s = np.linalg.svd(Y, compute_uv=False)  # RankMe on the singular values of the uncentred rows
@@ -251,7 +251,9 @@ def test_one_decomposition_per_spectrum_unless_rankme_is_asked_for(monkeypatch):
     assert asked.rank.rankme == pytest.approx(float(np.exp(-(p * np.log(p)).sum())), rel=1e-9)
     assert "eigen_uncentered_s" in asked.timings
     assert spectra.fit(Y, centered=False).rank.rankme == pytest.approx(asked.rank.rankme, rel=1e-12)
-    assert spectra.fit(Y[:20]).rank.rankme is not None  # the n x n route: the second one is cheap
+    assert spectra.fit(Y[:12]).rank.rankme is not None  # the n x n route, 12 x 12: the second one is cheap
+    wide = np.hstack([Y[:20], Y[:20]])  # the n x n route, 20 x 20: as wide as the limit allows
+    assert spectra.fit(wide, window="1:5").rank.rankme is None
 
 
 def test_the_effective_sample_size_of_weighted_rows_is_kish():

@@ -1,0 +1,186 @@
+"""The wide-matrix routes: the two-stage eigensolver, the leading eigenvalues by block Lanczos,
+and the ranks that the top-k route states as exact, bounded or not available (issue 13)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli import eigensolver
+from spectra_cli.analysis.rank import entropy_rank, entropy_rank_bounds
+from spectra_cli.errors import OptionError
+
+
+def noisy_powerlaw(n: int, d: int, alpha: float, seed: int) -> np.ndarray:
+    """Rows whose covariance eigenvalues fall as j^-alpha, with Marchenko-Pastur noise on top."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)) * np.arange(1, d + 1) ** (-alpha / 2)
+
+
+X = noisy_powerlaw(1500, 400, 1.0, seed=3)
+C = np.cov(X, rowvar=False)
+FULL = np.linalg.eigvalsh(C)[::-1]
+
+
+def test_the_two_stage_driver_gives_numpys_eigenvalues(monkeypatch):
+    monkeypatch.setattr(eigensolver, "TWO_STAGE_MIN_D", 50)
+    if eigensolver._two_stage() is None:
+        pytest.skip("this numpy's LAPACK has no dsyevd_2stage")
+    assert eigensolver.solver_name(400).startswith("LAPACK dsyevd_2stage")
+    work = C.copy()
+    lam = eigensolver.eigvalsh(work, overwrite=True)
+    np.testing.assert_allclose(lam, np.linalg.eigvalsh(C), rtol=0, atol=1e-13 * FULL[0])
+    assert np.all(np.diff(lam) >= 0)
+    np.testing.assert_allclose(eigensolver.eigvalsh(C), lam, rtol=0, atol=0)  # a copy, C untouched
+    np.testing.assert_array_equal(C, np.cov(X, rowvar=False))
+    rep = spectra.spectrum(X)
+    assert rep.spectrum.method.startswith("LAPACK dsyevd_2stage")
+    np.testing.assert_allclose(rep.spectrum.eigenvalues, FULL, rtol=0, atol=1e-13 * FULL[0])
+
+
+def test_without_a_two_stage_driver_numpy_decides(monkeypatch):
+    monkeypatch.setattr(eigensolver, "TWO_STAGE_MIN_D", 50)
+    monkeypatch.setattr(eigensolver, "_two_stage", lambda: None)
+    assert eigensolver.solver_name(400) == eigensolver.ONE_STAGE
+    np.testing.assert_array_equal(eigensolver.eigvalsh(C), np.linalg.eigvalsh(C))
+    assert spectra.spectrum(X).spectrum.method.startswith("numpy.linalg.eigvalsh")
+
+
+@pytest.mark.parametrize("k", [1, 10, 40])
+def test_the_leading_eigenvalues_equal_the_full_decomposition(k):
+    found = eigensolver.top_eigenvalues(C, k)
+    assert found is not None
+    np.testing.assert_allclose(found.values, FULL[:k], rtol=1e-10, atol=0)
+    assert found.max_relative_bound <= 1e-12
+    assert found.dimension < 400  # fewer directions than the matrix has
+
+
+def test_repeated_and_missing_eigenvalues_converge():
+    rng = np.random.default_rng(7)
+    q, _ = np.linalg.qr(rng.standard_normal((300, 300)))
+    lam = np.concatenate([[5.0] * 4, [2.0] * 3, np.linspace(1.0, 0.5, 13), np.zeros(280)])  # rank 20
+    A = (q * lam) @ q.T
+    A = (A + A.T) / 2
+    found = eigensolver.top_eigenvalues(A, 30)
+    assert found is not None
+    np.testing.assert_allclose(found.values[:20], lam[:20], rtol=1e-10)
+    assert np.all(np.abs(found.values[20:]) <= 300 * np.finfo(float).eps * 5.0)  # zeros, within the floor
+
+
+def test_spectrum_top_lists_the_leading_values_with_the_exact_total():
+    full = spectra.spectrum(X)
+    top = spectra.spectrum(X, top=30)
+    assert top.spectrum.top is not None and top.spectrum.top.k == 30
+    assert top.spectrum.eigenvalues.size == 30
+    np.testing.assert_allclose(top.spectrum.eigenvalues, full.spectrum.eigenvalues[:30], rtol=1e-10)
+    assert top.spectrum.total_variance == pytest.approx(np.trace(C), rel=1e-12)
+    np.testing.assert_allclose(top.spectrum.explained_variance_ratio(),
+                               full.spectrum.explained_variance_ratio()[:30], rtol=1e-10)
+    doc = top.to_dict()["spectrum"]
+    assert doc["top_k"]["k"] == 30 and doc["top_k"]["requested"] == "top=30 (asked)"
+    assert doc["top_k"]["relative_error_bound"] <= 1e-12
+    assert doc["method"].startswith("the leading 30 of 400 eigenvalues by block Lanczos")
+    assert full.to_dict()["spectrum"]["top_k"] is None
+    # k90 lies past the 30 computed: unknown, not the last rank
+    assert full.spectrum.k_for(0.9) > 30 and doc["k90"] is None
+    assert doc["k99"] is None and spectra.spectrum(X, top=0).spectrum.top is None
+
+
+def test_fit_on_the_top_k_route_matches_the_full_one_and_marks_each_rank():
+    full = spectra.fit(X, window="11:40")
+    top = spectra.fit(X, window="11:40", top=45)
+    assert top.spectrum.top is not None
+    assert top.fit.alpha == pytest.approx(full.fit.alpha, rel=1e-9)
+    r, f = top.rank, full.rank
+    assert r.participation_ratio == pytest.approx(f.participation_ratio, rel=1e-10)
+    assert r.stable_rank == pytest.approx(f.stable_rank, rel=1e-10)
+    assert r.entropy_rank is None and r.rankme is None
+    lo, hi = r.bounds["entropy_rank"]
+    assert lo <= f.entropy_rank <= hi
+    assert r.exactness == {"participation_ratio": "exact", "stable_rank": "exact", "entropy_rank": "bounded",
+                           "rankme": "not available", "numerical_rank": "lower bound", "k90": "lower bound",
+                           "k95": "lower bound", "k99": "lower bound"}
+    assert r.bounds["numerical_rank"] == (45.0, 400.0) and r.bounds["k90"] == (46.0, 400.0)
+    assert "not available" in r.rankme_source
+    assert top.isotropy.top_pc_share == pytest.approx(full.isotropy.top_pc_share, rel=1e-10)
+    assert f.exactness is None and full.to_dict()["rank"]["bounds"] is None
+    m = top.spectrum.top.dimension + top.spectrum.top.block
+    assert top.timings["peak_bytes_estimate"] == 8.0 * (400 * 400 * 2 + 400 * m + m * m)
+
+
+def test_entropy_rank_bounds_are_attained_by_the_extreme_tails():
+    lead = np.array([10.0, 6.0, 3.0, 2.0])
+    d, rest = 20, 9.0  # 16 more eigenvalues, each at most 2, holding 9
+    lo, hi = entropy_rank_bounds(lead, float(lead.sum() + rest), d)
+    spread = np.concatenate([lead, np.full(16, rest / 16)])
+    packed = np.concatenate([lead, [2.0] * 4, [1.0], np.zeros(11)])
+    assert hi == pytest.approx(entropy_rank(spread), rel=1e-12)
+    assert lo == pytest.approx(entropy_rank(packed), rel=1e-12)
+    rng = np.random.default_rng(1)
+    for _ in range(50):  # any tail within the constraints lies between
+        tail = rng.dirichlet(np.full(16, 0.3)) * rest
+        if tail.max() <= 2.0:
+            assert lo - 1e-12 <= entropy_rank(np.concatenate([lead, tail])) <= hi + 1e-12
+    assert entropy_rank_bounds(lead, float(lead.sum()), 4) == pytest.approx((entropy_rank(lead),) * 2)
+
+
+def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch):
+    import spectra_cli.eigen as eigen
+
+    monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 256)
+    auto = spectra.fit(X, window="11:20")
+    assert auto.spectrum.top is not None and auto.spectrum.top.k == 20
+    assert auto.spectrum.top.requested.startswith("automatic: the fit windows end at rank 20 <= d/16 = 25")
+    for kwargs in ({"window": "11:30"}, {}, {"window": "auto"}, {"window": "11:20", "density": True},
+                   {"window": "11:20", "top": 0}, {"window": "11:20", "rankme": True}):
+        assert spectra.fit(X, **kwargs).spectrum.top is None, kwargs
+    monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 4096)
+    assert spectra.fit(X, window="11:20").spectrum.top is None
+
+
+def test_past_d_over_8_the_full_decomposition_is_made():
+    rep = spectra.spectrum(X, top=60)
+    assert rep.spectrum.top is None and rep.spectrum.eigenvalues.size == 400
+    assert "top=60 asked, but past d/8 = 50 the full decomposition is cheaper" in rep.spectrum.method
+
+
+def test_the_n_by_n_route_ignores_top():
+    rep = spectra.spectrum(X[:50], top=5)
+    assert rep.spectrum.top is None and "Gram" in rep.spectrum.method
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"top": -1}, "top=-1 must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
+    ({"top": True}, "top=True must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
+    ({"top": "5"}, "top='5' must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
+    ({"top": 20, "window": "11:20", "density": True},
+     "top=20 computes only the leading eigenvalues, but density needs all of them; drop one or the other."),
+    ({"top": 20, "window": "11:20", "isoscore": True, "shuffled_control": True},
+     "top=20 computes only the leading eigenvalues, but shuffled_control, isoscore need all of them; drop one or "
+     "the other."),
+    ({"top": 20, "window": "11:30"}, "top=20 computes 20 eigenvalues, but a window reaches rank 30; give a larger "
+                                     "top."),
+    ({"top": 20}, "top=20 computes 20 eigenvalues, but the default window 11..floor(d/10) reaches rank 40; give "
+                  "window or a larger top."),
+])
+def test_top_errors_name_the_conflict(kwargs, message):
+    with pytest.raises(OptionError) as exc:
+        spectra.fit(X, **kwargs)
+    assert str(exc.value) == message
+
+
+def test_bounds_hold_for_a_slow_flat_spectrum():
+    """White noise: the leading eigenvalues are crowded (the hardest case for Krylov methods)."""
+    W = np.random.default_rng(11).standard_normal((2000, 300))
+    A = np.cov(W, rowvar=False)
+    full = np.linalg.eigvalsh(A)[::-1]
+    found = eigensolver.top_eigenvalues(A, 20)
+    if found is None:  # the cap came first: the caller falls back to the full decomposition
+        rep = spectra.spectrum(W, top=20)
+        assert rep.spectrum.top is None and "reached its cap" in rep.spectrum.method
+        return
+    np.testing.assert_allclose(found.values, full[:20], rtol=1e-10)
+    assert math.isfinite(found.max_relative_bound)

@@ -65,9 +65,9 @@ def fit(
     partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
                                                      "(a second streamed pass).")] = False,
     isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
-    rankme: Annotated[bool | None, typer.Option("--rankme/--no-rankme", help="RankMe's second (uncentred) "
-                                                "eigendecomposition: default only when cheap (d <= 2048).",
-                                                show_default=False)] = None,
+    rankme: Annotated[bool | None, typer.Option(
+        "--rankme/--no-rankme", help="RankMe's second (uncentred) eigendecomposition: default only when cheap "
+        "(the matrix decomposed at most 1024 wide).", show_default=False)] = None,
     top: Annotated[int | None, typer.Option(
         "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of "
         "the full decomposition); 0: all. Default: automatic when d >= 4096 and every --window ends at or "

@@ -179,3 +179,30 @@ def test_identical_rows_keep_mean_cosine_at_most_one(cli, tmp_path, validate):
     doc = r.json()
     validate(doc)
     assert doc["isotropy"]["mean_cosine"] == 1.0
+
+
+def test_top_k_from_the_command_line(cli, npy, validate):
+    X = np.random.default_rng(3).standard_normal((1500, 400)) * np.arange(1, 401) ** -0.5
+    path = npy(X)
+    r = cli("fit", path, "--window", "11:40", "--top", "45", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    validate(doc)
+    full = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    np.testing.assert_allclose(doc["spectrum"]["eigenvalues"], full[:45], rtol=1e-10)
+    assert doc["spectrum"]["top_k"]["k"] == 45 and doc["rank"]["entropy_rank"] is None
+    assert doc["rank"]["exactness"]["participation_ratio"] == "exact"
+    lo, hi = doc["rank"]["bounds"]["entropy_rank"]
+    q = full / full.sum()
+    assert lo <= float(np.exp(-np.sum(q * np.log(q)))) <= hi
+    table = cli("fit", path, "--window", "11:40", "--top", "45").stdout
+    assert "the leading 45 of 400 (block Lanczos" in table and "(bounded)" in table and "> 45" in table
+    spec = cli("spectrum", path, "--top", "10", "--json")
+    assert spec.exit_code == 0 and len(spec.json()["spectrum"]["eigenvalues"]) == 10
+    validate(spec.json())
+    bad = cli("fit", path, "--window", "11:40", "--top", "45", "--density")
+    assert bad.exit_code == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == ("error: --top 45 computes only the leading eigenvalues, but --density needs all "
+                                  "of them; drop one or the other.")
+    bad = cli("fit", path, "--top", "-3")
+    assert bad.exit_code == 2 and "--top -3 must be 0 (every eigenvalue) or a positive number" in bad.stderr

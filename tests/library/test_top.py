@@ -39,6 +39,8 @@ def test_the_two_stage_driver_gives_numpys_eigenvalues(monkeypatch):
     rep = spectra.spectrum(X)
     assert rep.spectrum.method.startswith("LAPACK dsyevd_2stage")
     np.testing.assert_allclose(rep.spectrum.eigenvalues, FULL, rtol=0, atol=1e-13 * FULL[0])
+    # in place: the moments and the covariance are the only d x d matrices alive
+    assert spectra.fit(X, rankme=False).timings["peak_bytes_estimate"] == 8.0 * 400 * 400 * 2
 
 
 def test_without_a_two_stage_driver_numpy_decides(monkeypatch):

@@ -124,7 +124,8 @@ class Moments:
         # the rounding residual r (about eps * |mean|): keep r as the offset and centre m2 on it.
         # (xc carries sqrt(w) when weighted, so sum sqrt(w) xc = sum w (x - origin).)
         r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
-        m2 = m2 - np.outer(r, r * W)
+        root = r * np.sqrt(W)
+        m2 = m2 - np.outer(root, root)  # u u^T: exactly symmetric, as the product is
         return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64))
 
     @classmethod
@@ -182,8 +183,10 @@ class Moments:
             # subtraction below would lose more than one bit there, so centre exactly.
             return cls.from_block(X, w, precision=precision)
         m2 = raw  # a view of G: corrected in place, so no d x d temporary is made
-        _sub_outer(m2, sums, delta)
-        _symmetrize(m2)  # BLAS fills one triangle of A^T A exactly; keep the result symmetric
+        # BLAS's syrk makes A^T A exactly symmetric; subtracting u u^T (u_i u_j == u_j u_i in floating
+        # point) keeps it so, with no pass to symmetrise it afterwards
+        root = sums / np.sqrt(W)
+        _sub_outer(m2, root, root)
         return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift)
 
     def merge(self, other: Moments, *, reuse: bool = False) -> Moments:
@@ -216,7 +219,8 @@ class Moments:
             m2 += m2b
         else:
             m2 = m2a + m2b
-        _sub_outer(m2, -delta, delta * (Wa * Wb / W))  # m2 += outer(delta, c delta), in row blocks
+        root = delta * np.sqrt(Wa * Wb / W)
+        _sub_outer(m2, -root, root)  # m2 += c delta delta^T as u u^T (exactly symmetric), in row blocks
         return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean_rel, m2, scale, weighted,
                        rows, origin)
 
@@ -241,20 +245,6 @@ def _sub_outer(m: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
     """``m -= outer(u, v)`` in place, a block of rows at a time."""
     for i in range(0, m.shape[0], _ROWS):
         m[i:i + _ROWS] -= np.outer(u[i:i + _ROWS], v)
-
-
-def _symmetrize(m: np.ndarray) -> None:
-    """``m = (m + m.T) * 0.5`` in place (the same arithmetic, element by element), by block pairs."""
-    d = m.shape[0]
-    for i in range(0, d, _ROWS):
-        I = slice(i, i + _ROWS)  # noqa: E741 - the block's rows, as in the formula
-        diag = m[I, I]
-        m[I, I] = (diag + diag.T) * 0.5
-        for j in range(i + _ROWS, d, _ROWS):
-            J = slice(j, j + _ROWS)
-            avg = (m[I, J] + m[J, I].T) * 0.5
-            m[I, J] = avg
-            m[J, I] = avg.T
 
 
 def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:

@@ -126,7 +126,7 @@ def spectrum(
         first = inp.first_pass(progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=top or None,
-                           top_reason=f"top={top} (asked)")
+                           top_reason=f"asked: top={top} (--top {top})")
         clock.mark("eigen_s")
     clock.mark("analysis_s")
     return assemble("spectrum", inp, first, main, options=inp.options_report(),
@@ -461,7 +461,7 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
         elif max(ends) > top:
             raise OptionError(f"{param('top', top)} computes {top} eigenvalues, but a window reaches rank "
                               f"{max(ends)}; give a larger {param('top')}.")
-        return top, f"top={top} (asked)"
+        return top, f"asked: top={top} (--top {top})"
     if d < TOP_AUTO_MIN_D or ends is None or needs_all or max(ends) > d // TOP_AUTO_FRACTION:
         return None, ""
     k = max(ends)

@@ -27,7 +27,8 @@ NEAR_NULL_GAP = 1e-4
 
 
 #: The top-k route is taken automatically from this width up, when the fit windows end at or
-#: below d / TOP_AUTO_FRACTION (measured: at d = 4,096 the leading 256 take 3.8 s against 7.3 s).
+#: below d / TOP_AUTO_FRACTION (measured with bench/bench_wide.py: at d = 4,096 the leading 256 took
+#: 3.2 s against 7.6 s for eigvalsh; at d = 2,048 the leading 128 took longer than all 2,048).
 TOP_AUTO_MIN_D = 4096
 TOP_AUTO_FRACTION = 16
 #: Past d / TOP_MAX_FRACTION leading eigenvalues, the full decomposition is the cheaper one.
@@ -239,8 +240,8 @@ def spectrum_from_moments(
     method = f"{solver_name(d)} of the d x d matrix from streamed block moments (Chan et al. merge)"
     top_info = None
     if top is not None and top > d // TOP_MAX_FRACTION:
-        method += (f"; top={top} asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} the full "
-                   "decomposition is cheaper")
+        method += (f"; top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
+                   "the full decomposition is cheaper")
         top = None
     lam_scaled = None
     if top is not None:
@@ -248,14 +249,16 @@ def spectrum_from_moments(
 
         found = top_eigenvalues(C, top)
         if found is None:
-            method += f"; top={top}: the Krylov subspace reached its cap before converging, so all d were computed"
+            method += (f"; top={top} (--top {top}): the Krylov subspace reached its cap before converging, so all d "
+                       "were computed")
         else:
             trace = float(np.trace(C))
             frob = float(np.vdot(C, C))
             lam_scaled = found.values
             top_info = TopK(k=top, trace=trace * factor, participation_ratio=trace * trace / frob if frob > 0 else 0.0,
                             dimension=found.dimension, block=found.block, seed=found.seed,
-                            relative_bound=found.max_relative_bound, requested=top_reason or f"top={top}")
+                            relative_bound=found.max_relative_bound,
+                            requested=top_reason or f"asked: top={top} (--top {top})")
             method = (f"the leading {top} of {d} eigenvalues by block Lanczos (Krylov dimension {found.dimension}) "
                       "of the d x d matrix from streamed block moments (Chan et al. merge)")
     if lam_scaled is None:

@@ -82,7 +82,7 @@ def test_spectrum_top_lists_the_leading_values_with_the_exact_total():
     np.testing.assert_allclose(top.spectrum.explained_variance_ratio(),
                                full.spectrum.explained_variance_ratio()[:30], rtol=1e-10)
     doc = top.to_dict()["spectrum"]
-    assert doc["top_k"]["k"] == 30 and doc["top_k"]["requested"] == "top=30 (asked)"
+    assert doc["top_k"]["k"] == 30 and doc["top_k"]["requested"] == "asked: top=30 (--top 30)"
     assert doc["top_k"]["relative_error_bound"] <= 1e-12
     assert doc["method"].startswith("the leading 30 of 400 eigenvalues by block Lanczos")
     assert full.to_dict()["spectrum"]["top_k"] is None
@@ -146,7 +146,7 @@ def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch
 def test_past_d_over_8_the_full_decomposition_is_made():
     rep = spectra.spectrum(X, top=60)
     assert rep.spectrum.top is None and rep.spectrum.eigenvalues.size == 400
-    assert "top=60 asked, but past d/8 = 50 the full decomposition is cheaper" in rep.spectrum.method
+    assert "top=60 (--top 60) asked, but past d/8 = 50 the full decomposition is cheaper" in rep.spectrum.method
 
 
 def test_the_n_by_n_route_ignores_top():

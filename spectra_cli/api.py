@@ -414,11 +414,7 @@ def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) ->
     if main is not None and main.top is not None:
         m = main.top.dimension + main.top.block
         return 8.0 * (d * d * (2 + groups) + d * m + m * m)
-    from spectra_cli.eigensolver import TWO_STAGE
-
-    # numpy's eigvalsh copies its input; the two-stage driver works in the covariance itself
-    base = 2 if main is not None and main.method.startswith(TWO_STAGE) else 3
-    return 8.0 * d * d * (base + groups + (1 if second else 0))
+    return 8.0 * d * d * (3 + groups + (1 if second else 0))
 
 
 def _check_top(top: Any) -> int | None:

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.eigensolver import eigvalsh, solver_name
 from spectra_cli.errors import InputError
 from spectra_cli.moments import Moments
 
@@ -228,7 +227,7 @@ def spectrum_from_moments(
     m: Moments, *, centered: bool = True, ddof: int = 1, precision: str = "float64", top: int | None = None,
     top_reason: str = "",
 ) -> Spectrum:
-    """Eigenvalues of the d x d matrix accumulated in ``m`` (:func:`spectra_cli.eigensolver.eigvalsh`).
+    """Eigenvalues of the d x d matrix accumulated in ``m`` (LAPACK syevd via numpy).
 
     ``top``: only the leading ``top`` eigenvalues, by block Lanczos
     (:func:`spectra_cli.eigensolver.top_eigenvalues`), with the trace and the Frobenius norm
@@ -237,7 +236,7 @@ def spectrum_from_moments(
     C = m.second_moment_matrix(centered=centered, ddof=ddof)
     d = m.d
     factor = m.scale * m.scale
-    method = f"{solver_name(d)} of the d x d matrix from streamed block moments (Chan et al. merge)"
+    method = "eigvalsh of the d x d matrix from streamed block moments (Chan et al. merge)"
     top_info = None
     if top is not None and top > d // TOP_MAX_FRACTION:
         method += (f"; top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
@@ -262,7 +261,7 @@ def spectrum_from_moments(
             method = (f"the leading {top} of {d} eigenvalues by block Lanczos (Krylov dimension {found.dimension}) "
                       "of the d x d matrix from streamed block moments (Chan et al. merge)")
     if lam_scaled is None:
-        lam_scaled = eigvalsh(C, overwrite=True)
+        lam_scaled = np.linalg.eigvalsh(C)
     del C
     lam = _finish(lam_scaled, factor)
     floor = floor_for(lam, d, m.block_rows, precision)
@@ -319,7 +318,7 @@ def spectrum_from_rows(
         G = (A32 @ A32.T).astype(np.float64)
     else:
         G = A @ A.T
-    lam = _finish(eigvalsh(G / denom, overwrite=True), scale * scale)
+    lam = _finish(np.linalg.eigvalsh(G / denom), scale * scale)
     floor = floor_for(lam, d, d, precision)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos
     return Spectrum(
@@ -331,7 +330,7 @@ def spectrum_from_rows(
         numerical_floor=floor,
         sampling_rank=max(min(sampling, d), 0),
         structural_zeros=d - n,
-        method=f"{solver_name(n)} of the n x n Gram matrix (n < d)",
+        method="eigvalsh of the n x n Gram matrix (n < d)",
     )
 
 

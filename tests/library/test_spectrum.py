@@ -72,7 +72,7 @@ def test_api_takes_the_gram_route_when_n_below_d():
     rng = np.random.default_rng(4)
     X = rng.standard_normal((50, 200))
     rep = api.spectrum(X)
-    assert "of the n x n Gram matrix" in rep.spectrum.method
+    assert rep.spectrum.method.startswith("eigvalsh of the n x n Gram")
     np.testing.assert_allclose(rep.spectrum.eigenvalues[:49], reference_eigenvalues(X)[:49], rtol=1e-9)
     assert rep.spectrum.numerical_rank == 49
     assert any("structural zeros" in w for w in rep.warnings)

@@ -1,5 +1,5 @@
-"""The wide-matrix routes: the two-stage eigensolver, the leading eigenvalues by block Lanczos,
-and the ranks that the top-k route states as exact, bounded or not available (issue 13)."""
+"""The top-k route for wide matrices: the leading eigenvalues by block Lanczos, and the ranks it
+states as exact, bounded or not available (issue 13)."""
 
 from __future__ import annotations
 
@@ -23,32 +23,6 @@ def noisy_powerlaw(n: int, d: int, alpha: float, seed: int) -> np.ndarray:
 X = noisy_powerlaw(1500, 400, 1.0, seed=3)
 C = np.cov(X, rowvar=False)
 FULL = np.linalg.eigvalsh(C)[::-1]
-
-
-def test_the_two_stage_driver_gives_numpys_eigenvalues(monkeypatch):
-    monkeypatch.setattr(eigensolver, "TWO_STAGE_MIN_D", 50)
-    if eigensolver._two_stage() is None:
-        pytest.skip("this numpy's LAPACK has no dsyevd_2stage")
-    assert eigensolver.solver_name(400).startswith("LAPACK dsyevd_2stage")
-    work = C.copy()
-    lam = eigensolver.eigvalsh(work, overwrite=True)
-    np.testing.assert_allclose(lam, np.linalg.eigvalsh(C), rtol=0, atol=1e-13 * FULL[0])
-    assert np.all(np.diff(lam) >= 0)
-    np.testing.assert_allclose(eigensolver.eigvalsh(C), lam, rtol=0, atol=0)  # a copy, C untouched
-    np.testing.assert_array_equal(C, np.cov(X, rowvar=False))
-    rep = spectra.spectrum(X)
-    assert rep.spectrum.method.startswith("LAPACK dsyevd_2stage")
-    np.testing.assert_allclose(rep.spectrum.eigenvalues, FULL, rtol=0, atol=1e-13 * FULL[0])
-    # in place: the moments and the covariance are the only d x d matrices alive
-    assert spectra.fit(X, rankme=False).timings["peak_bytes_estimate"] == 8.0 * 400 * 400 * 2
-
-
-def test_without_a_two_stage_driver_numpy_decides(monkeypatch):
-    monkeypatch.setattr(eigensolver, "TWO_STAGE_MIN_D", 50)
-    monkeypatch.setattr(eigensolver, "_two_stage", lambda: None)
-    assert eigensolver.solver_name(400) == eigensolver.ONE_STAGE
-    np.testing.assert_array_equal(eigensolver.eigvalsh(C), np.linalg.eigvalsh(C))
-    assert spectra.spectrum(X).spectrum.method.startswith("numpy.linalg.eigvalsh")
 
 
 @pytest.mark.parametrize("k", [1, 10, 40])

@@ -125,7 +125,7 @@ class Moments:
         # (xc carries sqrt(w) when weighted, so sum sqrt(w) xc = sum w (x - origin).)
         r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
         root = r * np.sqrt(W)
-        m2 = m2 - np.outer(root, root)  # u u^T: exactly symmetric, as the product is
+        _sub_outer(m2, root, root)  # in place (m2 is ours), as u u^T: exactly symmetric, as the product is
         return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64))
 
     @classmethod

@@ -66,9 +66,10 @@ class MomentsState:
             if self._scratch is None or self._scratch.shape[0] < len(X):
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
             bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)
-        if self.moments.weight_sum == 0.0:  # the first block: own a copy (groups may share bm's buffer)
+        if self.moments.weight_sum == 0.0:  # the first block: own a copy when groups share bm's buffer
             self.moments = self.moments.merge(bm)
-            self.moments = replace(self.moments, m2=self.moments.m2.copy())
+            if self.n_groups:
+                self.moments = replace(self.moments, m2=self.moments.m2.copy())
         else:
             self.moments = self.moments.merge(bm, reuse=True)
         self.weight_sq_sum += float(len(X)) if w is None else float(np.dot(w, w))

@@ -50,14 +50,18 @@ def top_k(d: int) -> int:
 
 
 def make(path: Path, d: int) -> None:
+    """Written to a temporary name and renamed when complete: a run killed while writing must not
+    leave a file of zero rows that the next run takes for the data (it happened once)."""
     n = 2 * d
     rng = np.random.default_rng(0)
     scale = (np.arange(1, d + 1) ** -0.5).astype(np.float32)
-    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+    tmp = path.with_name(path.name + ".partial")
+    X = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, d))
     for lo in range(0, n, 4096):
         X[lo:lo + 4096] = rng.standard_normal((min(4096, n - lo), d), dtype=np.float32) * scale
     X.flush()
     del X
+    tmp.replace(path)
 
 
 def run(name: str, path: Path, d: int) -> tuple[float, float, dict[str, float]]:

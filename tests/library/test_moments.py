@@ -218,3 +218,63 @@ def test_accumulated_moments_are_exactly_symmetric_without_a_symmetrising_pass(p
         acc.update(X[i:i + 700], weights=None if w is None else w[i:i + 700])
     m2 = acc.moments.m2
     np.testing.assert_array_equal(m2, m2.T)
+
+
+@pytest.mark.parametrize("first_d", [0, 10**9])  # the drift tested before the product, or after it
+def test_a_block_of_identical_rows_makes_no_product_and_is_exact(monkeypatch, first_d):
+    """Zero padding after real rows: the block's centred moment is exactly zero, and the exact
+    path's product is never made (before, such a block cost two d x d products). From
+    DRIFT_TEST_FIRST_D features the drift is seen before the shifted product too, so none is made."""
+    rng = np.random.default_rng(3)
+    first = rng.standard_normal((300, 8)) + 5.0
+    pad = np.zeros((200, 8))
+    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", first_d)
+    monkeypatch.setattr(Moments, "from_block", classmethod(lambda *a, **k: pytest.fail("exact path taken")))
+    bm = Moments.from_block_shifted(pad, first.mean(axis=0), None)
+    assert bm.n == 200 and bm.weight_sum == 200.0 and not np.any(bm.m2)
+    np.testing.assert_array_equal(bm.mean, np.zeros(8))
+    const = np.tile(rng.standard_normal(8), (50, 1))
+    bm = Moments.from_block_shifted(const, first.mean(axis=0), rng.random(50))
+    assert not np.any(bm.m2)
+    np.testing.assert_array_equal(bm.mean, const[0])
+
+
+@pytest.mark.parametrize("first_d", [0, 10**9])
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_padded_stream_equals_numpy(precision, first_d, monkeypatch):
+    import spectra_cli as spectra
+
+    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", first_d)
+    rng = np.random.default_rng(4)
+    X = np.zeros((4000, 30))
+    X[:1000] = powerlaw_matrix(1000, 30, 1.0, seed=4) + 2.0  # then 3,000 rows of zero padding
+    X[2500:2600] = rng.standard_normal((100, 30))  # and a few real rows inside the padding
+    acc = spectra.Accumulator(30, precision=precision)
+    for i in range(0, 4000, 500):
+        acc.update(X[i:i + 500])
+    m = acc.moments
+    tol = 1e-12 if precision == "float64" else 1e-5  # float32 products: sums rounded to 2^-24
+    np.testing.assert_allclose(m.mean, X.mean(axis=0), rtol=tol)
+    ref = np.cov(X, rowvar=False, bias=True) * 4000
+    np.testing.assert_allclose(m.m2 * m.scale**2, ref, rtol=0, atol=tol * np.abs(ref).max())
+    np.testing.assert_array_equal(m.m2, m.m2.T)
+
+
+def test_a_drifted_block_is_centred_once_on_its_own_mean(monkeypatch):
+    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", 0)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((400, 6)) * [1, 2, 3, 4, 5, 6] + 1e3
+    calls: list[int] = []
+    exact = Moments.from_block.__func__  # type: ignore[attr-defined]
+
+    def counted(cls, *a, **k):
+        calls.append(1)
+        return exact(cls, *a, **k)
+
+    monkeypatch.setattr(Moments, "from_block", classmethod(counted))
+    scratch = np.empty((400, 7))
+    bm = Moments.from_block_shifted(X, np.zeros(6), None, out=scratch)
+    # one call, made before any shifted product: the scratch holds the rows centred on their own mean
+    assert len(calls) == 1
+    np.testing.assert_allclose(scratch[:, :6], X - X.mean(axis=0), atol=1e-9)
+    np.testing.assert_allclose(bm.m2, np.cov(X, rowvar=False, bias=True) * 400, rtol=1e-12)

@@ -267,7 +267,7 @@ def fit(
     if ci:
         clock.mark("analysis_s")
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,
-                               seed=ci_seed, warnings=warnings)
+                               seed=ci_seed, warnings=warnings, top=main.top is not None)
         clock.mark("bootstrap_s")
     if control is not None and control.meets_at_rank is not None and suite.fits:
         k2 = suite.fits[0].window.k_max
@@ -426,19 +426,6 @@ def _check_top(top: Any) -> int | None:
     return int(top)
 
 
-def _window_ends(opts: FitOptions) -> list[int] | None:
-    """The last rank of every window, or None when a window is the default or ``auto``."""
-    from spectra_cli.analysis.powerlaw import parse_window
-
-    ends = []
-    for text in opts.windows:
-        w = parse_window(text)
-        if w is None:
-            return None
-        ends.append(w[1])
-    return ends or None
-
-
 def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str]) -> tuple[int | None, str]:
     """How many leading eigenvalues ``fit`` computes (None: all) and why."""
     from spectra_cli.eigen import TOP_AUTO_FRACTION, TOP_AUTO_MIN_D
@@ -446,7 +433,7 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
     if top == 0 or first.moments is None:
         return None, ""
     d = first.moments.d
-    ends = _window_ends(opts)
+    ends = opts.window_ends
     if top is not None:
         if ends is None:
             need = d // 10 if not opts.windows else None

@@ -4,6 +4,7 @@ the isotropy summary and the bootstrap of the fits."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -94,9 +95,11 @@ def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | N
 
 
 def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, centered: bool, ddof: int,
-                   replicates: int, seed: int, warnings: list[str]) -> FitSuite:
-    """The basic bootstrap interval of each fit's alpha over the first pass's row-block groups."""
-    from spectra_cli.analysis.bootstrap import bootstrap_statistic, intervals
+                   replicates: int, seed: int, warnings: list[str], top: bool = False) -> FitSuite:
+    """The basic bootstrap interval of each fit's alpha over the first pass's row-block groups: one
+    decomposition per replicate serves every window. ``top``: the main spectrum took the top-k route,
+    so each replicate computes only the leading eigenvalues the windows reach, the same way."""
+    from spectra_cli.analysis.bootstrap import bootstrap_statistics, intervals
     from spectra_cli.analysis.powerlaw import fit_model, with_ci
 
     if first.moments is None:
@@ -109,13 +112,16 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
     groups = first.groups
     if len(groups) < 10:
         warnings.append(f"the bootstrap has only {len(groups)} groups of rows; the interval is coarse")
-    fits = []
-    for f in suite.fits:
-        def stat(lam: np.ndarray, window: Window = f.window) -> float:
-            return fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
 
-        values = bootstrap_statistic(groups, stat, centered=centered, ddof=ddof, replicates=replicates, seed=seed)
-        lo, hi, p_lo, p_hi, bias = intervals(values, f.alpha)
-        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, p_lo, p_hi, bias, int(np.isfinite(values).sum()),
-                                           len(groups), seed)))
+    def stat(window: Window) -> Callable[[np.ndarray], float]:
+        return lambda lam: fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
+
+    k = max(f.window.k_max for f in suite.fits) if top else None
+    values = bootstrap_statistics(groups, [stat(f.window) for f in suite.fits], centered=centered, ddof=ddof,
+                                  replicates=replicates, seed=seed, top=k)
+    fits = []
+    for f, v in zip(suite.fits, values, strict=True):
+        lo, hi, p_lo, p_hi, bias = intervals(v, f.alpha)
+        fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, p_lo, p_hi, bias, int(np.isfinite(v).sum()),
+                                           len(groups), seed, k)))
     return replace(suite, fits=tuple(fits))

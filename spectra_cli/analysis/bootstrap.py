@@ -1,77 +1,148 @@
 """Bootstrap over groups of row blocks, from moments kept during the one streaming pass.
 
-Each group's moments are turned into sums about a common shift (``W``, ``sum w (x - s)``,
+Each group's moments are turned into sums about a common centre (``W``, ``sum w (x - s)``,
 ``sum w (x - s)(x - s)^T``); a replicate draws the groups with replacement (multinomial
-counts), adds the sums, rebuilds the covariance, and refits on the same window. Nothing
-is re-read. Cost per replicate: one ``G x d^2`` product and one ``d x d`` eigvalsh.
+counts), adds the sums, rebuilds the covariance, and refits every window on it. Nothing is
+re-read. Cost per replicate: reading the drawn groups' ``d x d`` matrices once, one
+``G x d`` by ``d x G`` product, and one decomposition (``eigvalsh``, or the leading eigenvalues
+by block Lanczos when the main spectrum took the top-k route), shared by every fit.
+Memory: the groups' own matrices plus the replicate's covariance and the eigensolver's copy;
+the replicate is built a slab of rows at a time, so no stack of the groups' sums is made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from spectra_cli.errors import FitError, param
 from spectra_cli.moments import Moments
 
+_SLAB = 256  # rows of the replicate's covariance built at a time
 
-def group_sums(groups: Sequence[Moments]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    """Stacked ``n``, ``W``, ``S1``, ``S2`` of each group about the pooled mean, and the common scale."""
+
+@dataclass(frozen=True, slots=True)
+class GroupSums:
+    """Each group's sums about a common centre ``shift`` (in units of ``scale``).
+
+    ``n``, ``W``: rows and weight of each group; ``S1[i] = W_i (mean_i - shift)``; the group's
+    second moment about ``shift`` is ``r2[i] * m2[i] + S1[i] S1[i]^T / W_i`` (``m2[i]`` is the
+    group's own matrix, not copied)."""
+
+    n: np.ndarray
+    W: np.ndarray
+    S1: np.ndarray
+    m2: tuple[np.ndarray, ...]
+    r2: np.ndarray
+    shift: np.ndarray
+    scale: float
+
+
+def group_sums(groups: Sequence[Moments]) -> GroupSums:
+    """The groups' sums about their pooled mean, formed without merging their matrices."""
     scale = max(g.scale for g in groups)
-    pooled = groups[0]
-    for g in groups[1:]:
-        pooled = pooled.merge(g)
-    r0 = pooled.scale / scale
-    origin = None if pooled.origin is None else pooled.origin * r0
-    centre = pooled.mean_rel * r0  # the pooled mean relative to `origin`
-    shift = pooled.mean * r0
-    n = np.array([g.n for g in groups], dtype=np.float64)
+    first = groups[0]
+    origin = None if first.origin is None else first.origin * (first.scale / scale)
+    rel = np.stack([g.relative_mean(origin, scale) for g in groups])  # through the origins: no large cancellation
     W = np.array([g.weight_sum for g in groups], dtype=np.float64)
-    S1 = np.empty((len(groups), pooled.d))
-    S2 = np.empty((len(groups), pooled.d * pooled.d))
-    for i, g in enumerate(groups):
-        r = g.scale / scale
-        delta = g.relative_mean(origin, scale) - centre  # through the origins: no large cancellation
-        S1[i] = g.weight_sum * delta
-        S2[i] = (g.m2 * (r * r) + np.outer(delta, delta * g.weight_sum)).ravel()
-    return n, W, S1, S2, shift, scale
+    centre = (W @ rel) / W.sum()  # the pooled mean relative to `origin`
+    shift = centre if origin is None else origin + centre
+    n = np.array([g.n for g in groups], dtype=np.float64)
+    r2 = np.array([(g.scale / scale) ** 2 for g in groups])
+    S1 = W[:, None] * (rel - centre)
+    return GroupSums(n, W, S1, tuple(g.m2 for g in groups), r2, shift, scale)
 
 
-def bootstrap_statistic(
+def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *, centered: bool, ddof: int,
+                         weighted: bool) -> None:
+    """The covariance (or second moment) of the rows drawn ``counts`` times each group, into ``out``,
+    in units of ``scale**2``."""
+    d = out.shape[0]
+    Wb = float(counts @ sums.W)
+    s1 = counts @ sums.S1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        coef = np.where(sums.W > 0, counts / sums.W, 0.0)
+    B = sums.S1 * coef[:, None]
+    drawn = [(sums.m2[i], float(counts[i] * sums.r2[i])) for i in np.flatnonzero(counts)]
+    denom = (Wb if weighted else float(counts @ sums.n) - ddof) if centered else Wb
+    tmp = np.empty((min(_SLAB, d), d))
+    for a in range(0, d, _SLAB):
+        e = min(a + _SLAB, d)
+        o = out[a:e]
+        np.dot(np.ascontiguousarray(B[:, a:e].T), sums.S1, out=o)  # (a transposed operand with out= skips BLAS)
+        t = tmp[:e - a]
+        for m2, k in drawn:  # o += k m2, in place (scipy's daxpy would wake a second BLAS's threads)
+            if k == 1.0:
+                o += m2[a:e]
+            else:
+                o += np.multiply(m2[a:e], k, out=t)
+        if centered:
+            o -= np.multiply.outer(s1[a:e], s1 / Wb, out=t)
+        else:
+            shift = sums.shift
+            o += np.multiply.outer(s1[a:e], shift, out=t)
+            o += np.multiply.outer(shift[a:e], s1, out=t)
+            o += np.multiply.outer(shift[a:e], Wb * shift, out=t)
+        o /= denom
+
+
+def _mirror_lower(C: np.ndarray) -> None:
+    """Copy the lower triangle onto the upper in place: exactly symmetric, as Krylov products need."""
+    d = C.shape[0]
+    for a in range(0, d, _SLAB):
+        e = min(a + _SLAB, d)
+        blk = C[a:e, a:e]
+        iu = np.triu_indices(e - a, 1)
+        blk[iu] = blk.T[iu]
+        C[a:e, e:] = C[e:, a:e].T
+
+
+def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
+    """Descending eigenvalues of the symmetric ``C`` (its lower triangle): every one, or the leading
+    ``top`` by block Lanczos when it converges within its cap (else every one)."""
+    if top is not None:
+        from spectra_cli.eigensolver import top_eigenvalues
+
+        _mirror_lower(C)
+        found = top_eigenvalues(C, top)
+        if found is not None:
+            return found.values
+    return np.linalg.eigvalsh(C)[::-1]
+
+
+def bootstrap_statistics(
     groups: Sequence[Moments],
-    statistic: Callable[[np.ndarray], float],
+    statistics: Sequence[Callable[[np.ndarray], float]],
     *,
     centered: bool,
     ddof: int,
     replicates: int,
     seed: int,
+    top: int | None = None,
 ) -> np.ndarray:
-    """``statistic(eigenvalues)`` on ``replicates`` resampled covariances (failed ones are nan)."""
+    """Each of ``statistics(eigenvalues)`` on ``replicates`` resampled covariances, one
+    decomposition per replicate shared by all: shape ``(len(statistics), replicates)``, nan where a
+    statistic failed. ``top``: decompose for the leading ``top`` eigenvalues only."""
     if len(groups) < 2:
         raise FitError(f"a bootstrap needs at least 2 groups of rows; the input is too small for {param('ci')}.")
     weighted = any(g.weighted for g in groups)
-    n, W, S1, S2, shift, scale = group_sums(groups)
-    d = S1.shape[1]
+    sums = group_sums(groups)
+    d = sums.S1.shape[1]
     G = len(groups)
     rng = np.random.default_rng(seed)
-    out = np.full(replicates, np.nan)
+    out = np.full((len(statistics), replicates), np.nan)
+    C = np.empty((d, d))
     for b in range(replicates):
-        c = rng.multinomial(G, np.full(G, 1.0 / G)).astype(np.float64)
-        Wb = float(c @ W)
-        s1 = c @ S1
-        s2 = (c @ S2).reshape(d, d)
-        if centered:
-            m2 = s2 - np.outer(s1, s1 / Wb)
-            denom = Wb if weighted else float(c @ n) - ddof
-            C = m2 / denom
-        else:
-            C = (s2 + np.outer(s1, shift) + np.outer(shift, s1) + Wb * np.outer(shift, shift)) / Wb
-        lam = np.linalg.eigvalsh((C + C.T) * 0.5)[::-1] * (scale * scale)
-        try:
-            out[b] = statistic(lam)
-        except FitError:
-            continue
+        counts = rng.multinomial(G, np.full(G, 1.0 / G)).astype(np.float64)
+        replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
+        lam = leading_eigenvalues(C, top) * (sums.scale * sums.scale)
+        for s, statistic in enumerate(statistics):
+            try:
+                out[s, b] = statistic(lam)
+            except FitError:
+                continue
     return out
 
 

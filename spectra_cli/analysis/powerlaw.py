@@ -85,6 +85,7 @@ class BootstrapCI:
     replicates: int
     groups: int
     seed: int
+    top: int | None = None  # each replicate's leading eigenvalues only (the main spectrum's top-k route)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +95,10 @@ class BootstrapCI:
             "method": "basic bootstrap [2 alpha - q(1 - (1 - level)/2), 2 alpha - q((1 - level)/2)] over replicates "
             "that resample contiguous groups of row blocks with replacement (moments reused, no re-read); "
             "percentile_low/high is the plain percentile interval",
+            "eigenvalues": ("every eigenvalue of each replicate (eigvalsh), one decomposition shared by all windows"
+                            if self.top is None else
+                            f"the leading {self.top} eigenvalues of each replicate (block Lanczos, as the main "
+                            "spectrum; eigvalsh where it does not converge), one decomposition shared by all windows"),
         }
 
 

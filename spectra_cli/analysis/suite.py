@@ -76,6 +76,17 @@ class FitOptions:
                    density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()),
                    alpha_range=parse_alpha_range(alpha_range))
 
+    @property
+    def window_ends(self) -> tuple[int, ...] | None:
+        """The last rank of every window, or None when a window is the default or ``auto``."""
+        ends = []
+        for text in self.windows:
+            w = parse_window(text)
+            if w is None:
+                return None
+            ends.append(w[1])
+        return tuple(ends) or None
+
     def to_report(self) -> dict[str, object]:
         out: dict[str, object] = {"window": list(self.windows) or ["default"], "method": self.method,
                                   "model": self.model, "degree": self.degree, "auto_tolerance": self.auto_tolerance}

@@ -78,7 +78,13 @@ class MomentsState:
             g = min(i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups, self.n_groups - 1)
             while len(self.groups) <= g:
                 self.groups.append(Moments.empty(X.shape[1], weighted=self.moments.weighted))
-            self.groups[g] = self.groups[g].merge(bm)
+            if self.groups[g].weight_sum == 0.0:
+                # The group's own contiguous copy (bm's matrix may be a view into a product, or shared):
+                # it then takes each later block in place, and the bootstrap reads it a slab at a time.
+                first = self.groups[g].merge(bm)
+                self.groups[g] = replace(first, m2=np.array(first.m2, order="C"))
+            else:
+                self.groups[g] = self.groups[g].merge(bm, reuse=True)
         self.blocks_seen += 1
 
     def merge(self, other: MomentsState) -> MomentsState:

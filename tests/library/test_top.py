@@ -11,6 +11,7 @@ import pytest
 import spectra_cli as spectra
 from spectra_cli import eigensolver
 from spectra_cli.analysis.rank import entropy_rank, entropy_rank_bounds
+from spectra_cli.analysis.suite import FitOptions
 from spectra_cli.errors import OptionError
 
 
@@ -110,6 +111,10 @@ def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch
     auto = spectra.fit(X, window="11:20")
     assert auto.spectrum.top is not None and auto.spectrum.top.k == 20
     assert auto.spectrum.top.requested.startswith("automatic: the fit windows end at rank 20 <= d/16 = 25")
+    assert spectra.fit(X, window=["3:10", "11:20"]).spectrum.top.k == 20  # the last rank of any window
+    assert FitOptions.create(window=["3:10", "11:20"]).window_ends == (10, 20)
+    assert FitOptions.create(window=["3:10", "auto"]).window_ends is None
+    assert FitOptions.create().window_ends is None
     for kwargs in ({"window": "11:30"}, {}, {"window": "auto"}, {"window": "11:20", "density": True},
                    {"window": "11:20", "top": 0}, {"window": "11:20", "rankme": True}):
         assert spectra.fit(X, **kwargs).spectrum.top is None, kwargs

@@ -1,0 +1,130 @@
+"""The bootstrap's replicates against plain numpy: each replicate's covariance is that of the rows of
+the drawn groups, repeated as often as drawn (built here by concatenating rows and calling np.cov)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli.analysis.bootstrap import bootstrap_statistics, leading_eigenvalues
+from spectra_cli.errors import FitError
+from spectra_cli.moments import Moments
+
+G, D = 6, 12
+
+
+def _data(seed: int = 0, offset: float = 50.0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    rows = [rng.standard_normal((40 + 7 * i, D)) * np.arange(1, D + 1) ** -0.7 + offset + i for i in range(G)]
+    weights = [rng.random(len(r)) + 0.1 for r in rows]
+    return rows, weights
+
+
+def _numpy_replicates(rows, weights, *, centered, ddof, replicates, seed):
+    """Every replicate's descending eigenvalues, from the resampled rows themselves."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(replicates):
+        counts = rng.multinomial(G, np.full(G, 1.0 / G))
+        X = np.concatenate([r for r, c in zip(rows, counts, strict=True) for _ in range(c)])
+        w = None if weights is None else np.concatenate([w for w, c in zip(weights, counts, strict=True)
+                                                         for _ in range(c)])
+        if not centered:
+            C = (X.T * (1.0 if w is None else w)) @ X / (len(X) if w is None else w.sum())
+        elif w is None:
+            C = np.cov(X, rowvar=False, ddof=ddof)
+        else:
+            C = np.cov(X, rowvar=False, aweights=w, bias=True)
+        out.append(np.linalg.eigvalsh(C)[::-1])
+    return out
+
+
+@pytest.mark.parametrize(("centered", "ddof", "weighted"), [(True, 1, False), (True, 0, False), (True, 1, True),
+                                                            (False, 0, False), (False, 0, True)])
+def test_each_replicate_is_the_covariance_of_the_drawn_rows(centered, ddof, weighted):
+    rows, weights = _data()
+    ws = weights if weighted else None
+    groups = [Moments.from_block(r, None if ws is None else ws[i]) for i, r in enumerate(rows)]
+    ref = _numpy_replicates(rows, ws, centered=centered, ddof=ddof, replicates=15, seed=3)
+    stats = [lambda lam, j=j: float(lam[j]) for j in range(D)] + [lambda lam: float(lam.sum())]
+    got = bootstrap_statistics(groups, stats, centered=centered, ddof=ddof, replicates=15, seed=3)
+    assert got.shape == (D + 1, 15)
+    want = np.array([[lam[j] for lam in ref] for j in range(D)] + [[lam.sum() for lam in ref]])
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * want.max())
+
+
+def test_a_failing_statistic_leaves_nan_and_the_others_stand():
+    rows, _ = _data()
+    groups = [Moments.from_block(r) for r in rows]
+
+    def fails_on_small(lam: np.ndarray) -> float:
+        if lam[0] < np.median(ref):
+            raise FitError("no fit")
+        return float(lam[0])
+
+    ref = np.array([lam[0] for lam in _numpy_replicates(rows, None, centered=True, ddof=1, replicates=20, seed=1)])
+    got = bootstrap_statistics(groups, [fails_on_small, lambda lam: float(lam[0])], centered=True, ddof=1,
+                               replicates=20, seed=1)
+    np.testing.assert_allclose(got[1], ref, rtol=1e-10)
+    np.testing.assert_array_equal(np.isnan(got[0]), ref < np.median(ref))
+
+
+def test_groups_at_different_scales_pool_exactly():
+    """A group of tiny magnitudes is stored at another power-of-two scale; the replicates still match."""
+    rows, _ = _data(offset=1.0)
+    rows[2] = rows[2] * 1e-160
+    groups = [Moments.from_block(r) for r in rows]
+    assert len({g.scale for g in groups}) > 1
+    ref = _numpy_replicates(rows, None, centered=True, ddof=1, replicates=8, seed=2)
+    got = bootstrap_statistics(groups, [lambda lam: float(lam[0]), lambda lam: float(lam[-1])], centered=True,
+                               ddof=1, replicates=8, seed=2)
+    np.testing.assert_allclose(got, [[lam[0] for lam in ref], [lam[-1] for lam in ref]], rtol=1e-9)
+
+
+def test_the_top_k_replicate_equals_every_eigenvalue():
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((600, 300)) * np.arange(1, 301) ** -0.6
+    C = np.cov(A, rowvar=False)
+    lower = np.tril(C)  # only the lower triangle is read
+    full = leading_eigenvalues(lower.copy(), None)
+    np.testing.assert_allclose(full, np.linalg.eigvalsh(C)[::-1], rtol=1e-12, atol=1e-14 * full[0])
+    top = leading_eigenvalues(lower.copy(), 20)
+    assert top.size == 20
+    np.testing.assert_allclose(top, full[:20], rtol=1e-10)
+
+
+def test_memory_is_the_groups_plus_two_matrices():
+    """No stack of the groups' d x d sums: beyond the groups themselves, the replicate's covariance and a
+    slab of 256 rows (traced by tracemalloc, which numpy reports its arrays to; eigvalsh's own copy is
+    LAPACK workspace, untraced: one more matrix)."""
+    d = 640
+    rng = np.random.default_rng(5)
+    groups = [Moments.from_block(rng.standard_normal((100, d))) for _ in range(16)]
+    tracemalloc.start()
+    try:
+        bootstrap_statistics(groups, [lambda lam: float(lam[0])], centered=True, ddof=1, replicates=3, seed=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    matrix = 8 * d * d
+    assert peak < 1.6 * matrix  # measured 1.50; the old stack of the 16 groups' sums alone was 16 matrices
+
+
+def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkeypatch):
+    import spectra_cli.eigen as eigen
+
+    monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 256)
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((3000, 320)) * np.arange(1, 321) ** -0.5
+    top = spectra.fit(X, window=["3:10", "5:20"], ci=True, ci_replicates=20, ci_seed=2)
+    full = spectra.fit(X, window=["3:10", "5:20"], ci=True, ci_replicates=20, ci_seed=2, top=0)
+    assert top.spectrum.top is not None and full.spectrum.top is None
+    for a, b in zip(top.suite.fits, full.suite.fits, strict=True):
+        assert a.ci.top == 20 and b.ci.top is None
+        assert a.ci.low == pytest.approx(b.ci.low, rel=1e-9) and a.ci.high == pytest.approx(b.ci.high, rel=1e-9)
+    ci = top.to_dict()["fits"][0]["ci"]
+    assert ci["eigenvalues"].startswith("the leading 20 eigenvalues of each replicate (block Lanczos")
+    assert full.to_dict()["fits"][0]["ci"]["eigenvalues"].startswith("every eigenvalue of each replicate")

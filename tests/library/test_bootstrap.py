@@ -118,13 +118,13 @@ def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkey
 
     monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 256)
     rng = np.random.default_rng(6)
-    X = rng.standard_normal((3000, 320)) * np.arange(1, 321) ** -0.5
-    top = spectra.fit(X, window=["3:10", "5:20"], ci=True, ci_replicates=20, ci_seed=2)
-    full = spectra.fit(X, window=["3:10", "5:20"], ci=True, ci_replicates=20, ci_seed=2, top=0)
+    X = rng.standard_normal((1200, 256)) * np.arange(1, 257) ** -0.5
+    top = spectra.fit(X, window=["3:10", "5:16"], ci=True, ci_replicates=10, ci_seed=2)
+    full = spectra.fit(X, window=["3:10", "5:16"], ci=True, ci_replicates=10, ci_seed=2, top=0)
     assert top.spectrum.top is not None and full.spectrum.top is None
     for a, b in zip(top.suite.fits, full.suite.fits, strict=True):
-        assert a.ci.top == 20 and b.ci.top is None
+        assert a.ci.top == 16 and b.ci.top is None
         assert a.ci.low == pytest.approx(b.ci.low, rel=1e-9) and a.ci.high == pytest.approx(b.ci.high, rel=1e-9)
     ci = top.to_dict()["fits"][0]["ci"]
-    assert ci["eigenvalues"].startswith("the leading 20 eigenvalues of each replicate (block Lanczos")
+    assert ci["eigenvalues"].startswith("the leading 16 eigenvalues of each replicate (block Lanczos")
     assert full.to_dict()["fits"][0]["ci"]["eigenvalues"].startswith("every eigenvalue of each replicate")

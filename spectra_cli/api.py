@@ -118,7 +118,7 @@ def spectrum(
     The reading options are described in the module docstring.
     """
     read = ReadOptions.of(locals())
-    top = _check_top(top)
+    top = check_top(top)
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
@@ -209,7 +209,7 @@ def fit(
                              alpha_range=alpha_range)
     check_scale(scale)
     ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)
-    top = _check_top(top)
+    top = check_top(top)
     needs_all = [name for name, on in (("density", density), ("counting", bool(counting)),
                                        ("capacity", bool(capacity)), ("shuffled_control", shuffled_control),
                                        ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
@@ -417,7 +417,8 @@ def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) ->
     return 8.0 * d * d * (3 + groups + (1 if second else 0))
 
 
-def _check_top(top: Any) -> int | None:
+def check_top(top: Any) -> int | None:
+    """``top`` as an int (None: not given), or an OptionError."""
     if top is None:
         return None
     if isinstance(top, bool) or not isinstance(top, int | np.integer) or top < 0:

@@ -465,11 +465,13 @@ def _died(it: Item) -> dict[str, Any]:
 def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     """The report ``options`` section a line made with ``options`` (keywords of ``fit``) carries."""
     from spectra_cli.analysis.suite import FitOptions
+    from spectra_cli.api import check_top
     from spectra_cli.options import ReadOptions
 
     read_keys = {"centered", "ddof", "precision", "block_rows", "positions", "pool"}
     read = ReadOptions.create(**{k: v for k, v in options.items() if k in read_keys})
-    fit = FitOptions.create(**{k: v for k, v in options.items() if k not in read_keys})
+    fit = FitOptions.create(**{k: v for k, v in options.items() if k not in read_keys | {"top"}})
+    check_top(options.get("top"))  # checked once, before any item runs (the route is in each line's spectrum)
     return {"options": {**read.to_report(), **fit.to_report()}}
 
 

@@ -32,6 +32,7 @@ from spectra_cli.cli.options import (
     Scheduler,
     Seed,
     Temperature,
+    Top,
     Uncentered,
     WeightCol,
     Weights,
@@ -68,10 +69,7 @@ def fit(
     rankme: Annotated[bool | None, typer.Option(
         "--rankme/--no-rankme", help="RankMe's second (uncentred) eigendecomposition: default only when cheap "
         "(the matrix decomposed at most 1024 wide).", show_default=False)] = None,
-    top: Annotated[int | None, typer.Option(
-        "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of "
-        "the full decomposition); 0: all. Default: automatic when d >= 4096 and every --window ends at or "
-        "below d/16.", show_default=False)] = None,
+    top: Top = None,
     counting: Annotated[list[float] | None, typer.Option("--counting", metavar="EPS", help="N(eps) = "
                                                          "#{lambda_j >= eps} (repeatable).")] = None,
     capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
@@ -118,9 +116,7 @@ def fit(
 @app.command()
 def spectrum(
     path: Path,
-    top: Annotated[int | None, typer.Option(
-        "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of "
-        "the full decomposition); the total variance stays exact. Default: all.", show_default=False)] = None,
+    top: Top = None,
     key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
     sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
     logits: Logits = None, temperature: Temperature = 1.0,

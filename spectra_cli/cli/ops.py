@@ -21,6 +21,7 @@ from spectra_cli.cli.options import (
     Precision,
     Rows,
     Sample,
+    Top,
     Uncentered,
 )
 
@@ -126,7 +127,7 @@ def batch(
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
                        ] = False,
-    block_rows: BlockRows = 8192, positions: Positions = None, pool: Pool = "tokens",
+    block_rows: BlockRows = 8192, positions: Positions = None, pool: Pool = "tokens", top: Top = None,
     engine: Annotated[str, typer.Option("--engine", metavar="local|dask", help="Worker processes here (local) or "
                                         "Dask tasks: --workers N starts a LocalCluster, --scheduler uses a "
                                         "cluster (the 'dask' extra).")] = "local",
@@ -172,7 +173,8 @@ def batch(
     options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
                    precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
                    **({"positions": positions} if positions is not None else {}),
-                   **({"pool": pool} if pool != "tokens" else {}))
+                   **({"pool": pool} if pool != "tokens" else {}),
+                   **({"top": top} if top is not None else {}))
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as progress:

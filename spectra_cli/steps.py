@@ -116,7 +116,11 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
     def stat(window: Window) -> Callable[[np.ndarray], float]:
         return lambda lam: fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
 
-    k = max(f.window.k_max for f in suite.fits) if top else None
+    from spectra_cli.eigen import TOP_AUTO_MIN_D
+
+    # Below the automatic route's width a full eigvalsh is faster than block Lanczos (at d = 256:
+    # 4 ms against 100 ms), and gives the same leading values.
+    k = max(f.window.k_max for f in suite.fits) if top and first.moments.d >= TOP_AUTO_MIN_D else None
     values = bootstrap_statistics(groups, [stat(f.window) for f in suite.fits], centered=centered, ddof=ddof,
                                   replicates=replicates, seed=seed, top=k)
     fits = []

@@ -128,3 +128,8 @@ def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkey
     ci = top.to_dict()["fits"][0]["ci"]
     assert ci["eigenvalues"].startswith("the leading 16 eigenvalues of each replicate (block Lanczos")
     assert full.to_dict()["fits"][0]["ci"]["eigenvalues"].startswith("every eigenvalue of each replicate")
+    # an explicit top below the automatic route's width: the replicates take eigvalsh, which is faster there
+    monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 4096)
+    small = spectra.fit(X, window=["3:10", "5:16"], ci=True, ci_replicates=10, ci_seed=2, top=16)
+    assert small.spectrum.top is not None and small.suite.fits[0].ci.top is None
+    assert small.suite.fits[0].ci.low == pytest.approx(full.suite.fits[0].ci.low, rel=1e-9)

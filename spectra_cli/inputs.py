@@ -413,6 +413,8 @@ class Input:
 
     def options_report(self) -> dict[str, Any]:
         out = self.read.to_report()
+        if self.source is not None:
+            out["block_rows"] = self.block_rows  # the rows per block actually used (the default adapts to d)
         acc = self.accumulator
         if acc is not None:
             out["precision"] = acc.precision

@@ -206,3 +206,13 @@ def test_top_k_from_the_command_line(cli, npy, validate):
                                   "of them; drop one or the other.")
     bad = cli("fit", path, "--top", "-3")
     assert bad.exit_code == 2 and "--top -3 must be 0 (every eigenvalue) or a positive number" in bad.stderr
+
+
+def test_the_report_states_the_block_rows_used(cli, tmp_path):
+    """The default of 8192 rows shrinks for wide rows (64 MiB of float64, never below d / 2): the
+    report's options say what was used."""
+    np.save(tmp_path / "w.npy", np.random.default_rng(0).standard_normal((300, 4096)).astype(np.float32))
+    doc = cli("spectrum", tmp_path / "w.npy", "--json").json()
+    assert doc["options"]["block_rows"] == 2048
+    doc = cli("spectrum", tmp_path / "w.npy", "--block-rows", "1000", "--json").json()
+    assert doc["options"]["block_rows"] == 1000

@@ -76,7 +76,7 @@ def _first_task(data: Any, read: Any, start: int, stop: int, d: int, weighted: b
 
     task_read = replace(read, rows=RowSpec(start, stop), engine="local")
     with Input(data, task_read) as inp:
-        n_blocks = -(-(stop - start) // task_read.block_rows)
+        n_blocks = -(-(stop - start) // inp.block_rows)  # the rows per block it reads (the default adapts to d)
         ms = MomentsState(d, weighted=weighted, precision=read.precision, groups=min(groups, n_blocks),
                           n_blocks=n_blocks)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None

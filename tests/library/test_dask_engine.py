@@ -152,3 +152,17 @@ def test_a_worker_killed_mid_run_gives_the_right_spectrum_or_a_clear_error(sched
     else:  # Dask re-ran the lost tasks on the other worker (read again from the path): the right answer
         np.testing.assert_allclose(outcome["spectrum"], reference, rtol=1e-10)
         print("killed worker: Dask re-ran its tasks; the spectrum equals the local one to 1e-10")
+
+
+def test_a_task_spreads_its_blocks_over_the_groups_at_the_rows_per_block_it_reads(monkeypatch):
+    """Wide rows shrink the default block; a task must count the blocks it actually reads, or every
+    block but the first lands in one bootstrap group (run here without a cluster)."""
+    import spectra_cli.inputs as inputs
+    from spectra_cli.engine.dask import _first_task
+    from spectra_cli.options import ReadOptions
+
+    monkeypatch.setattr(inputs, "BLOCK_BYTES", 64 << 10)  # 256-row blocks at d = 64, as 2,048 at d = 4,096
+    Y = np.random.default_rng(0).standard_normal((4096, 64))
+    ms, _, _ = _first_task(Y, ReadOptions.create(), 0, 4096, 64, False, 8, False)
+    assert ms.n_blocks == 16
+    assert [g.n for g in ms.filled_groups()] == [512] * 8

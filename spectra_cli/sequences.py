@@ -151,7 +151,7 @@ def sequence(
                              f"windows or positions, use {param('project')} k, or raise {param('max_memory')}.")
         X = np.empty((n, P, d))
         pos = np.asarray(lay.positions)
-        for w0, B in src.windows(max(1, read.block_rows // lay.length)):
+        for w0, B in src.windows(max(1, inp.block_rows // lay.length)):  # the rows per block the matrix path reads
             X[w0:w0 + len(B)] = B[:, pos, :]
             if progress is not None:
                 progress(w0 + len(B), n)

@@ -198,7 +198,8 @@ def fit(
     the matrix decomposed, n x n or d x d, is at most 1024 wide), True always, False never; ``rank.rankme_source``
     says which. ``top``: K computes only the leading K eigenvalues (block Lanczos, each within
     1e-12 relative of the full decomposition), 0 all of them, None (default) the leading ones
-    automatically when d >= 4096 and every window is ``K1:K2`` ending at or below d / 16; the ranks
+    automatically when d >= 4096, every window is ``K1:K2`` ending at or below d / 16 and the
+    participation ratio is at most d / 2 (on flatter spectra Krylov methods are slower); the ranks
     that need every eigenvalue are then marked in ``rank.exactness`` (the entropy rank is an
     interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
     of eigenvalues. The reading options are described in the module docstring.
@@ -230,7 +231,7 @@ def fit(
     with Input(data, read) as inp:
         first = inp.first_pass(groups=BOOTSTRAP_GROUPS if ci else 0, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
-        k, reason = _top_route(top, first, opts, needs_all)
+        k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)
         clock.mark("eigen_s")
         if partition_isotropy:
@@ -427,9 +428,10 @@ def check_top(top: Any) -> int | None:
     return int(top)
 
 
-def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str]) -> tuple[int | None, str]:
+def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str], *,
+               centered: bool = True) -> tuple[int | None, str]:
     """How many leading eigenvalues ``fit`` computes (None: all) and why."""
-    from spectra_cli.eigen import TOP_AUTO_FRACTION, TOP_AUTO_MIN_D
+    from spectra_cli.eigen import TOP_AUTO_FRACTION, TOP_AUTO_MAX_PR, TOP_AUTO_MIN_D, participation_ratio_of
 
     if top == 0 or first.moments is None:
         return None, ""
@@ -448,6 +450,8 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
         return top, f"asked: top={top} (--top {top})"
     if d < TOP_AUTO_MIN_D or ends is None or needs_all or max(ends) > d // TOP_AUTO_FRACTION:
         return None, ""
+    if participation_ratio_of(first.moments, centered=centered) > TOP_AUTO_MAX_PR * d:
+        return None, ""  # a flat spectrum: the full decomposition is the faster one
     k = max(ends)
     return k, (f"automatic: the fit windows end at rank {k} <= d/{TOP_AUTO_FRACTION} = {d // TOP_AUTO_FRACTION} "
                f"(d >= {TOP_AUTO_MIN_D}); top=0 (--top 0) computes every eigenvalue")

@@ -32,6 +32,24 @@ TOP_AUTO_MIN_D = 4096
 TOP_AUTO_FRACTION = 16
 #: Past d / TOP_MAX_FRACTION leading eigenvalues, the full decomposition is the cheaper one.
 TOP_MAX_FRACTION = 8
+#: Nor is it taken automatically on a flat spectrum, one whose participation ratio exceeds
+#: d * TOP_AUTO_MAX_PR: there Krylov methods converge slowly (bench/bench_top_shapes.py, d = 4,096,
+#: K = 256: white noise, PR = 0.67 d, 1.58x eigvalsh's time; j^-0.2, 0.64 d, 1.26x; j^-0.5, 0.36 d,
+#: 0.75x; j^-1, 0.01 d, 0.46x).
+TOP_AUTO_MAX_PR = 0.5
+
+
+def participation_ratio_of(m: Moments, *, centered: bool) -> float:
+    """``(tr A)^2 / ||A||_F^2`` of the matrix a spectrum decomposes (``m2``, or the uncentred
+    ``m2 + W mean mean^T``; any scaling of it alike), in O(d^2) with no d x d temporary."""
+    tr = float(np.trace(m.m2))
+    fro = float(np.einsum("ij,ij->", m.m2, m.m2))
+    if not centered:
+        mu, W = m.mean, m.weight_sum
+        mm = float(mu @ mu)
+        tr += W * mm
+        fro += 2.0 * W * float(mu @ (m.m2 @ mu)) + W * W * mm * mm
+    return tr * tr / fro if fro > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,8 @@ Plot = Annotated[str | None, typer.Option("--plot", metavar="FILE", help="Write 
 Top = Annotated[int | None, typer.Option(
     "--top", metavar="K", help="Only the leading K eigenvalues (block Lanczos, each within 1e-12 relative of the full "
     "decomposition; the total variance stays exact); 0: all. Default: all; fit takes it automatically when "
-    "d >= 4096 and every --window ends at or below d/16.", show_default=False)]
+    "d >= 4096, every --window ends at or below d/16 and the spectrum is not flat (participation ratio at most "
+    "d/2).", show_default=False)]
 Positions = Annotated[str | None, typer.Option("--positions", metavar="SLICE|LIST", help="Positions of a sequence "
                                                "dump to use: 1: (drop position 0), 0:16, or 0,2,5.")]
 Pool = Annotated[str, typer.Option("--pool", metavar="tokens|mean|first|last", help="Rows of a sequence dump: every "

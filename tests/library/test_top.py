@@ -118,8 +118,27 @@ def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch
     for kwargs in ({"window": "11:30"}, {}, {"window": "auto"}, {"window": "11:20", "density": True},
                    {"window": "11:20", "top": 0}, {"window": "11:20", "rankme": True}):
         assert spectra.fit(X, **kwargs).spectrum.top is None, kwargs
+    white = np.random.default_rng(4).standard_normal((1500, 400))  # flat: participation ratio 0.79 d
+    assert spectra.fit(white, window="11:20").spectrum.top is None
+    assert spectra.fit(white, window="11:20", top=20).spectrum.top is not None  # asked: taken
     monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 4096)
     assert spectra.fit(X, window="11:20").spectrum.top is None
+
+
+@pytest.mark.parametrize(("centered", "weighted"), [(True, False), (False, False), (False, True)])
+def test_the_participation_ratio_that_decides_the_route_equals_the_eigenvalues_one(centered, weighted):
+    from spectra_cli.eigen import participation_ratio_of
+    from spectra_cli.moments import Moments
+
+    rng = np.random.default_rng(5)
+    Y = X[:600] + 3.0
+    w = rng.random(600) if weighted else None
+    m = Moments.from_block(Y, w)
+    ww = np.ones(600) if w is None else w
+    mu = ww @ Y / ww.sum()
+    A = ((Y - mu).T * ww) @ (Y - mu) if centered else (Y.T * ww) @ Y
+    lam = np.linalg.eigvalsh(A)
+    assert participation_ratio_of(m, centered=centered) == pytest.approx(lam.sum() ** 2 / (lam**2).sum(), rel=1e-10)
 
 
 def test_past_d_over_8_the_full_decomposition_is_made():

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from byte_compile import compile_package
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy"
 
@@ -23,6 +25,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     exe = shutil.which("spectra") or sys.exit("install the package first (pip install .)")
+    compile_package()
     runs = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "spectra --version": [exe, "--version"],

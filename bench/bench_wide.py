@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from byte_compile import compile_package
 
 HERE = Path(__file__).resolve().parent
 WRAP = """
@@ -62,18 +63,6 @@ def make(path: Path, d: int) -> None:
     X.flush()
     del X
     tmp.replace(path)
-
-
-def compile_package() -> None:
-    """Byte-compile spectra_cli, as `pip install .` does for a user. An editable checkout where
-    PYTHONDONTWRITEBYTECODE is set (this sandbox sets it) would otherwise recompile every module in
-    every process: 0.1-0.15 s of a 2-second run at d = 2,048, a cost numpy (installed compiled)
-    does not pay."""
-    import compileall
-
-    import spectra_cli
-
-    compileall.compile_dir(Path(spectra_cli.__file__).parent, quiet=1)
 
 
 def run(name: str, path: Path, d: int) -> tuple[float, float, dict[str, float]]:

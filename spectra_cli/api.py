@@ -44,7 +44,7 @@ from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Progress
 from spectra_cli.errors import OptionError, param
 from spectra_cli.inputs import Input
-from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions
+from spectra_cli.options import ReadOptions
 from spectra_cli.report import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.results import Report
 from spectra_cli.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
@@ -97,7 +97,7 @@ def spectrum(
     centered: bool = True,
     ddof: int = 1,
     precision: str = "float64",
-    block_rows: int = DEFAULT_BLOCK_ROWS,
+    block_rows: int | None = None,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
     positions: str | list[int] | tuple[int, ...] | None = None,
@@ -170,7 +170,7 @@ def fit(
     centered: bool = True,
     ddof: int = 1,
     precision: str = "float64",
-    block_rows: int = DEFAULT_BLOCK_ROWS,
+    block_rows: int | None = None,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
     positions: str | list[int] | tuple[int, ...] | None = None,
@@ -310,7 +310,7 @@ def isotropy(
     logits: str | None = None,
     temperature: float = 1.0,
     precision: str = "float64",
-    block_rows: int = DEFAULT_BLOCK_ROWS,
+    block_rows: int | None = None,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
     positions: str | list[int] | tuple[int, ...] | None = None,
@@ -361,7 +361,7 @@ def accumulate(
     logits: str | None = None,
     temperature: float = 1.0,
     precision: str = "float64",
-    block_rows: int = DEFAULT_BLOCK_ROWS,
+    block_rows: int | None = None,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
     positions: str | list[int] | tuple[int, ...] | None = None,
@@ -391,7 +391,7 @@ def accumulate(
         source = inp.source_report(first)
     assert first.moments is not None
     acc = Accumulator(first.n_features, precision=read.precision, groups=groups, drop_nonfinite=read.drop_nonfinite,
-                      block_rows=read.block_rows)
+                      block_rows=inp.block_rows)
     acc._state.moments = first.moments
     acc._state.groups = list(first.groups)
     acc._state.weight_sq_sum = float(first.weight_sq_sum or first.n_rows)

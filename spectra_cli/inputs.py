@@ -282,15 +282,15 @@ class Input:
 
     @property
     def block_rows(self) -> int:
-        """Rows per block: as given, except that the default (8192) shrinks for wide matrices so a
+        """Rows per block: as given, or by default 8192, shrunk for wide matrices so a
         block's float64 copy stays within BLOCK_BYTES (64 MiB: 2,048 rows at d = 4,096), but never
         below d / 2 rows: each block also costs a few passes over a d x d matrix, which must stay
         small next to its product (at d = 8,192, 1,024-row blocks took the accumulation from 37 s
         to 65 s; memory stays O(d^2): a block of d / 2 rows is a quarter of the d x d moments)."""
         rows = self.read.block_rows
-        if rows == DEFAULT_BLOCK_ROWS:
+        if rows is None:
             d = max(self.info.n_features, 1)
-            rows = max(256, min(rows, max(BLOCK_BYTES // (8 * d), d // 2)))
+            rows = max(256, min(DEFAULT_BLOCK_ROWS, max(BLOCK_BYTES // (8 * d), d // 2)))
         return rows
 
     @property

@@ -79,7 +79,7 @@ class ReadOptions:
         centered: covariance (True) or uncentred second moment (False).
         ddof: delta degrees of freedom of the unweighted covariance.
         precision: arithmetic of the products, ``float64`` or ``float32``.
-        block_rows: rows per streamed block.
+        block_rows: rows per streamed block (None: 8192, fewer for wide rows; see Input.block_rows).
         drop_nonfinite: skip rows with NaN/inf (counted) instead of failing.
         max_memory: bytes the run's matrices may take (None: half the physical memory).
         positions / pool / mask / positions_per_window: how a sequence dump becomes rows
@@ -97,7 +97,7 @@ class ReadOptions:
     centered: bool = True
     ddof: int = 1
     precision: str = "float64"
-    block_rows: int = DEFAULT_BLOCK_ROWS
+    block_rows: int | None = None
     drop_nonfinite: bool = False
     max_memory: int | None = None
     positions: str | tuple[int, ...] | None = None
@@ -138,7 +138,7 @@ class ReadOptions:
         centered: bool = True,
         ddof: int = 1,
         precision: str = "float64",
-        block_rows: int = DEFAULT_BLOCK_ROWS,
+        block_rows: int | None = None,
         drop_nonfinite: bool = False,
         max_memory: int | str | None = None,
         positions: str | list[int] | tuple[int, ...] | None = None,
@@ -155,7 +155,8 @@ class ReadOptions:
         if precision not in PRECISIONS:
             raise OptionError(f"{param('precision', precision)} is not one of {', '.join(PRECISIONS)}.")
         ddof = _check_int("ddof", ddof, minimum=0)
-        block_rows = _check_int("block_rows", block_rows, minimum=1)
+        if block_rows is not None:
+            block_rows = _check_int("block_rows", block_rows, minimum=1)
         seed = _check_int("seed", seed, minimum=0)
         if sample is not None:
             sample = _check_int("sample", sample, minimum=-(1 << 62))  # an integer; RowSpec says why < 1 is bad

@@ -99,7 +99,7 @@ def sequence(
     key: str | None = None,
     column: str | None = None,
     columns: list[str] | tuple[str, ...] | None = None,
-    block_rows: int = 8192,
+    block_rows: int | None = None,
     max_memory: int | str | None = None,
     progress: Progress | None = None,
 ) -> SequenceReport:

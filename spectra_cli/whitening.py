@@ -24,7 +24,7 @@ from spectra_cli.engine import Progress
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.inputs import Input
 from spectra_cli.moments import Moments
-from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions
+from spectra_cli.options import ReadOptions
 from spectra_cli.report import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.results import Report
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
@@ -88,7 +88,7 @@ def whiten(
     logits: str | None = None,
     temperature: float = 1.0,
     ddof: int = 1,
-    block_rows: int = DEFAULT_BLOCK_ROWS,
+    block_rows: int | None = None,
     drop_nonfinite: bool = False,
     max_memory: int | str | None = None,
     positions: str | list[int] | tuple[int, ...] | None = None,

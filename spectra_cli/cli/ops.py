@@ -127,7 +127,7 @@ def batch(
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
                        ] = False,
-    block_rows: BlockRows = 8192, positions: Positions = None, pool: Pool = "tokens", top: Top = None,
+    block_rows: BlockRows = None, positions: Positions = None, pool: Pool = "tokens", top: Top = None,
     engine: Annotated[str, typer.Option("--engine", metavar="local|dask", help="Worker processes here (local) or "
                                         "Dask tasks: --workers N starts a LocalCluster, --scheduler uses a "
                                         "cluster (the 'dask' extra).")] = "local",

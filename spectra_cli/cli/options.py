@@ -30,8 +30,9 @@ Ddof = Annotated[int, typer.Option("--ddof", metavar="K", help="Delta degrees of
 Precision = Annotated[str, typer.Option(
     "--precision", metavar="float64|float32",
     help="Arithmetic of the products: float64 (exact) or float32 (fast, higher floor).")]
-BlockRows = Annotated[int, typer.Option("--block-rows", metavar="N",
-                                        help="Rows per block (memory is O(d^2 + block)).")]
+BlockRows = Annotated[int | None, typer.Option("--block-rows", metavar="N", show_default=False,
+                                               help="Rows per block (memory is O(d^2 + block)). Default: 8192, fewer "
+                                               "for wide rows (64 MiB of float64 a block, never below d/2 rows).")]
 DropNonfinite = Annotated[bool, typer.Option("--drop-nonfinite", help="Skip rows with NaN/inf instead of failing.")]
 MaxMemory = Annotated[str | None, typer.Option("--max-memory", metavar="SIZE", help="Memory the run's matrices may "
                                                "take, e.g. 8GB (default: half the physical memory).")]

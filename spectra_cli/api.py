@@ -450,8 +450,10 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
         return top, f"asked: top={top} (--top {top})"
     if d < TOP_AUTO_MIN_D or ends is None or needs_all or max(ends) > d // TOP_AUTO_FRACTION:
         return None, ""
-    if participation_ratio_of(first.moments, centered=centered) > TOP_AUTO_MAX_PR * d:
-        return None, ""  # a flat spectrum: the full decomposition is the faster one
+    pr = participation_ratio_of(first.moments, centered=centered)
+    if pr > TOP_AUTO_MAX_PR * d:
+        return None, (f"the top-k route was not taken: the spectrum is flat (participation ratio {pr / d:.2f} d > "
+                      f"{TOP_AUTO_MAX_PR:g} d), where block Lanczos is slower than eigvalsh; top=K (--top K) forces it")
     k = max(ends)
     return k, (f"automatic: the fit windows end at rank {k} <= d/{TOP_AUTO_FRACTION} = {d // TOP_AUTO_FRACTION} "
                f"(d >= {TOP_AUTO_MIN_D}); top=0 (--top 0) computes every eigenvalue")

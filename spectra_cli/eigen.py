@@ -256,6 +256,8 @@ def spectrum_from_moments(
     factor = m.scale * m.scale
     method = "eigvalsh of the d x d matrix from streamed block moments (Chan et al. merge)"
     top_info = None
+    if top is None and top_reason:  # the caller declined the top-k route, and says why
+        method += f"; {top_reason}"
     if top is not None and top > d // TOP_MAX_FRACTION:
         method += (f"; top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
                    "the full decomposition is cheaper")

@@ -119,7 +119,10 @@ def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch
                    {"window": "11:20", "top": 0}, {"window": "11:20", "rankme": True}):
         assert spectra.fit(X, **kwargs).spectrum.top is None, kwargs
     white = np.random.default_rng(4).standard_normal((1500, 400))  # flat: participation ratio 0.79 d
-    assert spectra.fit(white, window="11:20").spectrum.top is None
+    flat = spectra.fit(white, window="11:20").spectrum
+    assert flat.top is None and flat.method.endswith("; the top-k route was not taken: the spectrum is flat "
+                                                     "(participation ratio 0.79 d > 0.5 d), where block Lanczos is "
+                                                     "slower than eigvalsh; top=K (--top K) forces it")
     assert spectra.fit(white, window="11:20", top=20).spectrum.top is not None  # asked: taken
     monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 4096)
     assert spectra.fit(X, window="11:20").spectrum.top is None

@@ -149,7 +149,7 @@ class Moments:
         column sums and the count together: ``m2 = A'^T A' - s s^T / W`` with ``s`` the
         shifted column sums. With the shift near the mean, ``s`` is small and the
         subtraction loses nothing; when a block's mean has drifted from the shift by more
-        than its own spread in any feature, the block is recomputed by :meth:`from_block`.
+        than its own spread in any feature, the block is centred on its own mean instead.
         ``out`` is an optional scratch buffer of shape ``(>= n, d + 1)`` in the precision.
         """
         n, d = X.shape
@@ -174,30 +174,36 @@ class Moments:
             A[:, :d] *= root[:, None]
             A[:, d] = root
         scratch = out[:, :d] if dt == np.float64 else None
+
+        def unshifted(sums: np.ndarray, diag: np.ndarray) -> Moments | None:
+            """The block's moments by another path when the shifted product cannot give them: the
+            exact path when the sums are non-finite, huge or tiny; centred on the block's own mean when
+            a feature's offset from the shift holds over half its raw second moment (the subtraction
+            ``- s s^T / W`` would lose more than one bit there). None: the shifted product is safe."""
+            top = float(diag.max()) if d else 0.0
+            if not np.all(np.isfinite(sums)) or not np.isfinite(top) or top < _TINY:
+                return cls.from_block(X, w, precision=precision)
+            if np.any(sums * (sums / W) > 0.5 * diag):
+                return cls._from_drifted_block(X, w, precision, scratch)
+            return None
+
         if d >= DRIFT_TEST_FIRST_D:
-            # Wide rows: test the drift before the product, from the block's own sums (O(n d), 2-3% of
-            # the product's O(n d^2) here), so a drifted block costs one product, not two.
+            # Wide rows: the same test before the product, from the block's own sums (O(n d): a few % of
+            # the product's O(n d^2) at these widths), so a drifted block costs one product, not two.
             with np.errstate(over="ignore", invalid="ignore"):
                 pre_sums = np.asarray(A[:, d] @ A[:, :d], dtype=np.float64)
                 pre_diag = np.einsum("ij,ij->j", A[:, :d], A[:, :d], dtype=np.float64)
-            pre_top = float(pre_diag.max())
-            if not np.all(np.isfinite(pre_sums)) or not np.isfinite(pre_top) or pre_top < _TINY:
-                return cls.from_block(X, w, precision=precision)  # non-finite, huge or tiny: exact path
-            if np.any(pre_sums * (pre_sums / W) > 0.5 * pre_diag):
-                return cls._from_drifted_block(X, w, precision, scratch)
+            done = unshifted(pre_sums, pre_diag)
+            if done is not None:
+                return done
         with np.errstate(over="ignore", invalid="ignore"):
             G = (A.T @ A).astype(np.float64, copy=False)
         raw = G[:d, :d]
         sums = G[:d, d].copy()
-        diag = np.diag(raw)
-        top = float(diag.max()) if d else 0.0
-        if not np.all(np.isfinite(sums)) or not np.isfinite(top) or top < _TINY:
-            return cls.from_block(X, w, precision=precision)  # non-finite, huge or tiny: exact path
+        done = unshifted(sums, np.diag(raw))
+        if done is not None:
+            return done
         delta = sums / W
-        if np.any(sums * delta > 0.5 * diag):
-            # A feature's offset from the shift holds over half its raw second moment: the
-            # subtraction below would lose more than one bit there, so centre exactly.
-            return cls._from_drifted_block(X, w, precision, scratch)
         m2 = raw  # a view of G: corrected in place, so no d x d temporary is made
         # BLAS's syrk makes A^T A exactly symmetric; subtracting u u^T (u_i u_j == u_j u_i in floating
         # point) keeps it so, with no pass to symmetrise it afterwards

@@ -64,14 +64,15 @@ def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *
     s1 = counts @ sums.S1
     with np.errstate(divide="ignore", invalid="ignore"):
         coef = np.where(sums.W > 0, counts / sums.W, 0.0)
-    B = sums.S1 * coef[:, None]
+    Bt = np.ascontiguousarray((sums.S1 * coef[:, None]).T)  # d x G, made once: contiguous row slabs (np.dot
+    # with out= and a transposed operand skips BLAS)
     drawn = [(sums.m2[i], float(counts[i] * sums.r2[i])) for i in np.flatnonzero(counts)]
     denom = (Wb if weighted else float(counts @ sums.n) - ddof) if centered else Wb
     tmp = np.empty((min(_SLAB, d), d))
     for a in range(0, d, _SLAB):
         e = min(a + _SLAB, d)
         o = out[a:e]
-        np.dot(np.ascontiguousarray(B[:, a:e].T), sums.S1, out=o)  # (a transposed operand with out= skips BLAS)
+        np.dot(Bt[a:e], sums.S1, out=o)
         t = tmp[:e - a]
         for m2, k in drawn:  # o += k m2, in place (scipy's daxpy would wake a second BLAS's threads)
             if k == 1.0:

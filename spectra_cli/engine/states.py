@@ -79,10 +79,11 @@ class MomentsState:
             while len(self.groups) <= g:
                 self.groups.append(Moments.empty(X.shape[1], weighted=self.moments.weighted))
             if self.groups[g].weight_sum == 0.0:
-                # The group's own contiguous copy (bm's matrix may be a view into a product, or shared):
-                # it then takes each later block in place, and the bootstrap reads it a slab at a time.
+                # The group owns bm's matrix (the main moments copied theirs, or merged it into their
+                # own), made contiguous when it is a view into a product: it then takes each later block
+                # in place, and the bootstrap reads it a slab at a time.
                 first = self.groups[g].merge(bm)
-                self.groups[g] = replace(first, m2=np.array(first.m2, order="C"))
+                self.groups[g] = replace(first, m2=np.ascontiguousarray(first.m2))
             else:
                 self.groups[g] = self.groups[g].merge(bm, reuse=True)
         self.blocks_seen += 1

@@ -24,8 +24,11 @@ from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.engine.states import MomentsState, RowGuard
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.moments import Moments
-from spectra_cli.options import DEFAULT_BLOCK_ROWS, PRECISIONS
+from spectra_cli.options import DEFAULT_BLOCK_ROWS, PRECISIONS, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.validate import check_choice, check_int
 
+#: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
+UNBOUNDED = 1 << 62
 #: The moment-file format; a file of another major version is refused.
 FORMAT = "spectra.moments/1"
 
@@ -41,16 +44,20 @@ class Accumulator:
             batch ``i`` goes to group ``i mod groups``.
         drop_nonfinite: skip rows with NaN/inf (counted in ``n_dropped``) instead of raising.
         block_rows: rows per product inside one large batch.
+        max_memory: bytes (or ``"8GB"``) its matrices may take (default half the physical memory):
+            ``(3 + groups)`` float64 matrices of d x d are checked against it before any is made.
     """
 
     def __init__(self, d: int, *, precision: str = "float64", cosine: bool = True, groups: int = 0,
-                 drop_nonfinite: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
-        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
-            raise OptionError(f"{param('d', d, show=True)} must be a positive number of features.")
-        if precision not in PRECISIONS:
-            raise OptionError(f"{param('precision', precision)} is not one of {', '.join(PRECISIONS)}.")
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 0:
-            raise OptionError(f"{param('groups', groups, show=True)} must be 0 or a positive integer.")
+                 drop_nonfinite: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS,
+                 max_memory: int | str | None = None) -> None:
+        d = check_int("d", d, minimum=1, what="a positive number of features")
+        check_choice("precision", precision, PRECISIONS)
+        groups = check_int("groups", groups, minimum=0)
+        block_rows = check_int("block_rows", block_rows, minimum=1)
+        need = (3 + groups) * 8.0 * int(d) * int(d)
+        refuse_over_budget("Accumulator", f"d = {int(d)}", need, f"{3 + groups} float64 matrices of {d} x {d}",
+                           memory_budget(parse_bytes(max_memory)))
         self.d = int(d)
         self.precision = precision
         self.drop_nonfinite = bool(drop_nonfinite)
@@ -253,6 +260,8 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
 
 def cls_new(d: int, opts: dict[str, Any]) -> Accumulator:
     precision = str(opts.get("precision", "float64"))
+    # The budget of a loaded file is checked from its array headers (inputs.check_moment_file_budget), which
+    # hold the groups it really has; its metadata's group count is only a number.
     return Accumulator(d, precision=precision, cosine=bool(opts.get("cosine", True)),
                        groups=int(opts.get("groups", 0)), drop_nonfinite=bool(opts.get("drop_nonfinite", False)),
-                       block_rows=int(opts.get("block_rows", DEFAULT_BLOCK_ROWS)))
+                       block_rows=int(opts.get("block_rows", DEFAULT_BLOCK_ROWS)), max_memory=UNBOUNDED)

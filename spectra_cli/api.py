@@ -33,8 +33,9 @@ import difflib
 import functools
 import inspect
 import os
+import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import numpy as np
 
@@ -44,10 +45,11 @@ from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.engine import Progress
 from spectra_cli.errors import OptionError, param
 from spectra_cli.inputs import Input
-from spectra_cli.options import ReadOptions
+from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.report import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.results import Report
 from spectra_cli.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
+from spectra_cli.validate import check_int
 
 BOOTSTRAP_GROUPS = 32
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
@@ -55,9 +57,17 @@ RANKME_AUTO_D = 1024
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+
 def keywords_checked(func: F) -> F:
-    """An unknown keyword is a TypeError that names the closest valid one and lists them all."""
-    valid = [p.name for p in inspect.signature(func).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    """An unknown keyword is a TypeError that names the closest valid one and lists them all (the
+    function's own keywords, then the reading keywords of :class:`~spectra_cli.options.ReadKeywords`
+    when it takes ``**read``)."""
+    params = inspect.signature(func).parameters.values()
+    own = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    var = [p for p in params if p.kind is p.VAR_KEYWORD]
+    declared = typing.get_args(typing.get_type_hints(func)[var[0].name]) if var else ()
+    reading = [k for k in (declared[0].__annotations__ if declared else ()) if k not in own]
+    valid = own + reading
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -73,9 +83,7 @@ def keywords_checked(func: F) -> F:
 
 
 def _check_seed(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise OptionError(f"{param(name, value, show=True)} must be 0 or a positive integer.")
-    return int(value)
+    return check_int(name, value, minimum=0)
 
 
 @keywords_checked
@@ -84,30 +92,8 @@ def spectrum(
     *,
     eigenvalues: bool = False,
     top: int | None = None,
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    rows: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    weights: Any = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
-    centered: bool = True,
-    ddof: int = 1,
-    precision: str = "float64",
-    block_rows: int | None = None,
-    drop_nonfinite: bool = False,
-    max_memory: int | str | None = None,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    pool: str = "tokens",
-    mask: Any = None,
-    positions_per_window: int | None = None,
-    engine: str = "local",
-    scheduler: str | None = None,
-    workers: int | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
 ) -> Report:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and the numerical and sampling floors.
 
@@ -117,7 +103,7 @@ def spectrum(
     variance and explained variance stay exact; ``spectrum.top_k`` says how); None or 0: all of them.
     The reading options are described in the module docstring.
     """
-    read = ReadOptions.of(locals())
+    read = ReadOptions.create(**reading)
     top = check_top(top)
     if eigenvalues:
         return _from_eigenvalues("spectrum", data, None)
@@ -157,30 +143,8 @@ def fit(
     rankme: bool | None = None,
     top: int | None = None,
     eigenvalues: bool = False,
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    rows: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    weights: Any = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
-    centered: bool = True,
-    ddof: int = 1,
-    precision: str = "float64",
-    block_rows: int | None = None,
-    drop_nonfinite: bool = False,
-    max_memory: int | str | None = None,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    pool: str = "tokens",
-    mask: Any = None,
-    positions_per_window: int | None = None,
-    engine: str = "local",
-    scheduler: str | None = None,
-    workers: int | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
 ) -> Report:
     """The spectrum plus power-law fits, the model comparison, the local slope, every effective
     rank and the cheap isotropy figures (the main job).
@@ -204,7 +168,7 @@ def fit(
     interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
     of eigenvalues. The reading options are described in the module docstring.
     """
-    read = ReadOptions.of(locals())
+    read = ReadOptions.create(**reading)
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
                              auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
                              alpha_range=alpha_range)
@@ -219,8 +183,8 @@ def fit(
         raise OptionError(f"{param('top', top)} computes only the leading eigenvalues, but "
                           f"{', '.join(param(n) for n in needs_all)} need{'s' if len(needs_all) == 1 else ''} "
                           "all of them; drop one or the other.")
-    if ci and (isinstance(ci_replicates, bool) or not isinstance(ci_replicates, int) or ci_replicates < 10):
-        raise OptionError(f"{param('ci_replicates', ci_replicates)} must be at least 10.")
+    if ci:
+        ci_replicates = check_int("ci_replicates", ci_replicates, minimum=10)
     if eigenvalues:
         if ci or shuffled_control or partition_isotropy:
             raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} need "
@@ -299,33 +263,13 @@ def isotropy(
     *,
     scale: str = "seed",
     isoscore: bool = False,
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    rows: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    weights: Any = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
-    precision: str = "float64",
-    block_rows: int | None = None,
-    drop_nonfinite: bool = False,
-    max_memory: int | str | None = None,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    pool: str = "tokens",
-    mask: Any = None,
-    positions_per_window: int | None = None,
-    engine: str = "local",
-    scheduler: str | None = None,
-    workers: int | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
 ) -> Report:
     """Partition isotropy (two streamed passes; ``scale`` ``seed | none``), the exact mean cosine,
     top-PC share, mean-norm ratio and, with ``isoscore``, IsoScore. The covariance is centred with
     ddof 1. The reading options are described in the module docstring."""
-    read = ReadOptions.of(locals())
+    read = ReadOptions.create(refuse=ISOTROPY_REFUSES, **reading)
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
@@ -350,39 +294,17 @@ def accumulate(
     data: Any,
     *,
     groups: int = 0,
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    rows: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    weights: Any = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
-    precision: str = "float64",
-    block_rows: int | None = None,
-    drop_nonfinite: bool = False,
-    max_memory: int | str | None = None,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    pool: str = "tokens",
-    mask: Any = None,
-    positions_per_window: int | None = None,
-    engine: str = "local",
-    scheduler: str | None = None,
-    workers: int | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
 ) -> Any:
     """One pass over ``data`` into an :class:`~spectra_cli.accumulator.Accumulator`: the mergeable
     moments (and cosine sums, and ``groups`` bootstrap groups) that ``acc.save(path)`` writes as a
     moment file. Moment files of different shards, made anywhere, merge exactly:
     ``fit(["m0.npz", "m1.npz"])`` or ``spectra fit 'm*.npz'``. Reading options as for :func:`fit`."""
     from spectra_cli.accumulator import Accumulator
-    from spectra_cli.sources import fingerprint
 
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 0:
-        raise OptionError(f"{param('groups', groups, show=True)} must be 0 or a positive integer.")
-    read = ReadOptions.of(locals())
+    groups = check_int("groups", groups, minimum=0)
+    read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
     with Input(data, read) as inp:
         if inp.accumulator is not None:
             raise OptionError("the input is already accumulated moments; merge moment files with fit([...]) or "
@@ -399,7 +321,7 @@ def accumulate(
     acc.weighted = first.weighted
     acc.n_dropped = first.n_dropped
     acc.sources = [{"path": source["path"], "fingerprint": source["fingerprint"] or
-                    (fingerprint(inp.path) if inp.path else None), "rows": source["rows"],
+                    inp.fingerprint(), "rows": source["rows"],
                     "rows_used": first.n_rows, "layout": source["layout"]}]
     return acc
 
@@ -422,10 +344,7 @@ def check_top(top: Any) -> int | None:
     """``top`` as an int (None: not given), or an OptionError."""
     if top is None:
         return None
-    if isinstance(top, bool) or not isinstance(top, int | np.integer) or top < 0:
-        raise OptionError(f"{param('top', top, show=True)} must be 0 (every eigenvalue) or a positive number "
-                          "of leading eigenvalues.")
-    return int(top)
+    return check_int("top", top, minimum=0, what="0 (every eigenvalue) or a positive number of leading eigenvalues")
 
 
 def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str], *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli import __version__
-from spectra_cli.errors import InputError, OptionError, SpectraError, param
-from spectra_cli.inputs import is_moment_file
+from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
+from spectra_cli.sources.dataset import is_moment_file
 
 ERROR_SCHEMA = "spectra.batch-error/1"
 SKIP_SCHEMA = "spectra.batch-skipped/1"
@@ -258,6 +259,46 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+#: The first bytes of files that are certainly not JSON Lines, and what they are.
+_MAGIC = ((b"PK\x03\x04", "a ZIP archive, such as an .npz or a moment file"), (b"\x93NUMPY", "a .npy array"),
+          (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"))
+
+
+def results_file_problem(path: str) -> str | None:
+    """Why an existing, non-empty ``path`` is not a spectra results file (None when it is one, or
+    when there is nothing there to lose): its first line must be a JSON object whose ``schema`` is
+    one of spectra's (a cut first line of a killed run counts: ``--resume`` repairs it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror}"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return "it is a FIFO" if stat.S_ISFIFO(st.st_mode) else "it is not a regular file"
+        head = f.read(1 << 16)
+    if not head.strip():
+        return None
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"it is {what}"
+    first, newline, _ = head.partition(b"\n")
+    if not newline and len(head) == 1 << 16:
+        return "its first line is longer than 64 KiB, not a JSON Lines result"
+    if not newline and first.lstrip().startswith(b'{"schema": "spectra.'):
+        return None  # one cut line: a batch killed while writing its first result
+    doc = parse_line(first.decode("utf-8", "replace"))
+    if doc is None:
+        return "its first line is not a JSON object"
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith("spectra."):
+        return f"its first line is JSON with schema {schema!r}, not a spectra report" if schema is not None else \
+            "its first line is JSON without a spectra schema"
+    return None
+
+
 class ResultsFile:
     """The JSON Lines output of a batch.
 
@@ -274,6 +315,10 @@ class ResultsFile:
 
         check_directory(path, "jsonl")
         check_not_input(path, inputs, "jsonl")
+        why = results_file_problem(path)
+        if why is not None:
+            raise OutputError(f"{param('jsonl', path)} exists and is not a spectra results file ({why}); name a new "
+                              "file, or a results file of an earlier batch.")
         self.path = path
         self.notes: list[str] = []
         self.mismatch: list[str] = []

@@ -9,6 +9,7 @@ isotropy, the shuffled control, whitening) reads the rows again through the same
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,8 +21,9 @@ from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.engine import MomentsState, Progress, RowGuard, RowsState, State, run_pass
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.moments import Moments
-from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions
-from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, fingerprint, iter_selected, open_source
+from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions, refuse_over_budget
+from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, iter_selected, open_dataset
+from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
 from spectra_cli.sources.select import RowSpec, WeightsArray
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
@@ -64,40 +66,36 @@ def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
     raise TypeError(f"{what} must be {ACCEPTED}; got {type(obj).__name__}.")
 
 
-def is_moment_file(path: str) -> bool:
-    """An ``.npz`` written by :meth:`Accumulator.save` (it holds ``format`` and ``meta`` members)."""
-    if not path.lower().endswith(".npz") or not os.path.isfile(path):
-        return False
-    from spectra_cli.sources.npy import open_zip  # cached: a batch lists the same archive next
-
-    try:
-        names = set(open_zip(path).namelist())
-    except InputError:
-        return False
-    return {"format.npy", "meta.npy", "m2.npy"} <= names
+def as_dataset(data: Any) -> Dataset | None:
+    """``data`` resolved as a :class:`Dataset` when it names files (a path, several, or a Dataset
+    already); None for arrays and accumulators."""
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, str | os.PathLike) or (isinstance(data, list | tuple) and data and all(
+            isinstance(p, str | os.PathLike) for p in data)):
+        return resolve(data)
+    return None
 
 
-def moment_files(path: str) -> list[str]:
-    """The moment files a path stands for: itself, or every match of a glob when all matches are
-    moment files (``spectra fit 'm*.npz'``); empty when the path is something else."""
-    from spectra_cli.sources.base import expand_glob, is_glob
-    from spectra_cli.sources.remote import is_url
-
-    if is_url(path):
-        return []  # moment files are local files
-    if is_glob(path):
-        matches = expand_glob(path)
-        return matches if all(is_moment_file(m) for m in matches) else []
-    return [path] if is_moment_file(path) else []
+def input_paths(dataset: Dataset | None, read: ReadOptions, *others: str | None) -> list[str]:
+    """Every file a run reads, for the checks that keep an output off them: the dataset's members
+    (and directories), the weights, scores and mask files, and ``others`` (a transform)."""
+    named = [read.weights if isinstance(read.weights, str) else None, read.logits,
+             read.mask if isinstance(read.mask, str) else None, *others]
+    return [*(dataset.guarded_paths() if dataset is not None else []), *(p for p in named if p is not None)]
 
 
-def merge_moment_files(paths: list[str]) -> Accumulator:
+def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumulator:
     """The exact merge of moment files; files of other widths, options or formats are refused,
-    naming the file and the difference."""
+    naming the file and the difference. ``budget``: bytes the merge may take, checked against every
+    file's array headers before anything of its size is allocated."""
     acc: Accumulator | None = None
     for p in paths:
-        if not is_moment_file(p):
-            raise InputError(f"{p} is not a spectra moment file (a list of paths merges moment files only).")
+        why = moment_file_problem(p)
+        if why is not None:
+            raise InputError(f"{p} is not a spectra moment file ({why}).")
+        if budget is not None:
+            check_moment_file_budget(p, budget)
         one = Accumulator.load(p)
         if not one.sources:
             one.sources = [{"path": p}]
@@ -110,6 +108,28 @@ def merge_moment_files(paths: list[str]) -> Accumulator:
             raise InputError(f"{p} cannot be merged with {paths[0]}: {exc}") from None
     assert acc is not None
     return acc
+
+
+def check_moment_file_budget(path: str, budget: int) -> None:
+    """Refuse, from its member headers alone, a moment file whose arrays (and the merge's working
+    copy of its d x d moments) would not fit the memory budget."""
+    from spectra_cli.sources.npy import npz_listing
+
+    listing = npz_listing(path)
+    nbytes = 0
+    d = 0
+    for a in listing:
+        shape = [int(s) for s in a.get("shape", [])]
+        if a["key"] == "m2" and len(shape) == 2:
+            d = max(shape)
+        try:
+            itemsize = np.dtype(a["dtype"]).itemsize if a.get("dtype") != "unreadable" else 0
+        except TypeError:
+            itemsize = 8
+        nbytes += math.prod(shape) * max(itemsize, 8)  # read as float64
+    nbytes += 2 * 8 * d * d  # the merged moments and one product's temporary
+    matrices = max(1, round(nbytes / (8 * d * d))) if d else 0
+    refuse_over_budget(path, "its moments", nbytes, f"{matrices} float64 matrices of {d} x {d}", budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +180,6 @@ class Accumulated:
         return self.moments.weighted if self.moments is not None else self.weights is not None
 
 
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / (1 << 30):.3g} GiB"
-
-
 class Input:
     """An opened input (use as a context manager)."""
 
@@ -174,6 +190,7 @@ class Input:
         self.path: str | None = None
         self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
         self.dask_array: Any = None
+        self.dataset: Dataset | None = None
         from spectra_cli.engine.dask import is_dask_array
 
         if is_dask_array(data):
@@ -190,18 +207,15 @@ class Input:
             return
         if isinstance(data, Accumulator):
             self.accumulator = data
-        elif isinstance(data, list | tuple) and data and all(isinstance(p, str | os.PathLike) for p in data):
-            self.path = ",".join(os.fspath(p) for p in data)
-            self.accumulator = merge_moment_files([os.fspath(p) for p in data])
-        elif isinstance(data, str | os.PathLike):
-            self.path = os.fspath(data)
-            files = moment_files(self.path)
-            if files:
-                self.accumulator = merge_moment_files(files)
+        elif (ds := as_dataset(data)) is not None:
+            self.dataset = ds
+            self.path = ds.name
+            if ds.is_moments:
+                self.accumulator = merge_moment_files(ds.member_paths(), budget=read.memory_budget())
             else:
-                self.source = open_source(self.path, key=read.key, column=read.column,
-                                          columns=list(read.columns) if read.columns else None,
-                                          weight_column=read.weight_column or read.doc_column)
+                self.source = open_dataset(ds, key=read.key, column=read.column,
+                                           columns=list(read.columns) if read.columns else None,
+                                           weight_column=read.weight_column or read.doc_column)
         else:
             from spectra_cli.sources.array import ArraySource
 
@@ -221,7 +235,8 @@ class Input:
             acc = self.accumulator
             self.info = SourceInfo(path=self.path or "<accumulator>", format="moments", shape=(acc.n, acc.d),
                                    dtype=acc.precision, n_rows=acc.n, n_features=acc.d,
-                                   layout="accumulated moments (no rows)")
+                                   layout="accumulated moments (no rows)",
+                                   files=len(self.dataset.members) if self.dataset is not None else 1)
             return
         assert self.source is not None
         self.info = self.source.info
@@ -388,17 +403,13 @@ class Input:
 
     def check_memory(self, d: int, n: int, *, use_gram: bool, extra_matrices: int = 0) -> None:
         """Refuse, before reading, a run whose matrices would not fit the memory budget."""
-        budget = self.read.memory_budget()
         if use_gram:
             need = 8.0 * n * d + 3 * 8.0 * n * n
             what = f"{n} rows of {d} features and {n} x {n} float64 Gram matrices"
         else:
             need = (3 + extra_matrices) * 8.0 * d * d
             what = f"{3 + extra_matrices} float64 matrices of {d} x {d}"
-        if need > budget:
-            raise InputError(f"{self.info.path}: the spectrum needs about {_gib(need)} ({what}); the memory budget "
-                             f"is {_gib(budget)}. Raise it with {param('max_memory')} (e.g. {_gib(need * 1.2)}) "
-                             "on a machine that has it, or select fewer features.")
+        refuse_over_budget(self.info.path, "the spectrum", need, what, self.read.memory_budget())
 
     # -- what the report says about the input ------------------------------------------------------
     def source_report(self, first: Accumulated | None) -> dict[str, Any]:
@@ -408,8 +419,14 @@ class Input:
         out["rows_used"] = first.n_rows if first is not None else None
         out["rows_dropped"] = first.n_dropped if first is not None else 0
         out["n_effective"] = first.n_effective if first is not None else None
-        out["fingerprint"] = fingerprint(self.path) if self.path is not None else None
+        out["fingerprint"] = self.fingerprint()
+        if self.dataset is not None:
+            out["members"] = self.dataset.members_report()
         return out
+
+    def fingerprint(self) -> str | None:
+        """The dataset's fingerprint (None for an in-memory array or Accumulator)."""
+        return self.dataset.fingerprint() if self.dataset is not None else None
 
     def options_report(self) -> dict[str, Any]:
         out = self.read.to_report()

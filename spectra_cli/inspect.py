@@ -7,12 +7,18 @@ from typing import Any
 
 from spectra_cli.errors import SpectraError
 from spectra_cli.results import json_safe
-from spectra_cli.sources import open_source
+from spectra_cli.sources import open_dataset, open_source
+from spectra_cli.sources.dataset import Dataset, resolve
 
 
-def describe(path: str, *, key: str | None = None, column: str | None = None,
+def describe(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, column: str | None = None,
              columns: list[str] | None = None) -> dict[str, Any]:
-    """Headers and metadata of ``path``; the matrix spectra would read from it, if any."""
+    """Headers and metadata of the input; the matrix spectra would read from it, if any. Several
+    paths (or a glob) are described as the one dataset they make, with every member listed."""
+    dataset = resolve(paths)
+    if dataset.kind != "single":
+        return _describe_dataset(dataset, key=key, column=column, columns=columns)
+    path = dataset.arguments[0]
     lower = path.lower()
     doc: dict[str, Any] = {"path": path}
     if lower.endswith(".safetensors") and "::" not in path:
@@ -40,4 +46,25 @@ def describe(path: str, *, key: str | None = None, column: str | None = None,
         if "arrays" not in doc:
             raise
         doc["note"] = str(exc)
+    return json_safe(doc)
+
+
+def _describe_dataset(dataset: Dataset, *, key: str | None, column: str | None,
+                      columns: list[str] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"path": dataset.name, "files": len(dataset.members),
+                           "members": dataset.members_report(), "fingerprint": dataset.fingerprint()}
+    if dataset.is_moments:
+        from spectra_cli.sources.npy import npz_listing
+
+        widths: dict[str, list[int]] = {p: next((a["shape"] for a in npz_listing(p) if a["key"] == "m2"), [])
+                                       for p in dataset.member_paths()}
+        doc.update({"format": "moments", "layout": f"{len(widths)} moment files (accumulated moments, no rows)",
+                    "m2_shapes": [list(s) for s in widths.values()]})
+        return json_safe(doc)
+    with open_dataset(dataset, key=key, column=column, columns=columns) as src:
+        info = src.info
+        doc.update({k: v for k, v in info.to_dict().items() if k != "path"})
+        doc.update({k: v for k, v in info.details.items() if v is not None and k != "arrays"})
+        if hasattr(src, "describe_schema"):
+            doc["columns_schema"] = src.describe_schema()
     return json_safe(doc)

@@ -7,17 +7,17 @@ options as a :class:`ReadOptions`; the library functions and the CLI build it wi
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from spectra_cli.errors import OptionError, describe_choices, param
+from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.select import RowSpec
+from spectra_cli.validate import check_choice, check_int, check_str
 
 PRECISIONS = ("float64", "float32")
 ENGINES = ("local", "dask")
@@ -56,13 +56,84 @@ def parse_bytes(text: str | int | None) -> int | None:
     return int(value)
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise OptionError(f"{param(name, value, show=True)} must be an integer.")
-    if value < minimum:
-        what = "0 or a positive integer" if minimum == 0 else f"at least {minimum}"
-        raise OptionError(f"{param(name, value)} must be {what}.")
-    return int(value)
+def memory_budget(max_memory: int | None) -> int:
+    """Bytes a run's matrices may take: ``max_memory``, or by default half the physical memory."""
+    return max_memory if max_memory is not None else int(physical_memory() * MEMORY_FRACTION)
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / (1 << 30):.3g} GiB"
+
+
+def refuse_over_budget(where: str, what_needs: str, need: float, what: str, budget: int) -> None:
+    """The one memory-budget refusal: the size needed, what it is, the budget and the option that
+    raises it (an InputError before anything of that size is allocated)."""
+    if need > budget:
+        raise InputError(f"{where}: {what_needs} needs about {gib(need)} ({what}); the memory budget is "
+                         f"{gib(budget)}. Raise it with {param('max_memory')} (e.g. {gib(need * 1.2)}) on a machine "
+                         "that has it, or select fewer features.")
+
+
+class SourceKeywords(TypedDict, total=False):
+    """Where the rows are and how a sequence dump becomes rows: the reading keywords every command
+    takes (``spectra_cli.sequence`` takes only these). Documented in :mod:`spectra_cli.api`."""
+
+    key: str | None
+    column: str | None
+    columns: str | list[str] | tuple[str, ...] | None
+    block_rows: int | None
+    max_memory: int | str | None
+    positions: str | list[int] | tuple[int, ...] | None
+    pool: str
+    mask: Any
+    positions_per_window: int | None
+    doc_column: str | None
+    mask_column: str | None
+
+
+class ReadKeywords(SourceKeywords, total=False):
+    """Every reading keyword: the one declaration behind :meth:`ReadOptions.create`, the signatures of
+    ``fit``, ``spectrum``, ``isotropy``, ``accumulate``, ``moments`` and ``whiten`` (as ``**read:
+    Unpack[ReadKeywords]``, so a type checker checks every caller) and the CLI's reading options
+    (:mod:`spectra_cli.cli.options`)."""
+
+    rows: str | None
+    sample: int | None
+    seed: int
+    weights: Any
+    weight_column: str | None
+    logits: str | None
+    temperature: float
+    centered: bool
+    ddof: int
+    precision: str
+    drop_nonfinite: bool
+    engine: str
+    scheduler: str | None
+    workers: int | None
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (not isinstance(value, np.ndarray) and type(value) is type(default)
+                                and value == default)
+
+
+#: Reading keywords that cannot apply to ``isotropy`` and ``accumulate`` (and ``moments``), and why (refused by name).
+ISOTROPY_REFUSES = {"centered": "does not apply: isotropy is measured on the centred covariance",
+                    "ddof": "does not apply: isotropy's covariance is centred with ddof 1"}
+ACCUMULATE_REFUSES = {"centered": "applies when moments are analysed (fit, spectrum), not when they are accumulated",
+                      "ddof": "applies when moments are analysed (fit, spectrum), not when they are accumulated"}
+#: Reading keywords that cannot apply to ``whiten``, and why (refused by name).
+WHITEN_REFUSES = {
+    "centered": "does not apply: whitening centres the rows on their mean",
+    "precision": "does not apply: the whitening transform is computed in float64",
+    "engine": "does not apply: whiten writes its rows in order from one process (the local engine)",
+    "scheduler": "does not apply: whiten runs locally",
+    "workers": "does not apply: whiten runs locally",
+}
+#: ``sequence`` reads every position of its windows.
+SEQUENCE_REFUSES = {"pool": "does not apply: sequence reads every position of its windows (use fit or spectrum "
+                            "for pooled rows)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,56 +181,40 @@ class ReadOptions:
     scheduler: str | None = None
     workers: int | None = None
 
-    @classmethod
-    def of(cls, arguments: Mapping[str, Any]) -> ReadOptions:
-        """From a public function's keyword arguments (its ``locals()`` on entry): the reading
-        keywords among them, each with the value the caller gave; the others keep their defaults."""
-        return cls.create(**{k: arguments[k] for k in _READ_KEYWORDS if k in arguments})
-
     @staticmethod
     def keywords() -> tuple[str, ...]:
-        """The keywords of :meth:`create`."""
-        return _READ_KEYWORDS
+        """The reading keywords (of :class:`ReadKeywords`): what every library function takes."""
+        return READ_KEYWORDS
 
     @classmethod
-    def create(
-        cls,
-        *,
-        key: str | None = None,
-        column: str | None = None,
-        columns: list[str] | tuple[str, ...] | None = None,
-        rows: str | None = None,
-        sample: int | None = None,
-        seed: int = 0,
-        weights: Any = None,
-        weight_column: str | None = None,
-        logits: str | None = None,
-        temperature: float = 1.0,
-        centered: bool = True,
-        ddof: int = 1,
-        precision: str = "float64",
-        block_rows: int | None = None,
-        drop_nonfinite: bool = False,
-        max_memory: int | str | None = None,
-        positions: str | list[int] | tuple[int, ...] | None = None,
-        pool: str = "tokens",
-        mask: Any = None,
-        positions_per_window: int | None = None,
-        doc_column: str | None = None,
-        mask_column: str | None = None,
-        engine: str = "local",
-        scheduler: str | None = None,
-        workers: int | None = None,
-    ) -> ReadOptions:
-        """Validate every value once; the error names the parameter (or flag) and what is allowed."""
+    def create(cls, *, refuse: Mapping[str, str] | None = None, **kw: Unpack[ReadKeywords]) -> ReadOptions:
+        """Validate every value once; the error names the parameter (or flag) and what is allowed.
+
+        ``refuse`` maps the keywords that cannot apply to the caller to why: each one given (with a
+        value other than its default) is an OptionError naming it, never silently ignored."""
+        unknown = [k for k in kw if k not in READ_DEFAULTS]
+        if unknown:
+            raise TypeError(f"unexpected reading keyword {unknown[0]!r}; valid: {', '.join(READ_KEYWORDS)}.")
+        for name, why in (refuse or {}).items():
+            if name in kw and not _is_default(kw[name], READ_DEFAULTS[name]):  # type: ignore[literal-required]
+                raise OptionError(f"{param(name)} {why}.")
+        v: dict[str, Any] = {**READ_DEFAULTS, **kw}
+        key, column, columns, rows, sample, seed = (v["key"], v["column"], v["columns"], v["rows"], v["sample"],
+                                                    v["seed"])
+        weights, weight_column, logits, temperature = v["weights"], v["weight_column"], v["logits"], v["temperature"]
+        centered, ddof, precision, block_rows = v["centered"], v["ddof"], v["precision"], v["block_rows"]
+        drop_nonfinite, max_memory, positions, pool, mask = (v["drop_nonfinite"], v["max_memory"], v["positions"],
+                                                             v["pool"], v["mask"])
+        positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
+        engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
         if precision not in PRECISIONS:
             raise OptionError(f"{param('precision', precision)} is not one of {', '.join(PRECISIONS)}.")
-        ddof = _check_int("ddof", ddof, minimum=0)
+        ddof = check_int("ddof", ddof, minimum=0)
         if block_rows is not None:
-            block_rows = _check_int("block_rows", block_rows, minimum=1)
-        seed = _check_int("seed", seed, minimum=0)
+            block_rows = check_int("block_rows", block_rows, minimum=1)
+        seed = check_int("seed", seed, minimum=0)
         if sample is not None:
-            sample = _check_int("sample", sample, minimum=-(1 << 62))  # an integer; RowSpec says why < 1 is bad
+            sample = check_int("sample", sample, minimum=-(1 << 62))  # an integer; RowSpec says why < 1 is bad
         if sum(x is not None for x in (weights, weight_column, logits)) > 1:
             raise OptionError(f"use one of {param('weights')}, {param('weight_column')} and {param('logits')}, "
                               "not several.")
@@ -174,15 +229,15 @@ class ReadOptions:
             if isinstance(columns, str):
                 columns = [c.strip() for c in columns.split(",") if c.strip()]
             columns = tuple(columns) or None
-        for name, value in (("key", key), ("column", column), ("weight_column", weight_column), ("logits", logits)):
-            if value is not None and not isinstance(value, str):
-                raise OptionError(f"{param(name, value, show=True)} must be a string.")
+        for name, value in (("key", key), ("column", column), ("weight_column", weight_column), ("logits", logits),
+                            ("doc_column", doc_column), ("mask_column", mask_column), ("scheduler", scheduler)):
+            check_str(name, value)
         from spectra_cli.sources.sequence import check_pool
 
         check_pool(pool)
         check_choice("engine", engine, ENGINES)
         if workers is not None:
-            workers = _check_int("workers", workers, minimum=1)
+            workers = check_int("workers", workers, minimum=1)
         if engine != "dask" and (scheduler is not None or workers is not None):
             raise OptionError(f"{param('scheduler')} and {param('workers')} choose the Dask cluster of "
                               f"{param('engine', 'dask')}.")
@@ -190,7 +245,7 @@ class ReadOptions:
             raise OptionError(f"{param('sample')} is not supported with {param('engine', 'dask')} (a sample needs "
                               "the whole row range in one place); select a row range or run locally.")
         if positions_per_window is not None:
-            positions_per_window = _check_int("positions_per_window", positions_per_window, minimum=1)
+            positions_per_window = check_int("positions_per_window", positions_per_window, minimum=1)
         if doc_column is not None and (positions_per_window is None or weight_column is not None):
             raise OptionError(f"{param('doc_column')} regroups Parquet token rows into windows: it needs "
                               f"{param('positions_per_window')} L and no {param('weight_column')}.")
@@ -221,7 +276,7 @@ class ReadOptions:
         return self.weights is not None or self.weight_column is not None or self.logits is not None
 
     def memory_budget(self) -> int:
-        return self.max_memory if self.max_memory is not None else int(physical_memory() * MEMORY_FRACTION)
+        return memory_budget(self.max_memory)
 
     def weights_description(self) -> dict[str, Any] | None:
         if self.logits is not None:
@@ -263,11 +318,12 @@ def _weights_array(weights: Any) -> np.ndarray:
     return np.asarray(w, dtype=np.float64)
 
 
-def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise OptionError(f"{param(name)} {describe_choices(value, allowed)}.")
-    return value
-
-
-#: The keywords of :meth:`ReadOptions.create` (what :meth:`ReadOptions.of` picks from a call's arguments).
-_READ_KEYWORDS = tuple(p for p in inspect.signature(ReadOptions.create).parameters if p != "cls")
+#: The default of every reading keyword (a keyword left out takes it): the dataclass's own, and for
+#: the row selection (one ``RowSpec`` field) those of ``rows``, ``sample`` and ``seed``.
+READ_DEFAULTS: dict[str, Any] = {
+    name: ({"rows": None, "sample": None, "seed": 0}[name] if name in ("rows", "sample", "seed")
+           else ReadOptions.__dataclass_fields__[name].default)
+    for name in ReadKeywords.__annotations__
+}
+READ_KEYWORDS = tuple(READ_DEFAULTS)
+SOURCE_KEYWORDS = tuple(SourceKeywords.__annotations__)

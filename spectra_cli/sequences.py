@@ -11,7 +11,7 @@ are fewer windows than ``P k`` coordinates, else the ``P k x P k`` covariance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -27,11 +27,11 @@ from spectra_cli.engine import Progress
 from spectra_cli.errors import FitError, InputError, OptionError, describe_choices, param
 from spectra_cli.inputs import Input
 from spectra_cli.moments import Moments
-from spectra_cli.options import ReadOptions
+from spectra_cli.options import SEQUENCE_REFUSES, ReadOptions, SourceKeywords
 from spectra_cli.report import Stopwatch, emit_warnings
 from spectra_cli.results import json_safe
-from spectra_cli.sources import fingerprint
 from spectra_cli.sources.sequence import SequenceSource
+from spectra_cli.validate import check_int
 
 SCHEMA = "spectra.sequence/1"
 
@@ -85,23 +85,14 @@ def _given_spectrum(lam: np.ndarray, n: int, features: int, definition: str, met
 def sequence(
     data: Any,
     *,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    mask: Any = None,
-    positions_per_window: int | None = None,
-    doc_column: str | None = None,
-    mask_column: str | None = None,
     project: int | None = None,
     seed: int = 0,
     controls: str | list[str] | tuple[str, ...] = CONTROLS,
     window: str | list[str] | tuple[str, ...] | None = None,
     method: str = "ols",
     model: str = "power-law",
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    block_rows: int | None = None,
-    max_memory: int | str | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[SourceKeywords],
 ) -> SequenceReport:
     """Per-position summary, pooled and context spectra, controls and lag energies of a sequence dump.
 
@@ -122,14 +113,11 @@ def sequence(
     for c in ctrl:
         if c not in CONTROLS:
             raise OptionError(f"{param('controls')} {describe_choices(c, CONTROLS)}.")
-    if project is not None and (isinstance(project, bool) or not isinstance(project, int) or project < 1):
-        raise OptionError(f"{param('project', project, show=True)} must be a positive number of features.")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise OptionError(f"{param('seed', seed, show=True)} must be 0 or a positive integer.")
+    if project is not None:
+        project = check_int("project", project, minimum=1, what="a positive number of features")
+    seed = check_int("seed", seed, minimum=0)
     opts = FitOptions.create(window=window, method=method, model=model)
-    read = ReadOptions.create(key=key, column=column, columns=columns, block_rows=block_rows, max_memory=max_memory,
-                              positions=positions, mask=mask, positions_per_window=positions_per_window,
-                              doc_column=doc_column, mask_column=mask_column)
+    read = ReadOptions.create(refuse=SEQUENCE_REFUSES, **reading)
     warnings: list[str] = []
     with Input(data, read) as inp:
         src = inp.source
@@ -199,7 +187,8 @@ def sequence(
     source = {"path": info.path, "format": info.format, "shape": list(info.shape), "dtype": info.dtype,
               "windows": n, "positions": lay.length, "features": d, "positions_used": list(lay.positions),
               "windows_in_context": n_ctx, "masked_tokens": src.masked_tokens,
-              "fingerprint": fingerprint(inp.path) if inp.path else None,
+              "fingerprint": inp.fingerprint(),
+              **({"members": inp.dataset.members_report()} if inp.dataset is not None else {}),
               "layout": f"{n} windows x {lay.length} positions x {d} features"}
     options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
                "mask": read.mask if isinstance(read.mask, str | None) else "array",

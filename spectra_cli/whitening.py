@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -22,13 +22,12 @@ from spectra_cli.api import keywords_checked
 from spectra_cli.eigen import Spectrum, describe, floor_for, spectrum_from_moments
 from spectra_cli.engine import Progress
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.inputs import Input
+from spectra_cli.inputs import Input, as_dataset, input_paths
 from spectra_cli.moments import Moments
-from spectra_cli.options import ReadOptions
+from spectra_cli.options import WHITEN_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.report import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.results import Report
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
-from spectra_cli.sources import fingerprint
 
 
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:
@@ -77,25 +76,8 @@ def whiten(
     save_transform: str | os.PathLike[str] | None = None,
     partition_isotropy: bool = False,
     scale: str = "seed",
-    key: str | None = None,
-    column: str | None = None,
-    columns: list[str] | tuple[str, ...] | None = None,
-    rows: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    weights: Any = None,
-    weight_column: str | None = None,
-    logits: str | None = None,
-    temperature: float = 1.0,
-    ddof: int = 1,
-    block_rows: int | None = None,
-    drop_nonfinite: bool = False,
-    max_memory: int | str | None = None,
-    positions: str | list[int] | tuple[int, ...] | None = None,
-    pool: str = "tokens",
-    mask: Any = None,
-    positions_per_window: int | None = None,
     progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
 ) -> Report:
     """Whiten the rows of ``data`` (zca, pca or abtt; ``k`` directions kept or removed, ``eps``
     added to each eigenvalue) and report the spectrum and isotropy before and after.
@@ -105,13 +87,15 @@ def whiten(
     path or a :class:`WhiteningTransform`) instead of fitting one; ``save_transform``: save the
     fitted one (``.npz``, no pickle). Reading options as for :func:`spectra_cli.fit`.
     """
-    read = ReadOptions.of(locals())
+    read = ReadOptions.create(refuse=WHITEN_REFUSES, **reading)
+    ddof = read.ddof
     out = os.fspath(out) if out is not None else None
     save_transform = os.fspath(save_transform) if save_transform is not None else None
     transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None
-    named = [data if isinstance(data, str | os.PathLike) else None,
-             read.weights if isinstance(read.weights, str) else None, read.logits, transform_path]
-    inputs: list[str | None] = [os.fspath(p) for p in named if p is not None]
+    dataset = as_dataset(data)
+    if dataset is not None:
+        data = dataset  # resolved once: the outputs are checked against its members, and it is read
+    inputs = input_paths(dataset, read, transform_path)
     if out is not None:
         check_target(out)
         check_not_input(out, inputs, "out")
@@ -140,7 +124,7 @@ def whiten(
         mean = m.mean * m.scale
         source_name = inp.path or "<array>"
         t = loaded or fit_transform(C, mean, method=method, k=k, eps=eps, usable_rank=before.usable_rank, ddof=ddof,
-                                    source=source_name, fingerprint=fingerprint(inp.path) if inp.path else "")[0]
+                                    source=source_name, fingerprint=inp.fingerprint() or "")[0]
         out_dtype = np.dtype(np.float64) if np.dtype(info.dtype) == np.float64 else np.dtype(np.float32)
         logz = s_b = s_a = None
         if partition_isotropy:

@@ -9,41 +9,25 @@ import typer
 
 from spectra_cli.cli.app import app, emit
 from spectra_cli.cli.options import (
-    BlockRows,
     Column,
     Columns,
-    DaskWorkers,
-    Ddof,
-    DropNonfinite,
-    Engine,
     Json,
     Key,
-    Logits,
-    Mask,
-    MaxMemory,
-    Path,
-    PerWindow,
+    Paths,
     Plot,
-    Pool,
-    Positions,
-    Precision,
-    Rows,
-    Sample,
-    Scheduler,
-    Seed,
-    Temperature,
     Top,
-    Uncentered,
-    WeightCol,
-    Weights,
-    read_arguments,
+    describe_paths,
+    one_path,
+    reading_options,
     split_columns,
 )
+from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, WHITEN_REFUSES, ReadKeywords
 
 
 @app.command()
+@reading_options()
 def fit(
-    path: Path,
+    paths: Paths,
     window: Annotated[list[str] | None, typer.Option(
         "--window", metavar="K1:K2", help="Fit ranks K1:K2 (1-based, inclusive) or 'auto'; repeat for several "
         "windows. Default 11:floor(d/10).")] = None,
@@ -74,15 +58,9 @@ def fit(
                                                          "#{lambda_j >= eps} (repeatable).")] = None,
     capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
                                                          "sum lambda/(lambda + tau) (repeatable).")] = None,
-    logits: Logits = None, temperature: Temperature = 1.0,
-    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
-    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
-    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
-    block_rows: BlockRows = None, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
-    scheduler: Scheduler = None, workers: DaskWorkers = None,
     json: Json = False,
+    *,
+    reading: ReadKeywords,
 ) -> None:
     """Spectrum, power-law fit and effective ranks of a matrix (the main job).
 
@@ -99,13 +77,14 @@ def fit(
         from spectra_cli.render.plot import check_plot_target
 
         check_plot_target(plot)
-    with LazyProgress(f"reading {path}") as progress:
+    with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.fit(
-            path, window=window, method=method, model=model, degree=degree, density=density,
+            one_path(paths, "eigenvalues") if eigenvalues else paths, window=window, method=method, model=model,
+            degree=degree, density=density,
             counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, rankme=rankme, top=top, progress=progress, **read_arguments(locals()))
+            isoscore=isoscore, rankme=rankme, top=top, progress=progress, **reading)
     if plot is not None:
         from spectra_cli.render.plot import plot_report
 
@@ -114,18 +93,13 @@ def fit(
 
 
 @app.command()
+@reading_options()
 def spectrum(
-    path: Path,
+    paths: Paths,
     top: Top = None,
-    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
-    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
-    logits: Logits = None, temperature: Temperature = 1.0,
-    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
-    block_rows: BlockRows = None, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
-    scheduler: Scheduler = None, workers: DaskWorkers = None,
     json: Json = False,
+    *,
+    reading: ReadKeywords,
 ) -> None:
     """Eigenvalues (descending), explained variance, k90/k95/k99 and floors.
 
@@ -138,24 +112,21 @@ def spectrum(
     from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
 
-    with LazyProgress(f"reading {path}") as progress:
-        report = api.spectrum(path, top=top, progress=progress, **read_arguments(locals()))
+    with LazyProgress(f"reading {describe_paths(paths)}") as progress:
+        report = api.spectrum(paths, top=top, progress=progress, **reading)
     emit(report.to_dict(), json)
 
 
 @app.command()
+@reading_options(exclude=tuple(ISOTROPY_REFUSES))
 def isotropy(
-    path: Path,
+    paths: Paths,
     scale: Annotated[str, typer.Option("--scale", metavar="seed|none",
                                        help="seed (divide by the std of all entries) | none.")] = "seed",
     isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
-    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
-    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
-    logits: Logits = None, temperature: Temperature = 1.0,
-    precision: Precision = "float64", block_rows: BlockRows = None, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
-    scheduler: Scheduler = None, workers: DaskWorkers = None, json: Json = False,
+    json: Json = False,
+    *,
+    reading: ReadKeywords,
 ) -> None:
     """Partition isotropy, exact mean cosine, top-PC share, mean-norm ratio (two streamed passes).
 
@@ -167,14 +138,15 @@ def isotropy(
     from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
 
-    with LazyProgress(f"reading {path}") as progress:
-        report = api.isotropy(path, scale=scale, isoscore=isoscore, progress=progress, **read_arguments(locals()))
+    with LazyProgress(f"reading {describe_paths(paths)}") as progress:
+        report = api.isotropy(paths, scale=scale, isoscore=isoscore, progress=progress, **reading)
     emit(report.to_dict(), json)
 
 
 @app.command()
+@reading_options(exclude=tuple(WHITEN_REFUSES))
 def whiten(
-    path: Path,
+    paths: Paths,
     out: Annotated[str, typer.Option("-o", "--output", metavar="FILE", help="Whitened rows: .npy or .parquet "
                                      "(written atomically).")] = "",
     method: Annotated[str, typer.Option("--method", metavar="zca|pca|abtt", help="zca | pca | abtt.")] = "zca",
@@ -189,13 +161,9 @@ def whiten(
                                                      "and after (more arithmetic in the second pass).")] = False,
     scale: Annotated[str, typer.Option("--scale", metavar="seed|none",
                                        help="Partition-isotropy scaling: seed | none.")] = "seed",
-    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
-    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
-    logits: Logits = None, temperature: Temperature = 1.0, ddof: Ddof = 1,
-    block_rows: BlockRows = None, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None,
     json: Json = False,
+    *,
+    reading: ReadKeywords,
 ) -> None:
     """Whiten (zca, pca, abtt) to a file; report spectrum and isotropy before and after.
 
@@ -210,14 +178,10 @@ def whiten(
 
     if not out:
         raise OptionError(f"whiten needs {param('out')} FILE (.npy or .parquet).")
-    with LazyProgress(f"whitening {path}") as progress:
+    with LazyProgress(f"whitening {describe_paths(paths)}") as progress:
         report = run_whiten(
-            path, out=out, method=method, k=k, eps=eps, transform=transform, save_transform=save_transform,
-            partition_isotropy=partition_isotropy, scale=scale, key=key, column=column,
-            columns=split_columns(columns), weights=weights, weight_column=weight_column, logits=logits,
-            temperature=temperature, rows=rows, sample=sample, seed=seed, ddof=ddof, block_rows=block_rows,
-            drop_nonfinite=drop_nonfinite, max_memory=max_memory,
-            positions=positions, pool=pool, mask=mask, positions_per_window=positions_per_window, progress=progress)
+            paths, out=out, method=method, k=k, eps=eps, transform=transform, save_transform=save_transform,
+            partition_isotropy=partition_isotropy, scale=scale, progress=progress, **reading)
     emit(report.to_dict(), json)
 
 
@@ -260,7 +224,7 @@ def synth(
 
 @app.command()
 def info(
-    path: Path, key: Key = None, column: Column = None, columns: Columns = None, json: Json = False,
+    paths: Paths, key: Key = None, column: Column = None, columns: Columns = None, json: Json = False,
 ) -> None:
     """Shape, dtype, layout, columns and row groups of an input, without reading its rows.
 
@@ -272,24 +236,20 @@ def info(
     from spectra_cli.inspect import describe
     from spectra_cli.render.summaries import print_info
 
-    doc = describe(path, key=key, column=column, columns=split_columns(columns))
-    emit(doc, json, lambda d, console: print_info(path, d, console))
+    doc = describe(paths, key=key, column=column, columns=split_columns(columns))
+    emit(doc, json, lambda d, console: print_info(doc["path"], d, console))
 
 
 @app.command()
+@reading_options(exclude=tuple(ACCUMULATE_REFUSES))
 def moments(
-    path: Path,
+    paths: Paths,
     out: Annotated[str, typer.Option("-o", "--output", metavar="FILE.npz", help="The moment file (plain arrays, "
                                      "no pickle; written atomically).")] = "",
     groups: Annotated[int, typer.Option("--groups", metavar="G", help="Also keep G bootstrap groups (for --ci "
                                         "on the merged moments).")] = 0,
-    key: Key = None, column: Column = None, columns: Columns = None, rows: Rows = None,
-    sample: Sample = None, seed: Seed = 0, weights: Weights = None, weight_column: WeightCol = None,
-    logits: Logits = None, temperature: Temperature = 1.0, precision: Precision = "float64",
-    block_rows: BlockRows = None, drop_nonfinite: DropNonfinite = False,
-    max_memory: MaxMemory = None, positions: Positions = None, pool: Pool = "tokens",
-    mask: Mask = None, positions_per_window: PerWindow = None, engine: Engine = "local",
-    scheduler: Scheduler = None, workers: DaskWorkers = None,
+    *,
+    reading: ReadKeywords,
 ) -> None:
     """One pass over a shard into a moment file; moment files merge exactly in fit and spectrum.
 
@@ -307,8 +267,8 @@ def moments(
         raise OptionError(f"moments needs {param('out')} FILE.npz.")
     if not out.lower().endswith(".npz"):
         raise OptionError(f"{param('out', out)}: a moment file must end in .npz.")
-    check_not_input(out, [path, weights, logits], "out")
-    with LazyProgress(f"reading {path}") as progress:
-        acc = api.accumulate(path, groups=groups, progress=progress, **read_arguments(locals()))
+    check_not_input(out, [*paths, reading["weights"], reading["logits"]], "out")
+    with LazyProgress(f"reading {describe_paths(paths)}") as progress:
+        acc = api.accumulate(paths, groups=groups, progress=progress, **reading)
     acc.save(out)
     sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-Path = Annotated[str, typer.Argument(metavar="PATH", help="Input: .npy, .npz, .parquet, a directory or a glob of "
-                                     "Parquet files, a file.safetensors::tensor, or a moment file.",
-                                     show_default=False)]
+Paths = Annotated[list[str], typer.Argument(
+    metavar="PATH...", help="Input: .npy, .npz, .parquet, a directory or a glob of .npy or Parquet files, a "
+    "file.safetensors::tensor, or moment files. Several PATHs are one matrix: .npy shards, Parquet files or moment "
+    "files, each named once.", show_default=False)]
 Key = Annotated[str | None, typer.Option("--key", metavar="NAME", help="Array name inside a .npz archive.")]
 Column = Annotated[str | None, typer.Option("--column", metavar="NAME",
                                             help="Parquet vector column (list or fixed-size list).")]
@@ -67,18 +70,74 @@ DaskWorkers = Annotated[int | None, typer.Option("--workers", metavar="N", help=
                                                  "processes (--engine dask; default 2).")]
 
 
+DocColumn = Annotated[str | None, typer.Option("--doc-column", metavar="NAME", help="Parquet column of document ids: "
+                                              "windows of --positions-per-window tokens restart at each document and "
+                                              "never cross one.")]
+MaskColumn = Annotated[str | None, typer.Option("--mask-column", metavar="NAME", help="Parquet column marking real "
+                                               "tokens (0/false = padding) of regrouped token rows.")]
+
+#: Every reading option of the command line, declared once: its annotation (flag, metavar, help)
+#: and default, under its library keyword (``uncentered`` is the flag of ``centered=False``). A
+#: command takes them with :func:`reading_options`; the library's declaration is
+#: :class:`~spectra_cli.options.ReadKeywords`, and a test holds the two to the same names.
+READ_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "key": (Key, None), "column": (Column, None), "columns": (Columns, None), "rows": (Rows, None),
+    "sample": (Sample, None), "seed": (Seed, 0), "weights": (Weights, None), "weight_column": (WeightCol, None),
+    "logits": (Logits, None), "temperature": (Temperature, 1.0), "centered": (Uncentered, False),
+    "ddof": (Ddof, 1), "precision": (Precision, "float64"), "block_rows": (BlockRows, None),
+    "drop_nonfinite": (DropNonfinite, False), "max_memory": (MaxMemory, None), "positions": (Positions, None),
+    "pool": (Pool, "tokens"), "mask": (Mask, None), "positions_per_window": (PerWindow, None),
+    "doc_column": (DocColumn, None), "mask_column": (MaskColumn, None), "engine": (Engine, "local"),
+    "scheduler": (Scheduler, None), "workers": (DaskWorkers, None),
+}
+_FLAG_NAME = {"centered": "uncentered"}  # the parameter name Typer sees where it differs from the keyword
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reading_options(*, exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> Callable[[F], F]:
+    """Give a command the shared reading options (all of :data:`READ_OPTIONS`, or ``only`` these,
+    less ``exclude``): they are added to its signature, after its own parameters, and the command
+    receives them as one ``reading`` dict of library keywords (``--uncentered`` as ``centered``),
+    ready for ``**reading`` into the library function of the same name."""
+    names = [n for n in (only or tuple(READ_OPTIONS)) if n not in exclude]
+    unknown = [n for n in names if n not in READ_OPTIONS]
+    if unknown:
+        raise ValueError(f"not a reading option: {unknown[0]}")
+
+    def decorate(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "reading"]
+        added = [inspect.Parameter(_FLAG_NAME.get(n, n), inspect.Parameter.KEYWORD_ONLY, annotation=READ_OPTIONS[n][0],
+                                   default=READ_OPTIONS[n][1]) for n in names]
+
+        @functools.wraps(func)
+        def command(**values: Any) -> Any:
+            reading = {n: values.pop(_FLAG_NAME.get(n, n)) for n in names}
+            if "centered" in reading:
+                reading["centered"] = not reading["centered"]
+            return func(**values, reading=reading)
+
+        command.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in own + added}
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+def describe_paths(paths: list[str]) -> str:
+    """The paths as a progress line names them (the first few)."""
+    return " ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
+
+
+def one_path(paths: list[str], flag: str) -> str:
+    """The one PATH an option reads as something other than a matrix (e.g. ``--eigenvalues``)."""
+    if len(paths) != 1:
+        from spectra_cli.errors import OptionError, param
+
+        raise OptionError(f"{param(flag)} reads one PATH; got {len(paths)}.")
+    return paths[0]
+
+
 def split_columns(text: str | None) -> list[str] | None:
     return [c.strip() for c in text.split(",") if c.strip()] if text else None
-
-
-def read_arguments(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The reading keywords of an API call from a command's parameters (its ``locals()``): those
-    the command has, with ``--uncentered`` as ``centered`` and ``--columns a,b`` as a list."""
-    from spectra_cli.options import ReadOptions
-
-    out = {k: values[k] for k in ReadOptions.keywords() if k in values}
-    if "uncentered" in values:
-        out["centered"] = not values["uncentered"]
-    if "columns" in out:
-        out["columns"] = split_columns(out["columns"])
-    return out

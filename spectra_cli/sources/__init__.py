@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, fingerprint, is_glob
@@ -18,6 +19,7 @@ __all__ = [
     "WeightsFile",
     "fingerprint",
     "iter_selected",
+    "open_dataset",
     "open_source",
 ]
 
@@ -84,3 +86,34 @@ def open_source(
         f"unknown extension {ext} for {path}; spectra reads .npy, .npz, Parquet "
         "(.parquet files, a directory or a glob of them) and .safetensors."
     )
+
+
+def open_dataset(
+    dataset: Any,
+    *,
+    key: str | None = None,
+    column: str | None = None,
+    columns: list[str] | None = None,
+    weight_column: str | None = None,
+) -> Source:
+    """The :class:`Source` of a resolved :class:`~spectra_cli.sources.dataset.Dataset` that is not
+    moment files: several ``.npy`` members are one matrix, several Parquet members one dataset, and
+    a single path is read by :func:`open_source`."""
+    if dataset.kind == "single":
+        return open_source(dataset.arguments[0], key=key, column=column, columns=columns,
+                           weight_column=weight_column)
+    if key is not None:
+        raise OptionError(f"{param('key')} applies to .npz archives only.")
+    files = dataset.member_paths()
+    if dataset.kind == "npy":
+        if column or columns or weight_column:
+            raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "
+                              "input only.")
+        from spectra_cli.sources.npy import NpyDirSource, NpySource
+
+        if len(files) == 1 and not os.path.isdir(dataset.arguments[0]):
+            return NpySource(files[0])
+        return NpyDirSource(dataset.name, files)
+    from spectra_cli.sources.parquet import ParquetSource
+
+    return ParquetSource(dataset.name, column=column, columns=columns, weight_column=weight_column, files=files)

@@ -30,13 +30,15 @@ _MAX_HEADER = 1 << 20
 ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError, ValueError)
 
 
-def _read_header(f: IO[bytes], where: str, *, text: bool = False) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _read_header(f: IO[bytes], where: str, *, text: bool = False,
+                 booleans: bool = False) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """The checked header: a numeric dtype (or text with ``text``, booleans with ``booleans``)."""
     try:
         version = npformat.read_magic(f)
         shape, fortran, dtype = _header_after_magic(f, version)
     except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many types on untrusted text
         raise InputError(f"{where} is not a valid .npy file: {type(exc).__name__}: {str(exc)[:200]}") from None
-    if not (text and dtype.kind == "U"):
+    if not (text and dtype.kind == "U") and not (booleans and dtype.kind == "b"):
         check_numeric_dtype(dtype, where)
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
@@ -324,11 +326,12 @@ class Vector:
         self._f.close()
 
 
-def read_whole(path: str, what: str) -> np.ndarray:
-    """A small ``.npy`` read whole (``--eigenvalues``), through the same checked header as the
-    streamed readers (never ``np.load``: no pickle, no parser exception escapes)."""
+def read_whole(path: str, what: str, *, booleans: bool = False) -> np.ndarray:
+    """A small ``.npy`` read whole (``--eigenvalues``, ``--mask``), through the same checked header
+    as the streamed readers (never ``np.load``: no pickle, no parser exception escapes); a boolean
+    array only with ``booleans`` (a mask)."""
     with open_regular(path, what) as f:
-        shape, fortran, dtype = _read_header(f, path)
+        shape, fortran, dtype = _read_header(f, path, booleans=booleans)
         size = math.prod(shape)
         if size * dtype.itemsize > os.fstat(f.fileno()).st_size - f.tell():
             raise InputError(f"{path} is truncated: its header promises {size * dtype.itemsize} bytes of data.")

@@ -77,11 +77,12 @@ class ParquetSource(Source):
         column: str | None = None,
         columns: list[str] | None = None,
         weight_column: str | None = None,
+        files: list[str] | None = None,
     ) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self._files = resolve_parquet_files(path)
+        self._files = list(files) if files is not None else resolve_parquet_files(path)
         self._pf = []
         for f in self._files:
             try:

@@ -20,6 +20,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
 from spectra_cli.sources.base import Source, SourceInfo
+from spectra_cli.validate import check_int
 
 POOLS = ("tokens", "mean", "first", "last")
 
@@ -102,7 +103,7 @@ def load_mask(mask: Any, windows: int, length: int) -> np.ndarray:
     if isinstance(mask, str):
         from spectra_cli.sources.npy import read_whole
 
-        arr = read_whole(mask, "mask file")
+        arr = read_whole(mask, "mask file", booleans=True)
     else:
         from spectra_cli.inputs import as_array
 
@@ -137,9 +138,7 @@ class SequenceSource(Source):
                 raise OptionError(f"{param('positions_per_window', length)}: the dump has {L} positions per window.")
             dropped = 0
         elif length is not None:
-            if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-                raise OptionError(f"{param('positions_per_window', length, show=True)} must be a positive integer.")
-            L, d = length, info.n_features
+            L, d = check_int("positions_per_window", length, minimum=1), info.n_features
             windows, dropped = divmod(info.n_rows, L)
             if windows == 0:
                 raise InputError(f"{info.path} has {info.n_rows} rows: not one window of {L} positions.")

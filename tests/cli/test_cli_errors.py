@@ -95,7 +95,7 @@ def _make(tmp_path, name):
 
 CASES = {
     "missing": "error: no such file or directory: {tmp}/nope.npy",
-    "empty-dir": "error: directory {tmp}/empty holds no .parquet files.",
+    "empty-dir": "error: directory {tmp}/empty holds no .parquet or .npy files.",
     "extension": "error: unknown extension .csv for {tmp}/x.csv; spectra reads .npy, .npz, Parquet "
     "(.parquet files, a directory or a glob of them) and .safetensors.",
     "truncated": "error: {tmp}/t.npy is truncated: its header promises 320 bytes of data "
@@ -215,7 +215,7 @@ PQ_SAMPLE = "sample_data/minilm_layer5_tokens_4k.parquet"
         ([NPY_SAMPLE, "--key", "x"], "error: --key applies to .npz archives only."),
         ([NPY_SAMPLE, "--column", "emb"],
          "error: --column, --columns and --weight-column apply to Parquet input only."),
-        ([NPY_SAMPLE, "--block-rows", "0"], "error: --block-rows 0 must be at least 1."),
+        ([NPY_SAMPLE, "--block-rows", "0"], "error: --block-rows 0 must be a positive integer."),
         ([PQ_SAMPLE, "--column", "emb", "--columns", "a,b"],
          "error: use --column (one vector column) or --columns (numeric columns), not both."),
         ([PQ_SAMPLE, "--weights", "x.npy", "--weight-column", "token_index"],

@@ -438,7 +438,13 @@ def test_reports_and_results_that_lie(cli, tmp_path, command):
     elif command == "trend":
         refused(cli, tmp_path, "trend", tmp_path / "r.jsonl", "--metric", "fit.alpha", match="not a JSON object")
     else:
-        (tmp_path / "r.jsonl").write_text(deep + "\n[1, 2]\n" + '{"item": 1' + "0" * 400 + "}\n")
+        # a file of lines that lie is not a results file: refused, and left as it was
+        (tmp_path / "r.jsonl").write_text(deep + "\n[1, 2]\n")
+        refused(cli, tmp_path, "batch", tmp_path / "a.npy", "--jsonl", tmp_path / "r.jsonl", "--resume",
+                match="exists and is not a spectra results file (its first line is longer than 64 KiB")
+        # a results file with lines that lie after its first: repaired
+        failed = '{"schema": "spectra.batch-error/1", "item": "x", "fingerprint": "f", "error": "e"}'
+        (tmp_path / "r.jsonl").write_text(failed + "\n" + deep + "\n[1, 2]\n" + '{"item": 1' + "0" * 400 + "}\n")
         r = cli("batch", tmp_path / "a.npy", "--jsonl", tmp_path / "r.jsonl", "--resume")
         assert r.exit_code == 0 and "Traceback" not in r.stderr
         assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 1

@@ -166,7 +166,8 @@ def test_resume_lines_of_any_shape_are_dropped_not_fatal(tmp_path, kind):
     from spectra_cli.batch import ResultsFile
 
     line = {"list": "[1, 2]", "string": '"x"', "deep": "[" * 5000 + "]" * 5000, "long int": "1" * 5000}[kind]
-    (tmp_path / "r.jsonl").write_text(line + "\n")
+    failed = '{"schema": "spectra.batch-error/1", "item": "x", "fingerprint": "f", "error": "e"}'
+    (tmp_path / "r.jsonl").write_text(failed + "\n" + line + "\n")  # a results file (its first line is one)
     with ResultsFile(str(tmp_path / "r.jsonl"), resume=True, inputs=[]) as out:
         assert out.done == {}
     assert (tmp_path / "r.jsonl").read_text() == ""

@@ -157,8 +157,8 @@ def test_the_n_by_n_route_ignores_top():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"top": -1}, "top=-1 must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
-    ({"top": True}, "top=True must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
-    ({"top": "5"}, "top='5' must be 0 (every eigenvalue) or a positive number of leading eigenvalues."),
+    ({"top": True}, "top=True must be an integer, not bool."),
+    ({"top": "5"}, "top='5' must be an integer, not str."),
     ({"top": 20, "window": "11:20", "density": True},
      "top=20 computes only the leading eigenvalues, but density needs all of them; drop one or the other."),
     ({"top": 20, "window": "11:20", "isoscore": True, "shuffled_control": True},

@@ -1,0 +1,52 @@
+"""The validators every argument of the library and every flag of the CLI goes through, at the
+bottom floor (they import only :mod:`spectra_cli.errors` and numpy): one message style, modelled
+on scikit-learn's ``check_scalar`` — the parameter (``ddof=-1`` in Python, ``--ddof -1`` on the
+command line), then what it must be."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import OptionError, describe_choices, param
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, what: str | None = None) -> int:
+    """``value`` as an int at least ``minimum``; a bool, float or string is refused (naming its type)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise OptionError(f"{param(name, value, show=True)} must be an integer, not {type(value).__name__}.")
+    if minimum is not None and value < minimum:
+        text = what or ("0 or a positive integer" if minimum == 0 else "a positive integer" if minimum == 1
+                        else f"at least {minimum}")
+        raise OptionError(f"{param(name, value)} must be {text}.")
+    return int(value)
+
+
+def check_number(name: str, value: Any, *, positive: bool = False, minimum: float | None = None) -> float:
+    """``value`` as a finite float (positive, or at least ``minimum``, when asked)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise OptionError(f"{param(name, value, show=True)} must be a number, not {type(value).__name__}.")
+    v = float(value)
+    if not math.isfinite(v):
+        raise OptionError(f"{param(name, value)} must be a finite number.")
+    if positive and not v > 0:
+        raise OptionError(f"{param(name, value)} must be a positive number.")
+    if minimum is not None and v < minimum:
+        raise OptionError(f"{param(name, value)} must be at least {minimum:g}.")
+    return v
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed`` (the message lists them)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise OptionError(f"{param(name)} {describe_choices(value, allowed)}.")
+    return value
+
+
+def check_str(name: str, value: Any) -> str | None:
+    """``value`` if it is a string or None."""
+    if value is not None and not isinstance(value, str):
+        raise OptionError(f"{param(name, value, show=True)} must be a string, not {type(value).__name__}.")
+    return value

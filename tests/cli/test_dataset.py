@@ -1,0 +1,227 @@
+"""One dataset, resolved once: several PATHs, globs of every format, members with their own
+fingerprints, the same file twice refused, outputs checked against every member by inode, and the
+memory budget checked before anything of the input's size is allocated."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli.sources.base import fingerprint
+from tests.cli.test_hostile import refused
+from tests.conftest import powerlaw_matrix
+
+X = powerlaw_matrix(900, 12, 1.0, seed=3)
+
+
+def _shards(tmp_path, k=3, sub="."):
+    d = tmp_path / sub
+    d.mkdir(exist_ok=True)
+    paths = []
+    for i, part in enumerate(np.array_split(X, k)):
+        np.save(d / f"s{i}.npy", part)
+        paths.append(d / f"s{i}.npy")
+    return paths
+
+
+def _list_hash(members):
+    h = hashlib.sha256()
+    for m in members:
+        h.update(f"{m['path']}|{m['fingerprint']};".encode())
+    return h.hexdigest()[:16]
+
+
+def test_several_npy_paths_are_one_matrix_with_every_member_listed(cli, tmp_path):
+    paths = _shards(tmp_path)
+    np.save(tmp_path / "all.npy", X)
+    whole = cli("fit", tmp_path / "all.npy", "--json").json()
+    many = cli("fit", *paths, "--json").json()
+    src = many["source"]
+    assert src["files"] == 3 and src["n_rows"] == len(X) and src["layout"] == "matrix (3 .npy shards)"
+    assert [m["path"] for m in src["members"]] == [str(p) for p in paths]
+    assert [m["fingerprint"] for m in src["members"]] == [fingerprint(str(p)) for p in paths]
+    assert src["fingerprint"] == _list_hash(src["members"])  # a hash of the list, not of nothing
+    np.testing.assert_allclose(many["spectrum"]["eigenvalues"], whole["spectrum"]["eigenvalues"], rtol=1e-12)
+    assert many["fit"]["alpha"] == pytest.approx(whole["fit"]["alpha"], rel=1e-12)
+    # a single file keeps its own fingerprint (baselines and --resume stay valid)
+    assert whole["source"]["fingerprint"] == fingerprint(str(tmp_path / "all.npy"))
+
+
+def test_a_glob_of_npy_shards_is_the_matrix_the_directory_is(cli, tmp_path):
+    paths = _shards(tmp_path, sub="runs")
+    (tmp_path / "runs" / "a").mkdir()
+    globbed = cli("fit", str(tmp_path / "runs" / "*.npy"), "--json").json()
+    listed = cli("fit", *paths, "--json").json()
+    directory = cli("fit", tmp_path / "runs", "--json").json()
+    assert globbed["spectrum"]["eigenvalues"] == listed["spectrum"]["eigenvalues"] == \
+        directory["spectrum"]["eigenvalues"]
+    assert globbed["source"]["files"] == 3
+    r = cli("fit", str(tmp_path / "runs" / "a" / "*.npy"))  # a glob that matches nothing says so
+    assert r.exit_code == 2 and r.stderr == f"error: no files match {tmp_path}/runs/a/*.npy.\n"
+    # spectrum and isotropy take several PATHs too (the same resolution)
+    assert cli("spectrum", *paths, "--json").json()["source"]["files"] == 3
+    assert cli("isotropy", *paths, "--json").json()["source"]["n_rows"] == len(X)
+
+
+def test_moment_files_named_each_or_by_glob_are_counted_and_listed(cli, tmp_path):
+    for i, p in enumerate(_shards(tmp_path)):
+        assert cli("moments", p, "-o", tmp_path / f"m{i}.npz").exit_code == 0
+    ms = [tmp_path / f"m{i}.npz" for i in range(3)]
+    by_args = cli("fit", *ms, "--json").json()
+    by_glob = cli("fit", str(tmp_path / "m*.npz"), "--json").json()
+    for doc in (by_args, by_glob):
+        assert doc["source"]["files"] == 3 and doc["source"]["n_rows"] == len(X)
+        assert [m["fingerprint"] for m in doc["source"]["members"]] == [fingerprint(str(m)) for m in ms]
+    assert by_args["source"]["fingerprint"] == by_glob["source"]["fingerprint"] == \
+        _list_hash(by_args["source"]["members"])
+    two = cli("fit", *ms[:2], "--json").json()  # a missing shard of a job array shows
+    assert two["source"]["files"] == 2 and two["source"]["fingerprint"] != by_args["source"]["fingerprint"]
+    assert spectra.fit([str(m) for m in ms]).source["files"] == 3
+
+
+@pytest.mark.parametrize("how", ["twice", "symlink", "hardlink", "glob and path"])
+def test_the_same_file_twice_is_refused_naming_both(cli, tmp_path, how):
+    paths = _shards(tmp_path)
+    a = paths[0]
+    if how == "twice":
+        args, other = [a, a], a
+    elif how == "symlink":
+        os.symlink(a, tmp_path / "link.npy")
+        args, other = [a, tmp_path / "link.npy"], tmp_path / "link.npy"
+    elif how == "hardlink":
+        os.link(a, tmp_path / "hard.npy")
+        args, other = [a, tmp_path / "hard.npy"], tmp_path / "hard.npy"
+    else:
+        args, other = [str(tmp_path / "s*.npy"), a], a
+    st = os.stat(a)
+    refused(cli, tmp_path, "fit", *args, match=f"{other} and {a} are the same file (device {st.st_dev}, inode "
+                                                f"{st.st_ino}); name each input once.")
+
+
+def test_a_moment_file_given_twice_is_not_counted_twice(tmp_path):
+    m = str(spectra.accumulate(X).save(tmp_path / "m.npz"))
+    with pytest.raises(spectra.InputError, match=r"m\.npz and .*m\.npz are the same file"):
+        spectra.fit([m, m])
+
+
+def test_an_output_is_never_a_member_of_an_input_glob(cli, tmp_path):
+    (tmp_path / "pq").mkdir()
+    for i, part in enumerate(np.array_split(X, 2)):
+        pq.write_table(pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(part.ravel()), X.shape[1])}),
+                       tmp_path / "pq" / f"{'ab'[i]}.parquet")
+    refused(cli, tmp_path, "whiten", str(tmp_path / "pq" / "*.parquet"), "-o", tmp_path / "pq" / "a.parquet",
+            match="is the input")
+    paths = _shards(tmp_path)
+    os.link(paths[1], tmp_path / "hard.npy")
+    refused(cli, tmp_path, "whiten", str(tmp_path / "s*.npy"), "-o", tmp_path / "hard.npy", match="is the input")
+    refused(cli, tmp_path, "moments", *paths, "-o", tmp_path / "m.npz", "--weights", paths[0], match=None)
+
+
+def test_batch_never_writes_its_lines_onto_a_file_that_is_not_a_results_file(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    spectra.accumulate(X).save(tmp_path / "m1.npz")
+    refused(cli, tmp_path, "batch", tmp_path / "x.npy", "--jsonl", tmp_path / "m1.npz",
+            match=f"--jsonl '{tmp_path}/m1.npz' exists and is not a spectra results file (it is a ZIP archive, such "
+                  "as an .npz or a moment file); name a new file, or a results file of an earlier batch.")
+    (tmp_path / "other.jsonl").write_text('{"a": 1}\n')
+    refused(cli, tmp_path, "batch", tmp_path / "x.npy", "--jsonl", tmp_path / "other.jsonl",
+            match="(its first line is JSON without a spectra schema)")
+    assert cli("batch", tmp_path / "x.npy", "--jsonl", tmp_path / "r.jsonl").exit_code == 0
+    assert cli("batch", tmp_path / "x.npy", "--jsonl", tmp_path / "r.jsonl", "--resume").exit_code == 0
+
+
+def _wide_moment_file(tmp_path, d=20000):
+    """A moment file whose m2 header claims d x d (3.2 GB at d = 20,000) in a member of a few bytes."""
+    a = spectra.accumulate(X).save(tmp_path / "a.npz")
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False, "shape": (d, d)})
+    with zipfile.ZipFile(a) as zin, zipfile.ZipFile(tmp_path / "wide.npz", "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, head.getvalue() if name == "m2.npy" else zin.read(name))
+    return tmp_path / "wide.npz"
+
+
+def test_the_memory_budget_is_checked_before_reading_a_moment_file(cli, tmp_path):
+    wide = _wide_moment_file(tmp_path)
+    msg = (f"{wide}: its moments needs about 8.94 GiB (3 float64 matrices of 20000 x 20000); the memory budget "
+           "is 0.931 GiB. Raise it with --max-memory (e.g. 10.7 GiB) on a machine that has it, or select fewer "
+           "features.")
+    refused(cli, tmp_path, "fit", wide, "--max-memory", "1GB", match=msg)
+    tracemalloc.start()
+    with pytest.raises(spectra.InputError, match="its moments needs about 8.94 GiB"):
+        spectra.fit(str(wide), max_memory="1GB")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 << 20  # nothing of the claimed size was made
+
+
+def test_the_accumulator_checks_its_width_against_the_budget_before_allocating():
+    with pytest.raises(spectra.InputError, match=r"^Accumulator: d = 60000 needs about 80.5 GiB \(3 float64 "
+                                                 r"matrices of 60000 x 60000\); the memory budget is 0.931 GiB\. "
+                                                 r"Raise it with max_memory"):
+        spectra.Accumulator(60000, max_memory="1GB")
+    with pytest.raises(spectra.OptionError, match=r"^block_rows=-5 must be a positive integer\.$"):
+        spectra.Accumulator(16, block_rows=-5)
+    with pytest.raises(spectra.OptionError, match=r"^block_rows=0 must be a positive integer\.$"):
+        spectra.Accumulator(16, block_rows=0)
+    assert spectra.Accumulator(16, max_memory="1GB").d == 16
+
+
+def test_a_boolean_mask_file_is_read_by_every_command_as_by_the_library(cli, tmp_path):
+    rng = np.random.default_rng(0)
+    ctx = rng.standard_normal((60, 8, 12)).astype(np.float32)
+    mask = np.ones((60, 8), dtype=bool)
+    mask[40:, 6:] = False
+    np.save(tmp_path / "ctx.npy", ctx)
+    np.save(tmp_path / "mask.npy", mask)  # what np.save of an attention mask writes
+    lib = spectra.fit(str(tmp_path / "ctx.npy"), mask=mask)
+    doc = cli("fit", tmp_path / "ctx.npy", "--mask", tmp_path / "mask.npy", "--json").json()
+    assert doc["source"]["rows_used"] == lib.source["rows_used"] == int(mask.sum())
+    assert doc["spectrum"]["eigenvalues"] == lib.to_dict()["spectrum"]["eigenvalues"]
+    assert cli("sequence", tmp_path / "ctx.npy", "--mask", tmp_path / "mask.npy", "--json").exit_code == 0
+    assert cli("moments", tmp_path / "ctx.npy", "--mask", tmp_path / "mask.npy", "-o", tmp_path / "m.npz"
+               ).exit_code == 0
+    assert spectra.Accumulator.load(tmp_path / "m.npz").n == int(mask.sum())
+
+
+def test_a_glob_that_mixes_moment_files_with_other_files_names_the_one_that_is_not(cli, tmp_path):
+    spectra.accumulate(X).save(tmp_path / "m0.npz")
+    np.savez(tmp_path / "m1.npz", x=X)
+    refused(cli, tmp_path, "fit", str(tmp_path / "m*.npz"),
+            match=f"{tmp_path}/m1.npz is not a spectra moment file (an .npz archive without the members format, "
+                  f"m2, meta of a moment file) (beside the moment file {tmp_path}/m0.npz); several .npz inputs are "
+                  "merged as moment files, and each must be one.")
+    (tmp_path / "m1.npz").write_bytes((tmp_path / "m0.npz").read_bytes()[:200])  # truncated
+    line = refused(cli, tmp_path, "fit", str(tmp_path / "m*.npz"))
+    assert line.startswith(f"error: {tmp_path}/m1.npz is not a spectra moment file (") and "beside" in line
+    np.save(tmp_path / "x.npy", X)
+    refused(cli, tmp_path, "fit", tmp_path / "m0.npz", tmp_path / "x.npy",
+            match=f"{tmp_path}/x.npy is an .npy file and {tmp_path}/m0.npz an .npz archive; the files of one input "
+                  "must be all .npy shards, all Parquet files or all moment files.")
+
+
+def test_options_that_cannot_apply_are_refused_by_name():
+    with pytest.raises(spectra.OptionError, match=r"^centered does not apply: isotropy is measured on the centred"):
+        spectra.isotropy(X, centered=False)
+    with pytest.raises(spectra.OptionError, match=r"^engine does not apply: whiten writes its rows in order"):
+        spectra.whiten(X, engine="dask")
+    with pytest.raises(TypeError, match=r"sequence\(\) got an unexpected keyword argument 'rows'"):
+        spectra.sequence(X, rows="0:5")
+    with pytest.raises(TypeError, match=r"fit\(\) got an unexpected keyword argument 'rowz' \(did you mean 'rows'"):
+        spectra.fit(X, rowz="0:5")
+
+
+def test_report_source_members_are_in_the_schema(cli, tmp_path, validate):
+    paths = _shards(tmp_path)
+    validate(cli("fit", *paths, "--json").json())
+    json.dumps(spectra.fit([str(p) for p in paths]).to_dict(), allow_nan=False)

@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from spectra_cli import api, synth
+from spectra_cli.run import matrix as api
+from spectra_cli.run import synth
 
 
 def main() -> None:

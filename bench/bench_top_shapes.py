@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from spectra_cli.eigensolver import top_eigenvalues
+from spectra_cli.eigen.lanczos import top_eigenvalues
 
 
 def main() -> None:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "fit": "spectra_cli.api",
-    "spectrum": "spectra_cli.api",
-    "isotropy": "spectra_cli.api",
-    "whiten": "spectra_cli.whitening",
-    "sequence": "spectra_cli.sequences",
-    "accumulate": "spectra_cli.api",
-    "Accumulator": "spectra_cli.accumulator",
+    "fit": "spectra_cli.run.matrix",
+    "spectrum": "spectra_cli.run.matrix",
+    "isotropy": "spectra_cli.run.matrix",
+    "whiten": "spectra_cli.run.whiten",
+    "sequence": "spectra_cli.run.sequence",
+    "accumulate": "spectra_cli.run.matrix",
+    "Accumulator": "spectra_cli.stream.accumulator",
     "Report": "spectra_cli.results",
     "ReadOptions": "spectra_cli.options",
     "WhiteningTransform": "spectra_cli.analysis.whitening",
@@ -42,14 +42,14 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from spectra_cli.accumulator import Accumulator
     from spectra_cli.analysis.whitening import WhiteningTransform
-    from spectra_cli.api import accumulate, fit, isotropy, spectrum
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
-    from spectra_cli.sequences import sequence
-    from spectra_cli.whitening import whiten
+    from spectra_cli.run.matrix import accumulate, fit, isotropy, spectrum
+    from spectra_cli.run.sequence import sequence
+    from spectra_cli.run.whiten import whiten
+    from spectra_cli.stream.accumulator import Accumulator
 
 
 def __getattr__(name: str) -> Any:

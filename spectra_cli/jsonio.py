@@ -6,6 +6,7 @@ zeros would overflow every later float conversion), and text that is not UTF-8."
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from spectra_cli.errors import InputError
@@ -42,9 +43,6 @@ def loads(text: str | bytes, where: str) -> Any:
         raise InputError(f"{where} is not valid JSON: {exc}") from None
 
 
-def read(path: str, what: str = "file") -> Any:
-    """Parse a JSON file (a regular file only: never a FIFO that would block)."""
-    from spectra_cli.sources.base import open_regular
-
-    with open_regular(path, what) as f:
-        return loads(f.read(), path)
+def dumps(doc: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON: one document, no NaN/Infinity (``to_dict`` made them null)."""
+    return json.dumps(doc, allow_nan=False, indent=indent, ensure_ascii=False)

@@ -16,7 +16,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.sources.select import RowSpec
+from spectra_cli.sources.rows import RowSpec
 from spectra_cli.validate import check_choice, check_int, check_str
 
 PRECISIONS = ("float64", "float32")
@@ -76,7 +76,7 @@ def refuse_over_budget(where: str, what_needs: str, need: float, what: str, budg
 
 class SourceKeywords(TypedDict, total=False):
     """Where the rows are and how a sequence dump becomes rows: the reading keywords every command
-    takes (``spectra_cli.sequence`` takes only these). Documented in :mod:`spectra_cli.api`."""
+    takes (``spectra_cli.sequence`` takes only these). Documented in :mod:`spectra_cli.run.matrix`."""
 
     key: str | None
     column: str | None
@@ -95,7 +95,7 @@ class ReadKeywords(SourceKeywords, total=False):
     """Every reading keyword: the one declaration behind :meth:`ReadOptions.create`, the signatures of
     ``fit``, ``spectrum``, ``isotropy``, ``accumulate``, ``moments`` and ``whiten`` (as ``**read:
     Unpack[ReadKeywords]``, so a type checker checks every caller) and the CLI's reading options
-    (:mod:`spectra_cli.cli.options`)."""
+    (:mod:`spectra_cli.cli.flags`)."""
 
     rows: str | None
     sample: int | None
@@ -154,7 +154,7 @@ class ReadOptions:
         drop_nonfinite: skip rows with NaN/inf (counted) instead of failing.
         max_memory: bytes the run's matrices may take (None: half the physical memory).
         positions / pool / mask / positions_per_window: how a sequence dump becomes rows
-            (see :mod:`spectra_cli.sources.sequence`); None and ``tokens``: all positions, flattened.
+            (see :mod:`spectra_cli.sources.windows`); None and ``tokens``: all positions, flattened.
     """
 
     key: str | None = None
@@ -232,16 +232,16 @@ class ReadOptions:
         for name, value in (("key", key), ("column", column), ("weight_column", weight_column), ("logits", logits),
                             ("doc_column", doc_column), ("mask_column", mask_column), ("scheduler", scheduler)):
             check_str(name, value)
-        from spectra_cli.sources.sequence import check_pool
+        from spectra_cli.sources.windows import check_pool
 
         check_pool(pool)
         check_choice("engine", engine, ENGINES)
         if workers is not None:
             workers = check_int("workers", workers, minimum=1)
-        if engine != "dask" and (scheduler is not None or workers is not None):
+        if engine == "local" and (scheduler is not None or workers is not None):
             raise OptionError(f"{param('scheduler')} and {param('workers')} choose the Dask cluster of "
                               f"{param('engine', 'dask')}.")
-        if engine == "dask" and sample is not None:
+        if engine != "local" and sample is not None:
             raise OptionError(f"{param('sample')} is not supported with {param('engine', 'dask')} (a sample needs "
                               "the whole row range in one place); select a row range or run locally.")
         if positions_per_window is not None:
@@ -265,6 +265,12 @@ class ReadOptions:
         return (self.positions is not None or self.pool != "tokens" or self.mask is not None
                 or self.positions_per_window is not None or self.doc_column is not None
                 or self.mask_column is not None)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the passes run as Dask tasks: the one place the engine is chosen (``Input``
+        asks this; no other module compares engine names)."""
+        return self.engine == "dask"
 
     @property
     def dtype(self) -> np.dtype:
@@ -308,7 +314,7 @@ class ReadOptions:
 
 
 def _weights_array(weights: Any) -> np.ndarray:
-    from spectra_cli.inputs import as_array
+    from spectra_cli.sources.in_memory import as_array
 
     w = as_array(weights, what="weights")
     if w.ndim != 1:

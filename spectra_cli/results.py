@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spectra_cli import __version__
-from spectra_cli.eigen import Spectrum
+from spectra_cli.eigen.decomposition import Spectrum
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl

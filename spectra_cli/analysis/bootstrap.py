@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectra_cli.errors import FitError, param
-from spectra_cli.moments import Moments
+from spectra_cli.stream.moments import Moments
 
 _SLAB = 256  # rows of the replicate's covariance built at a time
 
@@ -104,7 +104,7 @@ def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
     """Descending eigenvalues of the symmetric ``C`` (its lower triangle): every one, or the leading
     ``top`` by block Lanczos when it converges within its cap (else every one)."""
     if top is not None:
-        from spectra_cli.eigensolver import top_eigenvalues
+        from spectra_cli.eigen.lanczos import top_eigenvalues
 
         _mirror_lower(C)
         found = top_eigenvalues(C, top)

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.eigen import Spectrum, spectrum_from_moments, spectrum_from_rows
-from spectra_cli.moments import Moments
+from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
+from spectra_cli.stream.moments import Moments
 
 
 @dataclass(frozen=True, slots=True)

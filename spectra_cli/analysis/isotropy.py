@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import OptionError, describe_choices, param
-from spectra_cli.moments import Moments
+from spectra_cli.stream.moments import Moments
 
 SCALES = ("seed", "none")
 

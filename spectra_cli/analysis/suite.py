@@ -29,7 +29,7 @@ from spectra_cli.analysis.rank import (
     rankme,
     stable_rank,
 )
-from spectra_cli.eigen import Spectrum
+from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import FitError, param
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import Isotropy
-from spectra_cli.eigen import Spectrum
+from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
 
 METHODS = ("zca", "pca", "abtt")

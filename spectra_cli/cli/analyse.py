@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spectra_cli.cli.app import app, emit
-from spectra_cli.cli.options import (
+from spectra_cli.cli.flags import (
     Column,
     Columns,
     Json,
@@ -70,8 +70,8 @@ def fit(
       spectra fit emb.parquet --column emb --window auto --ci --plot spectrum.png
       spectra fit mlp_acts.npy --window 11:1049 --top 2000
     """
-    from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run import matrix as api
 
     if plot is not None:
         from spectra_cli.render.plot import check_plot_target
@@ -109,8 +109,8 @@ def spectrum(
       spectra spectrum 'shards/*.parquet' --precision float32
       spectra spectrum mlp_acts.npy --top 1000
     """
-    from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run import matrix as api
 
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.spectrum(paths, top=top, progress=progress, **reading)
@@ -135,8 +135,8 @@ def isotropy(
       spectra isotropy emb.npy
       spectra isotropy emb.parquet --isoscore --json
     """
-    from spectra_cli import api
     from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run import matrix as api
 
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.isotropy(paths, scale=scale, isoscore=isoscore, progress=progress, **reading)
@@ -174,7 +174,7 @@ def whiten(
     """
     from spectra_cli.errors import OptionError, param
     from spectra_cli.render.progress import LazyProgress
-    from spectra_cli.whitening import whiten as run_whiten
+    from spectra_cli.run.whiten import whiten as run_whiten
 
     if not out:
         raise OptionError(f"whiten needs {param('out')} FILE (.npy or .parquet).")
@@ -211,8 +211,8 @@ def synth(
       spectra synth powerlaw --alpha 1.3 -n 50000 -d 1024 --seed 0 -o x.npy
       spectra synth random-features --alpha 1.31 --activation quadratic -o rf.npy
     """
-    from spectra_cli import synth as synthesis
     from spectra_cli.errors import OptionError, param
+    from spectra_cli.run import synth as synthesis
 
     if not out:
         raise OptionError(f"synth needs {param('out')} FILE (.npy or .parquet).")
@@ -233,8 +233,8 @@ def info(
       spectra info model.safetensors
       spectra info dump.parquet --json
     """
-    from spectra_cli.inspect import describe
-    from spectra_cli.render.summaries import print_info
+    from spectra_cli.render.screens import print_info
+    from spectra_cli.run.info import describe
 
     doc = describe(paths, key=key, column=column, columns=split_columns(columns))
     emit(doc, json, lambda d, console: print_info(doc["path"], d, console))
@@ -258,9 +258,9 @@ def moments(
       spectra moments shard_000.parquet -o m000.npz        # on any machine, a job array, cron
       spectra fit 'm*.npz' --json > report.json             # every analysis of fit from merged moments
     """
-    from spectra_cli import api
     from spectra_cli.errors import OptionError, param
     from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run import matrix as api
     from spectra_cli.sinks import check_not_input
 
     if not out:

@@ -159,7 +159,7 @@ def emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
     """One strict JSON document on stdout (and each report warning as a stderr line), or the
     tables ``render(doc, console)`` draws (the report tables by default)."""
     if as_json:
-        from spectra_cli.render.json import dumps
+        from spectra_cli.jsonio import dumps
 
         sys.stdout.write(dumps(doc) + "\n")
         sys.stdout.flush()

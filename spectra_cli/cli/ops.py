@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from spectra_cli.cli.app import EXIT_CHECK, app, emit
-from spectra_cli.cli.options import (
+from spectra_cli.cli.flags import (
     BlockRows,
     Column,
     Ddof,
@@ -70,10 +70,10 @@ def check(
       spectra check acts.npy --require "fit.alpha between 0.6 0.9" --require "rank.participation_ratio >= 50"
       spectra check report.json --config spectra.toml --baseline last_good.json --max-change fit.alpha=0.05
     """
-    from spectra_cli.checks import evaluate, fit_options, load_config, parse_max_change, parse_require
-    from spectra_cli.compare import as_report, load_report
     from spectra_cli.errors import OptionError, param
     from spectra_cli.provenance import check_same_options
+    from spectra_cli.run.check import evaluate, fit_options, load_config, parse_max_change, parse_require
+    from spectra_cli.run.compare import as_report, load_report
 
     cfg = load_config(config) if config else {"require": [], "baseline": None, "max_change": [], "fit": {}}
     checks = [parse_require(r) for r in [*cfg["require"], *(require or [])]]
@@ -84,9 +84,9 @@ def check(
     base_path = baseline or cfg["baseline"]
     base = load_report(base_path) if base_path else None
     if path.lower().endswith(".jsonl"):
-        from spectra_cli.checks import evaluate_results
-        from spectra_cli.render.summaries import print_item_checks
-        from spectra_cli.summary import read_results
+        from spectra_cli.render.screens import print_item_checks
+        from spectra_cli.run.check import evaluate_results
+        from spectra_cli.run.summary import read_results
 
         results = evaluate_results(read_results([path]), checks, base)
         emit(results, json, lambda d, console: print_item_checks(path, d, console))
@@ -104,7 +104,7 @@ def check(
                      "results": [v.to_dict() for v in verdicts]}
     for m in mismatch:
         sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
-    from spectra_cli.render.summaries import print_checks
+    from spectra_cli.render.screens import print_checks
     from spectra_cli.results import json_safe
 
     emit(json_safe(doc), json, lambda d, console: print_checks(path, verdicts, console))
@@ -154,9 +154,9 @@ def batch(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from spectra_cli.batch import enumerate_items, run_to_jsonl
     from spectra_cli.errors import OptionError
-    from spectra_cli.render.json import dumps
+    from spectra_cli.jsonio import dumps
+    from spectra_cli.run.batch import enumerate_items, run_to_jsonl
 
     if resume and not jsonl:
         raise OptionError("--resume needs --jsonl FILE (the results to resume from).")
@@ -165,7 +165,7 @@ def batch(
         if len(results_files) != len(paths) or not summary:
             raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
                               "files).")
-        from spectra_cli.summary import read_results, summarize
+        from spectra_cli.run.summary import read_results, summarize
 
         _print_summary(summarize(read_results(paths)).to_dict(), json)
         return
@@ -206,12 +206,12 @@ def batch(
                          "--allow-option-mismatch\n")
     failed = [r for r in run.results if "error" in r]
     if not json:
-        from spectra_cli.render.summaries import print_batch
+        from spectra_cli.render.screens import print_batch
         from spectra_cli.render.table import console_for
 
         print_batch(run.results, [it.name for it in items], skipped=run.skipped, jsonl=jsonl, console=console_for())
     if summary:
-        from spectra_cli.summary import read_results, summarize
+        from spectra_cli.run.summary import read_results, summarize
 
         lines = read_results([jsonl]) if jsonl else [*(s.to_dict() for s in listing.skipped), *run.results]
         _print_summary(summarize(lines).to_dict(), json)
@@ -223,11 +223,11 @@ def batch(
 
 def _print_summary(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        from spectra_cli.render.json import dumps
+        from spectra_cli.jsonio import dumps
 
         sys.stdout.write(dumps(doc, indent=None) + "\n")
         return
-    from spectra_cli.render.summaries import print_model_summary
+    from spectra_cli.render.screens import print_model_summary
     from spectra_cli.render.table import console_for
 
     print_model_summary(doc, console_for())
@@ -247,9 +247,9 @@ def compare(
       spectra compare old.json new.json
       spectra compare step_100.npy step_200.npy --window 11:200 --json
     """
-    from spectra_cli.compare import as_report, compare_doc
-    from spectra_cli.compare import compare as compare_reports
     from spectra_cli.provenance import check_same_options
+    from spectra_cli.run.compare import as_report, compare_doc
+    from spectra_cli.run.compare import compare as compare_reports
 
     opts: dict[str, Any] = {"method": method, "centered": not uncentered}
     if window:
@@ -259,7 +259,7 @@ def compare(
     for m in mismatch:
         sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
     rows = compare_reports(da, db)
-    from spectra_cli.render.summaries import print_compare
+    from spectra_cli.render.screens import print_compare
 
     doc = compare_doc(da, db, rows)
     doc["option_mismatch"] = mismatch
@@ -284,7 +284,8 @@ def trend(
       spectra trend results.jsonl --metric fit.alpha --plot alpha.png
       spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
     """
-    from spectra_cli.trend import load_points, plot_trend, trend_doc
+    from spectra_cli.render.plot import plot_trend
+    from spectra_cli.run.trend import load_points, trend_doc
 
     metrics = list(metric or [])
     if plot is not None:
@@ -296,6 +297,6 @@ def trend(
         plot_trend(points, metrics, plot)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
-    from spectra_cli.render.summaries import print_trend
+    from spectra_cli.render.screens import print_trend
 
     emit(trend_doc(points, metrics, notes), json, lambda d, console: print_trend(jsonl, points, metrics, console))

@@ -4,16 +4,20 @@ window, floors and shuffled control, over a local-slope panel. Written atomicall
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from spectra_cli.errors import OptionError, param
 
+if TYPE_CHECKING:
+    from spectra_cli.run.trend import Point
+
 FORMATS = (".png", ".svg", ".pdf")
 
 
-def _matplotlib() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
@@ -35,7 +39,7 @@ def check_plot_target(path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise OptionError(f"{param('plot', path)}: directory {parent} does not exist.")
-    _matplotlib()
+    pyplot()
 
 
 def save_atomically(fig: Any, path: str) -> None:
@@ -48,7 +52,7 @@ def save_atomically(fig: Any, path: str) -> None:
 
 
 def plot_report(report: Any, path: str) -> None:
-    plt = _matplotlib()
+    plt = pyplot()
     spec = report.spectrum
     lam = spec.eigenvalues
     keep = lam > spec.numerical_floor
@@ -84,6 +88,30 @@ def plot_report(report: Any, path: str) -> None:
     bx.set_xlabel("rank j")
     bx.set_ylabel("-d log lambda / d log j")
     bx.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    try:
+        save_atomically(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_trend(points: list[Point], metrics: list[str], path: str) -> None:
+    """Each metric of a batch against the step in its item names (``spectra trend --plot``)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(7.5, 3.2 * len(metrics)), squeeze=False, sharex=True)
+    series: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        series[p.series].append(p)
+    for ax, m in zip(axes[:, 0], metrics, strict=True):
+        for name, pts in series.items():
+            xs = [p.step for p in pts if p.values[m] is not None]
+            ys = [p.values[m] for p in pts if p.values[m] is not None]
+            ax.plot(xs, ys, "o-", ms=3, label=name if len(series) <= 12 else None)
+        ax.set_ylabel(m)
+        ax.grid(True, alpha=0.3)
+        if len(series) <= 12:
+            ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
     try:
         save_atomically(fig, path)

@@ -7,7 +7,7 @@ from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, fingerprint, is_glob
-from spectra_cli.sources.select import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
+from spectra_cli.sources.rows import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",

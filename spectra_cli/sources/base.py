@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError
+from spectra_cli.jsonio import loads
 
 #: Default rows per block: large enough for BLAS to run at full speed, small enough
 #: that a block of 768 float64 features is ~50 MB.
@@ -26,7 +27,7 @@ class SourceInfo:
 
     ``shape`` is the stored shape; ``n_rows`` x ``n_features`` is the matrix the
     analyses see (a 3-D sequence dump is read as token rows unless its positions are pooled; see
-    :mod:`spectra_cli.sources.sequence`).
+    :mod:`spectra_cli.sources.windows`).
     """
 
     path: str
@@ -137,6 +138,12 @@ def open_regular(path: str, what: str = "") -> io.BufferedReader:
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def read_json(path: str, what: str = "file") -> Any:
+    """Parse a JSON file (a regular file only: never a FIFO that would block), strictly."""
+    with open_regular(path, what) as f:
+        return loads(f.read(), path)
 
 
 def check_regular(path: str) -> None:

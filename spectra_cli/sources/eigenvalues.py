@@ -25,7 +25,7 @@ def read_eigenvalues(path: str) -> np.ndarray:
             raise InputError(f"{path} has dtype {arr.dtype}; eigenvalues must be real numbers.")
         values = arr.astype(np.float64)
     elif lower.endswith(".json"):
-        from spectra_cli.jsonio import read
+        from spectra_cli.sources.base import read_json as read
 
         doc = read(path, "eigenvalues file")
         if isinstance(doc, dict):

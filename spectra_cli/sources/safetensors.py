@@ -96,7 +96,7 @@ def shard_files(directory: str) -> list[str]:
 
     Shards must be plain file names inside the index's directory: a name with a path separator,
     ``..`` or an absolute path is refused (an index must not make spectra read other files)."""
-    from spectra_cli.jsonio import read
+    from spectra_cli.sources.base import read_json as read
 
     index = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors.index.json"))
     if index:

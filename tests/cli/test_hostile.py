@@ -264,7 +264,7 @@ def _within(cli, seconds: float, *args: object):
 
 def test_a_weights_file_truncated_during_the_run_is_an_input_error(tmp_path):
     from spectra_cli.errors import InputError
-    from spectra_cli.sources.select import WeightsFile
+    from spectra_cli.sources.rows import WeightsFile
 
     np.save(tmp_path / "w.npy", np.ones(1000))
     w = WeightsFile(str(tmp_path / "w.npy"), 1000)
@@ -303,7 +303,7 @@ def test_a_width_beyond_the_memory_budget_is_refused_before_reading(cli, tmp_pat
 
 
 def test_an_archive_of_many_arrays_is_opened_once(tmp_path, monkeypatch):
-    from spectra_cli import batch
+    from spectra_cli.run import batch
     from spectra_cli.sources import npy
 
     rng = np.random.default_rng(0)

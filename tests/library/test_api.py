@@ -220,7 +220,7 @@ def test_states_pickle_small_for_workers_to_return():
     import pickle
 
     from spectra_cli.analysis.isotropy import CosineAccumulator
-    from spectra_cli.engine import MomentsState
+    from spectra_cli.stream.states import MomentsState
 
     d = 64
     state = MomentsState(d, groups=4, n_blocks=8)
@@ -237,7 +237,7 @@ def test_states_pickle_small_for_workers_to_return():
 
 
 def test_one_decomposition_per_spectrum_unless_rankme_is_asked_for(monkeypatch):
-    import spectra_cli.api as api_module
+    import spectra_cli.run.matrix as api_module
 
     monkeypatch.setattr(api_module, "RANKME_AUTO_D", 16)  # a d x d route wider than the automatic limit
     Y = powerlaw_matrix(400, 24, 1.0, seed=2)

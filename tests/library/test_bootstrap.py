@@ -11,7 +11,7 @@ import pytest
 import spectra_cli as spectra
 from spectra_cli.analysis.bootstrap import bootstrap_statistics, leading_eigenvalues
 from spectra_cli.errors import FitError
-from spectra_cli.moments import Moments
+from spectra_cli.stream.moments import Moments
 
 G, D = 6, 12
 
@@ -114,7 +114,7 @@ def test_memory_is_the_groups_plus_two_matrices():
 
 
 def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkeypatch):
-    import spectra_cli.eigen as eigen
+    import spectra_cli.eigen.decomposition as eigen
 
     monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 256)
     rng = np.random.default_rng(6)

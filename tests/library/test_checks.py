@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spectra_cli.checks import parse_max_change, parse_require
 from spectra_cli.errors import OptionError
+from spectra_cli.run.check import parse_max_change, parse_require
 from tests.conftest import SAMPLE
 
 NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
@@ -31,13 +31,13 @@ NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
      ("a >= 1e-3", 0.01, True)],
 )
 def test_every_operator(text, value, passed):
-    from spectra_cli.checks import evaluate
+    from spectra_cli.run.check import evaluate
 
     assert evaluate({"a": value}, [parse_require(text)])[0].passed is passed
 
 
 def test_null_value_fails_and_relative_change():
-    from spectra_cli.checks import evaluate
+    from spectra_cli.run.check import evaluate
 
     assert evaluate({"a": None}, [parse_require("a > 0")])[0].passed is False
     v = evaluate({"a": 105.0}, [parse_max_change("a=5%")], {"a": 100.0})[0]

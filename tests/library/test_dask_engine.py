@@ -91,14 +91,14 @@ def test_without_the_extra_the_message_names_it(monkeypatch):
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_dask)
-    from spectra_cli.engine import dask as engine
+    from spectra_cli.stream import cluster as engine
 
     with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-cli\[dask\]'"):
-        engine._dask()
+        engine.require_distributed()
 
 
 def test_batch_fans_items_out_over_the_cluster(scheduler, tmp_path):
-    from spectra_cli.batch import enumerate_items, run_batch
+    from spectra_cli.run.batch import enumerate_items, run_batch
 
     for i in range(4):
         np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(800, 16, 1.0, seed=i))
@@ -157,12 +157,12 @@ def test_a_worker_killed_mid_run_gives_the_right_spectrum_or_a_clear_error(sched
 def test_a_task_spreads_its_blocks_over_the_groups_at_the_rows_per_block_it_reads(monkeypatch):
     """Wide rows shrink the default block; a task must count the blocks it actually reads, or every
     block but the first lands in one bootstrap group (run here without a cluster)."""
-    import spectra_cli.inputs as inputs
-    from spectra_cli.engine.dask import _first_task
+    import spectra_cli.stream.passes as inputs
     from spectra_cli.options import ReadOptions
+    from spectra_cli.stream.cluster import first_task
 
     monkeypatch.setattr(inputs, "BLOCK_BYTES", 64 << 10)  # 256-row blocks at d = 64, as 2,048 at d = 4,096
     Y = np.random.default_rng(0).standard_normal((4096, 64))
-    ms, _, _ = _first_task(Y, ReadOptions.create(), 0, 4096, 64, False, 8, False)
+    ms, _, _ = first_task(inputs.Input, Y, ReadOptions.create(), 0, 4096, 64, False, 8, False)
     assert ms.n_blocks == 16
     assert [g.n for g in ms.filled_groups()] == [512] * 8

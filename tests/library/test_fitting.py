@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectra_cli import api, synth
 from spectra_cli.analysis.density import density_fit
 from spectra_cli.analysis.local_slope import local_slope
 from spectra_cli.analysis.powerlaw import Window, auto_window, fit_model
 from spectra_cli.errors import FitError
+from spectra_cli.run import matrix as api
+from spectra_cli.run import synth
 
 J = np.arange(1, 10001, dtype=float)
 LOG_CORRECTED = (np.log(J + 1) / J) ** 1.31  # SPEC.md's known answer

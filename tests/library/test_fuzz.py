@@ -95,7 +95,7 @@ def test_safetensors_headers(entries, data, meta):
             f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * data)
 
     def call(path: str) -> None:
-        from spectra_cli.batch import enumerate_items
+        from spectra_cli.run.batch import enumerate_items
         from spectra_cli.sources import open_source
 
         items, _ = enumerate_items([path])
@@ -120,8 +120,8 @@ def test_json_where_spectra_reads_json(doc):
     _only_spectra_errors(write, lambda p: spectra.fit(p, eigenvalues=True), ".json")
 
     def check(path: str) -> None:
-        from spectra_cli.checks import evaluate, parse_require
-        from spectra_cli.compare import compare, load_report
+        from spectra_cli.run.check import evaluate, parse_require
+        from spectra_cli.run.compare import compare, load_report
 
         report = load_report(path)
         evaluate(report, [parse_require("fit.alpha > 0")], report)
@@ -130,7 +130,7 @@ def test_json_where_spectra_reads_json(doc):
     _only_spectra_errors(write, check, ".json")
 
     def trend(path: str) -> None:
-        from spectra_cli.trend import load_points
+        from spectra_cli.run.trend import load_points
 
         load_points(path, ["fit.alpha"], None)
 
@@ -152,7 +152,7 @@ def test_toml_where_spectra_reads_toml(table, key, value, junk):
             f.write(f"[{table}]\n{key} = {value}\n{junk}\n")
 
     def call(path: str) -> None:
-        from spectra_cli.checks import fit_options, load_config
+        from spectra_cli.run.check import fit_options, load_config
 
         cfg = load_config(path)
         opts = fit_options(cfg["fit"], {})
@@ -163,7 +163,7 @@ def test_toml_where_spectra_reads_toml(table, key, value, junk):
 
 @pytest.mark.parametrize("kind", ["list", "string", "deep", "long int"])
 def test_resume_lines_of_any_shape_are_dropped_not_fatal(tmp_path, kind):
-    from spectra_cli.batch import ResultsFile
+    from spectra_cli.run.batch import ResultsFile
 
     line = {"list": "[1, 2]", "string": '"x"', "deep": "[" * 5000 + "]" * 5000, "long int": "1" * 5000}[kind]
     failed = '{"schema": "spectra.batch-error/1", "item": "x", "fingerprint": "f", "error": "e"}'

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numpy.linalg import eigh, norm
 
-from spectra_cli import api
+from spectra_cli.run import matrix as api
 
 D, N = 50, 2000
 
@@ -68,7 +68,7 @@ def test_seed003_narrow_cone(clouds):
 def test_seed003_all_but_the_top(clouds, tmp_path):
     assert round(api.isotropy(all_but_the_top(clouds[1], k=2)).isotropy.partition_isotropy, 3) == 0.510
     # and through spectra's own all-but-the-top
-    from spectra_cli.whitening import whiten
+    from spectra_cli.run.whiten import whiten
 
     np.save(tmp_path / "cone.npy", clouds[1])
     rep = whiten(str(tmp_path / "cone.npy"), out=str(tmp_path / "abtt.npy"), method="abtt", k=2,

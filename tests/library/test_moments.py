@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectra_cli.eigen import spectrum_from_moments
-from spectra_cli.inputs import Input
-from spectra_cli.moments import Moments
+from spectra_cli.eigen.decomposition import spectrum_from_moments
 from spectra_cli.options import ReadOptions
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.passes import Input
 from tests.conftest import powerlaw_matrix, reference_eigenvalues
 
 SEED000_POINTS = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
@@ -228,7 +228,7 @@ def test_a_block_of_identical_rows_makes_no_product_and_is_exact(monkeypatch, fi
     rng = np.random.default_rng(3)
     first = rng.standard_normal((300, 8)) + 5.0
     pad = np.zeros((200, 8))
-    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", first_d)
+    monkeypatch.setattr("spectra_cli.stream.moments.DRIFT_TEST_FIRST_D", first_d)
     monkeypatch.setattr(Moments, "from_block", classmethod(lambda *a, **k: pytest.fail("exact path taken")))
     bm = Moments.from_block_shifted(pad, first.mean(axis=0), None)
     assert bm.n == 200 and bm.weight_sum == 200.0 and not np.any(bm.m2)
@@ -244,7 +244,7 @@ def test_a_block_of_identical_rows_makes_no_product_and_is_exact(monkeypatch, fi
 def test_padded_stream_equals_numpy(precision, first_d, monkeypatch):
     import spectra_cli as spectra
 
-    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", first_d)
+    monkeypatch.setattr("spectra_cli.stream.moments.DRIFT_TEST_FIRST_D", first_d)
     rng = np.random.default_rng(4)
     X = np.zeros((4000, 30))
     X[:1000] = powerlaw_matrix(1000, 30, 1.0, seed=4) + 2.0  # then 3,000 rows of zero padding
@@ -261,7 +261,7 @@ def test_padded_stream_equals_numpy(precision, first_d, monkeypatch):
 
 
 def test_a_drifted_block_is_centred_once_on_its_own_mean(monkeypatch):
-    monkeypatch.setattr("spectra_cli.moments.DRIFT_TEST_FIRST_D", 0)
+    monkeypatch.setattr("spectra_cli.stream.moments.DRIFT_TEST_FIRST_D", 0)
     rng = np.random.default_rng(5)
     X = rng.standard_normal((400, 6)) * [1, 2, 3, 4, 5, 6] + 1e3
     calls: list[int] = []

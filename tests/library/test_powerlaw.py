@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectra_cli import api
 from spectra_cli.analysis.powerlaw import Window, fit_ols, parse_window, resolve_window
 from spectra_cli.errors import FitError, OptionError
+from spectra_cli.run import matrix as api
 
 
 def test_exact_power_law_is_recovered_exactly():

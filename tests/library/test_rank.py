@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectra_cli import api
 from spectra_cli.analysis.rank import entropy_rank, participation_ratio, rankme, stable_rank
+from spectra_cli.run import matrix as api
 
 
 def test_flat_spectrum_has_every_rank_equal_to_d():

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spectra_cli import api
+from spectra_cli.run import matrix as api
 from tests.conftest import SAMPLE
 
 GOLDEN = json.loads((Path(__file__).parents[1] / "golden" / "golden.json").read_text())

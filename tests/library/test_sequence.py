@@ -160,7 +160,7 @@ def test_a_bad_pool_names_the_choices():
 
 
 def test_projection_is_orthogonal_and_seeded():
-    from spectra_cli.analysis.sequence import projection
+    from spectra_cli.analysis.lags import projection
 
     Q = projection(384, 32, 5)
     np.testing.assert_allclose(Q.T @ Q, np.eye(32), atol=1e-12)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectra_cli import api
-from spectra_cli.eigen import spectrum_from_moments, spectrum_from_rows
-from spectra_cli.moments import Moments
+from spectra_cli.eigen.decomposition import spectrum_from_moments, spectrum_from_rows
+from spectra_cli.run import matrix as api
+from spectra_cli.stream.moments import Moments
 from tests.conftest import powerlaw_matrix, reference_eigenvalues
 
 

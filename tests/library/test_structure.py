@@ -1,47 +1,65 @@
-"""The shape of the code the issue asked for: no import cycle among the package's modules, one
-short pass loop, and no dispatch on a command string in the library."""
+"""The shape of the code: no import cycle among the package's modules (imports inside functions
+counted), names that say which module is which, no private name used across modules, one short
+pass loop, no dispatch on a command string in the library, every option declared once, and every
+command of the CLI a library function of the same name."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import sys
+import typing
 from pathlib import Path
 
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "spectra_cli"
+MODULES = {p: p.relative_to(ROOT).with_suffix("") for p in PACKAGE.rglob("*.py")}
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
+    parts = list(MODULES[path].parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _top_level_imports(path: Path) -> set[str]:
-    """Modules a module imports when it is imported (function bodies and TYPE_CHECKING excluded)."""
+def _imports(path: Path) -> set[str]:
+    """Every package module a module imports, at its top or inside any function (only ``if
+    TYPE_CHECKING:`` blocks are left out: they never run)."""
     tree = ast.parse(path.read_text())
-    out: set[str] = set()
-    for node in tree.body:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for sub in node.body for n in ast.walk(sub))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
             continue
-        for sub in [node] if not isinstance(node, ast.Try) else node.body:
-            if isinstance(sub, ast.ImportFrom) and sub.module and sub.module.startswith("spectra_cli"):
-                out.add(sub.module)
-                out.update(f"{sub.module}.{a.name}" for a in sub.names)
-            elif isinstance(sub, ast.Import):
-                out.update(a.name for a in sub.names if a.name.startswith("spectra_cli"))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spectra_cli"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("spectra_cli"))
     return out
 
 
-def test_no_import_cycle_among_the_modules():
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph = {m: {i for i in _top_level_imports(p) if i in modules and i != m} for m, p in modules.items()}
-    # importing a.b.c imports its packages a and a.b first
-    for m in list(graph):
-        graph[m] = {i for i in graph[m] if not m.startswith(i + ".")}
+def _graph() -> dict[str, set[str]]:
+    names = {_module_name(p): p for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for m, p in names.items():
+        deps = {i for i in _imports(p) if i in names and i != m}
+        # importing a.b.c runs a/__init__ and a/b/__init__ first; a module inside a package always has its
+        # package initialised before it, so an edge to its own package is no cycle
+        for i in list(deps):
+            parts = i.split(".")
+            deps.update(".".join(parts[:k]) for k in range(1, len(parts)) if ".".join(parts[:k]) in names)
+        graph[m] = {i for i in deps if not m.startswith(i + ".") and i not in ("spectra_cli", m)}
+    return graph
+
+
+def test_no_import_cycle_among_the_modules_counting_imports_inside_functions():
+    graph = _graph()
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -59,22 +77,104 @@ def test_no_import_cycle_among_the_modules():
     for m in sorted(graph):
         if m not in state:
             visit(m)
+    assert sum(len(v) for v in graph.values()) > 250  # the walk saw the function-level imports too
+
+
+def test_the_layers_import_downwards_only():
+    """sources -> stream -> eigen -> analysis -> run -> render -> cli: no layer imports one above it."""
+    order = ["sources", "stream", "eigen", "analysis", "run", "render", "cli"]
+    rank = {name: i for i, name in enumerate(order)}
+    allowed_up = {("stream", "analysis")}  # the mergeable cosine and log Z sums live with their analysis
+    for m, deps in _graph().items():
+        layer = m.split(".")[1] if m.count(".") >= 1 else None
+        if layer not in rank:
+            continue
+        for dep in deps:
+            other = dep.split(".")[1] if dep.count(".") >= 1 else None
+            if other in rank and rank[other] > rank[layer] and (layer, other) not in allowed_up:
+                raise AssertionError(f"{m} (layer {layer}) imports {dep} (layer {other}, above it)")
+
+
+def test_module_names_say_which_is_which():
+    stems: dict[str, list[str]] = {}
+    for rel in MODULES.values():
+        stem = rel.parts[-1]
+        if stem in ("__init__", "__main__"):
+            continue
+        assert stem not in sys.stdlib_module_names, f"{'/'.join(rel.parts)}.py shadows the standard library"
+        stems.setdefault(stem.removesuffix("s"), []).append("/".join(rel.parts))
+    for pkg in (p.parent for p in PACKAGE.rglob("__init__.py")):
+        if pkg != PACKAGE:
+            stems.setdefault(pkg.name.removesuffix("s"), []).append(str(pkg.relative_to(ROOT)) + "/")
+    twins = {k: v for k, v in stems.items() if len(v) > 1}
+    assert not twins, f"modules whose names differ only by plural or package: {twins}"
+
+
+def test_no_private_name_is_used_across_modules():
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        own = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        own |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("spectra_cli"):
+                bad = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not bad, f"{path}:{node.lineno} imports the private {node.module}.{bad[0]}"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    continue
+                assert node.attr in own, f"{path}:{node.lineno} uses {ast.unparse(node)}, private to another module"
 
 
 def test_the_pass_loop_is_short_and_the_library_does_not_dispatch_on_a_command():
-    from spectra_cli.engine.local import run_pass
+    from spectra_cli.stream.local import run_pass
 
     assert len(inspect.getsource(run_pass).splitlines()) < 40
-    api = (PACKAGE / "api.py").read_text()
-    assert "command ==" not in api and "command in (" not in api
-    assert "**options" not in api and "**options" not in (PACKAGE / "whitening.py").read_text()
+    for p in (PACKAGE / "run").glob("*.py"):
+        text = p.read_text()
+        assert "command ==" not in text and "command in (" not in text, p
+        assert "locals()" not in text, p
+    for name in ("matrix", "whiten", "sequence"):
+        assert "**options" not in (PACKAGE / "run" / f"{name}.py").read_text(), name
+    engine_compares = [str(p) for p in PACKAGE.rglob("*.py") if 'engine == "dask"' in p.read_text()]
+    assert engine_compares == [str(PACKAGE / "options.py")]  # the engine is chosen in one place
+
+
+def test_every_reading_option_is_declared_once_and_reaches_every_reader():
+    from spectra_cli.cli.flags import READ_OPTIONS
+    from spectra_cli.options import READ_DEFAULTS, ReadKeywords, ReadOptions
+
+    keys = tuple(typing.get_type_hints(ReadKeywords))
+    assert keys == tuple(READ_DEFAULTS)
+    assert set(keys) == set(READ_OPTIONS) and len(keys) == len(READ_OPTIONS)  # the library's and the CLI's
+    for name, (_, default) in READ_OPTIONS.items():
+        assert default == (not READ_DEFAULTS[name] if name == "centered" else READ_DEFAULTS[name]), name
+    assert set(ReadOptions.__dataclass_fields__) == set(keys) - {"sample", "seed"}  # rows holds all three
+    import spectra_cli as spectra
+
+    for name in ("fit", "spectrum", "isotropy", "whiten", "accumulate", "moments", "sequence"):
+        params = inspect.signature(getattr(spectra, name)).parameters.values()
+        assert not [p.name for p in params if p.name in keys], f"{name} re-declares a reading option"
+        var = [p for p in params if p.kind is p.VAR_KEYWORD]
+        assert var and "Keywords" in str(var[0].annotation), name
 
 
 def test_every_public_function_documents_its_keywords():
     import spectra_cli as spectra
 
-    for name in ("fit", "spectrum", "isotropy", "whiten"):
+    for name in ("fit", "spectrum", "isotropy", "whiten", "sequence", "accumulate", "moments", "batch", "check",
+                 "compare", "trend", "info", "synth"):
         func = getattr(spectra, name)
         sig = inspect.signature(func)
         assert all(p.annotation is not inspect.Parameter.empty for p in sig.parameters.values()), name
         assert func.__doc__ and len(func.__doc__) > 200, name
+
+
+def test_every_command_is_a_library_function_of_the_same_name():
+    import spectra_cli as spectra
+    from spectra_cli.cli import app
+
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    assert len(names) >= 13
+    for name in names:
+        assert callable(getattr(spectra, name, None)), f"spectra {name} has no spectra_cli.{name}"
+        assert name in spectra.__all__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectra_cli import synth
+from spectra_cli.run import synth
 
 
 def test_synth_is_seeded_and_independent_of_block_size():
@@ -31,7 +31,7 @@ def test_synth_random_features(activation):
 
 def test_synth_quadratic_features_have_the_log_corrected_spectrum():
     # seed 001 Theorem 1 with p = 2: lambda_j ~ (log(j+1)/j)^alpha over a range of ranks.
-    from spectra_cli import api
+    from spectra_cli.run import matrix as api
 
     X = np.concatenate(list(synth.generate("random-features", n=20000, d=400, seed=1, alpha=1.31,
                                            activation="quadratic", input_dim=1000)))

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
-from spectra_cli import eigensolver
 from spectra_cli.analysis.rank import entropy_rank, entropy_rank_bounds
 from spectra_cli.analysis.suite import FitOptions
+from spectra_cli.eigen import lanczos as eigensolver
 from spectra_cli.errors import OptionError
 
 
@@ -105,7 +105,7 @@ def test_entropy_rank_bounds_are_attained_by_the_extreme_tails():
 
 
 def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch):
-    import spectra_cli.eigen as eigen
+    import spectra_cli.eigen.decomposition as eigen
 
     monkeypatch.setattr(eigen, "TOP_AUTO_MIN_D", 256)
     auto = spectra.fit(X, window="11:20")
@@ -130,8 +130,8 @@ def test_the_automatic_route_needs_wide_data_and_windows_far_below_d(monkeypatch
 
 @pytest.mark.parametrize(("centered", "weighted"), [(True, False), (False, False), (False, True)])
 def test_the_participation_ratio_that_decides_the_route_equals_the_eigenvalues_one(centered, weighted):
-    from spectra_cli.eigen import participation_ratio_of
-    from spectra_cli.moments import Moments
+    from spectra_cli.eigen.decomposition import participation_ratio_of
+    from spectra_cli.stream.moments import Moments
 
     rng = np.random.default_rng(5)
     Y = X[:600] + 3.0

@@ -9,7 +9,7 @@ import pytest
 
 
 def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch, full_rank):
-    from spectra_cli import whitening as wmod
+    from spectra_cli.run import whiten as wmod
 
     p, _ = full_rank
     calls = {"n": 0}

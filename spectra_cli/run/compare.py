@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.checks import scalar_fields
 from spectra_cli.errors import InputError
+from spectra_cli.run.check import scalar_fields
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
@@ -40,7 +40,7 @@ def as_report(path: str, fit_options: dict[str, Any]) -> dict[str, Any]:
     """A report file as is, or the ``fit`` report of an input."""
     if path == "-" or path.lower().endswith((".json", ".jsonl")):
         return load_report(path)
-    from spectra_cli import api
+    from spectra_cli.run import matrix as api
 
     return api.fit(path, **fit_options).to_dict()
 

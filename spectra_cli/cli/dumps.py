@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from spectra_cli.cli.app import app, emit
-from spectra_cli.cli.options import Json, Paths, Plot, describe_paths, reading_options
+from spectra_cli.cli.flags import Json, Paths, Plot, describe_paths, reading_options
 from spectra_cli.options import SEQUENCE_REFUSES, SOURCE_KEYWORDS, SourceKeywords
 
 
@@ -39,7 +39,7 @@ def sequence(
       spectra sequence tokens.parquet --positions-per-window 32 --doc-column doc_id --json
     """
     from spectra_cli.render.progress import LazyProgress
-    from spectra_cli.sequences import sequence as run
+    from spectra_cli.run.sequence import sequence as run
 
     if plot is not None:
         from spectra_cli.render.plot import check_plot_target
@@ -50,9 +50,9 @@ def sequence(
                      window=window, method=method, progress=progress, **reading)
     doc = report.to_dict()
     if plot is not None:
-        from spectra_cli.render.sequence import plot_sequence
+        from spectra_cli.render.context_view import plot_sequence
 
         plot_sequence(doc, plot)
-    from spectra_cli.render.sequence import print_sequence
+    from spectra_cli.render.context_view import print_sequence
 
     emit(doc, json, print_sequence)

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator
-from spectra_cli.engine.states import MomentsState, RowGuard
 from spectra_cli.errors import OptionError, param
+from spectra_cli.sources.rows import RowSpec
+from spectra_cli.stream.states import MomentsState, RowGuard
 
 
-def _dask() -> Any:
+def require_distributed() -> Any:
     try:
         import dask  # noqa: F401
         import distributed
@@ -40,7 +41,7 @@ def is_dask_array(obj: Any) -> bool:
 @contextlib.contextmanager
 def client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     """A Dask client: of an existing scheduler, or of a LocalCluster closed on exit."""
-    distributed = _dask()
+    distributed = require_distributed()
     if scheduler is not None:
         try:
             c = distributed.Client(scheduler, timeout="20s")
@@ -68,14 +69,12 @@ def ranges(total: int, tasks: int, start: int) -> list[tuple[int, int]]:
     return [(start + int(a), start + int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
 
-def _first_task(data: Any, read: Any, start: int, stop: int, d: int, weighted: bool, groups: int,
+def first_task(opener: Any, data: Any, read: Any, start: int, stop: int, d: int, weighted: bool, groups: int,
                 cosine: bool) -> tuple[MomentsState, CosineAccumulator | None, int]:
-    """Runs on a worker: the first pass over rows ``[start, stop)`` of the input."""
-    from spectra_cli.inputs import Input
-    from spectra_cli.sources.select import RowSpec
-
+    """Runs on a worker: the first pass over rows ``[start, stop)`` of the input, opened by ``opener``
+    (the client's Input class: it travels with the task, so this module never imports the layer above)."""
     task_read = replace(read, rows=RowSpec(start, stop), engine="local")
-    with Input(data, task_read) as inp:
+    with opener(data, task_read) as inp:
         n_blocks = -(-(stop - start) // inp.block_rows)  # the rows per block it reads (the default adapts to d)
         ms = MomentsState(d, weighted=weighted, precision=read.precision, groups=min(groups, n_blocks),
                           n_blocks=n_blocks)
@@ -129,17 +128,15 @@ def first_pass(inp: Any, *, groups: int, cosine: bool) -> tuple[MomentsState, Co
         tasks = ranges(stop - start, max(n_workers * 4, groups), start)
         weighted = inp.weights is not None or bool(inp.source is not None and inp.source.has_weights)
         per_task = max(1, -(-groups // len(tasks))) if groups else 0
-        futs = [c.submit(_first_task, inp.description(), read, a, b, inp.info.n_features, weighted, per_task,
+        futs = [c.submit(first_task, type(inp), inp.description(), read, a, b, inp.info.n_features, weighted, per_task,
                          cosine, pure=False) for a, b in tasks]
         return _tree(c, futs, _merge)
 
 
-def _logz_task(data: Any, read: Any, start: int, stop: int, V: np.ndarray, s: float) -> LogZAccumulator:
-    from spectra_cli.inputs import Input
-    from spectra_cli.sources.select import RowSpec
-
+def logz_task(opener: Any, data: Any, read: Any, start: int, stop: int, V: np.ndarray,
+               s: float) -> LogZAccumulator:
     logz = LogZAccumulator(V, s, dtype=read.dtype)
-    with Input(data, replace(read, rows=RowSpec(start, stop), engine="local")) as inp:
+    with opener(data, replace(read, rows=RowSpec(start, stop), engine="local")) as inp:
         inp.feed([logz], RowGuard(inp.info.path, drop_nonfinite=True))
     return logz
 
@@ -163,7 +160,7 @@ def logz_pass(inp: Any, V: np.ndarray, s: float) -> LogZAccumulator:
         else:
             n_workers = max(1, len(c.scheduler_info().get("workers", {})))
             start, stop = read.rows.resolve(inp.info.n_rows)
-            futs = [c.submit(_logz_task, inp.description(), read, a, b, Vf, s, pure=False)
+            futs = [c.submit(logz_task, type(inp), inp.description(), read, a, b, Vf, s, pure=False)
                     for a, b in ranges(stop - start, n_workers * 4, start)]
         return _tree(c, futs, lambda a, b: a.merge(b))
 

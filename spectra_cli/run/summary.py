@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.checks import lookup
 from spectra_cli.errors import InputError
+from spectra_cli.run.check import lookup
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
 #: (report field, label) of the metrics summarised.

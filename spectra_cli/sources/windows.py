@@ -105,7 +105,7 @@ def load_mask(mask: Any, windows: int, length: int) -> np.ndarray:
 
         arr = read_whole(mask, "mask file", booleans=True)
     else:
-        from spectra_cli.inputs import as_array
+        from spectra_cli.sources.in_memory import as_array
 
         arr = as_array(mask, what="mask")
     if arr.shape != (windows, length):

@@ -1,7 +1,7 @@
-"""The library: ``fit``, ``spectrum`` and ``isotropy`` (``whiten`` lives in :mod:`spectra_cli.whitening`).
+"""The library: ``fit``, ``spectrum`` and ``isotropy`` (``whiten`` lives in :mod:`spectra_cli.run.whiten`).
 
 Each takes ``data`` — a path, a numpy array, anything with ``__array__`` or ``__dlpack__``, an
-:class:`~spectra_cli.accumulator.Accumulator` or a moment file — and typed keyword options,
+:class:`~spectra_cli.stream.accumulator.Accumulator` or a moment file — and typed keyword options,
 validates them once (:class:`~spectra_cli.options.ReadOptions`,
 :class:`~spectra_cli.analysis.suite.FitOptions`), runs the passes it needs and returns a frozen
 :class:`~spectra_cli.results.Report` (``report.to_dict()`` is the JSON document of the CLI).
@@ -39,16 +39,16 @@ from typing import Any, TypeVar, Unpack
 
 import numpy as np
 
-from spectra_cli import steps
 from spectra_cli.analysis.isotropy import check_scale
 from spectra_cli.analysis.suite import FitOptions, run_suite
-from spectra_cli.engine import Progress
 from spectra_cli.errors import OptionError, param
-from spectra_cli.inputs import Input
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
-from spectra_cli.report import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.results import Report
-from spectra_cli.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
+from spectra_cli.run import steps
+from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
+from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
+from spectra_cli.stream.local import Progress
+from spectra_cli.stream.passes import Input
 from spectra_cli.validate import check_int
 
 BOOTSTRAP_GROUPS = 32
@@ -297,11 +297,11 @@ def accumulate(
     progress: Progress | None = None,
     **reading: Unpack[ReadKeywords],
 ) -> Any:
-    """One pass over ``data`` into an :class:`~spectra_cli.accumulator.Accumulator`: the mergeable
+    """One pass over ``data`` into an :class:`~spectra_cli.stream.accumulator.Accumulator`: the mergeable
     moments (and cosine sums, and ``groups`` bootstrap groups) that ``acc.save(path)`` writes as a
     moment file. Moment files of different shards, made anywhere, merge exactly:
     ``fit(["m0.npz", "m1.npz"])`` or ``spectra fit 'm*.npz'``. Reading options as for :func:`fit`."""
-    from spectra_cli.accumulator import Accumulator
+    from spectra_cli.stream.accumulator import Accumulator
 
     groups = check_int("groups", groups, minimum=0)
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
@@ -312,18 +312,12 @@ def accumulate(
         first = inp.first_pass(gram=False, groups=groups, cosine=True, progress=progress, min_rows=1)
         source = inp.source_report(first)
     assert first.moments is not None
-    acc = Accumulator(first.n_features, precision=read.precision, groups=groups, drop_nonfinite=read.drop_nonfinite,
-                      block_rows=inp.block_rows)
-    acc._state.moments = first.moments
-    acc._state.groups = list(first.groups)
-    acc._state.weight_sq_sum = float(first.weight_sq_sum or first.n_rows)
-    acc.cosine = first.cosine
-    acc.weighted = first.weighted
-    acc.n_dropped = first.n_dropped
-    acc.sources = [{"path": source["path"], "fingerprint": source["fingerprint"] or
-                    inp.fingerprint(), "rows": source["rows"],
-                    "rows_used": first.n_rows, "layout": source["layout"]}]
-    return acc
+    return Accumulator.of_pass(
+        first.moments, groups=first.groups, n_groups=groups, weight_sq_sum=first.weight_sq_sum or first.n_rows,
+        cosine=first.cosine, weighted=first.weighted, n_dropped=first.n_dropped, precision=read.precision,
+        drop_nonfinite=read.drop_nonfinite, block_rows=inp.block_rows,
+        sources=[{"path": source["path"], "fingerprint": source["fingerprint"], "rows": source["rows"],
+                  "rows_used": first.n_rows, "layout": source["layout"]}])
 
 
 def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) -> float:
@@ -350,7 +344,12 @@ def check_top(top: Any) -> int | None:
 def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str], *,
                centered: bool = True) -> tuple[int | None, str]:
     """How many leading eigenvalues ``fit`` computes (None: all) and why."""
-    from spectra_cli.eigen import TOP_AUTO_FRACTION, TOP_AUTO_MAX_PR, TOP_AUTO_MIN_D, participation_ratio_of
+    from spectra_cli.eigen.decomposition import (
+        TOP_AUTO_FRACTION,
+        TOP_AUTO_MAX_PR,
+        TOP_AUTO_MIN_D,
+        participation_ratio_of,
+    )
 
     if top == 0 or first.moments is None:
         return None, ""
@@ -380,7 +379,7 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
 
 def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Report:
     """A spectrum computed elsewhere (``eigenvalues=True``)."""
-    from spectra_cli.eigen import spectrum_from_eigenvalues
+    from spectra_cli.eigen.decomposition import spectrum_from_eigenvalues
     from spectra_cli.sources.base import SourceInfo
     from spectra_cli.sources.eigenvalues import read_eigenvalues
 
@@ -390,7 +389,7 @@ def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Repor
     if isinstance(data, str):
         values = read_eigenvalues(data)
     else:
-        from spectra_cli.inputs import as_array
+        from spectra_cli.sources.in_memory import as_array
 
         values = np.asarray(as_array(data, what="eigenvalues"), dtype=np.float64).ravel()
     spec = spectrum_from_eigenvalues(values)

@@ -1,4 +1,4 @@
-"""The steps the orchestrators of :mod:`spectra_cli.api` and :mod:`spectra_cli.whitening` share:
+"""The steps the orchestrators of :mod:`spectra_cli.run.matrix` and :mod:`spectra_cli.run.whiten` share:
 a spectrum from the first pass, the partition-isotropy and shuffled-control second passes,
 the isotropy summary and the bootstrap of the fits."""
 
@@ -21,10 +21,11 @@ from spectra_cli.analysis.isotropy import (
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
-from spectra_cli.eigen import Spectrum, spectrum_from_moments, spectrum_from_rows
-from spectra_cli.engine import Progress, RowsBuffer
+from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
 from spectra_cli.errors import FitError, OptionError, param
-from spectra_cli.inputs import Accumulated, Input
+from spectra_cli.stream.local import Progress
+from spectra_cli.stream.passes import Accumulated, Input
+from spectra_cli.stream.states import RowsBuffer
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
@@ -59,13 +60,8 @@ def partition_pass(inp: Input, first: Accumulated, *, scale: str, progress: Prog
         return gram_log_z(first.rows, first.weights, scale)
     assert first.moments is not None
     V, s = directions(first.moments, scale)
-    if inp.read.engine == "dask":
-        from spectra_cli.engine import dask as dask_engine
-
-        return dask_engine.logz_pass(inp, V, s), s
-    logz = LogZAccumulator(V, s, dtype=np.float32 if first.precision == "float32" else np.float64)
-    inp.second_pass([logz], need=need or param("partition_isotropy"), progress=progress)
-    return logz, s
+    dtype = np.dtype(np.float32 if first.precision == "float32" else np.float64)
+    return inp.logz_pass(V, s, dtype, need=need or param("partition_isotropy"), progress=progress), s
 
 
 def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: int, centered: bool,
@@ -116,7 +112,7 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
     def stat(window: Window) -> Callable[[np.ndarray], float]:
         return lambda lam: fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
 
-    from spectra_cli.eigen import TOP_AUTO_MIN_D
+    from spectra_cli.eigen.decomposition import TOP_AUTO_MIN_D
 
     # Below the automatic route's width a full eigvalsh is faster than block Lanczos (at d = 256:
     # 4 ms against 100 ms), and gives the same leading values.

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spectra_cli.errors import InputError, param
-from spectra_cli.moments import Moments
+from spectra_cli.stream.moments import Moments
 
 #: Row weights outside this range would overflow or underflow their sums (only ratios matter).
 MAX_WEIGHT, MIN_WEIGHT = 1e250, 1e-250
@@ -27,7 +27,7 @@ class State(Protocol):
 
 
 class MomentsState:
-    """Moments of the rows seen (the streaming fast path of :mod:`spectra_cli.moments`), and
+    """Moments of the rows seen (the streaming fast path of :mod:`spectra_cli.stream.moments`), and
     optionally the moments of up to ``groups`` groups of blocks for the bootstrap.
 
     The first block with a finite, unscaled mean fixes the shift that later blocks are centred

@@ -6,7 +6,7 @@
 >>> acc.save("layer12.moments.npz")            # plain arrays, no pickle
 >>> spectra_cli.fit(acc, window="auto")        # every analysis of fit that needs only moments
 
-It holds the mergeable moments of :mod:`spectra_cli.moments` (and the sums of the exact
+It holds the mergeable moments of :mod:`spectra_cli.stream.moments` (and the sums of the exact
 mean cosine, and optionally group moments for the bootstrap), so any split of the rows into
 batches, processes or machines, merged in any order, gives the same spectrum up to rounding.
 """
@@ -21,10 +21,10 @@ import numpy as np
 
 from spectra_cli import __version__, jsonio
 from spectra_cli.analysis.isotropy import CosineAccumulator
-from spectra_cli.engine.states import MomentsState, RowGuard
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.moments import Moments
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, PRECISIONS, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.states import MomentsState, RowGuard
 from spectra_cli.validate import check_choice, check_int
 
 #: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
@@ -73,7 +73,7 @@ class Accumulator:
     def update(self, X: Any, weights: Any = None) -> None:
         """Add a batch of rows: an array ``(n, d)`` (or ``(..., d)``, flattened to rows), with
         optional row weights ``(n,)``. Anything with ``__array__`` or ``__dlpack__`` works."""
-        from spectra_cli.inputs import as_array
+        from spectra_cli.sources.in_memory import as_array
 
         A = as_array(X, what="X")
         if A.ndim < 2 or A.shape[-1] != self.d:
@@ -145,6 +145,24 @@ class Accumulator:
     @property
     def groups(self) -> tuple[Moments, ...]:
         return self._state.filled_groups()
+
+    @property
+    def weight_sq_sum(self) -> float:
+        """``sum w^2`` of the rows (their count when unweighted): Kish's effective sample size."""
+        return self._state.weight_sq_sum
+
+    @classmethod
+    def of_pass(cls, moments: Moments, *, groups: tuple[Moments, ...], n_groups: int, weight_sq_sum: float,
+                cosine: CosineAccumulator | None, weighted: bool, n_dropped: int, precision: str,
+                drop_nonfinite: bool, block_rows: int, sources: list[dict[str, Any]]) -> Accumulator:
+        """An accumulator holding what one pass over an input made (``spectra_cli.accumulate``)."""
+        acc = cls(moments.d, precision=precision, groups=n_groups, drop_nonfinite=drop_nonfinite,
+                  block_rows=block_rows, max_memory=UNBOUNDED)  # the pass checked the budget
+        acc._state.moments = moments
+        acc._state.groups = list(groups)
+        acc._state.weight_sq_sum = float(weight_sq_sum)
+        acc.cosine, acc.weighted, acc.n_dropped, acc.sources = cosine, weighted, n_dropped, sources
+        return acc
 
     def options(self) -> dict[str, Any]:
         return {"d": self.d, "precision": self.precision, "weighted": bool(self.weighted),

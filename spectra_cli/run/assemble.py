@@ -3,15 +3,15 @@ frozen :class:`~spectra_cli.results.Report` with its source and options sections
 
 from __future__ import annotations
 
-import sys
+import inspect
 import time
 import warnings as _warnings
 from typing import Any
 
-from spectra_cli.eigen import NEAR_NULL_GAP, Spectrum
+from spectra_cli.eigen.decomposition import NEAR_NULL_GAP, Spectrum
 from spectra_cli.errors import SpectraWarning
-from spectra_cli.inputs import Accumulated, Input
 from spectra_cli.results import Report
+from spectra_cli.stream.passes import Accumulated, Input
 
 # n/d below which the tail of a sample covariance is visibly biased (Marchenko–Pastur).
 SAMPLING_WARN_RATIO = 10.0
@@ -63,7 +63,8 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
 def emit_warnings(messages: list[str]) -> None:
     """Each suspect finding is also a SpectraWarning, pointing at the caller's line (the first
     frame outside spectra_cli), never silent (STYLE)."""
-    level, frame = 2, sys._getframe(1)
+    here = inspect.currentframe()
+    level, frame = 2, here.f_back if here is not None else None
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("spectra_cli"):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1

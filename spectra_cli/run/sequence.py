@@ -1,7 +1,7 @@
 """``sequence``: the geometry of a sequence dump ``(windows, positions, features)`` — a per-position
 summary, the pooled token spectrum, the context spectrum (covariance of whole flattened windows,
 seed 001 §4.2.2) with its fits and ranks, the block-diagonal and shuffled controls, and the lag
-energies of the cross-position blocks (:mod:`spectra_cli.analysis.sequence` has the formulas).
+energies of the cross-position blocks (:mod:`spectra_cli.analysis.lags` has the formulas).
 
 The selected positions of every window are held in memory as float64 (``n x P x d``; the report
 and ``--max-memory`` state the size), with the ``n x n`` Gram matrices of the positions when there
@@ -17,20 +17,20 @@ import numpy as np
 
 from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import CosineAccumulator
+from spectra_cli.analysis.lags import CONTROLS, context, lag_definition, projection, shuffled_windows
 from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
-from spectra_cli.analysis.sequence import CONTROLS, context, lag_definition, projection, shuffled_windows
 from spectra_cli.analysis.suite import FitOptions, FitSuite, run_suite, windows_for
-from spectra_cli.api import keywords_checked
-from spectra_cli.eigen import Spectrum, floor_for, spectrum_from_moments
-from spectra_cli.engine import Progress
+from spectra_cli.eigen.decomposition import Spectrum, floor_for, spectrum_from_moments
 from spectra_cli.errors import FitError, InputError, OptionError, describe_choices, param
-from spectra_cli.inputs import Input
-from spectra_cli.moments import Moments
 from spectra_cli.options import SEQUENCE_REFUSES, ReadOptions, SourceKeywords
-from spectra_cli.report import Stopwatch, emit_warnings
 from spectra_cli.results import json_safe
-from spectra_cli.sources.sequence import SequenceSource
+from spectra_cli.run.assemble import Stopwatch, emit_warnings
+from spectra_cli.run.matrix import keywords_checked
+from spectra_cli.sources.windows import SequenceSource
+from spectra_cli.stream.local import Progress
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.passes import Input
 from spectra_cli.validate import check_int
 
 SCHEMA = "spectra.sequence/1"

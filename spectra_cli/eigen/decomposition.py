@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError
-from spectra_cli.moments import Moments
+from spectra_cli.stream.moments import Moments
 
 FLOOR_DEFINITION = (
     "(d + sqrt(b)) * eps * lambda_1: eps the machine epsilon of the precision of the products, b the "
@@ -248,7 +248,7 @@ def spectrum_from_moments(
     """Eigenvalues of the d x d matrix accumulated in ``m`` (LAPACK syevd via numpy).
 
     ``top``: only the leading ``top`` eigenvalues, by block Lanczos
-    (:func:`spectra_cli.eigensolver.top_eigenvalues`), with the trace and the Frobenius norm
+    (:func:`spectra_cli.eigen.lanczos.top_eigenvalues`), with the trace and the Frobenius norm
     taken from the matrix; past ``d / TOP_MAX_FRACTION``, or when the subspace reaches its cap
     first, the full decomposition is made instead and ``method`` says so."""
     C = m.second_moment_matrix(centered=centered, ddof=ddof)
@@ -264,7 +264,7 @@ def spectrum_from_moments(
         top = None
     lam_scaled = None
     if top is not None:
-        from spectra_cli.eigensolver import top_eigenvalues
+        from spectra_cli.eigen.lanczos import top_eigenvalues
 
         found = top_eigenvalues(C, top)
         if found is None:

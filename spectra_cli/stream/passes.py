@@ -2,7 +2,7 @@
 
 ``data`` may be a path (``.npy``, ``.npz``, Parquet, safetensors, or a moment file written by
 :meth:`Accumulator.save`), a numpy array, anything with ``__array__`` or ``__dlpack__`` (torch,
-jax, cupy tensors move to host memory), or an :class:`~spectra_cli.accumulator.Accumulator`.
+jax, cupy tensors move to host memory), or an :class:`~spectra_cli.stream.accumulator.Accumulator`.
 The first pass builds the mergeable states the analyses need; a second pass (partition
 isotropy, the shuffled control, whitening) reads the rows again through the same loop.
 """
@@ -16,55 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.accumulator import Accumulator
-from spectra_cli.analysis.isotropy import CosineAccumulator
-from spectra_cli.engine import MomentsState, Progress, RowGuard, RowsState, State, run_pass
+from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.moments import Moments
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions, refuse_over_budget
 from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, iter_selected, open_dataset
 from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
-from spectra_cli.sources.select import RowSpec, WeightsArray
+from spectra_cli.sources.in_memory import as_array
+from spectra_cli.sources.rows import RowSpec, WeightsArray
+from spectra_cli.stream.accumulator import Accumulator
+from spectra_cli.stream.local import Progress, run_pass
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.states import MomentsState, RowGuard, RowsState, State
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
 BLOCK_BYTES = 64 << 20
 #: Group moments kept for the bootstrap may use at most this much memory.
 GROUP_MEMORY = 1 << 30
 MIN_BLOCKS_FOR_GROUPS = 32
-
-ACCEPTED = ("a path (str or os.PathLike), a numpy array, an object with __array__ or __dlpack__ "
-            "(torch, jax, cupy tensors), or a spectra Accumulator")
-
-
-def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
-    """A numpy view of an array-like: ndarray, ``__dlpack__`` (copied to host if needed) or ``__array__``.
-
-    Lists, strings and other objects are a TypeError: spectra does not guess a matrix from them.
-    """
-    if isinstance(obj, np.ndarray):
-        return obj
-    if isinstance(obj, str | bytes | os.PathLike | list | tuple | dict | set) or obj is None:
-        kind = type(obj).__name__
-        hint = " (wrap it as np.asarray(...) if it is a list of rows)" if isinstance(obj, list | tuple) else ""
-        raise TypeError(f"{what} must be an array: a numpy array or an object with __array__ or __dlpack__; "
-                        f"got {kind}{hint}.")
-    if hasattr(obj, "__dlpack__"):
-        try:
-            return np.from_dlpack(obj, device="cpu")
-        except (TypeError, BufferError, ValueError, RuntimeError, AttributeError) as first:
-            if not hasattr(obj, "__array__"):
-                raise TypeError(f"{what} could not be read through DLPack ({first}); move it to host memory "
-                                "and a dtype numpy knows (e.g. tensor.float().cpu()).") from None
-    if hasattr(obj, "__array__"):
-        try:
-            arr = np.asarray(obj)
-        except (ValueError, TypeError, RuntimeError) as exc:
-            raise TypeError(f"{what} could not be converted to an array: {exc}") from None
-        if arr.dtype.hasobject:
-            raise TypeError(f"{what} converts to an object array (ragged rows?); a numeric matrix is required.")
-        return arr
-    raise TypeError(f"{what} must be {ACCEPTED}; got {type(obj).__name__}.")
-
 
 def as_dataset(data: Any) -> Dataset | None:
     """``data`` resolved as a :class:`Dataset` when it names files (a path, several, or a Dataset
@@ -191,7 +159,7 @@ class Input:
         self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
         self.dask_array: Any = None
         self.dataset: Dataset | None = None
-        from spectra_cli.engine.dask import is_dask_array
+        from spectra_cli.stream.cluster import is_dask_array
 
         if is_dask_array(data):
             if data.ndim != 2:
@@ -217,11 +185,11 @@ class Input:
                                            columns=list(read.columns) if read.columns else None,
                                            weight_column=read.weight_column or read.doc_column)
         else:
-            from spectra_cli.sources.array import ArraySource
+            from spectra_cli.sources.in_memory import ArraySource
 
             self.source = ArraySource(as_array(data, what="data"))
         if self.source is not None and (read.sequence or len(self.source.info.shape) == 3):
-            from spectra_cli.sources.sequence import SequenceSource
+            from spectra_cli.sources.windows import SequenceSource
 
             try:
                 self.source = SequenceSource(self.source, length=read.positions_per_window,
@@ -318,7 +286,7 @@ class Input:
         """One pass over the selected rows into the states the analyses asked for."""
         if self.accumulator is not None:
             return self._from_accumulator(groups=groups, cosine=cosine)
-        if self.read.engine == "dask":
+        if self.read.distributed:
             return self._first_pass_dask(groups=groups, cosine=cosine, min_rows=min_rows)
         assert self.source is not None
         info, read = self.info, self.read
@@ -365,7 +333,7 @@ class Input:
         return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision, w2)
 
     def _first_pass_dask(self, *, groups: int, cosine: bool, min_rows: int) -> Accumulated:
-        from spectra_cli.engine import dask as dask_engine
+        from spectra_cli.stream import cluster as dask_engine
 
         d = self.info.n_features
         self.check_memory(d, self.n_selected, use_gram=False, extra_matrices=min(groups, 32))
@@ -387,7 +355,19 @@ class Input:
             raise InputError("all weights are zero; at least one row needs a positive weight.")
         self.check_memory(acc.d, acc.n, use_gram=False, extra_matrices=0)
         return Accumulated(acc.d, acc.n, acc.n_dropped, acc.moments, None, None, acc.groups if groups else (),
-                           acc.cosine if cosine else None, acc.precision, acc._state.weight_sq_sum)
+                           acc.cosine if cosine else None, acc.precision, acc.weight_sq_sum)
+
+    def logz_pass(self, V: np.ndarray, s: float, dtype: np.dtype, *, need: str,
+                  progress: Progress | None = None) -> LogZAccumulator:
+        """log Z(c) of every direction (the columns of ``V``, scores divided by ``s``): a second pass,
+        here or as Dask tasks."""
+        if self.read.distributed:
+            from spectra_cli.stream import cluster
+
+            return cluster.logz_pass(self, V, s)
+        logz = LogZAccumulator(V, s, dtype=dtype)
+        self.second_pass([logz], need=need, progress=progress)
+        return logz
 
     def second_pass(self, states: list[State], *, need: str, progress: Progress | None = None,
                     rows: RowSpec | None = None) -> None:

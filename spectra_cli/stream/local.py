@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from spectra_cli.engine.states import RowGuard, State
-from spectra_cli.sources.select import Block
+from spectra_cli.sources.rows import Block
+from spectra_cli.stream.states import RowGuard, State
 
 Progress = Callable[[int, int], None]
 T = TypeVar("T")

@@ -47,9 +47,9 @@ def plot_sequence(doc: dict[str, Any], path: str) -> None:
     controls; the lag energies."""
     import numpy as np
 
-    from spectra_cli.render.plot import _matplotlib, save_atomically
+    from spectra_cli.render.plot import pyplot, save_atomically
 
-    plt = _matplotlib()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     pos = [r["position"] for r in doc["per_position"]]
     ax = axes[0]

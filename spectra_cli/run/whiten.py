@@ -18,16 +18,16 @@ import numpy as np
 from spectra_cli.analysis.isotropy import DIRECTIONS_DXD, CosineAccumulator, LogZAccumulator, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningResult, WhiteningTransform, fit_transform
-from spectra_cli.api import keywords_checked
-from spectra_cli.eigen import Spectrum, describe, floor_for, spectrum_from_moments
-from spectra_cli.engine import Progress
+from spectra_cli.eigen.decomposition import Spectrum, describe, floor_for, spectrum_from_moments
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.inputs import Input, as_dataset, input_paths
-from spectra_cli.moments import Moments
 from spectra_cli.options import WHITEN_REFUSES, ReadKeywords, ReadOptions
-from spectra_cli.report import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.results import Report
+from spectra_cli.run.assemble import Stopwatch, assemble, spectrum_warnings
+from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
+from spectra_cli.stream.local import Progress
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.passes import Input, as_dataset, input_paths
 
 
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:

@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.checks import lookup
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.run.check import lookup
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -59,7 +59,7 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
         pattern = re.compile(step_regex) if step_regex else None
     except re.error as exc:
         raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
-    from spectra_cli.summary import iter_results
+    from spectra_cli.run.summary import iter_results
 
     points: list[Point] = []
     notes: list[str] = []
@@ -106,28 +106,3 @@ def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict
                    for name, pts in series.items()],
         "notes": notes,
     })
-
-
-def plot_trend(points: list[Point], metrics: list[str], path: str) -> None:
-    from spectra_cli.render.plot import _matplotlib, save_atomically
-
-    plt = _matplotlib()
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(7.5, 3.2 * len(metrics)), squeeze=False, sharex=True)
-    series: dict[str, list[Point]] = defaultdict(list)
-    for p in points:
-        series[p.series].append(p)
-    for ax, m in zip(axes[:, 0], metrics, strict=True):
-        for name, pts in series.items():
-            xs = [p.step for p in pts if p.values[m] is not None]
-            ys = [p.values[m] for p in pts if p.values[m] is not None]
-            ax.plot(xs, ys, "o-", ms=3, label=name if len(series) <= 12 else None)
-        ax.set_ylabel(m)
-        ax.grid(True, alpha=0.3)
-        if len(series) <= 12:
-            ax.legend(fontsize=7)
-    axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    try:
-        save_atomically(fig, path)
-    finally:
-        plt.close(fig)

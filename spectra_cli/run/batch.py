@@ -20,8 +20,10 @@ from typing import Any
 
 from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
+from spectra_cli.options import ENGINES
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
+from spectra_cli.validate import check_choice, check_int
 
 ERROR_SCHEMA = "spectra.batch-error/1"
 SKIP_SCHEMA = "spectra.batch-skipped/1"
@@ -227,8 +229,8 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     """One item's JSON line (runs in a worker process)."""
     import warnings
 
-    from spectra_cli import api
     from spectra_cli.errors import SpectraWarning
+    from spectra_cli.run import matrix as api
 
     if error is not None:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
@@ -441,15 +443,10 @@ def run_batch(
     """Yield each item's line as it completes (input order when ``workers == 1``). With
     ``engine="dask"`` the items are Dask tasks (a LocalCluster of ``workers`` processes, or the
     cluster at ``scheduler``); each item is analysed whole on one worker."""
-    if workers < 1:
-        raise OptionError(f"{param('workers', workers)} must be at least 1.")
-    if engine == "dask":
+    workers = check_int("workers", workers, minimum=1)
+    if check_choice("engine", engine, ENGINES) != "local":
         yield from _run_on_dask(items, options, workers=workers, scheduler=scheduler, on_result=on_result)
         return
-    if engine != "local":
-        from spectra_cli.errors import describe_choices
-
-        raise OptionError(f"{param('engine')} {describe_choices(engine, ('local', 'dask'))}.")
     if workers == 1 or len(items) == 1:
         for it in items:
             doc = run_item(it.name, it.fingerprint, options, it.error)
@@ -485,10 +482,10 @@ def run_batch(
 
 def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, scheduler: str | None,
                  on_result: Callable[[dict[str, Any]], None] | None) -> Iterator[dict[str, Any]]:
-    from spectra_cli.engine import dask as dask_engine
+    from spectra_cli.stream import cluster as dask_engine
 
     with dask_engine.client(scheduler, workers if scheduler is None else None) as c:
-        distributed = dask_engine._dask()
+        distributed = dask_engine.require_distributed()
         futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, pure=False): it for it in items}
         for fut in distributed.as_completed(futures):
             try:
@@ -510,8 +507,8 @@ def _died(it: Item) -> dict[str, Any]:
 def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     """The report ``options`` section a line made with ``options`` (keywords of ``fit``) carries."""
     from spectra_cli.analysis.suite import FitOptions
-    from spectra_cli.api import check_top
     from spectra_cli.options import ReadOptions
+    from spectra_cli.run.matrix import check_top
 
     read_keys = {"centered", "ddof", "precision", "block_rows", "positions", "pool"}
     read = ReadOptions.create(**{k: v for k, v in options.items() if k in read_keys})
@@ -546,7 +543,7 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
     try:
         done = out.done if out is not None else {}
         todo = [it for it in items if it.fingerprint not in done]
-        from spectra_cli.render.json import dumps
+        from spectra_cli.jsonio import dumps
 
         for sk in skipped or ():
             if sk.fingerprint not in done:

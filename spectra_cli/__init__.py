@@ -23,6 +23,15 @@ _EXPORTS = {
     "whiten": "spectra_cli.run.whiten",
     "sequence": "spectra_cli.run.sequence",
     "accumulate": "spectra_cli.run.matrix",
+    "moments": "spectra_cli.run.matrix",
+    "batch": "spectra_cli.run.batch",
+    "check": "spectra_cli.run.check",
+    "compare": "spectra_cli.run.compare",
+    "trend": "spectra_cli.run.trend",
+    "info": "spectra_cli.run.info",
+    "synth": "spectra_cli.run.synth",
+    "Dataset": "spectra_cli.sources.dataset",
+    "resolve": "spectra_cli.sources.dataset",
     "Accumulator": "spectra_cli.stream.accumulator",
     "Report": "spectra_cli.results",
     "ReadOptions": "spectra_cli.options",
@@ -36,9 +45,9 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Accumulator", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report", "SpectraError",
-    "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "fit", "isotropy", "sequence",
-    "spectrum", "whiten",
+    "Accumulator", "Dataset", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report",
+    "SpectraError", "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "batch", "check", "compare",
+    "fit", "info", "isotropy", "moments", "resolve", "sequence", "spectrum", "synth", "trend", "whiten",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
@@ -46,9 +55,16 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
-    from spectra_cli.run.matrix import accumulate, fit, isotropy, spectrum
+    from spectra_cli.run.batch import batch
+    from spectra_cli.run.check import check
+    from spectra_cli.run.compare import compare
+    from spectra_cli.run.info import info
+    from spectra_cli.run.matrix import accumulate, fit, isotropy, moments, spectrum
     from spectra_cli.run.sequence import sequence
+    from spectra_cli.run.synth import synth
+    from spectra_cli.run.trend import trend
     from spectra_cli.run.whiten import whiten
+    from spectra_cli.sources.dataset import Dataset, resolve
     from spectra_cli.stream.accumulator import Accumulator
 
 

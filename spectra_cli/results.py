@@ -121,3 +121,37 @@ def report_schema(name: str = "report") -> dict[str, Any]:
     from importlib.resources import files
 
     return json.loads(files("spectra_cli").joinpath(f"schema/{name}.schema.json").read_text())
+
+
+def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
+    """Every numeric leaf of a report, by dotted path (lists longer than 16 are summarised by index 0)."""
+    out: dict[str, float] = {}
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out.update(scalar_fields(v, f"{prefix}{k}."))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:16] if len(doc) <= 16 else doc[:1]):
+            out.update(scalar_fields(v, f"{prefix}{i}."))
+    elif isinstance(doc, bool) or doc is None or isinstance(doc, str):
+        pass
+    elif isinstance(doc, int | float):
+        out[prefix[:-1]] = float(doc)
+    return out
+
+
+MISSING = object()
+
+
+def lookup(doc: Any, field: str) -> Any:
+    """The value at a dotted path of a report (``fits.1.alpha``); :data:`MISSING` when there is none."""
+    cur = doc
+    for part in field.split("."):
+        if cur is None:
+            return None  # a null section (e.g. no fit on a collapsed spectrum): its fields are null too
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return MISSING
+    return cur

@@ -211,15 +211,11 @@ def synth(
       spectra synth powerlaw --alpha 1.3 -n 50000 -d 1024 --seed 0 -o x.npy
       spectra synth random-features --alpha 1.31 --activation quadratic -o rf.npy
     """
-    from spectra_cli.errors import OptionError, param
-    from spectra_cli.run import synth as synthesis
+    from spectra_cli.run.synth import synth as run_synth
 
-    if not out:
-        raise OptionError(f"synth needs {param('out')} FILE (.npy or .parquet).")
-    blocks = synthesis.generate(kind, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
-                                input_dim=input_dim)
-    synthesis.write(out, blocks, n=n, d=d, dtype=dtype)
-    sys.stderr.write(f"wrote {out}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
+    done = run_synth(kind, out=out, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
+                     input_dim=input_dim, dtype=dtype)
+    sys.stderr.write(f"wrote {done['path']}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
 
 
 @app.command()
@@ -234,9 +230,9 @@ def info(
       spectra info dump.parquet --json
     """
     from spectra_cli.render.screens import print_info
-    from spectra_cli.run.info import describe
+    from spectra_cli.run.info import info as run_info
 
-    doc = describe(paths, key=key, column=column, columns=split_columns(columns))
+    doc = run_info(paths, key=key, column=column, columns=split_columns(columns))
     emit(doc, json, lambda d, console: print_info(doc["path"], d, console))
 
 
@@ -258,17 +254,9 @@ def moments(
       spectra moments shard_000.parquet -o m000.npz        # on any machine, a job array, cron
       spectra fit 'm*.npz' --json > report.json             # every analysis of fit from merged moments
     """
-    from spectra_cli.errors import OptionError, param
     from spectra_cli.render.progress import LazyProgress
     from spectra_cli.run import matrix as api
-    from spectra_cli.sinks import check_not_input
 
-    if not out:
-        raise OptionError(f"moments needs {param('out')} FILE.npz.")
-    if not out.lower().endswith(".npz"):
-        raise OptionError(f"{param('out', out)}: a moment file must end in .npz.")
-    check_not_input(out, [*paths, reading["weights"], reading["logits"]], "out")
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
-        acc = api.accumulate(paths, groups=groups, progress=progress, **reading)
-    acc.save(out)
+        acc = api.moments(paths, out=out, groups=groups, progress=progress, **reading)
     sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")

@@ -70,45 +70,20 @@ def check(
       spectra check acts.npy --require "fit.alpha between 0.6 0.9" --require "rank.participation_ratio >= 50"
       spectra check report.json --config spectra.toml --baseline last_good.json --max-change fit.alpha=0.05
     """
-    from spectra_cli.errors import OptionError, param
-    from spectra_cli.provenance import check_same_options
-    from spectra_cli.run.check import evaluate, fit_options, load_config, parse_max_change, parse_require
-    from spectra_cli.run.compare import as_report, load_report
+    from spectra_cli.render.screens import print_checks, print_item_checks
+    from spectra_cli.run.check import check as run_check
 
-    cfg = load_config(config) if config else {"require": [], "baseline": None, "max_change": [], "fit": {}}
-    checks = [parse_require(r) for r in [*cfg["require"], *(require or [])]]
-    checks += [parse_max_change(m) for m in [*cfg["max_change"], *(max_change or [])]]
-    if not checks:
-        raise OptionError(f"check needs at least one {param('require')} or {param('max_change')} (or a [check] "
-                          f"table via {param('config')}).")
-    base_path = baseline or cfg["baseline"]
-    base = load_report(base_path) if base_path else None
-    if path.lower().endswith(".jsonl"):
-        from spectra_cli.render.screens import print_item_checks
-        from spectra_cli.run.check import evaluate_results
-        from spectra_cli.run.summary import read_results
-
-        results = evaluate_results(read_results([path]), checks, base)
-        emit(results, json, lambda d, console: print_item_checks(path, d, console))
-        if not results["passed"]:
-            raise typer.Exit(EXIT_CHECK)
-        return
-    opts = fit_options(cfg["fit"], dict(window=window, method=method, model=model, uncentered=uncentered, key=key,
-                                        column=column, rows=rows, sample=sample, seed=seed, precision=precision))
-    doc = as_report(path, opts)
-    mismatch = check_same_options(doc, base, what=f"{path} and the baseline {base_path}",
-                                  allow=allow_option_mismatch) if base is not None else []
-    verdicts = evaluate(doc, checks, base)
-    passed = all(v.passed for v in verdicts)
-    doc["checks"] = {"passed": passed, "baseline": base_path, "option_mismatch": mismatch,
-                     "results": [v.to_dict() for v in verdicts]}
-    for m in mismatch:
+    result = run_check(path, require=require, config=config, baseline=baseline, max_change=max_change,
+                       window=window, method=method, model=model,
+                       centered=None if uncentered is None else not uncentered, key=key, column=column, rows=rows,
+                       sample=sample, seed=seed, precision=precision, allow_option_mismatch=allow_option_mismatch)
+    for m in result.option_mismatch:
         sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
-    from spectra_cli.render.screens import print_checks
-    from spectra_cli.results import json_safe
-
-    emit(json_safe(doc), json, lambda d, console: print_checks(path, verdicts, console))
-    if not passed:
+    if result.items:
+        emit(result.to_dict(), json, lambda d, console: print_item_checks(path, d, console))
+    else:
+        emit(result.to_dict(), json, lambda d, console: print_checks(path, list(result.verdicts), console))
+    if not result.passed:
         raise typer.Exit(EXIT_CHECK)
 
 
@@ -156,68 +131,53 @@ def batch(
 
     from spectra_cli.errors import OptionError
     from spectra_cli.jsonio import dumps
-    from spectra_cli.run.batch import enumerate_items, run_to_jsonl
+    from spectra_cli.run.batch import batch as run_batch
 
-    if resume and not jsonl:
-        raise OptionError("--resume needs --jsonl FILE (the results to resume from).")
-    results_files = [p for p in paths if p.lower().endswith(".jsonl")]
-    if results_files:
-        if len(results_files) != len(paths) or not summary:
-            raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
-                              "files).")
-        from spectra_cli.run.summary import read_results, summarize
-
-        _print_summary(summarize(read_results(paths)).to_dict(), json)
-        return
-    items, listing = enumerate_items(paths, tensors)
-    options = dict(window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
-                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
-                   **({"positions": positions} if positions is not None else {}),
-                   **({"pool": pool} if pool != "tokens" else {}),
-                   **({"top": top} if top is not None else {}))
+    if any(p.lower().endswith(".jsonl") for p in paths) and not summary:
+        raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
+                          "files).")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                  disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task("batch", total=len(items))
+                  disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("batch", total=None)
 
         def on_result(doc: dict[str, Any]) -> None:
             if json:
                 sys.stdout.write(dumps(doc, indent=None) + "\n")
                 sys.stdout.flush()
-            if "skipped" not in doc:
-                progress.advance(task)
 
-        run = run_to_jsonl(items, options, jsonl=jsonl, resume=resume, workers=workers, engine=engine,
-                           scheduler=scheduler,
-                           allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
-                           on_result=on_result)
-    for note in [*listing.notes, *run.notes]:
+        result = run_batch(paths, jsonl=jsonl, resume=resume, workers=workers, tensors=tensors, window=window,
+                           method=method, model=model, centered=not uncentered, ddof=ddof, precision=precision,
+                           density=density, block_rows=block_rows, positions=positions, pool=pool, top=top,
+                           alpha_range=alpha_range, engine=engine, scheduler=scheduler,
+                           allow_option_mismatch=allow_option_mismatch, on_result=on_result,
+                           progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if not result.items:  # results files, summarised
+        _print_summary(result.summary(), json)
+        return
+    for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
-    summary_line = listing.skip_summary()
-    if summary_line:
-        sys.stderr.write(f"note: {summary_line}\n")
+    if result.skip_note:
+        sys.stderr.write(f"note: {result.skip_note}\n")
     if verbose:
-        for sk in listing.skipped:
-            sys.stderr.write(f"note: skipped {sk.name}: {sk.reason}\n")
-    if run.skipped:
-        sys.stderr.write(f"note: --resume skips {run.skipped} item(s) already in {jsonl}\n")
-    for m in run.option_mismatch[:1]:
+        for sk in result.skipped:
+            sys.stderr.write(f"note: skipped {sk['item']}: {sk['skipped']}\n")
+    if result.resumed:
+        sys.stderr.write(f"note: --resume skips {result.resumed} item(s) already in {jsonl}\n")
+    for m in result.option_mismatch[:1]:
         sys.stderr.write(f"warning: lines already in {jsonl} were made with other options ({m}); "
                          "--allow-option-mismatch\n")
-    failed = [r for r in run.results if "error" in r]
     if not json:
         from spectra_cli.render.screens import print_batch
         from spectra_cli.render.table import console_for
 
-        print_batch(run.results, [it.name for it in items], skipped=run.skipped, jsonl=jsonl, console=console_for())
+        print_batch(list(result.results), list(result.items), skipped=result.resumed, jsonl=jsonl,
+                    console=console_for())
     if summary:
-        from spectra_cli.run.summary import read_results, summarize
-
-        lines = read_results([jsonl]) if jsonl else [*(s.to_dict() for s in listing.skipped), *run.results]
-        _print_summary(summarize(lines).to_dict(), json)
-    for r in failed:
+        _print_summary(result.summary(), json)
+    for r in result.failed:
         sys.stderr.write(f"error: {r['item']}: {r['error']}\n")
-    if failed:
+    if result.failed:
         raise typer.Exit(EXIT_CHECK)
 
 
@@ -247,23 +207,14 @@ def compare(
       spectra compare old.json new.json
       spectra compare step_100.npy step_200.npy --window 11:200 --json
     """
-    from spectra_cli.provenance import check_same_options
-    from spectra_cli.run.compare import as_report, compare_doc
-    from spectra_cli.run.compare import compare as compare_reports
-
-    opts: dict[str, Any] = {"method": method, "centered": not uncentered}
-    if window:
-        opts["window"] = window
-    da, db = as_report(a, opts), as_report(b, opts)
-    mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
-    for m in mismatch:
-        sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
-    rows = compare_reports(da, db)
     from spectra_cli.render.screens import print_compare
+    from spectra_cli.run.compare import compare as run_compare
 
-    doc = compare_doc(da, db, rows)
-    doc["option_mismatch"] = mismatch
-    emit(doc, json, lambda d, console: print_compare(a, b, rows, console))
+    result = run_compare(a, b, window=window, method=method, centered=not uncentered,
+                         allow_option_mismatch=allow_option_mismatch)
+    for m in result.option_mismatch:
+        sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
+    emit(result.to_dict(), json, lambda d, console: print_compare(a, b, list(result.rows), console))
 
 
 @app.command()
@@ -285,18 +236,18 @@ def trend(
       spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
     """
     from spectra_cli.render.plot import plot_trend
-    from spectra_cli.run.trend import load_points, trend_doc
+    from spectra_cli.run.trend import trend as run_trend
 
     metrics = list(metric or [])
     if plot is not None:
         from spectra_cli.render.plot import check_plot_target
 
         check_plot_target(plot)
-    points, notes = load_points(jsonl, metrics, step_regex)
+    result = run_trend(jsonl, metric=metrics, step_regex=step_regex)
     if plot is not None:
-        plot_trend(points, metrics, plot)
-    for note in notes:
+        plot_trend(list(result.points), metrics, plot)
+    for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
     from spectra_cli.render.screens import print_trend
 
-    emit(trend_doc(points, metrics, notes), json, lambda d, console: print_trend(jsonl, points, metrics, console))
+    emit(result.to_dict(), json, lambda d, console: print_trend(jsonl, list(result.points), metrics, console))

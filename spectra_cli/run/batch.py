@@ -563,3 +563,121 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
             out.close()
     notes = out.notes if out is not None else []
     return BatchRun(results, len(items) - len(todo), notes, out.mismatch if out is not None else [])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What :func:`batch` did: one JSON line (a report, or a failed item's error) per item run, in
+    the order they finished; the tensors skipped (not weight matrices), and why; what ``resume``
+    kept; notes. Iterating gives the item lines; ``summary()`` is the model-level summary of
+    ``spectra batch --summary``."""
+
+    results: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, Any], ...] = ()
+    items: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    resumed: int = 0
+    option_mismatch: tuple[str, ...] = ()
+    jsonl: str | None = None
+    skip_note: str | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The lines of items that failed (each with its ``error``)."""
+        return [r for r in self.results if "error" in r]
+
+    def summary(self) -> dict[str, Any]:
+        """Layers per verdict, the mean and median of each metric (plain and parameter-weighted), the
+        worst layers: of every line in ``jsonl`` when there is one (resumed items included), else of
+        this run's lines."""
+        from spectra_cli.run.summary import read_results, summarize
+
+        lines = read_results([self.jsonl]) if self.jsonl else [*self.skipped, *self.results]
+        return summarize(lines).to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"results": list(self.results), "skipped": list(self.skipped), "notes": list(self.notes),
+                "resumed": self.resumed, "option_mismatch": list(self.option_mismatch), "jsonl": self.jsonl}
+
+
+def batch(
+    paths: str | os.PathLike[str] | list[str] | tuple[str, ...],
+    *,
+    jsonl: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    workers: int = 1,
+    tensors: str | None = None,
+    window: str | list[str] | tuple[str, ...] | None = None,
+    method: str = "ols",
+    model: str = "power-law",
+    centered: bool = True,
+    ddof: int = 1,
+    precision: str = "float64",
+    density: bool = False,
+    block_rows: int | None = None,
+    positions: str | None = None,
+    pool: str = "tokens",
+    top: int | None = None,
+    alpha_range: str = "2:6",
+    engine: str = "local",
+    scheduler: str | None = None,
+    allow_option_mismatch: bool = False,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> BatchResult:
+    """Analyse many matrices with :func:`spectra_cli.fit`: files, directories and globs; a
+    ``.safetensors`` checkpoint (or a sharded folder) gives one item per 2-D tensor (``tensors``: a
+    regex on their names), and tensors that are not weight matrices are skipped with the reason.
+
+    ``jsonl``: append each item's JSON line to this file as it finishes (locked while the batch runs;
+    never an input, never a file that is not a spectra results file); ``resume``: keep the items
+    already there with the same fingerprint and options (a cut last line repaired, failed items
+    retried). ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``workers`` a
+    LocalCluster, or ``scheduler``). The fit options (``window``, ``method``, ``model``, ``centered``,
+    ``ddof``, ``precision``, ``density``, ``alpha_range``, ``block_rows``, ``positions``, ``pool``,
+    ``top``) are those of ``fit``. ``on_result(line)`` is called with each line as it comes (skips
+    included), ``progress(items_done, items_total)`` once the items are listed and after each. A
+    failed item does not stop the batch: it is a line with ``error``. Paths that are all results
+    files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``)."""
+    args = [os.fspath(paths)] if isinstance(paths, str | os.PathLike) else [os.fspath(p) for p in paths]
+    if resume and not jsonl:
+        raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
+    results_files = [p for p in args if p.lower().endswith(".jsonl")]
+    if results_files:
+        if len(results_files) != len(args):
+            raise OptionError("a .jsonl PATH is a results file: give only results files (to summarise them), or "
+                              "only matrices.")
+        from spectra_cli.run.summary import read_results
+
+        lines = read_results(args)
+        return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d))
+    items, listing = enumerate_items(args, tensors)
+    done = [0]
+
+    def on_line(line: dict[str, Any]) -> None:
+        if on_result is not None:
+            on_result(line)
+        if "skipped" not in line and progress is not None:
+            done[0] += 1
+            progress(done[0], len(items))
+
+    if progress is not None:
+        progress(0, len(items))
+    options = dict(window=window, method=method, model=model, centered=centered, ddof=ddof,
+                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
+                   **({"positions": positions} if positions is not None else {}),
+                   **({"pool": pool} if pool != "tokens" else {}),
+                   **({"top": top} if top is not None else {}))
+    out = os.fspath(jsonl) if jsonl is not None else None
+    run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,
+                       scheduler=scheduler, allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
+                       on_result=on_line)
+    return BatchResult(tuple(run.results), tuple(s.to_dict() for s in listing.skipped),
+                       tuple(it.name for it in items), tuple([*listing.notes, *run.notes]), run.skipped,
+                       tuple(run.option_mismatch), out, listing.skip_summary())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import OptionError, param
+from spectra_cli.results import MISSING, lookup, scalar_fields
 
 OPS = (">=", "<=", "==", "!=", ">", "<")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -82,47 +83,14 @@ def parse_max_change(text: str) -> Check:
     return Check(text.strip(), m.group(1), "max-change", (float(m.group(2)),), relative=bool(m.group(3)))
 
 
-def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
-    """Every numeric leaf of a report, by dotted path (lists longer than 16 are summarised by index 0)."""
-    out: dict[str, float] = {}
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out.update(scalar_fields(v, f"{prefix}{k}."))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc[:16] if len(doc) <= 16 else doc[:1]):
-            out.update(scalar_fields(v, f"{prefix}{i}."))
-    elif isinstance(doc, bool) or doc is None or isinstance(doc, str):
-        pass
-    elif isinstance(doc, int | float):
-        out[prefix[:-1]] = float(doc)
-    return out
-
-
-_MISSING = object()
-
-
-def lookup(doc: Any, field: str) -> Any:
-    cur = doc
-    for part in field.split("."):
-        if cur is None:
-            return None  # a null section (e.g. no fit on a collapsed spectrum): its fields are null too
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
-            return _MISSING
-    return cur
-
-
 def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
     v = lookup(doc, field)
-    if v is _MISSING or isinstance(v, dict | list | str | bool):
+    if v is MISSING or isinstance(v, dict | list | str | bool):
         names = sorted(k for k in scalar_fields(doc)
                        if k.split(".")[0] in ("fit", "rank", "spectrum", "isotropy", "density", "control")
                        and not k.startswith(("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.",
                                              "control.eigenvalues.", "fit.window.")))
-        kind = "not a number" if v is not _MISSING else "not a field"
+        kind = "not a number" if v is not MISSING else "not a field"
         raise OptionError(
             f"{what} field {field!r} is {kind} of the report; valid fields: {', '.join(names)} "
             "(and every other numeric leaf, e.g. fits.1.alpha, models.models.broken.alpha_2, spectrum.eigenvalues.0)"
@@ -238,9 +206,9 @@ def fit_options(config: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]
     """Keywords of :func:`spectra_cli.fit` for ``check``: a flag given on the command line (not
     None) wins over the config's ``[fit]`` value, which wins over the default."""
     merged = dict(config)
-    merged.update({k: v for k, v in flags.items() if v is not None})
-    if "uncentered" in merged:
+    if "uncentered" in merged:  # the config's spelling of the flag
         merged["centered"] = not merged.pop("uncentered")
+    merged.update({k: v for k, v in flags.items() if v is not None})
     return merged
 
 
@@ -267,3 +235,76 @@ def evaluate_results(lines: list[dict[str, Any]], checks: list[Check],
         raise OptionError("the results hold no analysed item to check (only skipped tensors).")
     return {"schema": RESULTS_SCHEMA, "passed": all(i["passed"] for i in items), "items": items,
             "failed": [i["item"] for i in items if not i["passed"]]}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """What :func:`check` found: ``passed`` (the CLI exits 1 when False), the verdicts of one report
+    (or, for a batch's results, one entry per item in ``document["items"]``), and the JSON document
+    ``spectra check --json`` prints (``to_dict()``)."""
+
+    passed: bool
+    document: dict[str, Any]
+    verdicts: tuple[Verdict, ...] = ()
+    option_mismatch: tuple[str, ...] = ()
+    items: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.document)
+
+
+def check(
+    data: str,
+    *,
+    require: list[str] | tuple[str, ...] | None = None,
+    config: str | None = None,
+    baseline: str | None = None,
+    max_change: list[str] | tuple[str, ...] | None = None,
+    window: str | list[str] | tuple[str, ...] | None = None,
+    method: str | None = None,
+    model: str | None = None,
+    centered: bool | None = None,
+    key: str | None = None,
+    column: str | None = None,
+    rows: str | None = None,
+    sample: int | None = None,
+    seed: int | None = None,
+    precision: str | None = None,
+    allow_option_mismatch: bool = False,
+) -> CheckResult:
+    """Evaluate thresholds on a report, an input (its ``fit`` report) or every item of a batch's
+    results (``.jsonl``); ``data="-"`` reads a report from stdin.
+
+    ``require``: specs ``"FIELD OP VALUE"`` (OP one of ``>= <= > < == !=``), ``"FIELD between LO HI"``
+    or ``"FIELD == VALUE +- TOL"``, FIELD a dotted path of the JSON report (``fit.alpha``,
+    ``fits.1.alpha``). ``baseline``: a previous report; ``max_change``: ``"FIELD=LIMIT"`` bounds
+    ``|value - baseline|`` (``LIMIT%``: relative to ``|baseline|``). ``config``: a ``spectra.toml`` with
+    a ``[check]`` table (require, baseline, max_change) and a ``[fit]`` table of fit options; an
+    argument given here (not None) wins over ``[fit]``, which wins over fit's defaults. A baseline made
+    with other number-changing options is refused unless ``allow_option_mismatch``."""
+    from spectra_cli.provenance import check_same_options
+    from spectra_cli.results import json_safe
+    from spectra_cli.run.compare import as_report, load_report
+    from spectra_cli.run.summary import read_results
+
+    cfg = load_config(config) if config else {"require": [], "baseline": None, "max_change": [], "fit": {}}
+    checks = [parse_require(r) for r in [*cfg["require"], *(require or [])]]
+    checks += [parse_max_change(m) for m in [*cfg["max_change"], *(max_change or [])]]
+    if not checks:
+        raise OptionError(f"check needs at least one {param('require')} or {param('max_change')} (or a [check] "
+                          f"table via {param('config')}).")
+    base_path = baseline or cfg["baseline"]
+    base = load_report(base_path) if base_path else None
+    if data.lower().endswith(".jsonl"):
+        doc = evaluate_results(read_results([data]), checks, base)
+        return CheckResult(bool(doc["passed"]), doc, items=True)
+    flags = dict(window=window, method=method, model=model, centered=centered, key=key, column=column, rows=rows,
+                 sample=sample, seed=seed, precision=precision)
+    report = as_report(data, fit_options(cfg["fit"], flags))
+    mismatch = check_same_options(report, base, what=f"{data} and the baseline {base_path}",
+                                  allow=allow_option_mismatch) if base is not None else []
+    verdicts = evaluate(report, checks, base)
+    passed = all(v.passed for v in verdicts)
+    report["checks"] = {"passed": passed, "baseline": base_path, "option_mismatch": mismatch,
+                        "results": [v.to_dict() for v in verdicts]}
+    return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch))

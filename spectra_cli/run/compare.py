@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.run.check import scalar_fields
+from spectra_cli.results import scalar_fields
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
@@ -64,7 +64,8 @@ class Row:
         return {"field": self.field, "a": self.a, "b": self.b, "diff": self.diff, "rel_diff": self.rel}
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+    """Every scalar metric of two reports aligned by dotted path (a's order, then b's own)."""
     fa, fb = scalar_fields(a), scalar_fields(b)
     keys = [k for k in fa if not k.startswith(SKIP_PREFIXES)]
     keys += [k for k in fb if k not in fa and not k.startswith(SKIP_PREFIXES)]
@@ -86,3 +87,42 @@ def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row]) -> dict[s
         "definition": "diff = b - a; rel_diff = (b - a) / |a|",
         "metrics": [r.to_dict() for r in rows],
     })
+
+
+@dataclass(frozen=True, slots=True)
+class CompareResult:
+    """Two reports side by side: ``rows`` (field, a, b, diff, rel_diff), the option mismatches that
+    were allowed, and the JSON document ``spectra compare --json`` prints (``to_dict()``)."""
+
+    document: dict[str, Any]
+    rows: tuple[Row, ...]
+    option_mismatch: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.document)
+
+
+def compare(
+    a: str,
+    b: str,
+    *,
+    window: str | list[str] | tuple[str, ...] | None = None,
+    method: str = "ols",
+    centered: bool = True,
+    allow_option_mismatch: bool = False,
+) -> CompareResult:
+    """Two reports (``.json``; ``-`` reads stdin) or two inputs (each fitted with ``window``,
+    ``method`` and ``centered``) side by side: every scalar metric, ``diff = b - a`` and
+    ``rel_diff = (b - a) / |a|``. Reports made with different number-changing options are refused
+    unless ``allow_option_mismatch`` (then the mismatches are stated in the result)."""
+    from spectra_cli.provenance import check_same_options
+
+    opts: dict[str, Any] = {"method": method, "centered": centered}
+    if window:
+        opts["window"] = window
+    da, db = as_report(a, opts), as_report(b, opts)
+    mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
+    rows = compare_rows(da, db)
+    doc = compare_doc(da, db, rows)
+    doc["option_mismatch"] = mismatch
+    return CompareResult(doc, tuple(rows), tuple(mismatch))

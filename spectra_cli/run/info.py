@@ -11,10 +11,13 @@ from spectra_cli.sources import open_dataset, open_source
 from spectra_cli.sources.dataset import Dataset, resolve
 
 
-def describe(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, column: str | None = None,
-             columns: list[str] | None = None) -> dict[str, Any]:
-    """Headers and metadata of the input; the matrix spectra would read from it, if any. Several
-    paths (or a glob) are described as the one dataset they make, with every member listed."""
+def info(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, column: str | None = None,
+         columns: list[str] | None = None) -> dict[str, Any]:
+    """What an input holds, read from headers and metadata only (no row is read): format, stored
+    shape, dtype and the matrix spectra would read from it (``n_rows`` x ``n_features``, its layout);
+    the tensors of a ``.safetensors`` checkpoint, the arrays of an ``.npz``, the columns and row groups
+    of Parquet. Several paths (or a glob) are described as the one dataset they make, with every
+    member and its fingerprint listed. ``key``/``column``/``columns`` choose as for ``spectra_cli.fit``."""
     dataset = resolve(paths)
     if dataset.kind != "single":
         return _describe_dataset(dataset, key=key, column=column, columns=columns)

@@ -47,8 +47,10 @@ from spectra_cli.results import Report
 from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
+from spectra_cli.sinks import check_not_input
+from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
-from spectra_cli.stream.passes import Input
+from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_int
 
 BOOTSTRAP_GROUPS = 32
@@ -296,13 +298,11 @@ def accumulate(
     groups: int = 0,
     progress: Progress | None = None,
     **reading: Unpack[ReadKeywords],
-) -> Any:
+) -> Accumulator:
     """One pass over ``data`` into an :class:`~spectra_cli.stream.accumulator.Accumulator`: the mergeable
     moments (and cosine sums, and ``groups`` bootstrap groups) that ``acc.save(path)`` writes as a
     moment file. Moment files of different shards, made anywhere, merge exactly:
     ``fit(["m0.npz", "m1.npz"])`` or ``spectra fit 'm*.npz'``. Reading options as for :func:`fit`."""
-    from spectra_cli.stream.accumulator import Accumulator
-
     groups = check_int("groups", groups, minimum=0)
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
     with Input(data, read) as inp:
@@ -318,6 +318,33 @@ def accumulate(
         drop_nonfinite=read.drop_nonfinite, block_rows=inp.block_rows,
         sources=[{"path": source["path"], "fingerprint": source["fingerprint"], "rows": source["rows"],
                   "rows_used": first.n_rows, "layout": source["layout"]}])
+
+
+@keywords_checked
+def moments(
+    data: Any,
+    *,
+    out: str | os.PathLike[str],
+    groups: int = 0,
+    progress: Progress | None = None,
+    **reading: Unpack[ReadKeywords],
+) -> Accumulator:
+    """One pass over ``data`` into a moment file ``out`` (``.npz`` of plain arrays, no pickle, written
+    atomically; never one of the inputs), returned as the :class:`~spectra_cli.stream.accumulator.Accumulator`
+    it holds: what ``spectra moments`` does. Moment files of different shards merge exactly:
+    ``fit(["m0.npz", "m1.npz"])``. ``groups``: also keep that many bootstrap groups (for ``ci=True`` on
+    the merged moments). Reading options as for :func:`fit`."""
+    path = os.fspath(out) if out is not None else ""
+    if not path:
+        raise OptionError(f"moments needs {param('out')} FILE.npz.")
+    if not path.lower().endswith(".npz"):
+        raise OptionError(f"{param('out', path)}: a moment file must end in .npz.")
+    read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
+    dataset = as_dataset(data)
+    check_not_input(path, input_paths(dataset, read), "out")
+    acc = accumulate(dataset if dataset is not None else data, groups=groups, progress=progress, **reading)
+    acc.save(path)
+    return acc
 
 
 def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) -> float:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.run.check import lookup
+from spectra_cli.results import lookup
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
 #: (report field, label) of the metrics summarised.

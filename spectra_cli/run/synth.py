@@ -15,12 +15,15 @@ order, so the output does not depend on the block size. Files are written to a t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.sinks import write_matrix
+from spectra_cli.validate import check_int, check_number
 
 KINDS = ("powerlaw", "isotropic", "cone", "random-features")
 ACTIVATIONS = ("linear", "quadratic", "relu", "tanh")
@@ -95,3 +98,36 @@ def write(path: str, blocks: Iterator[np.ndarray], *, n: int, d: int, dtype: str
     if dtype not in DTYPES:
         raise OptionError(f"{param('dtype')} {describe_choices(dtype, DTYPES)}.")
     write_matrix(path, blocks, n=n, d=d, dtype=dtype, column=column)
+
+
+def synth(
+    kind: str,
+    *,
+    out: str | os.PathLike[str],
+    n: int = 10000,
+    d: int = 256,
+    seed: int = 0,
+    alpha: float = 1.0,
+    offset: float = 0.0,
+    activation: str = "linear",
+    input_dim: int | None = None,
+    dtype: str = "float32",
+) -> dict[str, Any]:
+    """Write a seeded synthetic ``n x d`` matrix with a known spectrum to ``out`` (``.npy`` or
+    ``.parquet``, atomically) and return what was written (path, shape, dtype, kind, seed).
+
+    ``kind``: ``powerlaw`` (Gaussian rows with covariance eigenvalues ``j^-alpha`` in a random rotation,
+    plus ``offset`` sqrt(lambda_1) along a random unit vector), ``isotropic`` (standard normal rows),
+    ``cone`` (a narrow cone around one direction) or ``random-features`` (``activation(x W) / sqrt(d)``
+    of Gaussian inputs of width ``input_dim``, default 4d, with input spectrum ``j^-alpha``)."""
+    n, d = check_int("n", n, minimum=1), check_int("d", d, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    alpha, offset = check_number("alpha", alpha), check_number("offset", offset)
+    if input_dim is not None:
+        input_dim = check_int("input_dim", input_dim, minimum=1)
+    path = os.fspath(out)
+    if not path:
+        raise OptionError(f"synth needs {param('out')} FILE (.npy or .parquet).")
+    write(path, generate(kind, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
+                         input_dim=input_dim), n=n, d=d, dtype=dtype)
+    return {"path": path, "n": n, "d": d, "dtype": dtype, "kind": kind, "seed": seed}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.run.check import lookup
+from spectra_cli.results import lookup
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -106,3 +106,27 @@ def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict
                    for name, pts in series.items()],
         "notes": notes,
     })
+
+
+@dataclass(frozen=True, slots=True)
+class TrendResult:
+    """Metrics of a batch against the step in its item names: ``points`` (sorted by series and
+    step), ``notes`` (items left out, and why) and the JSON document (``to_dict()``)."""
+
+    document: dict[str, Any]
+    points: tuple[Point, ...]
+    metrics: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.document)
+
+
+def trend(jsonl: str, *, metric: str | list[str] | tuple[str, ...] = (), step_regex: str | None = None) -> TrendResult:
+    """Each ``metric`` (a dotted report field, e.g. ``fit.alpha``) of a batch's results against the step
+    number of each item: the last run of digits in its file name, or group 1 of ``step_regex``. Items
+    of different names (``run-a/step_100.npy``, ``run-b/step_100.npy``) are separate series; failed
+    and skipped items are left out with a note."""
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    points, notes = load_points(jsonl, metrics, step_regex)
+    return TrendResult(trend_doc(points, metrics, notes), tuple(points), tuple(metrics), tuple(notes))

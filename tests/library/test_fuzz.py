@@ -121,11 +121,11 @@ def test_json_where_spectra_reads_json(doc):
 
     def check(path: str) -> None:
         from spectra_cli.run.check import evaluate, parse_require
-        from spectra_cli.run.compare import compare, load_report
+        from spectra_cli.run.compare import compare_rows, load_report
 
         report = load_report(path)
         evaluate(report, [parse_require("fit.alpha > 0")], report)
-        compare(report, report)
+        compare_rows(report, report)
 
     _only_spectra_errors(write, check, ".json")
 

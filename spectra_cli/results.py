@@ -22,6 +22,57 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = "spectra.report/1"
 
 
+class Section(dict[str, Any]):
+    """A section of a report as its JSON has it, read-only: ``rep.source.files`` is
+    ``rep.source["files"]`` is ``.source.files`` of ``--json``. It is a dict (``json.dumps`` and
+    ``dict(...)`` take it as one) that refuses every change."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"this report section has no field {name!r}; fields: {', '.join(self)}") from None
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a report section is read-only; copy it with dict(section) to change it")
+
+    __setitem__ = __delitem__ = __setattr__ = _frozen
+    clear = pop = popitem = setdefault = update = __ior__ = _frozen  # type: ignore[assignment]
+
+
+class SourceSection(Section):
+    """``report.source``: what was read (the fields every report has; a sequence report adds its
+    windows and positions)."""
+
+    __slots__ = ()
+    path: str
+    format: str
+    shape: list[int]
+    dtype: str
+    n_rows: int
+    n_features: int
+    layout: str
+    files: int
+    rows_used: int | None
+    fingerprint: str | None
+    members: list[dict[str, str]]
+
+
+class OptionsSection(Section):
+    """``report.options``: every option that changes a number (centring, ddof, weights, precision, the
+    rows per block actually used, the windows and the fit method)."""
+
+    __slots__ = ()
+    centered: bool
+    ddof: int | None
+    weights: dict[str, Any] | None
+    precision: str
+    block_rows: int | None
+    drop_nonfinite: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """Everything one ``spectra fit`` / ``spectra spectrum`` run found.
@@ -38,8 +89,8 @@ class Report:
     """
 
     command: str
-    source: dict[str, Any]
-    options: dict[str, Any]
+    source: SourceSection
+    options: OptionsSection
     spectrum: Spectrum
     suite: FitSuite | None = None
     control: ShuffledControl | None = None
@@ -49,10 +100,37 @@ class Report:
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", SourceSection(self.source))
+        object.__setattr__(self, "options", OptionsSection(self.options))
+
     @property
     def fit(self) -> Any:
-        """The primary fit (first window), or None."""
+        """The primary fit (first window), or None (``fit`` of the JSON)."""
         return self.suite.fits[0] if self.suite is not None and self.suite.fits else None
+
+    @property
+    def fits(self) -> tuple[Any, ...]:
+        """One fit per window, in the order given (``fits`` of the JSON: ``rep.fits[1]`` is ``fits.1``)."""
+        return tuple(self.suite.fits) if self.suite is not None else ()
+
+    @property
+    def models(self) -> Any:
+        """The model comparison of the first window, or None."""
+        return self.suite.models if self.suite is not None else None
+
+    @property
+    def local_slope(self) -> Any:
+        return self.suite.local_slope if self.suite is not None else None
+
+    @property
+    def density(self) -> Any:
+        """The density (WeightWatcher) exponent, or None."""
+        return self.suite.density if self.suite is not None else None
+
+    @property
+    def capacity(self) -> Any:
+        return self.suite.capacity if self.suite is not None else None
 
     @property
     def whitened(self) -> Any:

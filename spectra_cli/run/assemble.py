@@ -10,7 +10,7 @@ from typing import Any
 
 from spectra_cli.eigen.decomposition import NEAR_NULL_GAP, Spectrum
 from spectra_cli.errors import SpectraWarning
-from spectra_cli.results import Report
+from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.stream.passes import Accumulated, Input
 
 # n/d below which the tail of a sample covariance is visibly biased (Marchenko–Pastur).
@@ -98,5 +98,6 @@ def assemble(command: str, inp: Input, first: Accumulated | None, spectrum: Spec
     if inp.source is not None and inp.source.notes:
         warnings = [*inp.source.notes, *warnings]
     emit_warnings(warnings)
-    return Report(command=command, source=inp.source_report(first), options=options, spectrum=spectrum,
+    return Report(command=command, source=SourceSection(inp.source_report(first)), options=OptionsSection(options),
+                  spectrum=spectrum,
                   warnings=tuple(warnings), timings=clock.timings(), **sections)

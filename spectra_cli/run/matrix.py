@@ -43,7 +43,7 @@ from spectra_cli.analysis.isotropy import check_scale
 from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.errors import OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
-from spectra_cli.results import Report
+from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
@@ -436,5 +436,6 @@ def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Repor
     if opts is not None:
         options.update({**opts.to_report(), "ci": None})
     emit_warnings(warnings)
-    return Report(command=command, source=source, options=options, spectrum=spec, suite=suite,
+    return Report(command=command, source=SourceSection(source), options=OptionsSection(options), spectrum=spec,
+                  suite=suite,
                   warnings=tuple(warnings), timings=clock.timings())

@@ -159,6 +159,7 @@ class Input:
         self.weights: WeightsFile | LogitsWeights | WeightsArray | None = None
         self.dask_array: Any = None
         self.dataset: Dataset | None = None
+        self.block_rows_used: int | None = None  # set by the first pass
         from spectra_cli.stream.cluster import is_dask_array
 
         if is_dask_array(data):
@@ -225,15 +226,27 @@ class Input:
         return None
 
     def _refuse_row_options(self) -> None:
+        """Accumulated moments have no rows: every reading option that selects, weights, shapes or reads
+        rows is refused by name (never silently ignored); ``centered``, ``ddof`` and ``max_memory`` apply."""
         r = self.read
         given = [name for name, v in (("rows", r.rows.start is not None or r.rows.stop is not None),
                                       ("sample", r.rows.sample is not None), ("weights", r.weights is not None),
                                       ("weight_column", r.weight_column is not None),
                                       ("logits", r.logits is not None), ("key", r.key is not None),
-                                      ("column", r.column is not None), ("columns", r.columns is not None)) if v]
+                                      ("column", r.column is not None), ("columns", r.columns is not None),
+                                      ("positions", r.positions is not None), ("pool", r.pool != "tokens"),
+                                      ("mask", r.mask is not None),
+                                      ("positions_per_window", r.positions_per_window is not None),
+                                      ("doc_column", r.doc_column is not None),
+                                      ("mask_column", r.mask_column is not None)) if v]
         if given:
             raise OptionError(f"{', '.join(param(g) for g in given)} select(s) rows or weights of a data matrix; "
                               "accumulated moments have no rows to select.")
+        made = [name for name, v in (("precision", r.precision != "float64"), ("block_rows", r.block_rows is not None),
+                                     ("drop_nonfinite", r.drop_nonfinite), ("engine", r.engine != "local")) if v]
+        if made:
+            raise OptionError(f"{', '.join(param(g) for g in made)} choose(s) how rows are accumulated; these moments "
+                              "were accumulated already (the report states how): leave it out.")
 
     def __enter__(self) -> Input:
         return self
@@ -276,6 +289,18 @@ class Input:
             rows = max(256, min(DEFAULT_BLOCK_ROWS, max(BLOCK_BYTES // (8 * d), d // 2)))
         return rows
 
+    def first_pass_blocks(self, total: int, *, groups: int) -> tuple[int, int, int | None]:
+        """Rows per block of the first pass, the groups and the block count: :attr:`block_rows`, or,
+        when ``groups`` bootstrap groups are kept, small enough that the rows make at least
+        ``MIN_BLOCKS_FOR_GROUPS`` blocks (3,000 rows: 94-row blocks). Decided here only; the report
+        states the rows per block this returned (``options.block_rows``)."""
+        block_rows = self.block_rows
+        if groups <= 0:
+            return block_rows, 0, None
+        if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
+            block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
+        return block_rows, groups, -(-total // block_rows)
+
     @property
     def n_selected(self) -> int:
         return self.read.rows.n_selected(self.info.n_rows) if self.source is not None else self.info.n_rows
@@ -297,12 +322,10 @@ class Input:
             raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
         weighted = self.weights is not None or self.source.has_weights
         use_gram = gram and total < d
-        block_rows, n_groups, n_blocks = self.block_rows, 0, None
-        if groups > 0 and not use_gram:
-            if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
-                block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
-            n_blocks = -(-total // block_rows)
+        block_rows, n_groups, n_blocks = self.first_pass_blocks(total, groups=0 if use_gram else groups)
+        if n_blocks is not None:
             n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
+        self.block_rows_used = block_rows
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
         main: MomentsState | RowsState = RowsState() if use_gram else MomentsState(
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks)
@@ -411,7 +434,9 @@ class Input:
     def options_report(self) -> dict[str, Any]:
         out = self.read.to_report()
         if self.source is not None:
-            out["block_rows"] = self.block_rows  # the rows per block actually used (the default adapts to d)
+            # the rows per block of the products actually made (the default adapts to d; the bootstrap's groups
+            # shrink it on short inputs)
+            out["block_rows"] = self.block_rows_used or self.block_rows
         acc = self.accumulator
         if acc is not None:
             out["precision"] = acc.precision

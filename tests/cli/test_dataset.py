@@ -225,3 +225,53 @@ def test_report_source_members_are_in_the_schema(cli, tmp_path, validate):
     paths = _shards(tmp_path)
     validate(cli("fit", *paths, "--json").json())
     json.dumps(spectra.fit([str(p) for p in paths]).to_dict(), allow_nan=False)
+
+
+def test_the_budget_refusal_reads_nothing_of_the_claimed_size_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+
+    wide = _wide_moment_file(tmp_path)
+    script = ("import sys\nfrom spectra_cli.cli import main\n"
+              f"sys.argv = ['spectra', 'fit', {str(wide)!r}, '--max-memory', '1GB']\n"
+              "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+              # VmHWM: this process's own peak (ru_maxrss would carry the forking parent's across exec)
+              "print([ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')][0])\n"
+              "sys.exit(code)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "its moments needs about 8.94 GiB" in r.stderr, r.stderr
+    assert int(r.stdout.split()[-1]) < 300 << 10  # KiB: the whole process stayed under 300 MB
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--positions", "0:1"], "--positions select(s) rows or weights of a data matrix; accumulated moments have no "
+                             "rows to select."),
+    (["--mask", "m.npy"], "--mask select(s) rows"),
+    (["--precision", "float32"], "--precision choose(s) how rows are accumulated; these moments were accumulated "
+                                 "already (the report states how): leave it out."),
+    (["--block-rows", "10"], "--block-rows choose(s) how rows are accumulated"),
+])
+def test_options_that_cannot_apply_to_moments_are_refused_by_name(cli, tmp_path, args, message):
+    spectra.accumulate(X).save(tmp_path / "m.npz")
+    refused(cli, tmp_path, "fit", tmp_path / "m.npz", *args, match=message)
+
+
+def test_the_report_states_the_rows_per_block_of_the_products_made():
+    Y = powerlaw_matrix(3000, 16, 1.0, seed=0)
+    assert spectra.fit(Y, ci=True, ci_replicates=10).options["block_rows"] == 94  # 32 blocks for the groups
+    assert spectra.fit(Y).options["block_rows"] == 8192
+    assert spectra.fit(Y, block_rows=500).options["block_rows"] == 500
+
+
+def test_report_attribute_paths_mirror_the_json():
+    rep = spectra.fit(X, window=["3:8", "2:10"])
+    doc = rep.to_dict()
+    assert rep.source.n_rows == rep.source["n_rows"] == doc["source"]["n_rows"] == len(X)
+    assert rep.options.precision == doc["options"]["precision"] == "float64"
+    assert rep.fits[1].to_dict() == doc["fits"][1] and rep.fits[1].alpha == doc["fits"][1]["alpha"]
+    assert rep.fit.alpha == rep.fits[0].alpha == doc["fit"]["alpha"]
+    with pytest.raises(TypeError, match="read-only"):
+        rep.source["n_rows"] = 3
+    with pytest.raises(AttributeError, match="has no field 'nrows'"):
+        _ = rep.source.nrows
+    assert json.loads(json.dumps(rep.source)) == doc["source"]

@@ -17,9 +17,8 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.rows import RowSpec
-from spectra_cli.validate import check_choice, check_int, check_str
+from spectra_cli.validate import check_choice, check_int, check_str, product_dtype
 
-PRECISIONS = ("float64", "float32")
 ENGINES = ("local", "dask")
 DEFAULT_BLOCK_ROWS = 8192
 #: The default memory budget is this fraction of the machine's physical memory.
@@ -207,8 +206,7 @@ class ReadOptions:
                                                              v["pool"], v["mask"])
         positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
         engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
-        if precision not in PRECISIONS:
-            raise OptionError(f"{param('precision', precision)} is not one of {', '.join(PRECISIONS)}.")
+        product_dtype(precision)  # one of PRECISIONS
         ddof = check_int("ddof", ddof, minimum=0)
         if block_rows is not None:
             block_rows = check_int("block_rows", block_rows, minimum=1)
@@ -275,7 +273,7 @@ class ReadOptions:
     @property
     def dtype(self) -> np.dtype:
         """The dtype of the products."""
-        return np.dtype(np.float32 if self.precision == "float32" else np.float64)
+        return product_dtype(self.precision)
 
     @property
     def weighted(self) -> bool:

@@ -12,6 +12,14 @@ import numpy as np
 
 from spectra_cli.errors import OptionError, describe_choices, param
 
+#: The arithmetic of the products: float64 (exact) or float32 (fast, higher floor), accumulated in float64.
+PRECISIONS = ("float64", "float32")
+
+
+def product_dtype(precision: str) -> np.dtype:
+    """The dtype of the products for a precision: where ``precision`` becomes a dtype, the one place."""
+    return np.dtype(np.float32 if check_choice("precision", precision, PRECISIONS) == "float32" else np.float64)
+
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, what: str | None = None) -> int:
     """``value`` as an int at least ``minimum``; a bool, float or string is refused (naming its type)."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError
 from spectra_cli.stream.moments import Moments
+from spectra_cli.validate import product_dtype
 
 FLOOR_DEFINITION = (
     "(d + sqrt(b)) * eps * lambda_1: eps the machine epsilon of the precision of the products, b the "
@@ -206,7 +207,7 @@ class Spectrum:
 
 
 def _eps(precision: str) -> float:
-    return float(np.finfo(np.float32 if precision == "float32" else np.float64).eps)
+    return float(np.finfo(product_dtype(precision)).eps)
 
 
 def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str) -> float:
@@ -333,7 +334,7 @@ def spectrum_from_rows(
         A = A - mean
     if root is not None:
         A = A * root[:, None]
-    if precision == "float32":
+    if product_dtype(precision) != np.float64:
         A32 = A.astype(np.float32)
         G = (A32 @ A32.T).astype(np.float64)
     else:

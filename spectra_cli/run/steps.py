@@ -26,6 +26,7 @@ from spectra_cli.errors import FitError, OptionError, param
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Accumulated, Input
 from spectra_cli.stream.states import RowsBuffer
+from spectra_cli.validate import product_dtype
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
@@ -60,7 +61,7 @@ def partition_pass(inp: Input, first: Accumulated, *, scale: str, progress: Prog
         return gram_log_z(first.rows, first.weights, scale)
     assert first.moments is not None
     V, s = directions(first.moments, scale)
-    dtype = np.dtype(np.float32 if first.precision == "float32" else np.float64)
+    dtype = product_dtype(first.precision)
     return inp.logz_pass(V, s, dtype, need=need or param("partition_isotropy"), progress=progress), s
 
 

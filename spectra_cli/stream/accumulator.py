@@ -22,10 +22,10 @@ import numpy as np
 from spectra_cli import __version__, jsonio
 from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.options import DEFAULT_BLOCK_ROWS, PRECISIONS, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.states import MomentsState, RowGuard
-from spectra_cli.validate import check_choice, check_int
+from spectra_cli.validate import check_int, product_dtype
 
 #: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
 UNBOUNDED = 1 << 62
@@ -52,7 +52,7 @@ class Accumulator:
                  drop_nonfinite: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS,
                  max_memory: int | str | None = None) -> None:
         d = check_int("d", d, minimum=1, what="a positive number of features")
-        check_choice("precision", precision, PRECISIONS)
+        dtype = product_dtype(precision)
         groups = check_int("groups", groups, minimum=0)
         block_rows = check_int("block_rows", block_rows, minimum=1)
         need = (3 + groups) * 8.0 * int(d) * int(d)
@@ -63,8 +63,7 @@ class Accumulator:
         self.drop_nonfinite = bool(drop_nonfinite)
         self.block_rows = int(block_rows)
         self._state = MomentsState(self.d, precision=precision, groups=groups)
-        self.cosine: CosineAccumulator | None = (CosineAccumulator(self.d, dtype=np.float32 if precision == "float32"
-                                                                   else np.float64) if cosine else None)
+        self.cosine: CosineAccumulator | None = CosineAccumulator(self.d, dtype=dtype) if cosine else None
         self.weighted: bool | None = None
         self.n_dropped = 0
         self.sources: list[dict[str, Any]] = []

@@ -22,6 +22,7 @@ from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator
 from spectra_cli.errors import OptionError, param
 from spectra_cli.sources.rows import RowSpec
 from spectra_cli.stream.states import MomentsState, RowGuard
+from spectra_cli.validate import product_dtype
 
 
 def require_distributed() -> Any:
@@ -87,7 +88,7 @@ def first_task(opener: Any, data: Any, read: Any, start: int, stop: int, d: int,
 def _array_task(block: np.ndarray, d: int, precision: str, cosine: bool, drop: bool,
                 row0: int) -> tuple[MomentsState, CosineAccumulator | None, int]:
     ms = MomentsState(d, precision=precision)
-    cos = CosineAccumulator(d, dtype=np.float32 if precision == "float32" else np.float64) if cosine else None
+    cos = CosineAccumulator(d, dtype=product_dtype(precision)) if cosine else None
     guard = RowGuard("<dask array>", drop_nonfinite=drop)
     X, _ = guard.filter(np.asarray(block), None, lambda i: row0 + i)
     guard.finish()

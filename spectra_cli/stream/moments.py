@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectra_cli.errors import InputError
-
-PRECISIONS = ("float64", "float32")
+from spectra_cli.validate import product_dtype
 
 # A block whose largest centred second moment falls outside [2^-900, finite) is rescaled.
 _TINY = 2.0**-900
@@ -153,7 +152,7 @@ class Moments:
         ``out`` is an optional scratch buffer of shape ``(>= n, d + 1)`` in the precision.
         """
         n, d = X.shape
-        dt = np.float32 if precision == "float32" else np.float64
+        dt = product_dtype(precision)
         if out is None or out.shape[0] < n or out.shape[1] != d + 1 or out.dtype != dt:
             out = np.empty((n, d + 1), dtype=dt)
         A = out[:n]
@@ -297,7 +296,7 @@ def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np
 def _gram(xc: np.ndarray, precision: str) -> np.ndarray:
     """``xc^T xc`` in float64, or in float32 blocks accumulated into float64."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and rescaled
-        if precision == "float32":
+        if product_dtype(precision) != np.float64:
             x32 = xc.astype(np.float32)
             return (x32.T @ x32).astype(np.float64)
         return xc.T @ xc

@@ -17,6 +17,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, param
 from spectra_cli.stream.moments import Moments
+from spectra_cli.validate import product_dtype
 
 #: Row weights outside this range would overflow or underflow their sums (only ratios matter).
 MAX_WEIGHT, MIN_WEIGHT = 1e250, 1e-250
@@ -62,7 +63,7 @@ class MomentsState:
                 self._shift = bm.mean
         else:
             d = X.shape[1]
-            dt = np.float32 if self.precision == "float32" else np.float64
+            dt = product_dtype(self.precision)
             if self._scratch is None or self._scratch.shape[0] < len(X):
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
             bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)

@@ -135,7 +135,7 @@ CASES = {
     "(eigenvalues past it are below the numerical or sampling floor).",
     "too-large": "error: the covariance exceeds the float64 range (values above ~1e154 square past 1.8e308); "
     "rescale the input (e.g. divide by its largest magnitude).",
-    "precision": "error: --precision 'float16' is not one of float64, float32.",
+    "precision": "error: --precision 'float16' is not one of 'float64', 'float32'.",
     "rows-beyond": "error: --rows starts at 20 but the input has only 10 rows.",
     "unknown-option": "error: No such option: --zzz (see 'spectra fit --help')",
     "npz-key": "error: {tmp}/m.npz has no array 'third'; it holds: first, second.",

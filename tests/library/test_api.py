@@ -182,7 +182,7 @@ def test_unknown_keyword_lists_the_valid_ones():
 def test_library_messages_name_python_parameters():
     with pytest.raises(spectra.OptionError, match=r"^ddof=-1 must be 0 or a positive integer\.$"):
         spectra.fit(X, ddof=-1)
-    with pytest.raises(spectra.OptionError, match=r"^precision='float16' is not one of float64, float32\.$"):
+    with pytest.raises(spectra.OptionError, match=r"^precision 'float16' is not one of 'float64', 'float32'\.$"):
         spectra.spectrum(X, precision="float16")
     with pytest.raises(spectra.OptionError, match=r"^use one of weights, weight_column and logits, not several"):
         spectra.fit(X, weights=np.ones(len(X)), logits="z.npy")

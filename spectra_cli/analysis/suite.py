@@ -4,7 +4,7 @@ slope, effective ranks, the density exponent. Pure: eigenvalues and options in, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spectra_cli.analysis.capacity import Capacity, capacity
 from spectra_cli.analysis.density import DensityFit, density_fit
@@ -46,6 +46,8 @@ class FitOptions:
     counting: tuple[float, ...] = ()
     capacity: tuple[float, ...] = ()
     alpha_range: tuple[float, float] = (2.0, 6.0)
+    #: ``windows`` parsed, once: ``(K1, K2)``, or None for ``auto``.
+    requested: tuple[tuple[int, int] | None, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Every value is checked when the options are made (once, at the boundary)."""
@@ -55,7 +57,10 @@ class FitOptions:
         check_choice("method", self.method, METHODS)
         check_choice("model", self.model, MODELS)
         for w in self.windows:
-            parse_window(w)
+            if not isinstance(w, str):
+                raise OptionError(f"{param('window', w, show=True)} must be a string 'K1:K2' or 'auto' (or a list of "
+                                  f"them), not {type(w).__name__}.")
+        object.__setattr__(self, "requested", tuple(parse_window(w) for w in self.windows))
         if isinstance(self.degree, bool) or not isinstance(self.degree, int) or self.degree < 1:
             raise OptionError(f"{param('degree', self.degree)} must be at least 1 (1 is the plain power law).")
         from spectra_cli.analysis.weightwatcher import check_alpha_range
@@ -71,6 +76,11 @@ class FitOptions:
                counting: list[float] | tuple[float, ...] | None = (),
                capacity: list[float] | tuple[float, ...] | None = (),
                alpha_range: str | tuple[float, float] = (2.0, 6.0)) -> FitOptions:
+        if window is not None and not isinstance(window, str | list | tuple):
+            from spectra_cli.errors import OptionError
+
+            raise OptionError(f"{param('window', window, show=True)} must be a string 'K1:K2' or 'auto' (or a list "
+                              f"of them), not {type(window).__name__}.")
         windows = (window,) if isinstance(window, str) else tuple(window or ())
         return cls(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
                    density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()),
@@ -79,13 +89,9 @@ class FitOptions:
     @property
     def window_ends(self) -> tuple[int, ...] | None:
         """The last rank of every window, or None when a window is the default or ``auto``."""
-        ends = []
-        for text in self.windows:
-            w = parse_window(text)
-            if w is None:
-                return None
-            ends.append(w[1])
-        return tuple(ends) or None
+        if any(w is None for w in self.requested):
+            return None
+        return tuple(w[1] for w in self.requested if w is not None) or None
 
     def to_report(self) -> dict[str, object]:
         out: dict[str, object] = {"window": list(self.windows) or ["default"], "method": self.method,
@@ -128,15 +134,14 @@ class FitSuite:
 def windows_for(spec: Spectrum, opts: FitOptions) -> tuple[list[Window], list[str]]:
     out: list[Window] = []
     warnings: list[str] = []
-    for text in opts.windows or ("default",):
-        if text == "default":
-            w, warn = resolve_window(None, n_features=spec.n_features, usable_rank=spec.usable_rank)
+    if not opts.requested:  # the default window
+        w, warn = resolve_window(None, n_features=spec.n_features, usable_rank=spec.usable_rank)
+        return [w], warn
+    for requested in opts.requested:
+        if requested is None:
+            w, warn = auto_window(spec.eigenvalues, spec.usable_rank, tolerance=opts.auto_tolerance), []
         else:
-            requested = parse_window(text)
-            if requested is None:
-                w, warn = auto_window(spec.eigenvalues, spec.usable_rank, tolerance=opts.auto_tolerance), []
-            else:
-                w, warn = resolve_window(requested, n_features=spec.n_features, usable_rank=spec.usable_rank)
+            w, warn = resolve_window(requested, n_features=spec.n_features, usable_rank=spec.usable_rank)
         out.append(w)
         warnings += warn
     return out, warnings

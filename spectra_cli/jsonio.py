@@ -7,6 +7,7 @@ zeros would overflow every later float conversion), and text that is not UTF-8."
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from spectra_cli.errors import InputError
@@ -25,20 +26,37 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def loads(text: str | bytes, where: str) -> Any:
-    """``json.loads`` that raises ``InputError`` naming ``where`` for anything unreadable."""
-    import json
+class _NotStrict(ValueError):
+    pass
 
+
+def _constant(name: str) -> float:
+    raise _NotStrict(f"{name}, which strict JSON does not have")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStrict(f"the number {text[:40]}, beyond float64's range")
+    return value
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """Strict ``json.loads`` that raises ``InputError`` naming ``where`` for anything unreadable: no
+    NaN or Infinity (spectra writes strict JSON, and a non-finite number would compare as no number
+    does), no number beyond float64's range, bounded integers and depth."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant)
     except RecursionError:
         raise InputError(f"{where} is JSON nested too deeply to read.") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     except _TooLong as exc:
         raise InputError(f"{where} holds {exc}, more than any count or size spectra reads.") from None
+    except _NotStrict as exc:
+        raise InputError(f"{where} is not strict JSON: it holds {exc}.") from None
     except ValueError as exc:
         raise InputError(f"{where} is not valid JSON: {exc}") from None
 

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from spectra_cli.analysis.whitening import WhiteningResult
 
 SCHEMA_VERSION = "spectra.report/1"
+#: The other records of a batch's results file: an item that failed, a tensor that is not a matrix.
+ERROR_SCHEMA = "spectra.batch-error/1"
+SKIP_SCHEMA = "spectra.batch-skipped/1"
+RESULT_SCHEMAS = (SCHEMA_VERSION, ERROR_SCHEMA, SKIP_SCHEMA)
 
 
 class Section(dict[str, Any]):

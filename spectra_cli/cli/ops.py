@@ -98,6 +98,8 @@ def batch(
                                                 help="Regex on tensor names (re.search).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Skip items already in --jsonl with the same "
                                          "fingerprint; repair a cut last line, retry failed items.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results already in --jsonl (without "
+                                            "it or --resume, an existing results file is refused).")] = False,
     window: FitWindow = None, method: FitMethod = "ols", model: FitModel = "power-law",
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
     density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
@@ -146,9 +148,9 @@ def batch(
                 sys.stdout.write(dumps(doc, indent=None) + "\n")
                 sys.stdout.flush()
 
-        result = run_batch(paths, jsonl=jsonl, resume=resume, workers=workers, tensors=tensors, window=window,
-                           method=method, model=model, centered=not uncentered, ddof=ddof, precision=precision,
-                           density=density, block_rows=block_rows, positions=positions, pool=pool, top=top,
+        result = run_batch(paths, jsonl=jsonl, resume=resume, overwrite=overwrite, workers=workers, tensors=tensors,
+                           window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
+                           precision=precision, density=density, block_rows=block_rows, positions=positions, pool=pool, top=top,
                            alpha_range=alpha_range, engine=engine, scheduler=scheduler,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result,
                            progress=lambda done, total: bar.update(task, completed=done, total=total))
@@ -162,8 +164,10 @@ def batch(
     if verbose:
         for sk in result.skipped:
             sys.stderr.write(f"note: skipped {sk['item']}: {sk['skipped']}\n")
-    if result.resumed:
-        sys.stderr.write(f"note: --resume skips {result.resumed} item(s) already in {jsonl}\n")
+    if resume:
+        added = sum(1 for r in result.results if "skipped" not in r)
+        sys.stderr.write(f"note: --resume kept {result.resumed} item(s) already in {jsonl}, retried "
+                         f"{result.retried} that had failed, added {added}\n")
     for m in result.option_mismatch[:1]:
         sys.stderr.write(f"warning: lines already in {jsonl} were made with other options ({m}); "
                          "--allow-option-mismatch\n")

@@ -21,12 +21,11 @@ from typing import Any
 from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.options import ENGINES
+from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.validate import check_choice, check_int
 
-ERROR_SCHEMA = "spectra.batch-error/1"
-SKIP_SCHEMA = "spectra.batch-skipped/1"
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 
 
@@ -312,7 +311,7 @@ class ResultsFile:
     """
 
     def __init__(self, path: str, *, resume: bool, inputs: list[str], expected: dict[str, Any] | None = None,
-                 allow_mismatch: bool = False) -> None:
+                 allow_mismatch: bool = False, overwrite: bool = False) -> None:
         from spectra_cli.sinks import check_directory, check_not_input
 
         check_directory(path, "jsonl")
@@ -328,8 +327,13 @@ class ResultsFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         self._f = os.fdopen(fd, "r+b")
         self._lock(self._f)
+        self.retried = 0  # failed items dropped on resume, to be run again
         try:
             if not resume:
+                if not overwrite and os.fstat(self._f.fileno()).st_size > 0:
+                    raise OutputError(f"{param('jsonl', path)} already holds the results of a batch; "
+                                      f"{param('resume')} keeps them (and retries failed items), "
+                                      f"{param('overwrite')} replaces them.")
                 self._f.truncate(0)
                 return
             raw = self._f.read()
@@ -367,6 +371,7 @@ class ResultsFile:
             fp = doc.get("source", {}).get("fingerprint") if doc and isinstance(doc.get("source"), dict) else None
             if doc is None or "error" in doc or not isinstance(fp, str) or fp in self.done:
                 changed = True
+                self.retried += 1 if doc is not None and "error" in doc else 0
                 if line.strip() and doc is None:
                     self.notes.append(f"{self.path} line {i} is not a JSON object; dropped")
                 continue
@@ -525,12 +530,13 @@ class BatchRun:
     skipped: int
     notes: list[str]
     option_mismatch: list[str]
+    retried: int = 0
 
 
 def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | None, resume: bool = False,
                  workers: int = 1, engine: str = "local", scheduler: str | None = None,
                  allow_option_mismatch: bool = False, skipped: list[Skip] | None = None,
-                 on_result: Callable[[dict[str, Any]], None] | None = None) -> BatchRun:
+                 on_result: Callable[[dict[str, Any]], None] | None = None, overwrite: bool = False) -> BatchRun:
     """Run the items (skipping, with ``resume``, those already in ``jsonl`` with the same
     fingerprint and options) and append each finished line to ``jsonl`` as it comes. ``skipped``
     tensors get a ``spectra.batch-skipped/1`` line each (once, also across resumes)."""
@@ -538,8 +544,11 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
     expected = expected_options(options)
     results: list[dict[str, Any]] = []
+    if resume and overwrite:
+        raise OptionError(f"{param('resume')} keeps the results already in {param('jsonl')} and {param('overwrite')} "
+                          "replaces them: give one.")
     out = ResultsFile(jsonl, resume=resume, inputs=[it.name for it in items], expected=expected,
-                      allow_mismatch=allow_option_mismatch) if jsonl else None
+                      allow_mismatch=allow_option_mismatch, overwrite=overwrite) if jsonl else None
     try:
         done = out.done if out is not None else {}
         todo = [it for it in items if it.fingerprint not in done]
@@ -562,7 +571,8 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
         if out is not None:
             out.close()
     notes = out.notes if out is not None else []
-    return BatchRun(results, len(items) - len(todo), notes, out.mismatch if out is not None else [])
+    return BatchRun(results, len(items) - len(todo), notes, out.mismatch if out is not None else [],
+                    out.retried if out is not None else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,6 +590,7 @@ class BatchResult:
     option_mismatch: tuple[str, ...] = ()
     jsonl: str | None = None
     skip_note: str | None = None
+    retried: int = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.results)
@@ -611,6 +622,7 @@ def batch(
     *,
     jsonl: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     workers: int = 1,
     tensors: str | None = None,
     window: str | list[str] | tuple[str, ...] | None = None,
@@ -638,7 +650,8 @@ def batch(
     ``jsonl``: append each item's JSON line to this file as it finishes (locked while the batch runs;
     never an input, never a file that is not a spectra results file); ``resume``: keep the items
     already there with the same fingerprint and options (a cut last line repaired, failed items
-    retried). ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``workers`` a
+    retried); an existing results file is never replaced silently: give ``resume`` or ``overwrite``.
+    ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``workers`` a
     LocalCluster, or ``scheduler``). The fit options (``window``, ``method``, ``model``, ``centered``,
     ``ddof``, ``precision``, ``density``, ``alpha_range``, ``block_rows``, ``positions``, ``pool``,
     ``top``) are those of ``fit``. ``on_result(line)`` is called with each line as it comes (skips
@@ -677,7 +690,7 @@ def batch(
     out = os.fspath(jsonl) if jsonl is not None else None
     run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,
                        scheduler=scheduler, allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
-                       on_result=on_line)
+                       on_result=on_line, overwrite=overwrite)
     return BatchResult(tuple(run.results), tuple(s.to_dict() for s in listing.skipped),
                        tuple(it.name for it in items), tuple([*listing.notes, *run.notes]), run.skipped,
-                       tuple(run.option_mismatch), out, listing.skip_summary())
+                       tuple(run.option_mismatch), out, listing.skip_summary(), run.retried)

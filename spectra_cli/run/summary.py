@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.results import lookup
+from spectra_cli.results import RESULT_SCHEMAS, lookup
+from spectra_cli.run.compare import check_report_schema
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
 #: (report field, label) of the metrics summarised.
@@ -169,6 +170,7 @@ def iter_results(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(doc, dict):
                 raise InputError(f"{path} line {i} is not a JSON object (a {type(doc).__name__}); spectra batch "
                                  "writes one report object per line.")
+            check_report_schema(doc, f"{path} line {i}", also=RESULT_SCHEMAS)
             yield i, doc
 
 

@@ -14,6 +14,7 @@ batches, processes or machines, merged in any order, gives the same spectrum up 
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -25,7 +26,7 @@ from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.states import MomentsState, RowGuard
-from spectra_cli.validate import check_int, product_dtype
+from spectra_cli.validate import PRECISIONS, check_int, product_dtype
 
 #: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
 UNBOUNDED = 1 << 62
@@ -150,6 +151,14 @@ class Accumulator:
         """``sum w^2`` of the rows (their count when unweighted): Kish's effective sample size."""
         return self._state.weight_sq_sum
 
+    def adopt(self, moments: Moments, *, groups: list[Moments], weight_sq_sum: float, weighted: bool | None,
+              n_dropped: int, sources: list[dict[str, Any]]) -> None:
+        """Take over moments made elsewhere (a pass, a loaded file): this accumulator then holds them."""
+        self._state.moments = moments
+        self._state.groups = list(groups)
+        self._state.weight_sq_sum = float(weight_sq_sum)
+        self.weighted, self.n_dropped, self.sources = weighted, n_dropped, sources
+
     @classmethod
     def of_pass(cls, moments: Moments, *, groups: tuple[Moments, ...], n_groups: int, weight_sq_sum: float,
                 cosine: CosineAccumulator | None, weighted: bool, n_dropped: int, precision: str,
@@ -157,10 +166,9 @@ class Accumulator:
         """An accumulator holding what one pass over an input made (``spectra_cli.accumulate``)."""
         acc = cls(moments.d, precision=precision, groups=n_groups, drop_nonfinite=drop_nonfinite,
                   block_rows=block_rows, max_memory=UNBOUNDED)  # the pass checked the budget
-        acc._state.moments = moments
-        acc._state.groups = list(groups)
-        acc._state.weight_sq_sum = float(weight_sq_sum)
-        acc.cosine, acc.weighted, acc.n_dropped, acc.sources = cosine, weighted, n_dropped, sources
+        acc.adopt(moments, groups=list(groups), weight_sq_sum=weight_sq_sum, weighted=weighted, n_dropped=n_dropped,
+                  sources=sources)
+        acc.cosine = cosine
         return acc
 
     def options(self) -> dict[str, Any]:
@@ -218,22 +226,104 @@ def _moments_arrays(prefix: str, m: Moments) -> dict[str, np.ndarray]:
     return out
 
 
+#: The largest count a moment file may state (float64 holds every integer up to 2^53 exactly).
+MAX_COUNT = 2**53
+#: Relative asymmetry and Cauchy-Schwarz excess that rounding may leave in a stored m2.
+M2_TOLERANCE = 1e-9
+
+
+class _Fields:
+    """The checks of a moment file's values, each an InputError naming the file and the field: the file
+    was written by someone else, and every number in it may lie."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def bad(self, field: str, value: Any, required: str) -> InputError:
+        if isinstance(value, np.generic):
+            value = value.item()
+        shown = repr(value) if not isinstance(value, np.ndarray) else f"an array of shape {list(value.shape)}"
+        return InputError(f"{self.path}: {field} is {shown[:80]}; {required} is required.")
+
+    def count(self, field: str, value: Any, *, maximum: int | None = None) -> int:
+        ok = (not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
+              and math.isfinite(float(value)) and float(value) == math.floor(float(value))
+              and 0 <= float(value) <= MAX_COUNT)
+        if not ok:
+            raise self.bad(field, value, "a count (an integer, 0 or more)")
+        n = int(value)
+        if maximum is not None and n > maximum:
+            raise self.bad(field, value, f"a count of at most {maximum}")
+        return n
+
+    def number(self, field: str, value: Any) -> float:
+        ok = (not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
+              and math.isfinite(float(value)) and float(value) >= 0)
+        if not ok:
+            raise self.bad(field, value, "a finite number, 0 or more")
+        return float(value)
+
+    def flag(self, field: str, value: Any) -> bool:
+        if isinstance(value, bool | np.bool_) or (isinstance(value, int | float | np.integer | np.floating)
+                                                   and float(value) in (0.0, 1.0)):
+            return bool(value)
+        raise self.bad(field, value, "true or false")
+
+    def array(self, arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in arrays:
+            raise InputError(f"{self.path} is not a spectra moment file (it has no array {name!r}).")
+        a = arrays[name]
+        if a.dtype.kind not in "fiu" or a.shape != shape:
+            raise self.bad(f"array {name}", a, f"a numeric array of shape {list(shape)}")
+        a = np.asarray(a, dtype=np.float64)
+        if not np.all(np.isfinite(a)):
+            raise InputError(f"{self.path}: array {name} holds NaN or infinite values; finite moments are required.")
+        return a
+
+
 def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str) -> Moments:
-    try:
-        s = np.asarray(arrays[f"{prefix}scalars"], dtype=np.float64)
-        mean_rel = np.asarray(arrays[f"{prefix}mean_rel"], dtype=np.float64)
-        m2 = np.asarray(arrays[f"{prefix}m2"], dtype=np.float64)
-        origin = arrays.get(f"{prefix}origin")
-    except (KeyError, ValueError, TypeError) as exc:
-        raise InputError(f"{path} is not a spectra moment file (missing or bad {exc}).") from None
-    if s.shape != (6,) or mean_rel.shape != (d,) or m2.shape != (d, d) or (origin is not None
-                                                                            and origin.shape != (d,)):
-        raise InputError(f"{path}: moment arrays do not match d = {d}.")
-    values = [s, mean_rel, m2] + ([origin] if origin is not None else [])
-    if not all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in values) or s[0] < 0 or s[1] < 0:
-        raise InputError(f"{path}: moment arrays hold non-finite or negative counts.")
-    return Moments(int(s[0]), float(s[1]), int(s[2]), mean_rel, m2, float(s[3]), bool(s[4]), int(s[5]),
-                   None if origin is None else np.asarray(origin, dtype=np.float64))
+    """One set of moments (the whole input's, or a bootstrap group's), every invariant checked."""
+    f = _Fields(path)
+    s = f.array(arrays, f"{prefix}scalars", (6,))
+    mean_rel = f.array(arrays, f"{prefix}mean_rel", (d,))
+    m2 = f.array(arrays, f"{prefix}m2", (d, d))
+    origin = f.array(arrays, f"{prefix}origin", (d,)) if f"{prefix}origin" in arrays else None
+    where = f"{prefix}scalars"
+    n = f.count(f"{where}[0] (rows)", s[0])
+    weight_sum = f.number(f"{where}[1] (weight sum)", s[1])
+    n_positive = f.count(f"{where}[2] (rows of positive weight)", s[2], maximum=n)
+    scale = float(s[3])
+    if not scale > 0 or math.frexp(scale)[0] != 0.5:
+        raise f.bad(f"{where}[3] (scale)", s[3], "a positive power of two")
+    weighted = f.flag(f"{where}[4] (weighted)", s[4])
+    block_rows = f.count(f"{where}[5] (rows per block)", s[5], maximum=n)
+    if not weighted and (weight_sum != n or n_positive != n):
+        raise InputError(f"{path}: {where} says {n} unweighted rows but a weight sum of {weight_sum:g} and "
+                         f"{n_positive} rows of positive weight; unweighted moments have all three equal.")
+    if weighted and (weight_sum > 0) != (n_positive > 0):
+        raise InputError(f"{path}: {where} says a weight sum of {weight_sum:g} over {n_positive} rows of positive "
+                         "weight; the two must be zero together.")
+    _check_m2(m2, path, f"{prefix}m2")
+    return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin)
+
+
+def _check_m2(m2: np.ndarray, path: str, name: str) -> None:
+    """A sum of outer products is symmetric and positive semi-definite: checked in O(d^2) as symmetry,
+    non-negative diagonal and |m2_ij| <= sqrt(m2_ii m2_jj) (Cauchy-Schwarz), all to rounding."""
+    diag = np.diag(m2)
+    top = float(diag.max()) if diag.size else 0.0
+    tol = M2_TOLERANCE * max(top, float(np.abs(m2).max()) if m2.size else 0.0)
+    if m2.size and float(np.abs(m2 - m2.T).max()) > tol:
+        raise InputError(f"{path}: array {name} is not symmetric (a second moment is a sum of outer products).")
+    if diag.size and float(diag.min()) < -tol:
+        raise InputError(f"{path}: array {name} has a negative diagonal entry ({float(diag.min()):.3g}); a second "
+                         "moment is positive semi-definite.")
+    root = np.sqrt(np.clip(diag, 0.0, None))
+    for i in range(0, m2.shape[0], 256):  # row blocks: no d x d temporary
+        bound = np.outer(root[i:i + 256], root) * (1 + M2_TOLERANCE) + tol
+        if np.any(np.abs(m2[i:i + 256]) > bound):
+            raise InputError(f"{path}: array {name} is not positive semi-definite (an entry exceeds the geometric "
+                             "mean of its diagonal entries).")
 
 
 def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
@@ -242,43 +332,65 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
         raise InputError(f"{path} is not a spectra moment file (format {fmt or 'missing'}; expected {FORMAT}).")
     if fmt != FORMAT:
         raise InputError(f"{path} has moment-file format {fmt}; this spectra reads {FORMAT}.")
-    try:
-        meta = jsonio.loads(str(arrays["meta"]), f"{path} metadata")
-        opts = meta["options"]
-        d = int(opts["d"])
-        m2_shape = np.shape(arrays["m2"])
-        if m2_shape != (d, d):  # checked before anything of size d is made: a header may lie
-            raise InputError(f"{path}: its metadata says d = {d} but its m2 array has shape {list(m2_shape)}.")
-        acc = cls_new(d, opts)
-    except InputError:
-        raise
-    except (KeyError, ValueError, TypeError, OptionError) as exc:
-        raise InputError(f"{path}: its metadata is malformed ({type(exc).__name__}: {exc}).") from None
-    acc._state.moments = _moments_from(arrays, "", d, path)
+    f = _Fields(path)
+    if "meta" not in arrays or arrays["meta"].dtype.kind != "U" or arrays["meta"].shape != ():
+        raise InputError(f"{path} is not a spectra moment file (its meta is not one string).")
+    meta = jsonio.loads(str(arrays["meta"]), f"{path} metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("options"), dict):
+        raise InputError(f"{path}: its metadata is not an object with options.")
+    opts = meta["options"]
+    d = f.count("meta options.d", opts.get("d"))
+    if d < 1 or isinstance(opts.get("d"), float):
+        raise f.bad("meta options.d", opts.get("d"), "a positive integer")
+    m2_shape = arrays["m2"].shape if "m2" in arrays else None
+    if m2_shape != (d, d):  # checked before anything of size d is made: a header may lie
+        raise InputError(f"{path}: its metadata says d = {d} but its m2 array has shape "
+                         f"{list(m2_shape) if m2_shape is not None else 'missing'}.")
+    precision = opts.get("precision", "float64")
+    if precision not in PRECISIONS:
+        raise f.bad("meta options.precision", precision, f"one of {', '.join(PRECISIONS)}")
+    n_groups = f.count("meta options.groups", opts.get("groups", 0))
+    block_rows = f.count("meta options.block_rows", opts.get("block_rows", DEFAULT_BLOCK_ROWS))
+    if block_rows < 1:
+        raise f.bad("meta options.block_rows", opts.get("block_rows"), "a positive integer")
+    cosine = f.flag("meta options.cosine", opts.get("cosine", True))
+    acc = Accumulator(d, precision=precision, cosine=cosine, groups=n_groups,
+                      drop_nonfinite=f.flag("meta options.drop_nonfinite", opts.get("drop_nonfinite", False)),
+                      block_rows=block_rows, max_memory=UNBOUNDED)  # the budget was checked from the headers
+    m = _moments_from(arrays, "", d, path)
+    weighted = f.flag("meta options.weighted", opts.get("weighted", False))
+    if m.n and weighted != m.weighted:
+        raise InputError(f"{path}: its metadata says weighted {weighted} but its moments say {m.weighted}.")
     saved = sorted(int(k[1:-len("_scalars")]) for k in arrays
                    if k.startswith("g") and k.endswith("_scalars") and k[1:-len("_scalars")].isdigit())
-    if len(saved) > acc._state.n_groups:
-        raise InputError(f"{path}: it holds {len(saved)} groups but its metadata says {acc._state.n_groups}.")
-    acc._state.groups = [_moments_from(arrays, f"g{i}_", d, path) for i in saved]
-    acc.weighted = bool(opts.get("weighted", False)) if acc._state.moments.n else None
-    acc.n_dropped = int(meta.get("n_dropped", 0))
-    acc._state.weight_sq_sum = float(meta.get("weight_sq_sum", acc._state.moments.n))
-    acc.sources = list(meta.get("sources", []))
+    if len(saved) > n_groups:
+        raise InputError(f"{path}: it holds {len(saved)} groups but its metadata says {n_groups}.")
+    groups = [_moments_from(arrays, f"g{i}_", d, path) for i in saved]
+    if groups and sum(g.n for g in groups) != m.n:
+        raise InputError(f"{path}: its groups hold {sum(g.n for g in groups)} rows but its moments {m.n}; the groups "
+                         "split the rows.")
+    n_dropped = f.count("meta n_dropped", meta.get("n_dropped", 0))
+    w2 = f.number("meta weight_sq_sum", meta.get("weight_sq_sum", m.n))
+    if not m.weighted and w2 != m.n:
+        raise InputError(f"{path}: meta weight_sq_sum is {w2:g} for {m.n} unweighted rows; it is their count.")
+    if m.weighted and m.weight_sum > 0 and (w2 <= 0 or m.weight_sum**2 / w2 > m.n_positive * (1 + 1e-9)):
+        raise InputError(f"{path}: meta weight_sq_sum {w2:g} makes an effective sample size (sum w)^2 / sum w^2 above "
+                         f"the {m.n_positive} rows of positive weight.")
+    sources = meta.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
+        raise f.bad("meta sources", sources, "a list of objects")
+    acc.adopt(m, groups=groups, weight_sq_sum=w2, weighted=m.weighted if m.n else None, n_dropped=n_dropped,
+              sources=list(sources))
     if acc.cosine is not None:
-        try:
-            c, sc = acc.cosine, np.asarray(arrays["cos_scalars"], dtype=np.float64)
-            c.unit_sum = np.asarray(arrays["cos_unit_sum"], dtype=np.float64).reshape(d)
-            c.w_sum, c.w2_sum, c.norm_sum = float(sc[0]), float(sc[1]), float(sc[2])
-            c.zero_rows, c.rows = int(sc[3]), int(sc[4])
-        except (KeyError, ValueError, IndexError) as exc:
-            raise InputError(f"{path}: its cosine sums are malformed ({exc}).") from None
+        c = acc.cosine
+        sc = f.array(arrays, "cos_scalars", (5,))
+        c.unit_sum = f.array(arrays, "cos_unit_sum", (d,))
+        c.w_sum = f.number("cos_scalars[0] (weight sum)", sc[0])
+        c.w2_sum = f.number("cos_scalars[1] (sum of squared weights)", sc[1])
+        c.norm_sum = f.number("cos_scalars[2] (sum of norms)", sc[2])
+        c.rows = f.count("cos_scalars[4] (rows)", sc[4], maximum=m.n)
+        c.zero_rows = f.count("cos_scalars[3] (all-zero rows)", sc[3], maximum=c.rows)
+        if float(np.linalg.norm(c.unit_sum)) > c.w_sum * (1 + 1e-9) + 1e-300:
+            raise InputError(f"{path}: array cos_unit_sum is longer than its weight sum; a sum of unit vectors "
+                             "never is.")
     return acc
-
-
-def cls_new(d: int, opts: dict[str, Any]) -> Accumulator:
-    precision = str(opts.get("precision", "float64"))
-    # The budget of a loaded file is checked from its array headers (inputs.check_moment_file_budget), which
-    # hold the groups it really has; its metadata's group count is only a number.
-    return Accumulator(d, precision=precision, cosine=bool(opts.get("cosine", True)),
-                       groups=int(opts.get("groups", 0)), drop_nonfinite=bool(opts.get("drop_nonfinite", False)),
-                       block_rows=int(opts.get("block_rows", DEFAULT_BLOCK_ROWS)), max_memory=UNBOUNDED)

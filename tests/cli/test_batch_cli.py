@@ -98,13 +98,13 @@ def test_resume_reruns_nothing_when_nothing_changed(cli, tmp_path):
     assert cli("batch", tmp_path, "--jsonl", out).exit_code == 0
     first = out.read_text()
     r = cli("batch", tmp_path, "--jsonl", out, "--resume")
-    assert r.exit_code == 0 and "--resume skips 3 item(s)" in r.stderr
+    assert r.exit_code == 0 and "--resume kept 3 item(s)" in r.stderr
     assert out.read_text() == first
     # change one file: only that one runs again
     time.sleep(0.01)
     np.save(tmp_path / "m_1.npy", powerlaw_matrix(200, 8, 2.0, seed=1))
     r = cli("batch", tmp_path, "--jsonl", out, "--resume")
-    assert "--resume skips 2 item(s)" in r.stderr
+    assert "--resume kept 2 item(s)" in r.stderr
     assert len(out.read_text().splitlines()) == 4
 
 
@@ -125,7 +125,8 @@ def test_compare_two_reports(cli, tmp_path):
     (tmp_path / "x.json").write_text("{}")
     r = cli("compare", tmp_path / "x.json", tmp_path / "a.json")
     assert r.exit_code == 2 and r.stderr == (
-        f"error: {tmp_path / 'x.json'} is not a spectra report (no 'schema': 'spectra.report/...').\n")
+        f"error: {tmp_path / 'x.json'} is not a spectra report (it has no 'schema'; this spectra reads "
+        "spectra.report/1).\n")
 
 
 def test_trend_over_steps(cli, tmp_path):

@@ -105,7 +105,7 @@ def test_resume_repairs_a_cut_last_line_and_never_duplicates(cli, tmp_path):
     out.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])  # disk full in the middle of line 2
     r = cli("batch", tmp_path, "--jsonl", out, "--resume")
     assert r.exit_code == 0, r.stderr
-    assert "dropped a cut last line" in r.stderr and "skips 1 item" in r.stderr
+    assert "dropped a cut last line" in r.stderr and "kept 1 item" in r.stderr
     items = [json.loads(x)["item"] for x in out.read_text().splitlines()]
     assert sorted(items) == sorted(str(tmp_path / f"s_{i}.npy") for i in range(3))
     assert cli("trend", out, "--metric", "fit.alpha").exit_code == 0
@@ -139,7 +139,7 @@ def test_resume_from_another_directory_skips_what_is_done(cli, tmp_path, monkeyp
     assert cli("batch", "a.npy", "--jsonl", tmp_path / "r.jsonl").exit_code == 0
     monkeypatch.chdir(tmp_path)
     r = cli("batch", "runs/a.npy", "--jsonl", tmp_path / "r.jsonl", "--resume")
-    assert r.exit_code == 0 and "skips 1 item" in r.stderr
+    assert r.exit_code == 0 and "kept 1 item" in r.stderr
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
 
 

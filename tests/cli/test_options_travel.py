@@ -86,7 +86,7 @@ def test_resume_with_other_options_is_refused(cli, tmp_path, data):
     assert r.exit_code == 2 and "method 'ols' vs 'inv-rank'" in r.stderr
     assert out.read_bytes() == before
     r = cli("batch", data, "--jsonl", out, "--resume")
-    assert r.exit_code == 0 and out.read_bytes() == before and "skips 1 item" in r.stderr
+    assert r.exit_code == 0 and out.read_bytes() == before and "kept 1 item" in r.stderr
     assert [json.loads(x)["item"] for x in out.read_text().splitlines()] == [str(data)]
 
 

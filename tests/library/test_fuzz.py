@@ -171,3 +171,68 @@ def test_resume_lines_of_any_shape_are_dropped_not_fatal(tmp_path, kind):
     with ResultsFile(str(tmp_path / "r.jsonl"), resume=True, inputs=[]) as out:
         assert out.done == {}
     assert (tmp_path / "r.jsonl").read_text() == ""
+
+
+def _moment_parts() -> dict[str, Any]:
+    X = np.random.default_rng(0).standard_normal((50, 4))
+    with tempfile.TemporaryDirectory() as d:
+        path = spectra.accumulate(X, groups=2).save(os.path.join(d, "m.npz"))
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+
+
+MOMENTS = _moment_parts()
+ARRAYS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64).map(np.float64),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=0, max_size=20).map(np.array),
+    st.text(max_size=5).map(np.array),
+    st.integers(-(2**40), 2**40).map(lambda v: np.full((4, 4), v)),
+)
+
+
+@SETTINGS
+@given(member=st.sampled_from(sorted(k for k in MOMENTS if k not in ("format",))), value=ARRAYS,
+       meta_key=st.sampled_from(["n_dropped", "weight_sq_sum", "sources", "options", "spectra_version"]),
+       meta_value=JSON, where=st.sampled_from(["member", "meta", "option"]),
+       option=st.sampled_from(["d", "precision", "weighted", "drop_nonfinite", "block_rows", "cosine", "groups"]))
+def test_moment_files_with_any_member_or_metadata(member, value, meta_key, meta_value, where, option):
+    parts = dict(MOMENTS)
+    meta = json.loads(str(parts["meta"]))
+    if where == "member":
+        parts[member] = value
+    elif where == "meta":
+        meta[meta_key] = meta_value
+    else:
+        meta["options"][option] = meta_value
+    parts["meta"] = np.array(json.dumps(meta, allow_nan=True))
+
+    def write(path: str) -> None:
+        np.savez(path, **parts)
+
+    def run(path: str) -> None:
+        spectra.fit(path, window="1:3")
+        spectra.fit(path, ci=True, ci_replicates=10, window="1:3")
+
+    _only_spectra_errors(write, run, ".npz")
+
+
+@SETTINGS
+@given(doc=JSON, schema=st.sampled_from(["spectra.report/1", "spectra.report/2", "spectra.report/999", "x", None]))
+def test_reports_of_any_shape_where_spectra_reads_reports(doc, schema):
+    report = spectra.fit(np.random.default_rng(1).standard_normal((40, 5)), window="1:3").to_dict()
+    report["fit"] = doc
+    if schema is None:
+        report.pop("schema")
+    else:
+        report["schema"] = schema
+
+    def write(path: str) -> None:
+        with open(path, "w") as f:
+            f.write(json.dumps(report, allow_nan=True))
+
+    def run(path: str) -> None:
+        spectra.check(path, require=["fit.alpha > 0"])
+        spectra.compare(path, path)
+        spectra.check(path, require=["fit.alpha > 0"], baseline=path, max_change=["fit.alpha=1%"])
+
+    _only_spectra_errors(write, run, ".json")

@@ -1,0 +1,130 @@
+"""Moment files are files other people wrote: every field that lies is one line naming the file and
+the field, exit 2, nothing on stdout, the file unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from tests.cli.test_hostile import refused
+from tests.conftest import powerlaw_matrix
+
+X = powerlaw_matrix(400, 8, 1.0, seed=2)
+
+
+def _parts(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _lie(tmp_path, change, *, weighted=False, groups=0):
+    a = spectra.accumulate(X, weights=np.linspace(0.5, 2.0, len(X)) if weighted else None,
+                           groups=groups).save(tmp_path / "good.npz")
+    parts = _parts(a)
+    meta = json.loads(str(parts["meta"]))
+    change(parts, meta)
+    parts["meta"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "m.npz", **parts)
+    return tmp_path / "m.npz"
+
+
+def _scalar(i, v, prefix=""):
+    def change(parts, meta):
+        s = parts[f"{prefix}scalars"].copy()
+        s[i] = v
+        parts[f"{prefix}scalars"] = s
+    return change
+
+
+def _meta(path, v):
+    def change(parts, meta):
+        node = meta
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = v
+    return change
+
+
+def _array(name, f):
+    def change(parts, meta):
+        parts[name] = f(parts[name].copy())
+    return change
+
+
+CASES = {
+    "n_dropped many": (_meta(["n_dropped"], "many"), "meta n_dropped is 'many'; a count (an integer, 0 or more) is "
+                                                      "required."),
+    "n_dropped list": (_meta(["n_dropped"], [1]), "meta n_dropped is [1]; a count"),
+    "weight_sq_sum text": (_meta(["weight_sq_sum"], "x"), "meta weight_sq_sum is 'x'; a finite number, 0 or more is "
+                                                          "required."),
+    "weight_sq_sum negative": (_meta(["weight_sq_sum"], -1), "meta weight_sq_sum is -1; a finite number"),
+    "weight_sq_sum not the count": (_meta(["weight_sq_sum"], 7), "meta weight_sq_sum is 7 for 400 unweighted rows"),
+    "sources int": (_meta(["sources"], 5), "meta sources is 5; a list of objects is required."),
+    "d fractional": (_meta(["options", "d"], 16.9), "meta options.d is 16.9; a count"),
+    "d float": (_meta(["options", "d"], 8.0), "meta options.d is 8.0; a positive integer is required."),
+    "precision": (_meta(["options", "precision"], "float16"), "meta options.precision is 'float16'; one of float64, "
+                                                             "float32 is required."),
+    "block_rows meta zero": (_meta(["options", "block_rows"], 0), "meta options.block_rows is 0; a positive integer"),
+    "groups text": (_meta(["options", "groups"], "2"), "meta options.groups is '2'; a count"),
+    "cosine text": (_meta(["options", "cosine"], "yes"), "meta options.cosine is 'yes'; true or false is required."),
+    "weighted lies": (_meta(["options", "weighted"], True), "its metadata says weighted True but its moments say "
+                                                            "False."),
+    "n fractional": (_scalar(0, 2.5), "scalars[0] (rows) is 2.5; a count"),
+    "n huge": (_scalar(0, 1e300), "scalars[0] (rows) is 1e+300; a count"),
+    "weight sum zero": (_scalar(1, 0.0), "scalars says 400 unweighted rows but a weight sum of 0"),
+    "n_positive negative": (_scalar(2, -5), "scalars[2] (rows of positive weight) is -5.0; a count"),
+    "scale negative": (_scalar(3, -1), "scalars[3] (scale) is -1.0; a positive power of two is required."),
+    "scale not a power of two": (_scalar(3, 3.0), "scalars[3] (scale) is 3.0; a positive power of two"),
+    "block rows huge": (_scalar(5, 1e300), "scalars[5] (rows per block) is 1e+300; a count"),
+    "block rows negative": (_scalar(5, -5), "scalars[5] (rows per block) is -5.0; a count"),
+    "block rows zero is fine only for no rows": (_scalar(5, 401), "scalars[5] (rows per block) is 401.0; a count of "
+                                                                  "at most 400"),
+    "m2 negative definite": (_array("m2", lambda m: -m), "array m2 has a negative diagonal entry"),
+    "m2 not symmetric": (_array("m2", lambda m: m + np.triu(np.ones_like(m), 1)), "array m2 is not symmetric"),
+    "m2 not psd": (_array("m2", lambda m: m + 10 * m.max() * (np.ones_like(m) - np.eye(len(m)))),
+                   "array m2 is not positive semi-definite"),
+    "m2 inf": (_array("m2", lambda m: np.where(np.eye(len(m)) > 0, np.inf, m)), "array m2 holds NaN or infinite"),
+    "m2 text": (_array("m2", lambda m: np.array(["x"] * m.size).reshape(m.shape)), "array m2 is an array of shape "
+                                                                                    "[8, 8]; a numeric array"),
+    "mean nan": (_array("mean_rel", lambda m: m * np.nan), "array mean_rel holds NaN or infinite values"),
+    "scalars short": (_array("scalars", lambda s: s[:3]), "array scalars is an array of shape [3]; a numeric array "
+                                                          "of shape [6] is required."),
+    "cos inf": (_array("cos_scalars", lambda c: np.where(np.arange(5) == 3, np.inf, c)),
+                "array cos_scalars holds NaN or infinite values"),
+    "cos unit sum nan": (_array("cos_unit_sum", lambda c: c * np.nan), "array cos_unit_sum holds NaN"),
+    "cos zero rows above rows": (_array("cos_scalars", lambda c: np.where(np.arange(5) == 3, 1e6, c)),
+                                 "cos_scalars[3] (all-zero rows) is 1000000.0; a count of at most 400"),
+    "cos unit sum too long": (_array("cos_unit_sum", lambda c: c * 1e6), "array cos_unit_sum is longer than its "
+                                                                         "weight sum"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_moment_file_that_lies_is_refused_naming_the_field(cli, tmp_path, name):
+    change, message = CASES[name]
+    m = _lie(tmp_path, change)
+    line = refused(cli, tmp_path, "fit", m)
+    assert line.startswith(f"error: {m}: ") or line.startswith(f"error: {m} "), line
+    assert message in line, line
+    with pytest.raises(spectra.InputError):
+        spectra.Accumulator.load(m)
+
+
+def test_weighted_and_grouped_files_are_checked_too(cli, tmp_path):
+    m = _lie(tmp_path, _meta(["weight_sq_sum"], 1e-9), weighted=True)
+    refused(cli, tmp_path, "fit", m, match="makes an effective sample size (sum w)^2 / sum w^2 above the 400 rows")
+    m = _lie(tmp_path, _scalar(0, 3, prefix="g0_"), groups=4)
+    refused(cli, tmp_path, "fit", m, match="g0_scalars[2] (rows of positive weight) is 104.0; a count of at most 3")
+    m = _lie(tmp_path, _array("g1_m2", lambda a: -a), groups=4)
+    refused(cli, tmp_path, "fit", m, match="array g1_m2 has a negative diagonal entry")
+
+
+def test_the_files_spectra_writes_pass_every_check(tmp_path):
+    for kw in ({}, {"groups": 5}, {"weights": np.linspace(0.1, 3, len(X))}, {"precision": "float32"}):
+        a = spectra.accumulate(X, **kw).save(tmp_path / "a.npz")
+        assert spectra.Accumulator.load(a).n == len(X)
+    empty = spectra.Accumulator(8)
+    assert spectra.Accumulator.load(empty.save(tmp_path / "e.npz")).n == 0

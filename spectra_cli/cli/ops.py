@@ -150,8 +150,8 @@ def batch(
 
         result = run_batch(paths, jsonl=jsonl, resume=resume, overwrite=overwrite, workers=workers, tensors=tensors,
                            window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
-                           precision=precision, density=density, block_rows=block_rows, positions=positions, pool=pool, top=top,
-                           alpha_range=alpha_range, engine=engine, scheduler=scheduler,
+                           precision=precision, density=density, block_rows=block_rows, positions=positions,
+                           pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result,
                            progress=lambda done, total: bar.update(task, completed=done, total=total))
     if not result.items:  # results files, summarised

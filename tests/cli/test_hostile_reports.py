@@ -1,0 +1,79 @@
+"""Reports and results files written elsewhere: a schema spectra does not read, JSON that is not
+strict, and results that a careless re-run would replace."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.cli.test_hostile import refused
+from tests.conftest import powerlaw_matrix
+
+X = powerlaw_matrix(400, 12, 1.0, seed=4)
+
+
+@pytest.fixture
+def report(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    doc = cli("fit", tmp_path / "x.npy", "--window", "2:8", "--json").json()
+    (tmp_path / "good.json").write_text(json.dumps(doc))
+    return doc
+
+
+@pytest.mark.parametrize("schema", ["spectra.report/999", "spectra.report/0", "spectra.report/2"])
+@pytest.mark.parametrize("command", ["check", "compare", "baseline", "trend"])
+def test_a_schema_this_spectra_does_not_read_is_refused_naming_both(cli, tmp_path, report, schema, command):
+    bad = dict(report, schema=schema)
+    (tmp_path / "r.json").write_text(json.dumps(bad))
+    (tmp_path / "r.jsonl").write_text(json.dumps(bad) + "\n")
+    msg = f"has schema '{schema}'; this spectra reads spectra.report/1."
+    if command == "check":
+        refused(cli, tmp_path, "check", tmp_path / "r.json", "--require", "fit.alpha > 0", match=msg)
+        refused(cli, tmp_path, "check", tmp_path / "r.jsonl", "--require", "fit.alpha > 0", match=msg)
+    elif command == "compare":
+        refused(cli, tmp_path, "compare", tmp_path / "good.json", tmp_path / "r.json", match=msg)
+    elif command == "baseline":
+        refused(cli, tmp_path, "check", tmp_path / "good.json", "--require", "fit.alpha > 0", "--baseline",
+                tmp_path / "r.json", match=msg)
+    else:
+        refused(cli, tmp_path, "trend", tmp_path / "r.jsonl", "--metric", "fit.alpha", match=f"line 1 {msg}")
+
+
+@pytest.mark.parametrize(("text", "what"), [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"),
+                                            ("1e999", "the number 1e999, beyond float64's range")])
+def test_a_report_that_is_not_strict_json_is_bad_input_not_a_failed_check(cli, tmp_path, report, text, what):
+    raw = json.dumps(report).replace(json.dumps(report["fit"]["alpha"]), text, 1)
+    (tmp_path / "r.json").write_text(raw)
+    line = refused(cli, tmp_path, "check", tmp_path / "r.json", "--require", "fit.alpha > 0")
+    assert line == f"error: {tmp_path}/r.json is not strict JSON: it holds {what}" + (
+        ", which strict JSON does not have." if what == text else ".")
+    refused(cli, tmp_path, "compare", tmp_path / "r.json", tmp_path / "good.json", match="is not strict JSON")
+
+
+def test_results_are_never_replaced_by_a_rerun_without_resume_or_overwrite(cli, tmp_path):
+    for i in range(3):
+        np.save(tmp_path / f"s{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
+    shards = [tmp_path / f"s{i}.npy" for i in range(3)]
+    assert cli("batch", *shards[:2], "--jsonl", tmp_path / "r.jsonl").exit_code == 0
+    before = (tmp_path / "r.jsonl").read_bytes()
+    refused(cli, tmp_path, "batch", *shards, "--jsonl", tmp_path / "r.jsonl",
+            match=f"--jsonl '{tmp_path}/r.jsonl' already holds the results of a batch; --resume keeps them (and "
+                  "retries failed items), --overwrite replaces them.")
+    refused(cli, tmp_path, "batch", *shards, "--jsonl", tmp_path / "r.jsonl", "--resume", "--overwrite",
+            match="--resume keeps the results already in --jsonl and --overwrite replaces them: give one.")
+    assert (tmp_path / "r.jsonl").read_bytes() == before
+    # a failed line is retried on resume; the note says what was kept, retried and added
+    lines = before.decode().splitlines()
+    failed = json.loads(lines[1])
+    lines[1] = json.dumps({"schema": "spectra.batch-error/1", "item": failed["item"],
+                           "fingerprint": failed["source"]["fingerprint"], "error": "x"})
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    r = cli("batch", *shards, "--jsonl", tmp_path / "r.jsonl", "--resume")
+    assert r.exit_code == 0
+    assert f"note: --resume kept 1 item(s) already in {tmp_path}/r.jsonl, retried 1 that had failed, added 2" in \
+        r.stderr
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
+    r = cli("batch", shards[0], "--jsonl", tmp_path / "r.jsonl", "--overwrite")
+    assert r.exit_code == 0 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 1

@@ -17,7 +17,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.rows import RowSpec
-from spectra_cli.validate import check_choice, check_int, check_str, product_dtype
+from spectra_cli.validate import check_choice, check_int, check_number, check_str, product_dtype
 
 ENGINES = ("local", "dask")
 DEFAULT_BLOCK_ROWS = 8192
@@ -110,6 +110,7 @@ class ReadKeywords(SourceKeywords, total=False):
     engine: str
     scheduler: str | None
     workers: int | None
+    connect_timeout: float
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -128,6 +129,7 @@ WHITEN_REFUSES = {
     "precision": "does not apply: the whitening transform is computed in float64",
     "engine": "does not apply: whiten writes its rows in order from one process (the local engine)",
     "scheduler": "does not apply: whiten runs locally",
+    "connect_timeout": "does not apply: whiten runs locally",
     "workers": "does not apply: whiten runs locally",
 }
 #: ``sequence`` reads every position of its windows.
@@ -179,6 +181,7 @@ class ReadOptions:
     engine: str = "local"
     scheduler: str | None = None
     workers: int | None = None
+    connect_timeout: float = 5.0
 
     @staticmethod
     def keywords() -> tuple[str, ...]:
@@ -206,6 +209,7 @@ class ReadOptions:
                                                              v["pool"], v["mask"])
         positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
         engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
+        connect_timeout = check_number("connect_timeout", v["connect_timeout"], positive=True)
         product_dtype(precision)  # one of PRECISIONS
         ddof = check_int("ddof", ddof, minimum=0)
         if block_rows is not None:
@@ -255,7 +259,7 @@ class ReadOptions:
                    drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
                    positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
                    positions_per_window=positions_per_window, doc_column=doc_column, mask_column=mask_column,
-                   engine=engine, scheduler=scheduler, workers=workers)
+                   engine=engine, scheduler=scheduler, workers=workers, connect_timeout=connect_timeout)
 
     @property
     def sequence(self) -> bool:

@@ -70,6 +70,8 @@ DaskWorkers = Annotated[int | None, typer.Option("--workers", metavar="N", help=
                                                  "processes (--engine dask; default 2).")]
 
 
+ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", metavar="SECONDS", help="How long to wait for "
+                                               "the Dask scheduler of --scheduler to answer.")]
 DocColumn = Annotated[str | None, typer.Option("--doc-column", metavar="NAME", help="Parquet column of document ids: "
                                               "windows of --positions-per-window tokens restart at each document and "
                                               "never cross one.")]
@@ -88,7 +90,7 @@ READ_OPTIONS: dict[str, tuple[Any, Any]] = {
     "drop_nonfinite": (DropNonfinite, False), "max_memory": (MaxMemory, None), "positions": (Positions, None),
     "pool": (Pool, "tokens"), "mask": (Mask, None), "positions_per_window": (PerWindow, None),
     "doc_column": (DocColumn, None), "mask_column": (MaskColumn, None), "engine": (Engine, "local"),
-    "scheduler": (Scheduler, None), "workers": (DaskWorkers, None),
+    "scheduler": (Scheduler, None), "workers": (DaskWorkers, None), "connect_timeout": (ConnectTimeout, 5.0),
 }
 _FLAG_NAME = {"centered": "uncentered"}  # the parameter name Typer sees where it differs from the keyword
 

@@ -12,6 +12,7 @@ from spectra_cli.cli.app import EXIT_CHECK, app, emit
 from spectra_cli.cli.flags import (
     BlockRows,
     Column,
+    ConnectTimeout,
     Ddof,
     Json,
     Key,
@@ -110,6 +111,7 @@ def batch(
                                         "cluster (the 'dask' extra).")] = "local",
     scheduler: Annotated[str | None, typer.Option("--scheduler", metavar="ADDRESS", help="An existing Dask "
                                                   "scheduler (--engine dask).")] = None,
+    connect_timeout: ConnectTimeout = 5.0,
     alpha_range: Annotated[str, typer.Option("--alpha-range", metavar="LO:HI", help="Density alpha of a healthy "
                                              "layer: below LO over-trained, above HI under-trained "
                                              "(WeightWatcher's 2:6).")] = "2:6",
@@ -152,6 +154,7 @@ def batch(
                            window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
                            precision=precision, density=density, block_rows=block_rows, positions=positions,
                            pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
+                           connect_timeout=connect_timeout, verbose=verbose,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result,
                            progress=lambda done, total: bar.update(task, completed=done, total=total))
     if not result.items:  # results files, summarised

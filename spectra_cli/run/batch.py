@@ -24,7 +24,7 @@ from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
-from spectra_cli.validate import check_choice, check_int
+from spectra_cli.validate import check_choice, check_int, check_number
 
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 
@@ -444,13 +444,15 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 def run_batch(
     items: list[Item], options: dict[str, Any], *, workers: int = 1, engine: str = "local",
     scheduler: str | None = None, on_result: Callable[[dict[str, Any]], None] | None = None,
+    connect_timeout: float = 5.0, verbose: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Yield each item's line as it completes (input order when ``workers == 1``). With
     ``engine="dask"`` the items are Dask tasks (a LocalCluster of ``workers`` processes, or the
     cluster at ``scheduler``); each item is analysed whole on one worker."""
     workers = check_int("workers", workers, minimum=1)
     if check_choice("engine", engine, ENGINES) != "local":
-        yield from _run_on_dask(items, options, workers=workers, scheduler=scheduler, on_result=on_result)
+        yield from _run_on_dask(items, options, workers=workers, scheduler=scheduler, on_result=on_result,
+                                connect_timeout=connect_timeout, verbose=verbose)
         return
     if workers == 1 or len(items) == 1:
         for it in items:
@@ -486,10 +488,12 @@ def run_batch(
 
 
 def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, scheduler: str | None,
-                 on_result: Callable[[dict[str, Any]], None] | None) -> Iterator[dict[str, Any]]:
+                 on_result: Callable[[dict[str, Any]], None] | None, connect_timeout: float,
+                 verbose: bool) -> Iterator[dict[str, Any]]:
     from spectra_cli.stream import cluster as dask_engine
 
-    with dask_engine.client(scheduler, workers if scheduler is None else None) as c:
+    with dask_engine.client(scheduler, workers if scheduler is None else None, connect_timeout=connect_timeout,
+                            verbose=verbose) as c:
         distributed = dask_engine.require_distributed()
         futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, pure=False): it for it in items}
         for fut in distributed.as_completed(futures):
@@ -536,7 +540,8 @@ class BatchRun:
 def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | None, resume: bool = False,
                  workers: int = 1, engine: str = "local", scheduler: str | None = None,
                  allow_option_mismatch: bool = False, skipped: list[Skip] | None = None,
-                 on_result: Callable[[dict[str, Any]], None] | None = None, overwrite: bool = False) -> BatchRun:
+                 on_result: Callable[[dict[str, Any]], None] | None = None, overwrite: bool = False,
+                 connect_timeout: float = 5.0, verbose: bool = False) -> BatchRun:
     """Run the items (skipping, with ``resume``, those already in ``jsonl`` with the same
     fingerprint and options) and append each finished line to ``jsonl`` as it comes. ``skipped``
     tensors get a ``spectra.batch-skipped/1`` line each (once, also across resumes)."""
@@ -561,7 +566,8 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
                     out.write(dumps(line, indent=None))
                 if on_result is not None:
                     on_result(line)
-        for doc in run_batch(todo, options, workers=workers, engine=engine, scheduler=scheduler):
+        for doc in run_batch(todo, options, workers=workers, engine=engine, scheduler=scheduler,
+                             connect_timeout=connect_timeout, verbose=verbose):
             if out is not None:
                 out.write(dumps(doc, indent=None))
             results.append(doc)
@@ -639,6 +645,8 @@ def batch(
     alpha_range: str = "2:6",
     engine: str = "local",
     scheduler: str | None = None,
+    connect_timeout: float = 5.0,
+    verbose: bool = False,
     allow_option_mismatch: bool = False,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -651,7 +659,8 @@ def batch(
     never an input, never a file that is not a spectra results file); ``resume``: keep the items
     already there with the same fingerprint and options (a cut last line repaired, failed items
     retried); an existing results file is never replaced silently: give ``resume`` or ``overwrite``.
-    ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``workers`` a
+    ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``connect_timeout``: seconds to
+    wait for ``scheduler`` to answer; ``verbose``: Dask's own logs) (``workers`` a
     LocalCluster, or ``scheduler``). The fit options (``window``, ``method``, ``model``, ``centered``,
     ``ddof``, ``precision``, ``density``, ``alpha_range``, ``block_rows``, ``positions``, ``pool``,
     ``top``) are those of ``fit``. ``on_result(line)`` is called with each line as it comes (skips
@@ -690,7 +699,8 @@ def batch(
     out = os.fspath(jsonl) if jsonl is not None else None
     run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,
                        scheduler=scheduler, allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,
-                       on_result=on_line, overwrite=overwrite)
+                       on_result=on_line, overwrite=overwrite,
+                       connect_timeout=check_number("connect_timeout", connect_timeout, positive=True), verbose=verbose)
     return BatchResult(tuple(run.results), tuple(s.to_dict() for s in listing.skipped),
                        tuple(it.name for it in items), tuple([*listing.notes, *run.notes]), run.skipped,
                        tuple(run.option_mismatch), out, listing.skip_summary(), run.retried)

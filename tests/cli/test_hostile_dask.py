@@ -5,6 +5,7 @@ here listen on the loopback address only and stop by themselves."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -18,7 +19,8 @@ import pytest
 
 from tests.conftest import powerlaw_matrix
 
-pytest.importorskip("distributed")
+# distributed is not imported here: importing it into the test process slows every later test
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="needs the dask extra")
 X = powerlaw_matrix(3000, 8, 1.0, seed=5)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-_MARK = re.compile("\x00([a-z_0-9]+)(?:\x01([^\x00]*))?\x00")
+_MARK = re.compile("\x00([a-z_0-9]+(?:\\[[0-9]+\\])?)(?:\x01([^\x00]*))?\x00")
 
 #: Parameters whose flag is not ``--`` + the name with dashes.
 _FLAGS = {"centered": "--uncentered", "out": "-o", "n": "-n", "d": "-d"}

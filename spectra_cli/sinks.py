@@ -53,6 +53,8 @@ def input_files(paths: Iterable[str | None]) -> list[str]:
         if not p or not isinstance(p, str):
             continue
         p = p.partition("::")[0]
+        if p.lower().startswith("file://"):  # a URL of a local file is that file
+            p = p[len("file://"):]
         out.append(p)
         if os.path.isdir(p):
             for root, _, files in os.walk(p):

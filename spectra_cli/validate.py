@@ -58,3 +58,39 @@ def check_str(name: str, value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise OptionError(f"{param(name, value, show=True)} must be a string, not {type(value).__name__}.")
     return value
+
+
+def check_path(name: str, value: Any) -> str:
+    """``value`` as a path string: a ``str`` or ``os.PathLike`` naming something (not empty)."""
+    import os
+
+    if isinstance(value, bool) or not isinstance(value, str | os.PathLike):
+        raise OptionError(f"{param(name, value, show=True)} must be a path (str or os.PathLike), not "
+                          f"{type(value).__name__}.")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path:
+        raise OptionError(f"{param(name, value, show=True)} must be a path that names something.")
+    return path
+
+
+def check_paths(name: str, value: Any) -> list[str]:
+    """One path or a non-empty list or tuple of them, as a list of strings (the element named when bad)."""
+    if isinstance(value, list | tuple):
+        if not value:
+            raise OptionError(f"{param(name)} is an empty {type(value).__name__}; name at least one path.")
+        return [check_path(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [check_path(name, value)]
+
+
+def check_strings(name: str, value: Any) -> list[str]:
+    """One string or a list or tuple of them (a string is one item, never its characters)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise OptionError(f"{param(name, value, show=True)} must be a string or a list of strings, not "
+                          f"{type(value).__name__}.")
+    for i, v in enumerate(items):
+        if not isinstance(v, str):
+            raise OptionError(f"{param(f'{name}[{i}]', v, show=True)} must be a string, not {type(v).__name__}.")
+    return list(items)

@@ -210,6 +210,19 @@ def _eps(precision: str) -> float:
     return float(np.finfo(product_dtype(precision)).eps)
 
 
+def eigvalsh_checked(C: np.ndarray, what: str = "the covariance") -> np.ndarray:
+    """``numpy.linalg.eigvalsh`` of a matrix that must be finite: a matrix whose entries overflowed
+    float64 (moments of values near 1e154, or a moment file that says so) is an input error, never
+    LAPACK's "did not converge"."""
+    if not np.all(np.isfinite(C)):
+        raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
+                         "rescale the data.")
+    try:
+        return np.linalg.eigvalsh(C)
+    except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
+        raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
+
+
 def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str) -> float:
     """The numerical floor (see FLOOR_DEFINITION)."""
     if not eigenvalues.size:
@@ -282,7 +295,7 @@ def spectrum_from_moments(
             method = (f"the leading {top} of {d} eigenvalues by block Lanczos (Krylov dimension {found.dimension}) "
                       "of the d x d matrix from streamed block moments (Chan et al. merge)")
     if lam_scaled is None:
-        lam_scaled = np.linalg.eigvalsh(C)
+        lam_scaled = eigvalsh_checked(C)
     del C
     lam = _finish(lam_scaled, factor)
     floor = floor_for(lam, d, m.block_rows, precision)
@@ -339,7 +352,7 @@ def spectrum_from_rows(
         G = (A32 @ A32.T).astype(np.float64)
     else:
         G = A @ A.T
-    lam = _finish(np.linalg.eigvalsh(G / denom), scale * scale)
+    lam = _finish(eigvalsh_checked(G / denom), scale * scale)
     floor = floor_for(lam, d, d, precision)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos
     return Spectrum(

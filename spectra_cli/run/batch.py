@@ -24,7 +24,7 @@ from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
-from spectra_cli.validate import check_choice, check_int, check_number
+from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths
 
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 
@@ -667,7 +667,11 @@ def batch(
     included), ``progress(items_done, items_total)`` once the items are listed and after each. A
     failed item does not stop the batch: it is a line with ``error``. Paths that are all results
     files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``)."""
-    args = [os.fspath(paths)] if isinstance(paths, str | os.PathLike) else [os.fspath(p) for p in paths]
+    args = check_paths("paths", paths)
+    if jsonl is not None:
+        jsonl = check_path("jsonl", jsonl)
+    if tensors is not None and not isinstance(tensors, str):
+        raise OptionError(f"{param('tensors', tensors, show=True)} must be a string (a regular expression).")
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
     results_files = [p for p in args if p.lower().endswith(".jsonl")]

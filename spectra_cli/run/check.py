@@ -10,12 +10,14 @@ A baseline comparison ``FIELD=LIMIT`` bounds ``|value - baseline|`` by LIMIT, or
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import MISSING, lookup, scalar_fields
+from spectra_cli.validate import check_path, check_strings
 
 OPS = (">=", "<=", "==", "!=", ">", "<")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -254,12 +256,12 @@ class CheckResult:
 
 
 def check(
-    data: str,
+    data: str | os.PathLike[str],
     *,
-    require: list[str] | tuple[str, ...] | None = None,
-    config: str | None = None,
-    baseline: str | None = None,
-    max_change: list[str] | tuple[str, ...] | None = None,
+    require: str | list[str] | tuple[str, ...] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    baseline: str | os.PathLike[str] | None = None,
+    max_change: str | list[str] | tuple[str, ...] | None = None,
     window: str | list[str] | tuple[str, ...] | None = None,
     method: str | None = None,
     model: str | None = None,
@@ -287,9 +289,13 @@ def check(
     from spectra_cli.run.compare import as_report, load_report
     from spectra_cli.run.summary import read_results
 
+    data = check_path("data", data)
+    require, max_change = check_strings("require", require), check_strings("max_change", max_change)
+    config = check_path("config", config) if config is not None else None
+    baseline = check_path("baseline", baseline) if baseline is not None else None
     cfg = load_config(config) if config else {"require": [], "baseline": None, "max_change": [], "fit": {}}
-    checks = [parse_require(r) for r in [*cfg["require"], *(require or [])]]
-    checks += [parse_max_change(m) for m in [*cfg["max_change"], *(max_change or [])]]
+    checks = [parse_require(r) for r in [*cfg["require"], *require]]
+    checks += [parse_max_change(m) for m in [*cfg["max_change"], *max_change]]
     if not checks:
         raise OptionError(f"check needs at least one {param('require')} or {param('max_change')} (or a [check] "
                           f"table via {param('config')}).")

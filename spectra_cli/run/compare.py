@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
 from spectra_cli.results import SCHEMA_VERSION, scalar_fields
+from spectra_cli.validate import check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
@@ -115,8 +117,8 @@ class CompareResult:
 
 
 def compare(
-    a: str,
-    b: str,
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
     *,
     window: str | list[str] | tuple[str, ...] | None = None,
     method: str = "ols",
@@ -129,10 +131,11 @@ def compare(
     unless ``allow_option_mismatch`` (then the mismatches are stated in the result)."""
     from spectra_cli.provenance import check_same_options
 
+    pa, pb = check_path("a", a), check_path("b", b)
     opts: dict[str, Any] = {"method": method, "centered": centered}
     if window:
         opts["window"] = window
-    da, db = as_report(a, opts), as_report(b, opts)
+    da, db = as_report(pa, opts), as_report(pb, opts)
     mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
     rows = compare_rows(da, db)
     doc = compare_doc(da, db, rows)

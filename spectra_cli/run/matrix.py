@@ -51,7 +51,7 @@ from spectra_cli.sinks import check_not_input
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
-from spectra_cli.validate import check_int
+from spectra_cli.validate import check_int, check_path
 
 BOOTSTRAP_GROUPS = 32
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
@@ -334,9 +334,9 @@ def moments(
     it holds: what ``spectra moments`` does. Moment files of different shards merge exactly:
     ``fit(["m0.npz", "m1.npz"])``. ``groups``: also keep that many bootstrap groups (for ``ci=True`` on
     the merged moments). Reading options as for :func:`fit`."""
-    path = os.fspath(out) if out is not None else ""
-    if not path:
+    if out is None or out == "":
         raise OptionError(f"moments needs {param('out')} FILE.npz.")
+    path = check_path("out", out)
     if not path.lower().endswith(".npz"):
         raise OptionError(f"{param('out', path)}: a moment file must end in .npz.")
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)

@@ -102,8 +102,9 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
     if first.moments is None:
         raise FitError(f"{param('ci')} needs more rows than features (the bootstrap reuses d x d block moments).")
     if not first.groups:
-        raise FitError(f"{param('ci')} needs group moments: the Accumulator was made without groups "
-                       "(Accumulator(d, groups=32)).")
+        raise FitError(f"{param('ci')} needs bootstrap groups that split every row: these moments have none "
+                       "(an Accumulator or moment file made without groups, or merged with one that has none; make "
+                       "every moment file with spectra moments --groups 32, or Accumulator(d, groups=32)).")
     if not suite.fits:
         return suite
     groups = first.groups

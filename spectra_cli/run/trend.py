@@ -17,6 +17,7 @@ from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import lookup
+from spectra_cli.validate import check_path, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -122,11 +123,15 @@ class TrendResult:
         return dict(self.document)
 
 
-def trend(jsonl: str, *, metric: str | list[str] | tuple[str, ...] = (), step_regex: str | None = None) -> TrendResult:
+def trend(jsonl: str | os.PathLike[str], *, metric: str | list[str] | tuple[str, ...] = (),
+          step_regex: str | None = None) -> TrendResult:
     """Each ``metric`` (a dotted report field, e.g. ``fit.alpha``) of a batch's results against the step
     number of each item: the last run of digits in its file name, or group 1 of ``step_regex``. Items
     of different names (``run-a/step_100.npy``, ``run-b/step_100.npy``) are separate series; failed
     and skipped items are left out with a note."""
-    metrics = [metric] if isinstance(metric, str) else list(metric)
+    jsonl = check_path("jsonl", jsonl)
+    metrics = check_strings("metric", metric)
+    if step_regex is not None and not isinstance(step_regex, str):
+        raise OptionError(f"{param('step_regex', step_regex, show=True)} must be a string.")
     points, notes = load_points(jsonl, metrics, step_regex)
     return TrendResult(trend_doc(points, metrics, notes), tuple(points), tuple(metrics), tuple(notes))

@@ -167,15 +167,44 @@ def is_glob(path: str) -> bool:
     return any(ch in path for ch in "*?[") and not os.path.lexists(path)
 
 
-def expand_glob(pattern: str) -> list[str]:
-    """The files a glob matches (``**`` recursive), sorted; an input error when none."""
-    import glob
-    import os
+#: A glob matching more than this many entries is refused (a loop of links, or the wrong pattern).
+MAX_GLOB_MATCHES = 1_000_000
 
-    files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+
+def expand_glob(pattern: str) -> list[str]:
+    """The files a glob matches, sorted; an input error when none. ``**`` recurses without following
+    symbolic links to directories (a link back up the tree would make the walk endless), and, as the
+    shell's ``*``, no wildcard matches a name that starts with a dot."""
+    import glob
+    import itertools
+    from pathlib import Path
+
+    if "**" not in pattern:
+        matches = glob.iglob(pattern)
+    else:
+        parts = Path(pattern).parts
+        static = next((i for i, p in enumerate(parts) if any(ch in p for ch in "*?[")), len(parts))
+        base = Path(*parts[:static]) if static else Path(".")
+        rest = "/".join(parts[static:])
+        matches = (str(base / m.relative_to(base)) if static else str(m)
+                   for m in base.glob(rest)
+                   if not any(c.startswith(".") for c in m.relative_to(base).parts))
+    found = list(itertools.islice(matches, MAX_GLOB_MATCHES + 1))
+    if len(found) > MAX_GLOB_MATCHES:
+        raise InputError(f"{pattern} matches more than {MAX_GLOB_MATCHES:,} entries; name fewer files.")
+    files = sorted(f for f in found if os.path.isfile(f) or _is_data_name(f))
     if not files:
-        raise InputError(f"no files match {pattern}.")
+        dirs = [f for f in found if os.path.isdir(f)]
+        hint = f" (it matches the director{'y' if len(dirs) == 1 else 'ies'} {', '.join(dirs[:3])}: name it " \
+               "without a pattern to read its files)" if dirs else ""
+        raise InputError(f"no files match {pattern}{hint}.")
     return files
+
+
+def _is_data_name(path: str) -> bool:
+    """A name spectra would read (kept in a listing even when it is not a regular file, so that the
+    reader refuses it by name instead of the rows being left out silently)."""
+    return path.lower().endswith((".npy", ".npz", ".parquet", ".pq", ".safetensors"))
 
 
 def check_numeric_dtype(dtype: np.dtype, where: str) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from spectra_cli.errors import InputError
 from spectra_cli.sources import remote
 from spectra_cli.sources.base import check_regular, expand_glob, fingerprint, is_glob
+from spectra_cli.validate import check_paths
 
 _PARQUET_EXT = (".parquet", ".pq")
 #: The members a moment file holds (``format``, ``meta`` and the moments' ``m2``).
@@ -95,19 +96,23 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def _directory_files(path: str) -> list[str]:
-    """The data files of a directory: its Parquet files, else its ``.npy`` shards (``_``- and
-    ``.``-names skipped, as Spark, Dask and pyarrow skip them), in name order."""
+    """The data files of a directory: its Parquet files or its ``.npy`` shards (``_``- and ``.``-names
+    skipped, as Spark, Dask and pyarrow skip them; subdirectories walked, links to directories not
+    followed), in path order. A name of either kind that is not a regular file (a FIFO, a dangling
+    link) is kept, so that its reader refuses it by name rather than its rows being left out."""
     found: dict[str, list[str]] = {"parquet": [], "npy": []}
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
         for n in names:
-            full = os.path.join(root, n)
-            if n.startswith((".", "_")) or not os.path.isfile(full):
+            if n.startswith((".", "_")):
                 continue
             if n.lower().endswith(_PARQUET_EXT):
-                found["parquet"].append(full)
+                found["parquet"].append(os.path.join(root, n))
             elif n.lower().endswith(".npy"):
-                found["npy"].append(full)
+                found["npy"].append(os.path.join(root, n))
+    if found["parquet"] and found["npy"]:
+        raise InputError(f"directory {path} holds both Parquet files ({found['parquet'][0]}) and .npy shards "
+                         f"({found['npy'][0]}); name the ones to read (a glob such as {path}/*.npy).")
     return sorted(found["parquet"] or found["npy"])
 
 
@@ -154,12 +159,9 @@ def _a_file(kind: str) -> str:
 
 def resolve(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Dataset:
     """The :class:`Dataset` that one or more paths name (see the module docstring)."""
-    if isinstance(paths, str | os.PathLike):
-        args: tuple[str, ...] = (os.fspath(paths),)
-    else:
-        args = tuple(os.fspath(p) for p in paths)
-    if not args:
+    if isinstance(paths, list | tuple) and not paths:
         raise InputError("no input path given; name at least one file, directory or glob.")
+    args = tuple(check_paths("data", paths))
     name = args[0] if len(args) == 1 else ",".join(args)
     if len(args) == 1 and remote.is_url(args[0]):
         return Dataset(args, (Member(args[0], None),), "single", name)

@@ -231,10 +231,18 @@ class SequenceSource(Source):
             return
         L, d = self.layout.length, self.layout.d
         first = 0
+        carry: np.ndarray | None = None  # rows of a window cut by a block edge (shards end anywhere)
         for X, _ in self.base.iter_blocks(0, self.layout.windows * L, max(1, block_windows) * L):
+            X = np.asarray(X)
+            if carry is not None:
+                X = np.concatenate([carry, X])
+                carry = None
             w = len(X) // L
-            yield first, np.asarray(X).reshape(w, L, d)
-            first += w
+            if w * L < len(X):
+                carry = X[w * L:].copy()
+            if w:
+                yield first, X[:w * L].reshape(w, L, d)
+                first += w
 
     def _rows(self, block_windows: int) -> Iterator[np.ndarray]:
         pos, pool = self._pos, self.layout.pool

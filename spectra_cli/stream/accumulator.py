@@ -208,13 +208,23 @@ class Accumulator:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Accumulator:
-        """Read a moment file written by :meth:`save` (or ``spectra moments``)."""
-        from spectra_cli.sources.npy import read_npz_arrays
+    def load(cls, path: str | os.PathLike[str], *, max_memory: int | str | None = None) -> Accumulator:
+        """Read a moment file written by :meth:`save` (or ``spectra moments``), every field checked
+        (the file was written elsewhere). ``max_memory``: bytes (or ``"8GB"``) its arrays may take,
+        checked from their headers before any is read (default half the physical memory)."""
+        from spectra_cli.sources.npy import moment_file_sizes, read_npz_arrays
 
         path = os.fspath(path)
+        sizes, d = moment_file_sizes(path)
+        need = float(sum(sizes.values()))
+        refuse_over_budget(path, "its moments", need, f"arrays of {need / (1 << 20):.3g} MiB (d = {d})",
+                           memory_budget(parse_bytes(max_memory)))
         arrays = read_npz_arrays(path)
         return _from_arrays(arrays, path)
+
+    def held_bytes(self) -> int:
+        """Bytes of the matrices held: the moments and the groups' (``d x d`` float64 each)."""
+        return 8 * self.d * self.d * (1 + len(self._state.groups))
 
 
 def _moments_arrays(prefix: str, m: Moments) -> dict[str, np.ndarray]:

@@ -9,7 +9,6 @@ isotropy, the shuffled control, whitening) reads the rows again through the same
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,9 +38,9 @@ def as_dataset(data: Any) -> Dataset | None:
     already); None for arrays and accumulators."""
     if isinstance(data, Dataset):
         return data
-    if isinstance(data, str | os.PathLike) or (isinstance(data, list | tuple) and data and all(
-            isinstance(p, str | os.PathLike) for p in data)):
-        return resolve(data)
+    if isinstance(data, str | os.PathLike) or (isinstance(data, list | tuple) and (not data or any(
+            isinstance(p, str | os.PathLike) for p in data))):
+        return resolve(data)  # a list with a path in it names files (each element checked there)
     return None
 
 
@@ -55,15 +54,15 @@ def input_paths(dataset: Dataset | None, read: ReadOptions, *others: str | None)
 
 def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumulator:
     """The exact merge of moment files; files of other widths, options or formats are refused,
-    naming the file and the difference. ``budget``: bytes the merge may take, checked against every
-    file's array headers before anything of its size is allocated."""
+    naming the file and the difference. ``budget``: bytes the merge may take, checked against the
+    files' array headers (the merged moments plus the next file's arrays) before anything is read."""
     acc: Accumulator | None = None
     for p in paths:
         why = moment_file_problem(p)
         if why is not None:
             raise InputError(f"{p} is not a spectra moment file ({why}).")
         if budget is not None:
-            check_moment_file_budget(p, budget)
+            check_moment_file_budget(p, budget, held=acc.held_bytes() if acc is not None else 0)
         one = Accumulator.load(p)
         if not one.sources:
             one.sources = [{"path": p}]
@@ -78,24 +77,13 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
     return acc
 
 
-def check_moment_file_budget(path: str, budget: int) -> None:
-    """Refuse, from its member headers alone, a moment file whose arrays (and the merge's working
-    copy of its d x d moments) would not fit the memory budget."""
-    from spectra_cli.sources.npy import npz_listing
+def check_moment_file_budget(path: str, budget: int, *, held: int = 0) -> None:
+    """Refuse, from its member headers alone, a moment file whose arrays (and the merge's working copy of
+    its d x d moments, beside the ``held`` bytes of the files merged before it) would not fit the budget."""
+    from spectra_cli.sources.npy import moment_file_sizes
 
-    listing = npz_listing(path)
-    nbytes = 0
-    d = 0
-    for a in listing:
-        shape = [int(s) for s in a.get("shape", [])]
-        if a["key"] == "m2" and len(shape) == 2:
-            d = max(shape)
-        try:
-            itemsize = np.dtype(a["dtype"]).itemsize if a.get("dtype") != "unreadable" else 0
-        except TypeError:
-            itemsize = 8
-        nbytes += math.prod(shape) * max(itemsize, 8)  # read as float64
-    nbytes += 2 * 8 * d * d  # the merged moments and one product's temporary
+    sizes, d = moment_file_sizes(path)
+    nbytes = float(sum(sizes.values())) + 2 * 8.0 * d * d + held  # the merged moments and one product's temporary
     matrices = max(1, round(nbytes / (8 * d * d))) if d else 0
     refuse_over_budget(path, "its moments", nbytes, f"{matrices} float64 matrices of {d} x {d}", budget)
 

@@ -90,12 +90,15 @@ class MomentsState:
         self.blocks_seen += 1
 
     def merge(self, other: MomentsState) -> MomentsState:
-        """Combine with the state of other rows (this one changes and is returned)."""
+        """Combine with the state of other rows (this one changes and is returned). The bootstrap groups
+        must split every row: when one side has rows but no groups, the merged state keeps none (groups
+        of a part of the rows would resample that part only)."""
+        partial = any(st.moments.n > 0 and not st.filled_groups() for st in (self, other))
         self.moments = self.moments.merge(other.moments)
         self.weight_sq_sum += other.weight_sq_sum
         if self._shift is None:
             self._shift = other._shift
-        groups = [g for g in (*self.groups, *other.groups) if g.n > 0]
+        groups = [] if partial else [g for g in (*self.groups, *other.groups) if g.n > 0]
         # Groups of different shards are different rows: keep them all (up to 32, the bootstrap's default).
         limit = max(self.n_groups, other.n_groups, min(len(groups), 32)) if groups else 0
         while limit and len(groups) > limit:  # pairwise, keeping neighbours together

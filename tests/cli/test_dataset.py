@@ -275,3 +275,100 @@ def test_report_attribute_paths_mirror_the_json():
     with pytest.raises(AttributeError, match="has no field 'nrows'"):
         _ = rep.source.nrows
     assert json.loads(json.dumps(rep.source)) == doc["source"]
+
+
+def test_a_file_url_of_an_input_is_that_input_for_the_output_check(cli, tmp_path):
+    np.save(tmp_path / "a.npy", X)
+    refused(cli, tmp_path, "whiten", f"file://{tmp_path}/a.npy", "-o", tmp_path / "a.npy", match="is the input")
+
+
+def test_a_recursive_glob_does_not_follow_links_back_up_the_tree(cli, tmp_path):
+    (tmp_path / "lp" / "sub").mkdir(parents=True)
+    np.save(tmp_path / "lp" / "a.npy", X)
+    os.symlink("..", tmp_path / "lp" / "sub" / "up")
+    os.symlink("../lp", tmp_path / "lp" / "self")
+    doc = cli("fit", str(tmp_path / "lp" / "**" / "*.npy"), "--json").json()  # once, not a loop of matches
+    assert doc["source"]["files"] == 1 and doc["source"]["n_rows"] == len(X)
+    os.mkfifo(tmp_path / "lp" / "f.npy")  # a data name that is no regular file is refused, never left out
+    refused(cli, tmp_path, "fit", str(tmp_path / "lp" / "*.npy"), match=f"{tmp_path}/lp/f.npy is a FIFO")
+    refused(cli, tmp_path, "fit", str(tmp_path / "l*"), match=f"no files match {tmp_path}/l* (it matches the "
+                                                             f"directory {tmp_path}/lp: name it without a pattern")
+
+
+def test_a_directory_of_both_kinds_is_refused_not_read_halfway(cli, tmp_path):
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "a.npy", X)
+    pq.write_table(pa.table({"x": X[:, 0]}), tmp_path / "d" / "b.parquet")
+    refused(cli, tmp_path, "fit", tmp_path / "d", match="holds both Parquet files")
+
+
+def test_windows_of_shards_that_end_inside_a_window_are_read_whole(tmp_path):
+    Y = powerlaw_matrix(300, 16, 1.0, seed=9)
+    np.save(tmp_path / "q0.npy", Y[:100])
+    np.save(tmp_path / "q1.npy", Y[100:])
+    np.save(tmp_path / "all.npy", Y)
+    shards = spectra.sequence([str(tmp_path / "q0.npy"), str(tmp_path / "q1.npy")], positions_per_window=7)
+    whole = spectra.sequence(str(tmp_path / "all.npy"), positions_per_window=7)
+    assert shards.to_dict()["context"]["spectrum"]["eigenvalues"] == whole.to_dict()["context"]["spectrum"][
+        "eigenvalues"]
+    pooled = spectra.fit([str(tmp_path / "q0.npy"), str(tmp_path / "q1.npy")], positions_per_window=7, pool="mean")
+    np.testing.assert_allclose(pooled.spectrum.eigenvalues, spectra.fit(
+        str(tmp_path / "all.npy"), positions_per_window=7, pool="mean").spectrum.eigenvalues, rtol=1e-12)
+
+
+def test_merged_moments_keep_groups_only_when_they_split_every_row(tmp_path):
+    a = spectra.accumulate(X[:450], groups=8).save(tmp_path / "a.npz")
+    b = spectra.accumulate(X[450:]).save(tmp_path / "b.npz")
+    c = spectra.accumulate(X[450:], groups=8).save(tmp_path / "c.npz")
+    with pytest.raises(spectra.FitError, match="needs bootstrap groups that split every row: these moments have "
+                                               "none"):
+        spectra.fit([str(a), str(b)], ci=True, window="2:8")
+    assert sum(g.n for g in spectra.Accumulator.load(a).merge(spectra.Accumulator.load(c)).groups) == len(X)
+
+
+def test_no_member_of_a_moment_file_escapes_the_budget(cli, tmp_path):
+    a = spectra.accumulate(X).save(tmp_path / "a.npz")
+    with zipfile.ZipFile(a) as zin, zipfile.ZipFile(tmp_path / "pad.npz", "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            zout.writestr(name, zin.read(name))
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, {"descr": "<U1", "fortran_order": False, "shape": (10**9,)})
+        zout.writestr("pad.npy", head.getvalue())  # a text member claiming 4 GB: never read, never counted
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, {"descr": "<U1", "fortran_order": False, "shape": (10**9,)})
+        zout.writestr("g0_m2.npy", head.getvalue())  # a member of a moment file claiming 8 GB: counted
+    refused(cli, tmp_path, "fit", tmp_path / "pad.npz", "--max-memory", "1GB", match="its moments needs about 7.45")
+    with pytest.raises(spectra.InputError, match="its moments needs about"):
+        spectra.Accumulator.load(tmp_path / "pad.npz", max_memory="1GB")
+
+
+def test_the_budget_of_several_moment_files_is_their_running_total(cli, tmp_path):
+    Y = powerlaw_matrix(600, 300, 1.0, seed=1)
+    for i in range(3):
+        spectra.accumulate(Y[i * 200:(i + 1) * 200]).save(tmp_path / f"m{i}.npz")
+    one = 8 * 300 * 300
+    budget = int(3.5 * one)  # one file fits (its arrays and two working matrices), a second beside it does not
+    assert cli("spectrum", tmp_path / "m0.npz", "--max-memory", str(budget), "--json").exit_code == 0
+    refused(cli, tmp_path, "spectrum", *[tmp_path / f"m{i}.npz" for i in range(3)], "--max-memory", str(budget),
+            match="m1.npz: its moments needs about")
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: spectra.check(["a.npy", "b.npy"], require=["fit.alpha > 0"]), r"^data=\['a.npy', 'b.npy'\] must be a "
+                                                                            r"path \(str or os.PathLike\), not list\."),
+    (lambda: spectra.check("a.npy", require=[3]), r"^require\[0\]=3 must be a string, not int\.$"),
+    (lambda: spectra.compare(["a.npy"], "b.npy"), r"^a=\['a.npy'\] must be a path"),
+    (lambda: spectra.fit([]), r"^no input path given"),
+    (lambda: spectra.fit(["a.npy", 3]), r"^data\[1\]=3 must be a path \(str or os.PathLike\), not int\.$"),
+    (lambda: spectra.batch(["a.npy", 3]), r"^paths\[1\]=3 must be a path"),
+    (lambda: spectra.moments(X, out=3), r"^out=3 must be a path"),
+    (lambda: spectra.trend(3, metric="fit.alpha"), r"^jsonl=3 must be a path"),
+])
+def test_library_arguments_of_the_wrong_type_are_named(call, message):
+    with pytest.raises(spectra.SpectraError, match=message):
+        call()
+
+
+def test_a_single_requirement_string_is_one_requirement(tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    assert spectra.check(str(tmp_path / "x.npy"), require="fit.alpha > 0").passed

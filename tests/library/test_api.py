@@ -131,7 +131,7 @@ def test_accumulator_refuses_what_it_cannot_use(tmp_path):
         spectra.fit(acc, partition_isotropy=True)
     with pytest.raises(spectra.OptionError, match=r"^rows select\(s\) rows or weights"):
         spectra.fit(acc, rows="0:10")
-    with pytest.raises(spectra.FitError, match=r"needs group moments"):
+    with pytest.raises(spectra.FitError, match=r"needs bootstrap groups that split every row"):
         spectra.fit(acc, ci=True)
     (tmp_path / "not.npz").write_bytes(b"PK\x03\x04 garbage")
     with pytest.raises(spectra.InputError):

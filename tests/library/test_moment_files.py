@@ -104,8 +104,10 @@ def test_a_moment_file_whose_header_lies_is_refused_before_anything_is_allocated
     with zipfile.ZipFile(a) as zin, zipfile.ZipFile(tmp_path / "m.npz", "w") as zout:
         for name in zin.namelist():
             zout.writestr(name, head.getvalue() if name == "m2.npy" else zin.read(name))
+    with pytest.raises(spectra.InputError, match=r"m\.npz: its moments needs about 7.45e\+03 GiB"):
+        spectra.Accumulator.load(tmp_path / "m.npz")  # refused from the header, before anything is read
     with pytest.raises(spectra.InputError, match=r"m\.npz\[m2\] is truncated: its header promises 8000000000000 "):
-        spectra.Accumulator.load(tmp_path / "m.npz")
+        spectra.Accumulator.load(tmp_path / "m.npz", max_memory="10TB")
     with pytest.raises(spectra.InputError, match=r"\[meta\] has object dtype; spectra never unpickles data"):
         spectra.Accumulator.load(_rewrite(a, tmp_path / "o.npz", meta=np.array([{"x": 1}], dtype=object)))
 

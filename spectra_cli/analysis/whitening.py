@@ -86,6 +86,9 @@ class WhiteningTransform:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise OptionError(f"{param('save_transform', path)}: directory {parent} does not exist.")
+        if os.path.lexists(path) and not is_transform_file(path):
+            raise OptionError(f"{param('save_transform', path)} exists and is not a spectra transform file; name a "
+                              "new file (a transform file of an earlier run is replaced).")
 
     def save(self, path: str) -> None:
         """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
@@ -102,7 +105,11 @@ class WhiteningTransform:
         from spectra_cli.sources.base import open_regular
 
         try:
-            with open_regular(path, "transform file") as f, np.load(f, allow_pickle=False) as z:
+            with open_regular(path, "transform file") as f:
+                z = np.load(f, allow_pickle=False)
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise InputError(f"{path} is not a spectra transform (a single array, not an .npz archive; make "
+                                     f"one with spectra whiten {param('save_transform')}).")
                 missing = [k for k in TRANSFORM_KEYS if k not in z.files]
                 if missing:
                     raise InputError(
@@ -113,6 +120,7 @@ class WhiteningTransform:
                         matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
                         ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]),
                         zeroed=int(z["zeroed"]) if "zeroed" in z.files else 0)
+                z.close()
         except InputError:
             raise
         except Exception as exc:  # numpy, zipfile and zlib raise their own types on a corrupt archive
@@ -120,9 +128,24 @@ class WhiteningTransform:
         if t.method not in METHODS or t.matrix.ndim != 2 or t.mean.shape != (t.matrix.shape[0],):
             raise InputError(f"{path} is not a valid spectra transform (method {t.method!r}, "
                              f"matrix {t.matrix.shape}, mean {t.mean.shape}).")
+        if t.matrix.shape[1] > t.matrix.shape[0]:
+            raise InputError(f"{path} is not a valid spectra transform: its matrix maps {t.matrix.shape[0]} features "
+                             f"to {t.matrix.shape[1]}, more than it takes (whitening keeps or removes directions).")
         if not (np.all(np.isfinite(t.matrix)) and np.all(np.isfinite(t.mean)) and math.isfinite(t.eps)):
             raise InputError(f"{path} is not a valid spectra transform: its mean or matrix holds NaN or inf.")
         return t
+
+
+def is_transform_file(path: str) -> bool:
+    """An ``.npz`` archive holding the arrays of a saved transform."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = {n.removesuffix(".npy") for n in z.namelist()}
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return set(TRANSFORM_KEYS) <= names
 
 
 def fit_transform(

@@ -198,8 +198,17 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
     seen: set[str] = set()
     counts = [0, 0]  # tensors seen, tensors matching --tensors
     names: list[str] = []
+    files_seen: dict[tuple[int, int], str] = {}
     for path in paths:
         for f in _expand(path, listing.notes):
+            try:
+                st = os.stat(f.partition("::")[0])
+                ident = (st.st_dev, st.st_ino)
+            except OSError:
+                ident = None
+            if ident is not None and files_seen.setdefault(ident, f) != f:
+                listing.notes.append(f"skipped {f}: the same file as {files_seen[ident]} (a link), analysed once")
+                continue
             try:
                 found = _listing(f, pattern, listing, counts)
             except SpectraError as exc:
@@ -269,6 +278,9 @@ def results_file_problem(path: str) -> str | None:
     """Why an existing, non-empty ``path`` is not a spectra results file (None when it is one, or
     when there is nothing there to lose): its first line must be a JSON object whose ``schema`` is
     one of spectra's (a cut first line of a killed run counts: ``--resume`` repairs it)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return (f"it is a symbolic link to {os.readlink(path)}, which does not exist (the results would be written "
+                "there)")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -280,13 +292,17 @@ def results_file_problem(path: str) -> str | None:
         if not stat.S_ISREG(st.st_mode):
             return "it is a FIFO" if stat.S_ISFIFO(st.st_mode) else "it is not a regular file"
         head = f.read(1 << 16)
-    if not head.strip():
-        return None
+        while head and not head.strip():  # blank lines before the first record: look past them all
+            head = f.read(1 << 16)
+        if not head:
+            return None  # empty, or nothing but whitespace: nothing to lose
+        head = head.lstrip()
+        head += f.read(max(0, (1 << 16) - len(head)))  # the whole first line, up to 64 KiB
     for magic, what in _MAGIC:
         if head.startswith(magic):
             return f"it is {what}"
     first, newline, _ = head.partition(b"\n")
-    if not newline and len(head) == 1 << 16:
+    if not newline and len(head) >= 1 << 16:
         return "its first line is longer than 64 KiB, not a JSON Lines result"
     if not newline and first.lstrip().startswith(b'{"schema": "spectra.'):
         return None  # one cut line: a batch killed while writing its first result

@@ -101,8 +101,8 @@ def whiten(
         check_not_input(out, inputs, "out")
     check_scale(scale)
     if save_transform is not None:
-        WhiteningTransform.check_target(save_transform)
         check_not_input(save_transform, inputs + ([out] if out else []), "save_transform")
+        WhiteningTransform.check_target(save_transform)
     if transform is not None and (k is not None or eps != 0.0 or method != "zca"):
         raise OptionError(f"{param('transform')} applies a saved transform; {param('method')}, {param('k')} and "
                           f"{param('eps')} come from it.")

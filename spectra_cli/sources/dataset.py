@@ -70,12 +70,13 @@ class Dataset:
 
     def fingerprint(self) -> str:
         """The member's fingerprint when there is one; else a hash of the list of the members'
-        paths and fingerprints, in order (a missing or changed shard changes it)."""
+        fingerprints, in order (each is of the file's real path, size and modification time: a missing,
+        added or changed shard changes it, the spelling of the paths does not)."""
         if len(self.members) == 1:
             return self.members[0].fingerprint()
         h = hashlib.sha256()
-        for m in self.members:
-            h.update(f"{m.path}|{m.fingerprint()};".encode())
+        for m in self.members:  # each member's fingerprint names its real path: spelling does not matter
+            h.update(f"{m.fingerprint()};".encode())
         return h.hexdigest()[:16]
 
     def members_report(self) -> list[dict[str, Any]]:

@@ -110,9 +110,13 @@ def load_mask(mask: Any, windows: int, length: int) -> np.ndarray:
         arr = as_array(mask, what="mask")
     if arr.shape != (windows, length):
         raise InputError(f"mask has shape {arr.shape}; ({windows}, {length}) (windows, positions) is required.")
+    what = f"{param('mask', mask)}" if isinstance(mask, str) else param("mask")
     if arr.dtype.kind not in "biu":
-        raise InputError(f"mask has dtype {arr.dtype}; booleans (or 0/1 integers) are required: True marks a real "
+        raise InputError(f"{what} has dtype {arr.dtype}; booleans (or 0/1 integers) are required: True marks a real "
                          "token, False padding.")
+    if arr.dtype.kind != "b" and arr.size and (int(arr.min()) < 0 or int(arr.max()) > 1):
+        raise InputError(f"{what} holds values other than 0 and 1 (from {int(arr.min())} to {int(arr.max())}); 1 "
+                         "marks a real token, 0 padding.")
     return np.asarray(arr != 0)
 
 

@@ -37,7 +37,7 @@ def _shards(tmp_path, k=3, sub="."):
 def _list_hash(members):
     h = hashlib.sha256()
     for m in members:
-        h.update(f"{m['path']}|{m['fingerprint']};".encode())
+        h.update(f"{m['fingerprint']};".encode())
     return h.hexdigest()[:16]
 
 
@@ -51,6 +51,8 @@ def test_several_npy_paths_are_one_matrix_with_every_member_listed(cli, tmp_path
     assert [m["path"] for m in src["members"]] == [str(p) for p in paths]
     assert [m["fingerprint"] for m in src["members"]] == [fingerprint(str(p)) for p in paths]
     assert src["fingerprint"] == _list_hash(src["members"])  # a hash of the list, not of nothing
+    spelled = cli("fit", *[os.path.relpath(p) for p in paths], "--json").json()["source"]["fingerprint"]
+    assert spelled == src["fingerprint"]  # however the paths are spelled
     np.testing.assert_allclose(many["spectrum"]["eigenvalues"], whole["spectrum"]["eigenvalues"], rtol=1e-12)
     assert many["fit"]["alpha"] == pytest.approx(whole["fit"]["alpha"], rel=1e-12)
     # a single file keeps its own fingerprint (baselines and --resume stay valid)
@@ -372,3 +374,43 @@ def test_library_arguments_of_the_wrong_type_are_named(call, message):
 def test_a_single_requirement_string_is_one_requirement(tmp_path):
     np.save(tmp_path / "x.npy", X)
     assert spectra.check(str(tmp_path / "x.npy"), require="fit.alpha > 0").passed
+
+
+def test_outputs_never_replace_a_file_of_another_kind(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    np.savez(tmp_path / "arr.npz", a=X)
+    refused(cli, tmp_path, "moments", tmp_path / "x.npy", "-o", tmp_path / "arr.npz",
+            match=f"-o '{tmp_path}/arr.npz' exists and is not a moment file (an .npz archive without the "
+                  "members format, m2, meta of a moment file); name a new file")
+    spectra.accumulate(X).save(tmp_path / "m.npz")
+    refused(cli, tmp_path, "whiten", tmp_path / "x.npy", "-o", tmp_path / "w.npy", "--save-transform",
+            tmp_path / "m.npz", match="exists and is not a spectra transform file")
+    assert cli("moments", tmp_path / "x.npy", "-o", tmp_path / "m.npz").exit_code == 0  # a moment file: replaced
+    np.save(tmp_path / "t.npy", np.eye(12))
+    refused(cli, tmp_path, "whiten", tmp_path / "x.npy", "--transform", tmp_path / "t.npy", "-o", tmp_path / "o.npy",
+            match="is not a spectra transform (a single array, not an .npz archive")
+
+
+def test_batch_analyses_a_file_named_twice_once(cli, tmp_path):
+    np.save(tmp_path / "a.npy", X)
+    os.link(tmp_path / "a.npy", tmp_path / "hard.npy")
+    r = cli("batch", tmp_path / "a.npy", tmp_path / "hard.npy", "--json")
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 1
+    assert f"note: skipped {tmp_path}/hard.npy: the same file as {tmp_path}/a.npy (a link), analysed once" in r.stderr
+
+
+def test_an_integer_mask_holds_zeros_and_ones(cli, tmp_path):
+    np.save(tmp_path / "ctx.npy", np.random.default_rng(0).standard_normal((20, 4, 6)))
+    np.save(tmp_path / "m.npy", np.full((20, 4), 2, dtype=np.int8))
+    refused(cli, tmp_path, "fit", tmp_path / "ctx.npy", "--mask", tmp_path / "m.npy",
+            match=f"--mask '{tmp_path}/m.npy' holds values other than 0 and 1 (from 2 to 2)")
+
+
+def test_a_results_file_behind_blank_lines_or_a_dangling_link_is_protected(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    (tmp_path / "ws.jsonl").write_text("\n" * 70000 + "precious data")
+    refused(cli, tmp_path, "batch", tmp_path / "x.npy", "--jsonl", tmp_path / "ws.jsonl",
+            match="(its first line is not a JSON object)")
+    os.symlink(tmp_path / "nowhere" / "new.npy", tmp_path / "dl.jsonl")
+    refused(cli, tmp_path, "batch", tmp_path / "x.npy", "--jsonl", tmp_path / "dl.jsonl",
+            match="it is a symbolic link to")

@@ -9,6 +9,7 @@ exception so the ``finally`` clauses here remove them.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -65,15 +66,22 @@ def input_files(paths: Iterable[str | None]) -> list[str]:
 def check_not_input(out: str, inputs: Iterable[str | None], flag: str) -> None:
     """Refuse an output that is (by real path or by inode) one of the inputs: writing it would
     destroy the data being read."""
+    inputs = list(inputs)
     target_real = os.path.realpath(out)
     target_id = _identity(out)
     for src in input_files(inputs):
         same = os.path.realpath(src) == target_real or (target_id is not None and _identity(src) == target_id)
         inside = os.path.isdir(src) and target_real.startswith(os.path.realpath(src) + os.sep) and \
-            target_real.lower().endswith((".parquet", ".pq"))
+            target_real.lower().endswith((".parquet", ".pq", ".npy"))
         if same or inside:
-            what = "is" if same else "would join the Parquet dataset"
+            what = "is" if same else ("would join the Parquet dataset" if target_real.lower().endswith(
+                (".parquet", ".pq")) else "would join the .npy shards of the input directory")
             raise OutputError(f"{param(flag, out)} {what} the input {src}; write the output elsewhere.")
+    for pattern in inputs:
+        if isinstance(pattern, str) and any(ch in pattern for ch in "*?[") and not os.path.lexists(pattern) \
+                and "://" not in pattern and fnmatch.fnmatch(os.path.abspath(out), os.path.abspath(pattern)):
+            raise OutputError(f"{param(flag, out)} matches the input glob {pattern}: the next read of the input would "
+                              "take it in; write the output elsewhere.")
 
 
 @contextlib.contextmanager

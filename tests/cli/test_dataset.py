@@ -414,3 +414,13 @@ def test_a_results_file_behind_blank_lines_or_a_dangling_link_is_protected(cli, 
     os.symlink(tmp_path / "nowhere" / "new.npy", tmp_path / "dl.jsonl")
     refused(cli, tmp_path, "batch", tmp_path / "x.npy", "--jsonl", tmp_path / "dl.jsonl",
             match="it is a symbolic link to")
+
+
+def test_an_output_never_joins_the_dataset_it_was_made_from(cli, tmp_path):
+    paths = _shards(tmp_path, sub="d")
+    refused(cli, tmp_path, "whiten", str(tmp_path / "d" / "*.npy"), "-o", tmp_path / "d" / "new.npy",
+            match=f"-o '{tmp_path}/d/new.npy' matches the input glob {tmp_path}/d/*.npy: the next read of the input "
+                  "would take it in; write the output elsewhere.")
+    refused(cli, tmp_path, "whiten", tmp_path / "d", "-o", tmp_path / "d" / "new.npy",
+            match="would join the .npy shards of the input directory")
+    assert cli("whiten", *paths, "-o", tmp_path / "d" / "new.npy").exit_code == 0  # named files: no glob to join

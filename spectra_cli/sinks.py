@@ -149,7 +149,7 @@ class MatrixWriter:
             else:
                 table = pa.table({self.column: pa.FixedSizeListArray.from_arrays(pa.array(b.ravel()), self.d)})
             if self._parquet is None:
-                self._parquet = pq.ParquetWriter(self._file, table.schema)
+                self._parquet = pq.ParquetWriter(self._file, table.schema, write_page_checksum=True)
             self._parquet.write_table(table)  # type: ignore[attr-defined]
         self.written += len(b)
 

@@ -234,6 +234,9 @@ def info(
 
     doc = run_info(paths, key=key, column=column, columns=split_columns(columns))
     emit(doc, json, lambda d, console: print_info(doc["path"], d, console))
+    if not json:  # with --json, emit writes them to stderr itself
+        for w in doc.get("warnings", []):
+            sys.stderr.write(f"warning: {w}\n")
 
 
 @app.command()

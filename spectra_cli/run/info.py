@@ -38,6 +38,10 @@ def info(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, c
 
         doc["format"] = "npz"
         doc["arrays"] = npz_listing(path)
+        bad = [a for a in doc["arrays"] if "error" in a]
+        if bad:
+            doc["warnings"] = [f"{a['error']}: this member cannot be read (an encrypted member, an unknown "
+                               "compression method, or a corrupt one)" for a in bad]
     try:
         with open_source(path, key=key, column=column, columns=columns) as src:
             info = src.info

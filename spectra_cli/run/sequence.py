@@ -130,13 +130,19 @@ def sequence(
         k = project if project is not None else d
         if project is not None and project > d:
             raise OptionError(f"{param('project', project)} exceeds the {d} features of a token.")
+        if d == 0:
+            raise InputError(f"{inp.info.path} has 0 features (shape {inp.info.shape}); at least 1 is required.")
         held = 8.0 * n * P * d
-        ctx = 8.0 * (P * n * n if n < P * k else 3 * (P * k) ** 2)
+        # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
+        # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)
+        ctx = 8.0 * (P * n * n if n < P * k else 3 * (P * k) ** 2) + 8.0 * P * P
         if held + 2 * ctx > read.memory_budget():
             raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + 2 * ctx) / 2**30:.3g} GiB "
-                             f"({n} windows x {P} positions x {d} features held as float64, and the context "
-                             f"matrices); the memory budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer "
-                             f"windows or positions, use {param('project')} k, or raise {param('max_memory')}.")
+                             f"({n} windows x {P} positions x {d} features held as float64, the context matrices "
+                             f"and the {P} x {P} inner products of the positions behind the lag energies); the memory "
+                             f"budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer windows or positions "
+                             f"({param('positions')} 0:512), use {param('project')} k, or raise "
+                             f"{param('max_memory')}.")
         X = np.empty((n, P, d))
         pos = np.asarray(lay.positions)
         for w0, B in src.windows(max(1, inp.block_rows // lay.length)):  # the rows per block the matrix path reads

@@ -35,6 +35,12 @@ def _read_header(f: IO[bytes], where: str, *, text: bool = False,
     """The checked header: a numeric dtype (or text with ``text``, booleans with ``booleans``)."""
     try:
         version = npformat.read_magic(f)
+    except Exception as exc:  # noqa: BLE001 - numpy's parser raises many types on untrusted bytes
+        raise InputError(f"{where} is not a valid .npy file: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise InputError(f"{where} has .npy format version {version[0]}.{version[1]}; spectra reads versions 1.0, "
+                         "2.0 and 3.0 (numpy's).")
+    try:
         shape, fortran, dtype = _header_after_magic(f, version)
     except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many types on untrusted text
         raise InputError(f"{where} is not a valid .npy file: {type(exc).__name__}: {str(exc)[:200]}") from None

@@ -93,7 +93,10 @@ class ParquetSource(Source):
                 from spectra_cli.sources.remote import is_url
 
                 src = open_regular(f) if is_url(f) else f
-                self._pf.append(pq.ParquetFile(src, buffer_size=_BUFFER_BYTES, pre_buffer=False))
+                # Page checksums are verified where the file has them (spectra writes them): a corrupted data
+                # page is an input error, not numbers.
+                self._pf.append(pq.ParquetFile(src, buffer_size=_BUFFER_BYTES, pre_buffer=False,
+                                               page_checksum_verification=True))
             except FileNotFoundError:
                 raise InputError(f"no such file: {f}") from None
             except (pa.ArrowException, OSError, ValueError) as exc:
@@ -250,6 +253,10 @@ class ParquetSource(Source):
                     turn, fill = 1 - turn, 0
         if fill:
             yield bufs[turn][:fill], (wbufs[turn][:fill] if wbufs else None)
+
+    def column_names(self) -> list[str]:
+        """Every column of the dataset (its schema's)."""
+        return list(self._pf[0].schema_arrow.names)
 
     def iter_column(self, name: str) -> Iterator[np.ndarray]:
         """One column's values, batch by batch over every file (a cheap columnar read)."""

@@ -116,10 +116,31 @@ def shard_files(directory: str) -> list[str]:
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise InputError(f"{p} names shard {missing[0]}, which does not exist.")
+        check_weight_map(p, weight_map, directory)
         return files
     return sorted(os.path.join(directory, f) for f in os.listdir(directory)
                   if f.endswith(".safetensors") and not f.startswith((".", "_"))
                   and os.path.isfile(os.path.join(directory, f)))
+
+
+def check_weight_map(index: str, weight_map: dict[str, str], directory: str) -> None:
+    """The index and its shards must agree, tensor by tensor: a tensor the index places in a shard
+    that does not hold it, or a shard tensor the index does not name, is an input error naming it
+    (a checkpoint whose index and shards disagree is a half-copied or hand-edited one)."""
+    held: dict[str, str] = {}
+    for shard in sorted(set(weight_map.values())):
+        for name in read_header(os.path.join(directory, shard))[0]:
+            held[name] = shard
+    for name, shard in sorted(weight_map.items()):
+        if held.get(name) != shard:
+            where = f"it is in {held[name]}" if name in held else "no shard the index names holds it"
+            raise InputError(f"{index} places tensor {name!r} in {shard}, but {where}; the index and its shards "
+                             "disagree.")
+    extra = sorted(set(held) - set(weight_map))
+    if extra:
+        raise InputError(f"{index} does not name tensor {extra[0]!r}, which {held[extra[0]]} holds"
+                         f"{f' (and {len(extra) - 1} more)' if len(extra) > 1 else ''}; the index and its shards "
+                         "disagree.")
 
 
 class SafetensorsSource(Source):

@@ -138,6 +138,8 @@ class SequenceSource(Source):
                 raise InputError(f"{info.path}: no document holds {L} consecutive tokens; no window to analyse.")
         elif len(info.shape) == 3:
             windows, L, d = info.shape
+            if d == 0:
+                raise InputError(f"{info.path} has 0 features (shape {info.shape}); at least 1 is required.")
             if length is not None and length != L:
                 raise OptionError(f"{param('positions_per_window', length)}: the dump has {L} positions per window.")
             dropped = 0
@@ -154,6 +156,10 @@ class SequenceSource(Source):
         pos = parse_positions(positions, L)
         self.layout = Layout(windows, L, d, tuple(pos), pool, dropped)
         if mask_column is not None:
+            names = base.column_names() if hasattr(base, "column_names") else None
+            if names is not None and mask_column not in names:
+                raise OptionError(f"{param('mask_column', mask_column)} is not a column of {info.path}; columns: "
+                                  f"{', '.join(names)}.")
             if mask is not None or doc_column is not None or not hasattr(base, "iter_column") or len(info.shape) != 2:
                 raise OptionError(f"{param('mask_column')} applies to Parquet token rows regrouped with "
                                   f"{param('positions_per_window')} L (without {param('mask')} or "

@@ -9,9 +9,11 @@ exception so the ``finally`` clauses here remove them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Iterator
 from typing import IO
 
@@ -84,20 +86,94 @@ def check_not_input(out: str, inputs: Iterable[str | None], flag: str) -> None:
                               "take it in; write the output elsewhere.")
 
 
+def _unnamed(parent: str) -> int | None:
+    """An unnamed file in ``parent`` (Linux's O_TMPFILE): nothing of it is ever visible until it is
+    linked into place, so even SIGKILL leaves nothing behind. None where the file system (or the OS)
+    does not support it."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        device = os.stat(parent).st_dev
+        if device not in _LINKABLE:
+            _LINKABLE[device] = _can_link_unnamed(parent, flag)
+        if not _LINKABLE[device]:
+            return None
+        return os.open(parent, flag | os.O_WRONLY, 0o666)  # the umask applies, as for any file
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EXDEV):
+            return None
+        raise
+
+
+#: Per file system (device): whether an unnamed file can be linked into place there.
+_LINKABLE: dict[int, bool] = {}
+
+
+def _can_link_unnamed(parent: str, flag: int) -> bool:
+    """Whether O_TMPFILE plus a link through /proc/self/fd works in ``parent`` (some file systems and
+    sandboxes refuse one or the other): tried once per file system with an empty file."""
+    probe = os.path.join(parent, f".spectra-{os.getpid()}-{secrets.token_hex(6)}-probe.tmp")
+    try:
+        fd = os.open(parent, flag | os.O_WRONLY, 0o600)
+    except OSError:
+        return False
+    try:
+        os.link(f"/proc/self/fd/{fd}", probe, follow_symlinks=True)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return True
+
+
+def _remove_stale(parent: str, name: str) -> None:
+    """Temporary files of the same output left by a run that was killed (named ``.spectra-PID-...``
+    where O_TMPFILE is not available): removed, with a note, when their writer is gone."""
+    for entry in os.listdir(parent):
+        if not (entry.startswith(".spectra-") and entry.endswith(f"-{name}.tmp")):
+            continue
+        pid_text = entry[len(".spectra-"):].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # its writer still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(parent, entry))
+            sys.stderr.write(f"note: removed {os.path.join(parent, entry)}, a temporary file left by an interrupted "
+                             "run\n")
+
+
 @contextlib.contextmanager
 def atomic_file(path: str, *, flag: str = "out") -> Iterator[IO[bytes]]:
-    """A binary file that appears at ``path`` only when the block completes."""
+    """A binary file that appears at ``path`` only when the block completes: written unnamed (O_TMPFILE)
+    and linked into place, or, where that is not available, written to a temporary name beside the target
+    and renamed (a signal removes it; after SIGKILL the next write of the same output does)."""
     check_directory(path, flag)
     parent = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(parent, f".spectra-{secrets.token_hex(6)}-{os.path.basename(path)}.tmp")
+    tmp = os.path.join(parent, f".spectra-{os.getpid()}-{secrets.token_hex(6)}-{os.path.basename(path)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any file
+        fd = _unnamed(parent)
+        unnamed = fd is not None
+        if fd is None:
+            _remove_stale(parent, os.path.basename(path))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any file
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}.") from None
     LIVE_TEMPORARIES.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+            if unnamed:
+                f.flush()
+                os.link(f"/proc/self/fd/{f.fileno()}", tmp, follow_symlinks=True)  # named only now, complete
         os.replace(tmp, path)
     finally:
         LIVE_TEMPORARIES.discard(tmp)

@@ -362,7 +362,7 @@ def test_sigterm_removes_the_temporary_output(tmp_path):
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "writing"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".spectra-")]  # the temporary file exists
+    assert not (tmp_path / "w.npy").exists()  # the output appears only when complete
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + 15 and "Traceback" not in err
@@ -504,3 +504,30 @@ def test_no_numpy_runtime_warnings_reach_stderr(cli, tmp_path):
     np.save(tmp_path / "a.npy", Y)
     r = cli("fit", tmp_path / "a.npy", "--isoscore", "--partition-isotropy", "--density", "--json")
     assert r.exit_code == 0 and "RuntimeWarning" not in r.stderr
+
+
+def test_after_sigkill_the_next_write_of_the_output_removes_what_was_left(tmp_path):
+    """SIGKILL cannot be caught: where the file system allows, the output is written unnamed
+    (O_TMPFILE) and nothing is left; elsewhere its temporary file is named for its writer, and the
+    next write of the same output removes it, with a note."""
+    np.save(tmp_path / "a.npy", powerlaw_matrix(20000, 16, 1.0))
+    script = ("import time, spectra_cli.sinks as s\n"
+              "real = s.MatrixWriter.write\n"
+              "def slow(self, b):\n    real(self, b); print('writing', flush=True); time.sleep(30)\n"
+              "s.MatrixWriter.write = slow\n"
+              "from spectra_cli.cli import main; main()\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, "whiten", str(tmp_path / "a.npy"), "-o",
+                             str(tmp_path / "w.npy"), "--block-rows", "1000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "writing"
+    proc.kill()
+    proc.communicate(timeout=30)
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".spectra-")]
+    assert not (tmp_path / "w.npy").exists()
+    r = subprocess.run([sys.executable, "-m", "spectra_cli", "whiten", str(tmp_path / "a.npy"), "-o",
+                        str(tmp_path / "w.npy")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "w.npy"]
+    for name in left:
+        assert f"note: removed {tmp_path / name}, a temporary file left by an interrupted run" in r.stderr

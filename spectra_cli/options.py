@@ -17,7 +17,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.rows import RowSpec
-from spectra_cli.validate import check_choice, check_int, check_number, check_str, product_dtype
+from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_str, product_dtype
 
 ENGINES = ("local", "dask")
 DEFAULT_BLOCK_ROWS = 8192
@@ -207,6 +207,7 @@ class ReadOptions:
         centered, ddof, precision, block_rows = v["centered"], v["ddof"], v["precision"], v["block_rows"]
         drop_nonfinite, max_memory, positions, pool, mask = (v["drop_nonfinite"], v["max_memory"], v["positions"],
                                                              v["pool"], v["mask"])
+        centered, drop_nonfinite = check_bool("centered", centered), check_bool("drop_nonfinite", drop_nonfinite)
         positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
         engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
         connect_timeout = check_number("connect_timeout", v["connect_timeout"], positive=True)

@@ -94,3 +94,22 @@ def check_strings(name: str, value: Any) -> list[str]:
         if not isinstance(v, str):
             raise OptionError(f"{param(f'{name}[{i}]', v, show=True)} must be a string, not {type(v).__name__}.")
     return list(items)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is True or False (numpy's too); a string such as "no" is refused, never truthy."""
+    if not isinstance(value, bool | np.bool_):
+        raise OptionError(f"{param(name, value, show=True)} must be True or False, not {type(value).__name__}.")
+    return bool(value)
+
+
+def check_numbers(name: str, value: Any) -> tuple[float, ...]:
+    """A number or a list or tuple of finite numbers (``counting``, ``capacity``)."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool) \
+        else value
+    if not isinstance(items, list | tuple):
+        raise OptionError(f"{param(name, value, show=True)} must be a number or a list of numbers, not "
+                          f"{type(value).__name__}.")
+    return tuple(check_number(f"{name}[{i}]", v) for i, v in enumerate(items))

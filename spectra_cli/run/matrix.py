@@ -52,7 +52,7 @@ from spectra_cli.sources.dataset import moment_file_problem
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
-from spectra_cli.validate import check_int, check_path
+from spectra_cli.validate import check_bool, check_int, check_numbers, check_path
 
 BOOTSTRAP_GROUPS = 32
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
@@ -172,8 +172,15 @@ def fit(
     of eigenvalues. The reading options are described in the module docstring.
     """
     read = ReadOptions.create(**reading)
+    for name, flag in (("density", density), ("ci", ci), ("shuffled_control", shuffled_control),
+                       ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
+                       ("eigenvalues", eigenvalues)):
+        check_bool(name, flag)
+    if rankme is not None:
+        check_bool("rankme", rankme)
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
-                             auto_tolerance=auto_tolerance, density=density, counting=counting, capacity=capacity,
+                             auto_tolerance=auto_tolerance, density=density,
+                             counting=check_numbers("counting", counting), capacity=check_numbers("capacity", capacity),
                              alpha_range=alpha_range)
     check_scale(scale)
     ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)

@@ -31,7 +31,7 @@ from spectra_cli.sources.windows import SequenceSource
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input
-from spectra_cli.validate import check_int
+from spectra_cli.validate import check_int, check_strings
 
 SCHEMA = "spectra.sequence/1"
 
@@ -108,7 +108,7 @@ def sequence(
     the fits of the context spectrum and the controls (default window as ``fit``'s: 11..floor(P k / 10)).
     """
     clock = Stopwatch()
-    ctrl = (controls,) if isinstance(controls, str) else tuple(controls)
+    ctrl = tuple(check_strings("controls", controls))
     ctrl = tuple(c for c in ctrl if c != "none")
     for c in ctrl:
         if c not in CONTROLS:

@@ -28,6 +28,7 @@ from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
+from spectra_cli.validate import check_bool, check_int
 
 
 def _after_spectrum(C_after: np.ndarray, n: int, centered_def: str) -> Spectrum:
@@ -89,6 +90,9 @@ def whiten(
     """
     read = ReadOptions.create(refuse=WHITEN_REFUSES, **reading)
     ddof = read.ddof
+    if k is not None:
+        k = check_int("k", k, minimum=-(1 << 62))  # an integer; its range (1..d) is checked with d
+    check_bool("partition_isotropy", partition_isotropy)
     out = os.fspath(out) if out is not None else None
     save_transform = os.fspath(save_transform) if save_transform is not None else None
     transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None

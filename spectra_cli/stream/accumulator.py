@@ -26,7 +26,7 @@ from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.states import MomentsState, RowGuard
-from spectra_cli.validate import PRECISIONS, check_int, product_dtype
+from spectra_cli.validate import PRECISIONS, check_bool, check_int, check_path, product_dtype
 
 #: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
 UNBOUNDED = 1 << 62
@@ -53,6 +53,7 @@ class Accumulator:
                  drop_nonfinite: bool = False, block_rows: int = DEFAULT_BLOCK_ROWS,
                  max_memory: int | str | None = None) -> None:
         d = check_int("d", d, minimum=1, what="a positive number of features")
+        cosine, drop_nonfinite = check_bool("cosine", cosine), check_bool("drop_nonfinite", drop_nonfinite)
         dtype = product_dtype(precision)
         groups = check_int("groups", groups, minimum=0)
         block_rows = check_int("block_rows", block_rows, minimum=1)
@@ -184,7 +185,7 @@ class Accumulator:
         """Write an ``.npz`` of plain arrays (no pickle) atomically; returns the path."""
         from spectra_cli.sinks import atomic_file
 
-        path = os.fspath(path)
+        path = check_path("path", path)
         if not path.lower().endswith(".npz"):
             raise OptionError(f"{param('path', path)}: a moment file must end in .npz.")
         m = self.moments

@@ -424,3 +424,21 @@ def test_an_output_never_joins_the_dataset_it_was_made_from(cli, tmp_path):
     refused(cli, tmp_path, "whiten", tmp_path / "d", "-o", tmp_path / "d" / "new.npy",
             match="would join the .npy shards of the input directory")
     assert cli("whiten", *paths, "-o", tmp_path / "d" / "new.npy").exit_code == 0  # named files: no glob to join
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: spectra.whiten(X, k="3"), r"^k='3' must be an integer, not str\.$"),
+    (lambda: spectra.fit(X, counting="abc"), r"^counting='abc' must be a number or a list of numbers, not str\.$"),
+    (lambda: spectra.fit(X, counting=[0.1, "x"]), r"^counting\[1\]='x' must be a number, not str\.$"),
+    (lambda: spectra.fit(X, rankme="yes"), r"^rankme='yes' must be True or False, not str\.$"),
+    (lambda: spectra.fit(X, centered="no"), r"^centered='no' must be True or False, not str\.$"),
+    (lambda: spectra.fit(X, drop_nonfinite="no"), r"^drop_nonfinite='no' must be True or False"),
+    (lambda: spectra.sequence(X.reshape(90, 10, 12), controls=3), r"^controls=3 must be a string or a list of "
+                                                                   r"strings, not int\.$"),
+    (lambda: spectra.Accumulator(5, cosine="no"), r"^cosine='no' must be True or False"),
+    (lambda: spectra.Accumulator(12).save(3), r"^path=3 must be a path"),
+    (lambda: spectra.fit(X, connect_timeout=0), r"^connect_timeout=0 must be a positive number\.$"),
+])
+def test_every_argument_is_checked_with_the_same_validators(call, message):
+    with pytest.raises(spectra.SpectraError, match=message):
+        call()

@@ -18,9 +18,17 @@ def print_info(path: str, doc: dict[str, Any], console: Console) -> None:
     t.add_column(style="bold cyan")
     t.add_column()
     for k, v in doc.items():
-        if k not in ("columns_schema", "arrays", "tensors") and v is not None:
+        if k not in ("columns_schema", "arrays", "tensors", "members", "m2_shapes", "warnings") and v is not None:
             t.add_row(k, str(v))
     console.print(t)
+    if doc.get("members"):
+        mt = Table("member", "fingerprint", title="Files", title_justify="left", box=None)
+        shapes = doc.get("m2_shapes") or []
+        if shapes:
+            mt.add_column("d")
+        for i, m in enumerate(doc["members"]):
+            mt.add_row(m["path"], m["fingerprint"], *([str(shapes[i][0]) if shapes[i] else "?"] if shapes else []))
+        console.print(mt)
     if doc.get("columns_schema"):
         ct = Table("column", "type", title="Columns", title_justify="left", box=None)
         for c in doc["columns_schema"]:

@@ -65,8 +65,12 @@ def _describe_dataset(dataset: Dataset, *, key: str | None, column: str | None,
 
         widths: dict[str, list[int]] = {p: next((a["shape"] for a in npz_listing(p) if a["key"] == "m2"), [])
                                        for p in dataset.member_paths()}
-        doc.update({"format": "moments", "layout": f"{len(widths)} moment files (accumulated moments, no rows)",
-                    "m2_shapes": [list(s) for s in widths.values()]})
+        doc.update({"format": "moments", "layout": f"{len(widths)} moment file{'s' if len(widths) != 1 else ''} "
+                    "(accumulated moments, no rows)", "m2_shapes": [list(s) for s in widths.values()]})
+        if len({tuple(s) for s in widths.values()}) > 1:
+            doc["warnings"] = ["these moment files have different widths (" + ", ".join(
+                f"{os.path.basename(p)}: d = {s[0] if s else '?'}" for p, s in widths.items()) + "); fit and spectrum "
+                "refuse to merge them"]
         return json_safe(doc)
     with open_dataset(dataset, key=key, column=column, columns=columns) as src:
         info = src.info

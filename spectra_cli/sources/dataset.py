@@ -203,6 +203,9 @@ def _distinct(files: list[str]) -> tuple[Member, ...]:
         ident = _identity(f)
         if ident is None:
             raise InputError(f"no such file or directory: {f}")
+        if ident in seen and seen[ident] == f:
+            raise InputError(f"{f} is named twice (by a glob or a directory and by name, or twice by name); name each "
+                             "input once.")
         if ident in seen:
             raise InputError(f"{f} and {seen[ident]} are the same file (device {ident[0]}, inode {ident[1]}); "
                              "name each input once.")

@@ -88,6 +88,7 @@ class SourceKeywords(TypedDict, total=False):
     positions_per_window: int | None
     doc_column: str | None
     mask_column: str | None
+    threads: int | None
 
 
 class ReadKeywords(SourceKeywords, total=False):
@@ -182,6 +183,7 @@ class ReadOptions:
     scheduler: str | None = None
     workers: int | None = None
     connect_timeout: float = 5.0
+    threads: int | None = None
 
     @staticmethod
     def keywords() -> tuple[str, ...]:
@@ -211,6 +213,8 @@ class ReadOptions:
         positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
         engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
         connect_timeout = check_number("connect_timeout", v["connect_timeout"], positive=True)
+        threads = check_int("threads", v["threads"], minimum=1, what="a positive number of threads") \
+            if v["threads"] is not None else None
         product_dtype(precision)  # one of PRECISIONS
         ddof = check_int("ddof", ddof, minimum=0)
         if block_rows is not None:
@@ -260,7 +264,8 @@ class ReadOptions:
                    drop_nonfinite=bool(drop_nonfinite), max_memory=parse_bytes(max_memory),
                    positions=tuple(positions) if isinstance(positions, list) else positions, pool=pool, mask=mask,
                    positions_per_window=positions_per_window, doc_column=doc_column, mask_column=mask_column,
-                   engine=engine, scheduler=scheduler, workers=workers, connect_timeout=connect_timeout)
+                   engine=engine, scheduler=scheduler, workers=workers, connect_timeout=connect_timeout,
+                   threads=threads)
 
     @property
     def sequence(self) -> bool:

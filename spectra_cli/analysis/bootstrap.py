@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spectra_cli import threads
 from spectra_cli.errors import FitError, param
 from spectra_cli.stream.moments import Moments
 
@@ -110,7 +111,8 @@ def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
         found = top_eigenvalues(C, top)
         if found is not None:
             return found.values
-    return np.linalg.eigvalsh(C)[::-1]
+    with threads.blas(4.0 * float(C.shape[0]) ** 3):
+        return np.linalg.eigvalsh(C)[::-1]
 
 
 def bootstrap_statistics(

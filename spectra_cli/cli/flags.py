@@ -70,6 +70,9 @@ DaskWorkers = Annotated[int | None, typer.Option("--workers", metavar="N", help=
                                                  "processes (--engine dask; default 2).")]
 
 
+Threads = Annotated[int | None, typer.Option("--threads", metavar="N", show_default=False, help="BLAS threads of "
+                                            "every operation (default: one for small ones, every core this process "
+                                            "may use for large ones; OMP_NUM_THREADS and the like cap it).")]
 ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", metavar="SECONDS", help="How long to wait for "
                                                "the Dask scheduler of --scheduler to answer.")]
 DocColumn = Annotated[str | None, typer.Option("--doc-column", metavar="NAME", help="Parquet column of document ids: "
@@ -91,6 +94,7 @@ READ_OPTIONS: dict[str, tuple[Any, Any]] = {
     "pool": (Pool, "tokens"), "mask": (Mask, None), "positions_per_window": (PerWindow, None),
     "doc_column": (DocColumn, None), "mask_column": (MaskColumn, None), "engine": (Engine, "local"),
     "scheduler": (Scheduler, None), "workers": (DaskWorkers, None), "connect_timeout": (ConnectTimeout, 5.0),
+    "threads": (Threads, None),
 }
 _FLAG_NAME = {"centered": "uncentered"}  # the parameter name Typer sees where it differs from the keyword
 

@@ -24,6 +24,7 @@ from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
+from spectra_cli.threads import ENV_VARS, worker_threads
 from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths
 
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
@@ -432,8 +433,8 @@ class ResultsFile:
 def _worker_init(threads: int) -> None:
     """Worker initializer: ``threads`` BLAS threads (workers x threads <= cores), and death with the
     parent (Linux), so a killed batch leaves no workers running."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
+    for var in ENV_VARS:
+        os.environ[var] = str(threads)  # the worker's cap (threads.threads_for respects it)
     if sys.platform.startswith("linux"):
         import contextlib
         import ctypes
@@ -452,7 +453,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     # fork starts workers in milliseconds (spawn re-imports numpy in each, ~0.5 s); it is the
     # default on Linux and safe here: the parent holds no locks or threads of its own.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = worker_threads(workers)  # the cores shared out (not the machine's count: its affinity mask)
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
                                initializer=_worker_init, initargs=(threads,))
 

@@ -39,6 +39,7 @@ from typing import Any, TypeVar, Unpack
 
 import numpy as np
 
+from spectra_cli import threads
 from spectra_cli.analysis.isotropy import check_scale
 from spectra_cli.analysis.suite import FitOptions, run_suite
 from spectra_cli.errors import OptionError, OutputError, param
@@ -80,7 +81,8 @@ def keywords_checked(func: F) -> F:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"{func.__name__}() got an unexpected keyword argument {unknown[0]!r}{hint}; "
                             f"valid keywords: {', '.join(valid)}.")
-        return func(*args, **kwargs)
+        with threads.call(kwargs.get("threads")):  # threads=N holds for the whole call, then the policy again
+            return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 

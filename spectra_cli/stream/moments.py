@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spectra_cli import threads
 from spectra_cli.errors import InputError
 from spectra_cli.validate import product_dtype
 
@@ -195,7 +196,7 @@ class Moments:
             done = unshifted(pre_sums, pre_diag)
             if done is not None:
                 return done
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"), threads.blas(float(n) * (d + 1) ** 2):
             G = (A.T @ A).astype(np.float64, copy=False)
         raw = G[:d, :d]
         sums = G[:d, d].copy()
@@ -295,7 +296,8 @@ def _rescale(mean: np.ndarray, m2: np.ndarray, r: float) -> tuple[np.ndarray, np
 
 def _gram(xc: np.ndarray, precision: str) -> np.ndarray:
     """``xc^T xc`` in float64, or in float32 blocks accumulated into float64."""
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and rescaled
+    with np.errstate(over="ignore", invalid="ignore"), threads.blas(float(xc.shape[0]) * xc.shape[1] ** 2):
+        # overflow is detected and rescaled
         if product_dtype(precision) != np.float64:
             x32 = xc.astype(np.float32)
             return (x32.T @ x32).astype(np.float64)

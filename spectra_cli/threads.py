@@ -1,0 +1,114 @@
+"""One thread policy for every BLAS and LAPACK call of a run, in-process and in every worker.
+
+A BLAS call gets its threads by the size of the operation: below :data:`SMALL_FLOPS` floating-point
+operations it runs on one thread (a second thread costs more than it saves there, and on a loaded
+machine — a CI runner, a laptop running a build — a second thread that spins waiting for a core
+costs up to 300x: a 384 x 384 ``eigvalsh`` took 2.29 s on two contended threads against 0.0066 s on
+one), above it on every core this process may run on (its affinity mask, not the machine's count).
+``bench/bench_threads.py`` measures the table behind the threshold, quiet and loaded.
+
+The user decides first: ``threads=N`` (``--threads N``) fixes every call at N threads, and an
+environment variable the user set (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``,
+``BLIS_NUM_THREADS``) caps them. Batch workers get ``cores // workers`` each
+(:func:`worker_threads`), so workers never oversubscribe the cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+#: The environment variables through which a user caps BLAS threads (respected, never overwritten).
+ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+#: Below this many floating-point operations a call runs on one thread. Measured on 2 cores with
+#: bench/bench_threads.py (median of 5, seconds, 1 thread / 2 threads, quiet | with 2 busy processes):
+#: eigvalsh d = 384 (4 d^3 = 2.3e8): 0.0046 / 0.0044 | 0.0125 / 0.0318; d = 512 (5.4e8): 0.0103 / 0.0088
+#: | 0.031 / 0.199; d = 1,024 (4.3e9): 0.080 / 0.048 | 0.21 / 0.52. X^T X of 8,192 x 384 (1.2e9):
+#: 0.017 / 0.028 | 0.040 / 0.025; of 8,192 x 768 (4.8e9): 0.061 / 0.037 | 0.099 / 0.119. Below 1.3e9
+#: a second thread gains nothing quiet (or loses) and costs up to 6x loaded; above it, it pays quiet.
+SMALL_FLOPS = 1.3e9
+
+_override: int | None = None
+_controller: Any = None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def env_threads() -> int | None:
+    """The cap a user set through the environment (the smallest of the variables set), or None."""
+    values = []
+    for var in ENV_VARS:
+        text = os.environ.get(var, "").strip()
+        if text.isdigit() and int(text) > 0:
+            values.append(int(text))
+    return min(values) if values else None
+
+
+def set_threads(threads: int | None) -> None:
+    """Fix every BLAS call at ``threads`` threads (None: the policy decides again)."""
+    global _override
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        from spectra_cli.errors import OptionError, param
+
+        raise OptionError(f"{param('threads', threads, show=True)} must be a positive number of threads.")
+    _override = threads
+
+
+@contextlib.contextmanager
+def call(threads: int | None) -> Iterator[None]:
+    """The pools of one library call: ``threads`` for every BLAS call inside (None: the policy), and
+    every BLAS call the policy does not size itself (a matrix-vector product, a small product in an
+    analysis) on the threads of a small operation, one by default; the previous setting after."""
+    global _override
+    before = _override
+    if threads is not None:
+        set_threads(threads)
+    try:
+        with blas(0.0):
+            yield
+    finally:
+        _override = before
+
+
+def threads_for(flops: float) -> int:
+    """The threads a BLAS call of ``flops`` floating-point operations gets."""
+    if _override is not None:
+        return _override
+    cap = env_threads()
+    want = 1 if flops < SMALL_FLOPS else usable_cores()
+    return min(want, cap) if cap is not None else want
+
+
+def worker_threads(workers: int) -> int:
+    """BLAS threads of each of ``workers`` processes: the cores shared out, at least one each."""
+    if _override is not None:
+        return _override
+    share = max(1, usable_cores() // max(1, workers))
+    cap = env_threads()
+    return min(share, cap) if cap is not None else share
+
+
+@contextlib.contextmanager
+def blas(flops: float) -> Iterator[int]:
+    """Run the block on the threads the policy gives an operation of ``flops``; yields that count."""
+    global _controller
+    n = threads_for(flops)
+    try:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+        limiter = _controller.limit(limits=n, user_api="blas")
+    except Exception:  # noqa: BLE001 - no controllable BLAS (a stub build): run as it is
+        yield n
+        return
+    with limiter:
+        yield n

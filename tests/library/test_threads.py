@@ -1,0 +1,86 @@
+"""The thread policy itself: which pool size each operation gets, the user's override, the
+environment variables, and the workers' share (no timings: the machines are shared)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+import spectra_cli as spectra
+from spectra_cli import threads
+from tests.conftest import powerlaw_matrix
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    threads.set_threads(None)
+    yield
+    threads.set_threads(None)
+
+
+def test_small_operations_run_on_one_thread_and_large_ones_on_every_core():
+    assert threads.threads_for(threads.SMALL_FLOPS / 2) == 1
+    assert threads.threads_for(4.0 * 384**3) == 1  # the 384 x 384 eigvalsh of a MiniLM layer
+    assert threads.threads_for(8192 * 385**2) == 1  # one default block's product at d = 384
+    assert threads.threads_for(4.0 * 1024**3) == 8
+    assert threads.threads_for(threads.SMALL_FLOPS * 2) == 8
+    assert threads.threads_for(200_000 * 768**2) == 8
+
+
+def test_the_user_decides_first(monkeypatch):
+    threads.set_threads(3)
+    assert threads.threads_for(1.0) == threads.threads_for(1e15) == 3
+    threads.set_threads(None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    assert threads.env_threads() == 2
+    assert threads.threads_for(1e15) == 2 and threads.threads_for(1.0) == 1  # a cap, never a floor
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")
+    assert threads.env_threads() == 4
+
+
+def test_workers_share_the_cores(monkeypatch):
+    assert threads.worker_threads(1) == 8 and threads.worker_threads(3) == 2 and threads.worker_threads(16) == 1
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    assert threads.worker_threads(2) == 1
+
+
+def test_a_blas_block_gets_the_pool_size_of_its_operation():
+    with threads.blas(1.0) as n:
+        assert n == 1
+        assert all(lib["num_threads"] == 1 for lib in threadpool_info() if lib["user_api"] == "blas")
+    threads.set_threads(2)
+    with threads.blas(1.0) as n:
+        assert n == 2
+
+
+def test_threads_keyword_holds_for_one_call_and_is_checked():
+    X = powerlaw_matrix(500, 16, 1.0, seed=0)
+    seen = []
+    real = threads.threads_for
+
+    def spy(flops):
+        seen.append(real(flops))
+        return seen[-1]
+
+    threads.threads_for, saved = spy, threads.threads_for
+    try:
+        a = spectra.fit(X, window="2:8", threads=1).fit.alpha
+    finally:
+        threads.threads_for = saved
+    assert seen and set(seen) == {1}
+    assert threads._override is None  # restored after the call
+    assert a == spectra.fit(X, window="2:8").fit.alpha  # the numbers do not depend on the pool size
+    with pytest.raises(spectra.OptionError, match=r"^threads=0 must be a positive number of threads\.$"):
+        spectra.fit(X, threads=0)
+
+
+def test_the_cli_takes_threads(cli, tmp_path):
+    np.save(tmp_path / "x.npy", powerlaw_matrix(500, 16, 1.0, seed=0))
+    assert cli("fit", tmp_path / "x.npy", "--threads", "1", "--json").exit_code == 0
+    r = cli("fit", tmp_path / "x.npy", "--threads", "0")
+    assert r.exit_code == 2 and r.stderr == "error: --threads 0 must be a positive number of threads.\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,11 +103,13 @@ def blas(flops: float) -> Iterator[int]:
     global _controller
     n = threads_for(flops)
     try:
-        if _controller is None:
+        # The BLAS libraries loaded (numpy's, scipy's own, ...) are scanned again whenever a module was
+        # imported since the last scan (a scan costs 0.2 ms; a library loaded later would be left unlimited).
+        if _controller is None or _controller[1] != len(sys.modules):
             from threadpoolctl import ThreadpoolController
 
-            _controller = ThreadpoolController()
-        limiter = _controller.limit(limits=n, user_api="blas")
+            _controller = (ThreadpoolController(), len(sys.modules))
+        limiter = _controller[0].limit(limits=n, user_api="blas")
     except Exception:  # noqa: BLE001 - no controllable BLAS (a stub build): run as it is
         yield n
         return

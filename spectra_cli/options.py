@@ -61,7 +61,11 @@ def memory_budget(max_memory: int | None) -> int:
 
 
 def gib(nbytes: float) -> str:
-    return f"{nbytes / (1 << 30):.3g} GiB"
+    """A size as people read it: GiB from 0.1 GiB up, else MiB, KiB or bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= (1 << shift) * (0.1 if unit == "GiB" else 1):
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes:.0f} bytes"
 
 
 def refuse_over_budget(where: str, what_needs: str, need: float, what: str, budget: int) -> None:

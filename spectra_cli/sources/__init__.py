@@ -41,8 +41,9 @@ def open_source(
     url = remote.is_url(path)
     exists = remote.exists if url else os.path.exists
     isdir = remote.isdir if url else os.path.isdir
-    if "::" in path or path.lower().endswith(".safetensors"):
-        file, _, name = path.partition("::")
+    literal = not url and os.path.lexists(path)  # a local file whose name holds "::" is that file
+    if ("::" in path and not literal) or path.lower().endswith(".safetensors"):
+        file, _, name = path.partition("::") if not literal else (path, "", "")
         if not exists(file):
             raise InputError(f"no such file or directory: {file}")
         if file.lower().endswith(".npz"):

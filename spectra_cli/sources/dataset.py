@@ -166,7 +166,7 @@ def resolve(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     name = args[0] if len(args) == 1 else ",".join(args)
     if len(args) == 1 and remote.is_url(args[0]):
         return Dataset(args, (Member(args[0], None),), "single", name)
-    tensors = [a for a in args if "::" in a]
+    tensors = [a for a in args if "::" in a and not os.path.lexists(a)]  # an existing file of that name is a file
     if tensors:
         if len(args) > 1:
             raise InputError(f"{tensors[0]} names one tensor; give it as the only PATH (spectra batch analyses "

@@ -298,7 +298,7 @@ def test_wide_short_inputs_never_build_d_by_d(cli, tmp_path):
 def test_a_width_beyond_the_memory_budget_is_refused_before_reading(cli, tmp_path):
     np.save(tmp_path / "a.npy", np.zeros((3000, 2000), dtype=np.float32))
     line = refused(cli, tmp_path, "spectrum", tmp_path / "a.npy", "--max-memory", "50MB")
-    assert "needs about 0.0894 GiB (3 float64 matrices of 2000 x 2000)" in line and "--max-memory" in line
+    assert "needs about 91.6 MiB (3 float64 matrices of 2000 x 2000)" in line and "--max-memory" in line
     refused(cli, tmp_path, "spectrum", tmp_path / "a.npy", "--max-memory", "lots", match="is not a size")
 
 

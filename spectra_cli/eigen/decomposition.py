@@ -305,6 +305,11 @@ def spectrum_from_moments(
     del C
     lam = _finish(lam_scaled, factor)
     floor = floor_for(lam, d, m.block_rows, precision)
+    if lam.size and float(lam[-1]) < -10 * max(floor, 1e-300):
+        # rounding leaves a PSD sum of outer products within the floor of zero; far below it, moments lie
+        raise InputError(f"the second moment has an eigenvalue of {float(lam[-1]):.3g}, far below minus the "
+                         f"numerical floor ({floor:.3g}): it is not positive semi-definite, so these moments are "
+                         "corrupt (a moment file written wrongly or by hand).")
     sampling = m.n_positive - 1 if centered else m.n_positive
     return Spectrum(
         eigenvalues=lam,

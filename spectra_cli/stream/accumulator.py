@@ -314,16 +314,42 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
     if weighted and (weight_sum > 0) != (n_positive > 0):
         raise InputError(f"{path}: {where} says a weight sum of {weight_sum:g} over {n_positive} rows of positive "
                          "weight; the two must be zero together.")
-    _check_m2(m2, path, f"{prefix}m2")
+    level = float(np.max(np.abs(mean_rel + (origin if origin is not None else 0.0)))) if d else 0.0
+    _check_m2(m2, path, f"{prefix}m2", uncentred=weight_sum * level * level)
     return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin)
 
 
-def _check_m2(m2: np.ndarray, path: str, name: str) -> None:
+def _check_groups_total(groups: list[Moments], m: Moments, path: str) -> None:
+    """The bootstrap resamples the groups: merged, they must be the whole input's moments (count,
+    weights, mean and second moment, to rounding), or every interval built from them is wrong."""
+    merged = groups[0]
+    for g in groups[1:]:
+        merged = merged.merge(g)
+    if any(g.weighted != m.weighted for g in groups):
+        raise InputError(f"{path}: its groups and its moments disagree on whether rows are weighted.")
+    scale = merged.scale / m.scale
+    tot_m2 = m.m2
+    top = float(np.max(np.abs(np.diag(tot_m2)))) if tot_m2.size else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean_gap = float(np.max(np.abs(merged.mean * merged.scale - m.mean * m.scale))) if m.d else 0.0
+        m2_gap = float(np.max(np.abs(merged.m2 * scale * scale - tot_m2))) if m.d else 0.0
+    spread = float(np.sqrt(top / max(m.weight_sum, 1e-300))) * m.scale if m.weight_sum else 0.0
+    ok = (abs(merged.weight_sum - m.weight_sum) <= 1e-9 * max(m.weight_sum, 1e-300) + 1e-300
+          and np.isfinite(mean_gap) and mean_gap <= 1e-6 * max(spread, float(np.max(np.abs(m.mean * m.scale)))
+                                                              if m.d else 1.0) + 1e-300
+          and np.isfinite(m2_gap) and m2_gap <= 1e-8 * max(top, 1e-300))
+    if not ok:
+        raise InputError(f"{path}: its bootstrap groups, merged, are not its moments (weight sum, mean or second "
+                         "moment differ beyond rounding); the groups must split the rows.")
+
+
+def _check_m2(m2: np.ndarray, path: str, name: str, *, uncentred: float = 0.0) -> None:
     """A sum of outer products is symmetric and positive semi-definite: checked in O(d^2) as symmetry,
     non-negative diagonal and |m2_ij| <= sqrt(m2_ii m2_jj) (Cauchy-Schwarz), all to rounding."""
     diag = np.diag(m2)
     top = float(diag.max()) if diag.size else 0.0
-    tol = M2_TOLERANCE * max(top, float(np.abs(m2).max()) if m2.size else 0.0)
+    # rounding is relative to the data's own size: its spread, or its offset (uncentred: W |mean|^2)
+    tol = M2_TOLERANCE * max(top, float(np.abs(m2).max()) if m2.size else 0.0, uncentred) + 1e-300
     if m2.size and float(np.abs(m2 - m2.T).max()) > tol:
         raise InputError(f"{path}: array {name} is not symmetric (a second moment is a sum of outer products).")
     if diag.size and float(diag.min()) < -tol:
@@ -376,17 +402,26 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
                    if k.startswith("g") and k.endswith("_scalars") and k[1:-len("_scalars")].isdigit())
     if len(saved) > n_groups:
         raise InputError(f"{path}: it holds {len(saved)} groups but its metadata says {n_groups}.")
+    if saved and saved[-1] >= n_groups:
+        raise InputError(f"{path}: it holds group g{saved[-1]} but its metadata says {n_groups} groups.")
     groups = [_moments_from(arrays, f"g{i}_", d, path) for i in saved]
     if groups and sum(g.n for g in groups) != m.n:
         raise InputError(f"{path}: its groups hold {sum(g.n for g in groups)} rows but its moments {m.n}; the groups "
                          "split the rows.")
+    if groups:
+        _check_groups_total(groups, m, path)
     n_dropped = f.count("meta n_dropped", meta.get("n_dropped", 0))
     w2 = f.number("meta weight_sq_sum", meta.get("weight_sq_sum", m.n))
     if not m.weighted and w2 != m.n:
         raise InputError(f"{path}: meta weight_sq_sum is {w2:g} for {m.n} unweighted rows; it is their count.")
-    if m.weighted and m.weight_sum > 0 and (w2 <= 0 or m.weight_sum**2 / w2 > m.n_positive * (1 + 1e-9)):
-        raise InputError(f"{path}: meta weight_sq_sum {w2:g} makes an effective sample size (sum w)^2 / sum w^2 above "
-                         f"the {m.n_positive} rows of positive weight.")
+    W = m.weight_sum
+    if m.weighted and W > 0 and (w2 <= 0 or W * W > m.n_positive * w2 * (1 + 1e-9) or w2 > W * W * (1 + 1e-9)):
+        # (sum w)^2 / sum w^2 lies in [1, rows of positive weight] (products, never powers: no OverflowError)
+        raise InputError(f"{path}: meta weight_sq_sum {w2:g} with a weight sum of {W:g} gives an effective sample size "
+                         f"(sum w)^2 / sum w^2 outside [1, {m.n_positive}] (the rows of positive weight).")
+    if m.weighted and m.n_positive and not 1e-250 <= W / m.n_positive <= 1e250 * m.n_positive:
+        raise InputError(f"{path}: a weight sum of {W:g} over {m.n_positive} rows lies outside the weights spectra "
+                         "accepts (1e-250 to 1e250 a row).")
     sources = meta.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
         raise f.bad("meta sources", sources, "a list of objects")
@@ -401,6 +436,12 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
         c.norm_sum = f.number("cos_scalars[2] (sum of norms)", sc[2])
         c.rows = f.count("cos_scalars[4] (rows)", sc[4], maximum=m.n)
         c.zero_rows = f.count("cos_scalars[3] (all-zero rows)", sc[3], maximum=c.rows)
+        if c.rows != m.n:
+            raise InputError(f"{path}: cos_scalars[4] counts {c.rows} rows but its moments {m.n}; both count the rows "
+                             "accumulated.")
+        if not m.weighted and not (c.w_sum == c.w2_sum == c.rows - c.zero_rows):
+            raise InputError(f"{path}: cos_scalars (weight sum {c.w_sum:g}, of squares {c.w2_sum:g}) do not count the "
+                             f"{c.rows - c.zero_rows} non-zero unweighted rows; both must.")
         if float(np.linalg.norm(c.unit_sum)) > c.w_sum * (1 + 1e-9) + 1e-300:
             raise InputError(f"{path}: array cos_unit_sum is longer than its weight sum; a sum of unit vectors "
                              "never is.")

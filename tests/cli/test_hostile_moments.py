@@ -54,6 +54,16 @@ def _array(name, f):
     return change
 
 
+def _indefinite(d):
+    """Unit diagonal, off-diagonal entries of +-0.9: every 2 x 2 minor is fine (Cauchy-Schwarz holds),
+    the matrix is not positive semi-definite."""
+    signs = np.sign(np.random.default_rng(0).standard_normal((d, d)))
+    s = np.triu(signs, 1)
+    c = np.eye(d) + 0.9 * (s + s.T)
+    assert np.linalg.eigvalsh(c)[0] < -0.5
+    return c
+
+
 CASES = {
     "n_dropped many": (_meta(["n_dropped"], "many"), "meta n_dropped is 'many'; a count (an integer, 0 or more) is "
                                                       "required."),
@@ -97,6 +107,12 @@ CASES = {
     "cos unit sum nan": (_array("cos_unit_sum", lambda c: c * np.nan), "array cos_unit_sum holds NaN"),
     "cos zero rows above rows": (_array("cos_scalars", lambda c: np.where(np.arange(5) == 3, 1e6, c)),
                                  "cos_scalars[3] (all-zero rows) is 1000000.0; a count of at most 400"),
+    "cos weight sum": (_array("cos_scalars", lambda c: np.where(np.arange(5) == 0, 1e6, c)),
+                       "cos_scalars (weight sum 1e+06, of squares 400) do not count the 400 non-zero unweighted rows"),
+    "cos rows": (_array("cos_scalars", lambda c: np.where(np.arange(5) == 4, 10, c)), "cos_scalars[4] counts 10 "
+                                                                                       "rows but its moments 400"),
+    "m2 indefinite": (_array("m2", lambda m: m.max() * _indefinite(len(m))),
+                      "it is not positive semi-definite, so these moments are corrupt"),
     "cos unit sum too long": (_array("cos_unit_sum", lambda c: c * 1e6), "array cos_unit_sum is longer than its "
                                                                          "weight sum"),
 }
@@ -107,15 +123,27 @@ def test_a_moment_file_that_lies_is_refused_naming_the_field(cli, tmp_path, name
     change, message = CASES[name]
     m = _lie(tmp_path, change)
     line = refused(cli, tmp_path, "fit", m)
-    assert line.startswith(f"error: {m}: ") or line.startswith(f"error: {m} "), line
     assert message in line, line
+    if name == "m2 indefinite":  # found where the merged moments are decomposed: no one file to name
+        return
+    assert line.startswith(f"error: {m}: ") or line.startswith(f"error: {m} "), line
     with pytest.raises(spectra.InputError):
         spectra.Accumulator.load(m)
 
 
 def test_weighted_and_grouped_files_are_checked_too(cli, tmp_path):
     m = _lie(tmp_path, _meta(["weight_sq_sum"], 1e-9), weighted=True)
-    refused(cli, tmp_path, "fit", m, match="makes an effective sample size (sum w)^2 / sum w^2 above the 400 rows")
+    refused(cli, tmp_path, "fit", m, match="gives an effective sample size (sum w)^2 / sum w^2 outside [1, 400]")
+    m = _lie(tmp_path, _meta(["weight_sq_sum"], 1e12), weighted=True)
+    refused(cli, tmp_path, "fit", m, match="outside [1, 400]")
+    m = _lie(tmp_path, _scalar(1, 1e300), weighted=True)  # was an OverflowError
+    refused(cli, tmp_path, "fit", m)
+    m = _lie(tmp_path, _array("g1_m2", lambda a: np.where(np.eye(len(a)) > 0, a * 1e6, a)), groups=4)
+    refused(cli, tmp_path, "fit", m, "--ci", match="its bootstrap groups, merged, are not its moments")
+    m = _lie(tmp_path, _array("g0_mean_rel", lambda a: a + 100), groups=4)
+    refused(cli, tmp_path, "fit", m, "--ci", match="its bootstrap groups, merged, are not its moments")
+    m = _lie(tmp_path, _array("g1_origin", lambda a: a + 1e300), groups=4)  # was LinAlgError in the bootstrap
+    refused(cli, tmp_path, "fit", m, "--ci")
     m = _lie(tmp_path, _scalar(0, 3, prefix="g0_"), groups=4)
     refused(cli, tmp_path, "fit", m, match="g0_scalars[2] (rows of positive weight) is 104.0; a count of at most 3")
     m = _lie(tmp_path, _array("g1_m2", lambda a: -a), groups=4)

@@ -41,6 +41,23 @@ def _parse_float(text: str) -> float:
     return value
 
 
+def _has_lone_surrogate(doc: Any) -> bool:
+    """Whether a string (or key) of ``doc`` holds a surrogate code point (JSON's ``\\ud800`` escape
+    decodes to one; it cannot be written out as UTF-8)."""
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in x):
+                return True
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return False
+
+
 def loads(text: str | bytes, where: str) -> Any:
     """Strict ``json.loads`` that raises ``InputError`` naming ``where`` for anything unreadable: no
     NaN or Infinity (spectra writes strict JSON, and a non-finite number would compare as no number
@@ -48,7 +65,10 @@ def loads(text: str | bytes, where: str) -> Any:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant)
+        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant)
+        if "\\ud" in text.lower() and _has_lone_surrogate(doc):
+            raise _NotStrict("a lone surrogate escape (\\ud800-\\udfff), which is no character")
+        return doc
     except RecursionError:
         raise InputError(f"{where} is JSON nested too deeply to read.") from None
     except UnicodeDecodeError as exc:

@@ -217,6 +217,8 @@ class ReadOptions:
         positions_per_window, doc_column, mask_column = v["positions_per_window"], v["doc_column"], v["mask_column"]
         engine, scheduler, workers = v["engine"], v["scheduler"], v["workers"]
         connect_timeout = check_number("connect_timeout", v["connect_timeout"], positive=True)
+        if connect_timeout > 600:
+            raise OptionError(f"{param('connect_timeout', connect_timeout)} must be at most 600 seconds.")
         threads = check_int("threads", v["threads"], minimum=1, what="a positive number of threads") \
             if v["threads"] is not None else None
         product_dtype(precision)  # one of PRECISIONS

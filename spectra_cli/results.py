@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from spectra_cli import __version__
 from spectra_cli.eigen.decomposition import Spectrum
+from spectra_cli.errors import InputError
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
@@ -237,3 +238,22 @@ def lookup(doc: Any, field: str) -> Any:
         else:
             return MISSING
     return cur
+
+
+def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> None:
+    """Refuse a document that is not a report of the schema this spectra reads (``spectra.report/1``),
+    naming the schema it has; ``also``: other record schemas accepted there (a batch's error and skip
+    lines)."""
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise InputError(f"{where} is not a spectra report (it has no 'schema'; this spectra reads {SCHEMA_VERSION}).")
+    schema = doc["schema"]
+    if schema != SCHEMA_VERSION and schema not in also:
+        if isinstance(schema, str) and schema.startswith("spectra.report/"):
+            raise InputError(f"{where} has schema {schema!r}; this spectra reads {SCHEMA_VERSION}.")
+        raise InputError(f"{where} is not a spectra report (schema {schema!r}; this spectra reads {SCHEMA_VERSION}).")
+    if schema == SCHEMA_VERSION:
+        missing = [k for k in ("source", "options", "spectrum") if not isinstance(doc.get(k), dict)]
+        if missing:
+            raise InputError(f"{where} is a {SCHEMA_VERSION} report without its {', '.join(missing)} section"
+                             f"{'s' if len(missing) > 1 else ''} (every report has them; the options say which "
+                             "numbers are comparable).")

@@ -13,6 +13,7 @@ import errno
 import fnmatch
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -30,6 +31,34 @@ def check_target(path: str, flag: str = "out") -> None:
     if not path.lower().endswith(OUTPUT_EXTENSIONS):
         raise OptionError(f"{param(flag, path)}: the output must end in .npy or .parquet.")
     check_directory(path, flag)
+    check_replaceable(path, flag)
+
+
+#: The first bytes of each kind of file spectra writes (an existing file without them is not replaced).
+MAGIC = {".npy": (b"\x93NUMPY",), ".parquet": (b"PAR1",), ".pq": (b"PAR1",), ".png": (b"\x89PNG",),
+         ".pdf": (b"%PDF",), ".svg": (b"<?xml", b"<svg"), ".npz": (b"PK",)}
+
+
+def check_replaceable(path: str, flag: str) -> None:
+    """An existing output is replaced only when it is a regular file of the kind its extension names
+    (an earlier output): a FIFO, a device, or a text file named ``notes.npy`` is refused."""
+    if not os.path.lexists(path):
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # a dangling link: the output replaces the link itself
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise OutputError(f"{param(flag, path)} exists and is {kind}; name a regular file.")
+    magic = MAGIC.get(os.path.splitext(path)[1].lower())
+    if magic is None or st.st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head.startswith(magic):
+        raise OutputError(f"{param(flag, path)} exists and is not a {os.path.splitext(path)[1]} file (an earlier "
+                          "output would be); name a new file.")
 
 
 def check_directory(path: str, flag: str) -> None:

@@ -111,6 +111,11 @@ def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
         found = top_eigenvalues(C, top)
         if found is not None:
             return found.values
+    if not np.all(np.isfinite(C)):
+        from spectra_cli.errors import InputError
+
+        raise InputError("a bootstrap replicate's covariance overflows float64: the group moments hold values "
+                         "beyond 1e154 (corrupt groups, or data to rescale).")
     with threads.blas(4.0 * float(C.shape[0]) ** 3):
         return np.linalg.eigvalsh(C)[::-1]
 

@@ -86,6 +86,9 @@ class WhiteningTransform:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise OptionError(f"{param('save_transform', path)}: directory {parent} does not exist.")
+        from spectra_cli.sinks import check_replaceable
+
+        check_replaceable(path, "save_transform")
         if os.path.lexists(path) and not is_transform_file(path):
             raise OptionError(f"{param('save_transform', path)} exists and is not a spectra transform file; name a "
                               "new file (a transform file of an earlier run is replaced).")
@@ -138,9 +141,12 @@ class WhiteningTransform:
 
 def is_transform_file(path: str) -> bool:
     """An ``.npz`` archive holding the arrays of a saved transform."""
+    import stat
     import zipfile
 
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # a FIFO would block the open
         with zipfile.ZipFile(path) as z:
             names = {n.removesuffix(".npy") for n in z.namelist()}
     except (OSError, zipfile.BadZipFile, ValueError):

@@ -39,6 +39,9 @@ def check_plot_target(path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise OptionError(f"{param('plot', path)}: directory {parent} does not exist.")
+    from spectra_cli.sinks import check_replaceable
+
+    check_replaceable(path, "plot")
     pyplot()
 
 

@@ -270,6 +270,22 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def strict_line(line: bytes, where: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A results line read as every other reader reads it (strict JSON, a known schema): the record, or
+    None and why not."""
+    from spectra_cli.jsonio import loads
+    from spectra_cli.results import RESULT_SCHEMAS, check_report_schema
+
+    try:
+        doc = loads(line, where)
+        if not isinstance(doc, dict):
+            return None, f"{where}: not a JSON object"
+        check_report_schema(doc, where, also=RESULT_SCHEMAS)
+    except (SpectraError, RecursionError) as exc:
+        return None, str(exc).rstrip(".")
+    return doc, None
+
+
 #: The first bytes of files that are certainly not JSON Lines, and what they are.
 _MAGIC = ((b"PK\x03\x04", "a ZIP archive, such as an .npz or a moment file"), (b"\x93NUMPY", "a .npy array"),
           (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"))
@@ -384,13 +400,17 @@ class ResultsFile:
             self.notes.append(f"{self.path}: dropped a cut last line ({len(torn)} bytes; an interrupted run)")
         kept: list[bytes] = []
         for i, line in enumerate(lines, 1):
-            doc = parse_line(line.decode("utf-8", "replace")) if line.strip() else None
+            doc, why = strict_line(line, f"{self.path} line {i}") if line.strip() else (None, None)
             fp = doc.get("source", {}).get("fingerprint") if doc and isinstance(doc.get("source"), dict) else None
+            if doc is not None and "skipped" in doc:
+                fp = doc.get("fingerprint")
             if doc is None or "error" in doc or not isinstance(fp, str) or fp in self.done:
                 changed = True
                 self.retried += 1 if doc is not None and "error" in doc else 0
-                if line.strip() and doc is None:
-                    self.notes.append(f"{self.path} line {i} is not a JSON object; dropped")
+                if why is not None:
+                    self.notes.append(f"dropped {why}")
+                elif doc is not None and "error" not in doc and not isinstance(fp, str):
+                    self.notes.append(f"dropped {self.path} line {i}: a report without a source fingerprint")
                 continue
             if expected is not None and "skipped" not in doc:
                 self.mismatch = check_same_options(doc, expected, what=f"{self.path} and this run", allow=allow)

@@ -7,25 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.results import SCHEMA_VERSION, scalar_fields
+from spectra_cli.results import check_report_schema, scalar_fields
 from spectra_cli.validate import check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
 SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.")
-
-
-def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> None:
-    """Refuse a document that is not a report of the schema this spectra reads (``spectra.report/1``),
-    naming the schema it has; ``also``: other record schemas accepted there (a batch's error and skip
-    lines)."""
-    if not isinstance(doc, dict) or "schema" not in doc:
-        raise InputError(f"{where} is not a spectra report (it has no 'schema'; this spectra reads {SCHEMA_VERSION}).")
-    schema = doc["schema"]
-    if schema != SCHEMA_VERSION and schema not in also:
-        if isinstance(schema, str) and schema.startswith("spectra.report/"):
-            raise InputError(f"{where} has schema {schema!r}; this spectra reads {SCHEMA_VERSION}.")
-        raise InputError(f"{where} is not a spectra report (schema {schema!r}; this spectra reads {SCHEMA_VERSION}).")
 
 
 def load_report(path: str) -> dict[str, Any]:

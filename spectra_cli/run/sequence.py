@@ -132,6 +132,8 @@ def sequence(
             raise OptionError(f"{param('project', project)} exceeds the {d} features of a token.")
         if d == 0:
             raise InputError(f"{inp.info.path} has 0 features (shape {inp.info.shape}); at least 1 is required.")
+        if P == 0 or lay.length == 0:
+            raise InputError(f"{inp.info.path} has 0 positions (shape {inp.info.shape}); at least 1 is required.")
         held = 8.0 * n * P * d
         # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
         # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)

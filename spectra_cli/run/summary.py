@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.results import RESULT_SCHEMAS, lookup
-from spectra_cli.run.compare import check_report_schema
+from spectra_cli.results import RESULT_SCHEMAS, check_report_schema, lookup
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
 #: (report field, label) of the metrics summarised.

@@ -28,6 +28,10 @@ def read_eigenvalues(path: str) -> np.ndarray:
         from spectra_cli.sources.base import read_json as read
 
         doc = read(path, "eigenvalues file")
+        if isinstance(doc, dict) and "eigenvalues" not in doc:
+            from spectra_cli.results import check_report_schema
+
+            check_report_schema(doc, path)  # a report: one of the schema this spectra reads
         if isinstance(doc, dict):
             spec = doc.get("spectrum")
             doc = doc.get("eigenvalues", spec.get("eigenvalues") if isinstance(spec, dict) else None)

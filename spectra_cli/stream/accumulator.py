@@ -22,7 +22,7 @@ import numpy as np
 
 from spectra_cli import __version__, jsonio
 from spectra_cli.analysis.isotropy import CosineAccumulator
-from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.errors import InputError, OptionError, OutputError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.states import MomentsState, RowGuard
@@ -188,6 +188,11 @@ class Accumulator:
         path = check_path("path", path)
         if not path.lower().endswith(".npz"):
             raise OptionError(f"{param('path', path)}: a moment file must end in .npz.")
+        from spectra_cli.sources.dataset import moment_file_problem
+
+        if os.path.lexists(path) and moment_file_problem(path) is not None:
+            raise OutputError(f"{param('path', path)} exists and is not a moment file ({moment_file_problem(path)}); "
+                              "name a new file (a moment file of an earlier run is replaced).")
         m = self.moments
         arrays: dict[str, np.ndarray] = {
             "format": np.array(FORMAT),

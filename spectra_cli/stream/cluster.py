@@ -76,7 +76,12 @@ def probe(scheduler: str, timeout: float) -> None:
     connect waits on a server that accepts and never answers): one identity round trip, in a thread
     of its own so that a running event loop (a notebook) is no obstacle."""
     import asyncio
+    import re
     from concurrent.futures import ThreadPoolExecutor
+
+    port = re.fullmatch(r"[a-z]+://[^/]*:(\d+)/?", scheduler)
+    if port is not None and not 0 < int(port.group(1)) < 65536:
+        raise OptionError(f"{param('scheduler', scheduler)}: port {port.group(1)} is not a TCP port (1 to 65535).")
 
     async def identity() -> Any:
         from distributed.comm import connect

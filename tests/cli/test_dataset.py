@@ -446,3 +446,35 @@ def test_an_output_never_joins_the_dataset_it_was_made_from(cli, tmp_path):
 def test_every_argument_is_checked_with_the_same_validators(call, message):
     with pytest.raises(spectra.SpectraError, match=message):
         call()
+
+
+def test_outputs_of_every_kind_replace_only_their_own_kind(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    (tmp_path / "note.npy").write_text("my notes")
+    refused(cli, tmp_path, "whiten", tmp_path / "x.npy", "-o", tmp_path / "note.npy",
+            match=f"-o '{tmp_path}/note.npy' exists and is not a .npy file (an earlier output would be); name a new "
+                  "file.")
+    os.mkfifo(tmp_path / "ff.npz")
+    refused(cli, tmp_path, "whiten", tmp_path / "x.npy", "-o", tmp_path / "w.npy", "--save-transform",
+            tmp_path / "ff.npz", match="exists and is a FIFO; name a regular file.")  # was a hang
+    os.mkfifo(tmp_path / "ff.npy")
+    refused(cli, tmp_path, "synth", "powerlaw", "-n", "10", "-d", "4", "-o", tmp_path / "ff.npy",
+            match="exists and is a FIFO")
+    np.savez(tmp_path / "arr.npz", a=X)
+    with pytest.raises(spectra.OutputError, match="exists and is not a moment file"):
+        spectra.accumulate(X).save(tmp_path / "arr.npz")
+    assert cli("whiten", tmp_path / "x.npy", "-o", tmp_path / "w.npy").exit_code == 0
+    assert cli("whiten", tmp_path / "x.npy", "-o", tmp_path / "w.npy").exit_code == 0  # an earlier output: replaced
+
+
+def test_a_sequence_dump_without_positions_and_bad_dask_addresses(cli, tmp_path):
+    np.save(tmp_path / "p0.npy", np.zeros((100, 0, 32)))
+    refused(cli, tmp_path, "sequence", tmp_path / "p0.npy", match="0 positions")
+    with pytest.raises(spectra.InputError, match="0 positions"):
+        spectra.sequence(np.zeros((100, 0, 32)))
+    np.save(tmp_path / "x.npy", X)
+    refused(cli, tmp_path, "fit", tmp_path / "x.npy", "--engine", "dask", "--connect-timeout", "1e308",
+            match="--connect-timeout 1e+308 must be at most 600 seconds.")
+    pytest.importorskip("distributed")
+    refused(cli, tmp_path, "fit", tmp_path / "x.npy", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:99999",
+            match="port 99999 is not a TCP port (1 to 65535).")

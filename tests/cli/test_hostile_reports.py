@@ -77,3 +77,30 @@ def test_results_are_never_replaced_by_a_rerun_without_resume_or_overwrite(cli, 
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
     r = cli("batch", shards[0], "--jsonl", tmp_path / "r.jsonl", "--overwrite")
     assert r.exit_code == 0 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_report_without_its_sections_or_with_a_lone_surrogate_is_refused(cli, tmp_path, report):
+    bare = {k: v for k, v in report.items() if k != "options"}
+    (tmp_path / "b.json").write_text(json.dumps(bare))
+    msg = "is a spectra.report/1 report without its options section"
+    refused(cli, tmp_path, "check", tmp_path / "x.npy", "--require", "fit.alpha > 0", "--baseline", tmp_path / "b.json",
+            "--max-change", "fit.alpha=0.5", match=msg)
+    refused(cli, tmp_path, "compare", tmp_path / "b.json", tmp_path / "good.json", match=msg)
+    (tmp_path / "s.json").write_text(json.dumps(report).replace('"fit"', '"\\ud800fit"', 1))
+    refused(cli, tmp_path, "compare", tmp_path / "s.json", tmp_path / "good.json",
+            match="is not strict JSON: it holds a lone surrogate escape")
+    (tmp_path / "e.json").write_text(json.dumps(dict(report, schema="spectra.report/999")))
+    refused(cli, tmp_path, "fit", tmp_path / "e.json", "--eigenvalues", match="has schema 'spectra.report/999'")
+
+
+def test_resume_drops_lines_other_readers_refuse_and_says_so(cli, tmp_path):
+    for i in range(2):
+        np.save(tmp_path / f"s{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))
+    shards = [tmp_path / f"s{i}.npy" for i in range(2)]
+    assert cli("batch", *shards, "--jsonl", tmp_path / "r.jsonl").exit_code == 0
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"schema": "spectra.report/1"', '"schema": "spectra.report/999"', 1)
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    r = cli("batch", *shards, "--jsonl", tmp_path / "r.jsonl", "--resume")
+    assert r.exit_code == 0 and "note: dropped " in r.stderr and "spectra.report/999" in r.stderr
+    assert cli("trend", tmp_path / "r.jsonl", "--metric", "fit.alpha").exit_code == 0  # every line readable now

@@ -41,6 +41,16 @@ def _parse_float(text: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct (a repeated key would let its last value win unseen)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _NotStrict(f"the key {twice[:40]!r} twice in one object")
+    return out
+
+
 def _has_lone_surrogate(doc: Any) -> bool:
     """Whether a string (or key) of ``doc`` holds a surrogate code point (JSON's ``\\ud800`` escape
     decodes to one; it cannot be written out as UTF-8)."""
@@ -65,7 +75,8 @@ def loads(text: str | bytes, where: str) -> Any:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant)
+        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant,
+                         object_pairs_hook=_unique_keys)
         if "\\ud" in text.lower() and _has_lone_surrogate(doc):
             raise _NotStrict("a lone surrogate escape (\\ud800-\\udfff), which is no character")
         return doc

@@ -313,6 +313,8 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
         raise f.bad(f"{where}[3] (scale)", s[3], "a positive power of two")
     weighted = f.flag(f"{where}[4] (weighted)", s[4])
     block_rows = f.count(f"{where}[5] (rows per block)", s[5], maximum=n)
+    if n and not block_rows:
+        raise f.bad(f"{where}[5] (rows per block)", s[5], f"a count from 1 to {n} (rows were summed)")
     if not weighted and (weight_sum != n or n_positive != n):
         raise InputError(f"{path}: {where} says {n} unweighted rows but a weight sum of {weight_sum:g} and "
                          f"{n_positive} rows of positive weight; unweighted moments have all three equal.")

@@ -188,7 +188,8 @@ def first_task(opener: Any, data: Any, read: Any, start: int, stop: int, d: int,
     try:
         return _first_task_rows(opener, data, task_read, start, stop, d, weighted, groups, cosine)
     except SpectraError as exc:
-        raise type(exc)(f"{exc.raw_message} (the Dask task of rows {start}:{stop})") from None
+        raise type(exc)(f"{exc.raw_message.rstrip('.')} (in the Dask task of rows {start}:{stop}; a count is that "
+                        "task's).") from None
 
 
 def _first_task_rows(opener: Any, data: Any, task_read: Any, start: int, stop: int, d: int, weighted: bool,

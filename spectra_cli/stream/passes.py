@@ -57,6 +57,7 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
     naming the file and the difference. ``budget``: bytes the merge may take, checked against the
     files' array headers (the merged moments plus the next file's arrays) before anything is read."""
     acc: Accumulator | None = None
+    seen_sources: dict[str, tuple[str, Any]] = {}  # fingerprint of a file's source -> (moment file, its rows)
     for p in paths:
         why = moment_file_problem(p)
         if why is not None:
@@ -66,6 +67,13 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
         one = Accumulator.load(p)
         if not one.sources:
             one.sources = [{"path": p}]
+        for src in one.sources:
+            fp = src.get("fingerprint") if isinstance(src, dict) else None
+            if isinstance(fp, str) and fp and fp in seen_sources and src.get("rows") == seen_sources[fp][1]:
+                raise InputError(f"{p} and {seen_sources[fp][0]} hold the moments of the same rows (source "
+                                 f"{src.get('path')}, fingerprint {fp}): merging them would count those rows twice.")
+            if isinstance(fp, str) and fp:
+                seen_sources[fp] = (p, src.get("rows"))
         if acc is None:
             acc = one
             continue

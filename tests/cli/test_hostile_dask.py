@@ -130,7 +130,8 @@ def test_a_task_that_fails_on_a_worker_is_one_line_naming_its_rows_and_leaves_no
     Y[2500, 3] = np.nan
     np.save(tmp_path / "nan.npy", Y)
     r = _spectra("fit", tmp_path / "nan.npy", "--engine", "dask", "--workers", "1", timeout=120)
-    _check_one_error_line(r, "(the Dask task of rows ")
+    _check_one_error_line(r, "(first at row 2500); clean the data or pass --drop-nonfinite to skip those rows (in the "
+                             "Dask task of rows ")
     assert "distributed" not in r.stderr
 
 

@@ -156,3 +156,20 @@ def test_the_files_spectra_writes_pass_every_check(tmp_path):
         assert spectra.Accumulator.load(a).n == len(X)
     empty = spectra.Accumulator(8)
     assert spectra.Accumulator.load(empty.save(tmp_path / "e.npz")).n == 0
+
+
+def test_two_moment_files_of_the_same_rows_are_not_merged(cli, tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    assert cli("moments", tmp_path / "x.npy", "-o", tmp_path / "m1.npz").exit_code == 0
+    (tmp_path / "m1c.npz").write_bytes((tmp_path / "m1.npz").read_bytes())  # a copy: another inode
+    refused(cli, tmp_path, "fit", tmp_path / "m1.npz", tmp_path / "m1c.npz",
+            match="hold the moments of the same rows (source")
+    assert cli("moments", tmp_path / "x.npy", "--rows", "0:200", "-o", tmp_path / "a.npz").exit_code == 0
+    assert cli("moments", tmp_path / "x.npy", "--rows", "200:400", "-o", tmp_path / "b.npz").exit_code == 0
+    assert cli("fit", tmp_path / "a.npz", tmp_path / "b.npz", "--json").json()["source"]["n_rows"] == len(X)
+
+
+def test_a_report_with_a_key_twice_is_not_strict_json(cli, tmp_path):
+    (tmp_path / "r.json").write_text('{"schema": "spectra.report/1", "fit": {"alpha": 0.1, "alpha": 9}}')
+    refused(cli, tmp_path, "check", tmp_path / "r.json", "--require", "fit.alpha > 1",
+            match="is not strict JSON: it holds the key 'alpha' twice in one object.")

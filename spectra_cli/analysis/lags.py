@@ -40,11 +40,24 @@ def projection(d: int, k: int, seed: int) -> np.ndarray:
     return Q * np.sign(np.diag(R))  # the unique QR with a positive diagonal: reproducible across LAPACKs
 
 
-def context(X: np.ndarray, *, block_diagonal: bool) -> ContextResult:
-    """Context spectrum, lag energies and (optionally) the block-diagonal control of windows ``X``."""
+#: The P per-position n x n Gram matrices are kept at once up to this many bytes by default (spectra
+#: sequence passes a quarter of the memory budget); beyond it (many windows) the context is streamed: one
+#: n x n sum, and the lag energies from one k x k cross block at a time (slower: at 2,592 x 32 x 384,
+#: 19 s against 12 s, but O(n P k) + O(n^2) memory instead of O(P n^2)).
+GRAM_STACK_BYTES = 1 << 30
+
+
+def context(X: np.ndarray, *, block_diagonal: bool, stack_bytes: float = GRAM_STACK_BYTES) -> ContextResult:
+    """Context spectrum, lag energies and (optionally) the block-diagonal control of windows ``X``.
+
+    Memory: ``X`` centred once, plus the ``n x n`` Gram matrices of the P positions when they fit
+    ``stack_bytes`` (else one ``n x n`` sum and one ``k x k`` cross block at a time: ``O(n P k) + O(n^2)``),
+    or the ``P k x P k`` covariance when ``P k <= n``."""
     n, P, k = X.shape
     Xc = X - X.mean(axis=0)
     denom = float(n - 1)
+    if n < P * k and 8.0 * P * n * n > stack_bytes:
+        return _streamed_context(Xc, block_diagonal=block_diagonal)
     if n < P * k:
         G = np.empty((P, n, n))
         Xt = np.ascontiguousarray(Xc.transpose(1, 0, 2))  # (P, n, k): each position's rows contiguous for BLAS
@@ -74,6 +87,36 @@ def context(X: np.ndarray, *, block_diagonal: bool) -> ContextResult:
     lags = np.array([np.mean(np.diagonal(inner, offset=lag)) for lag in range(1, P)]) / np.mean(diag) \
         if P > 1 and np.mean(diag) > 0 else np.zeros(max(P - 1, 0))
     keep = min(n - 1, P * k)
+    return ContextResult(np.clip(lam[:keep], 0.0, None), None if bd is None else np.clip(bd, 0.0, None), lags, route)
+
+
+def _streamed_context(Xc: np.ndarray, *, block_diagonal: bool) -> ContextResult:
+    """The Gram route without the P Gram matrices at once: their sum accumulated one position at a
+    time, and ``||Gamma_ab||_F^2`` from the ``k x k`` cross block ``Xc_a^T Xc_b`` of each pair (the same
+    number as ``<G_a, G_b>_F``: ``||A^T B||_F^2 = tr(A A^T B B^T)``)."""
+    n, P, k = Xc.shape
+    denom = float(n - 1)
+    Xt = np.ascontiguousarray(Xc.transpose(1, 0, 2))  # (P, n, k)
+    total = np.zeros((n, n))
+    for a in range(P):
+        total += Xt[a] @ Xt[a].T
+    lam = np.linalg.eigvalsh((total + total.T) * 0.5)[::-1] / denom
+    del total
+    inner = np.empty((P, P))
+    for a in range(P):
+        for b in range(a, P):
+            C = Xt[a].T @ Xt[b]
+            inner[a, b] = inner[b, a] = float(np.vdot(C, C))
+    bd = None
+    if block_diagonal:
+        parts = [np.linalg.eigvalsh(Xt[a].T @ Xt[a] if k <= n else Xt[a] @ Xt[a].T)[-min(n, k):] for a in range(P)]
+        bd = np.sort(np.concatenate(parts))[::-1] / denom
+    diag = np.diag(inner)
+    lags = np.array([np.mean(np.diagonal(inner, offset=lag)) for lag in range(1, P)]) / np.mean(diag) \
+        if P > 1 and np.mean(diag) > 0 else np.zeros(max(P - 1, 0))
+    keep = min(n - 1, P * k)
+    route = (f"the n x n sum of the {P} positions' Gram matrices, streamed (n = {n} < P k = {P * k}), and the lag "
+             "energies from each k x k cross block")
     return ContextResult(np.clip(lam[:keep], 0.0, None), None if bd is None else np.clip(bd, 0.0, None), lags, route)
 
 

@@ -17,7 +17,13 @@ import numpy as np
 
 from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import CosineAccumulator
-from spectra_cli.analysis.lags import CONTROLS, context, lag_definition, projection, shuffled_windows
+from spectra_cli.analysis.lags import (
+    CONTROLS,
+    context,
+    lag_definition,
+    projection,
+    shuffled_windows,
+)
 from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
 from spectra_cli.analysis.suite import FitOptions, FitSuite, run_suite, windows_for
@@ -137,7 +143,10 @@ def sequence(
         held = 8.0 * n * P * d
         # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
         # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)
-        ctx = 8.0 * (P * n * n if n < P * k else 3 * (P * k) ** 2) + 8.0 * P * P
+        # the P Gram matrices at once when they fit a quarter of the budget (the fast route), else streamed
+        stack_bytes = read.memory_budget() / 4
+        gram = 8.0 * P * n * n if 8.0 * P * n * n <= stack_bytes else 8.0 * (2 * n * n + n * P * k)
+        ctx = (gram if n < P * k else 8.0 * 3 * (P * k) ** 2) + 8.0 * P * P
         if held + 2 * ctx > read.memory_budget():
             raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + 2 * ctx) / 2**30:.3g} GiB "
                              f"({n} windows x {P} positions x {d} features held as float64, the context matrices "
@@ -171,7 +180,7 @@ def sequence(
     if n_ctx < n:
         warnings.append(f"{n - n_ctx} window(s) with padding at a selected position left out of the context "
                         "statistics")
-    res = context(W, block_diagonal="block-diagonal" in ctrl)
+    res = context(W, block_diagonal="block-diagonal" in ctrl, stack_bytes=stack_bytes)
     ctx_spec = _given_spectrum(res.eigenvalues, n_ctx, P * k, "context covariance of flattened windows, centred per "
                                "coordinate across windows, ddof 1 (seed 001)", "eigvalsh of " + res.route, n_ctx - 1)
     context_doc = {**_suite_doc(ctx_spec, opts, warnings, "context"), "route": res.route}
@@ -184,7 +193,7 @@ def sequence(
                              P * min(n_ctx - 1, k))
         controls_doc["block-diagonal"] = _suite_doc(bd, opts, warnings, "block-diagonal control")
     if "shuffled" in ctrl:
-        sh = context(shuffled_windows(W, seed), block_diagonal=False)
+        sh = context(shuffled_windows(W, seed), block_diagonal=False, stack_bytes=stack_bytes)
         sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
                                   "and positions, windows rebuilt (seed 001)", "eigvalsh of " + sh.route, n_ctx - 1)
         controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}

@@ -219,3 +219,18 @@ def test_per_position_numbers_match_plain_numpy():
         U = T / np.linalg.norm(T, axis=1, keepdims=True)
         C = U @ U.T
         assert r["mean_cosine"] == pytest.approx((C.sum() - np.trace(C)) / (len(T) * (len(T) - 1)), rel=1e-9)
+
+
+def test_the_streamed_context_route_gives_the_numbers_of_the_gram_stack():
+    """Many windows: the P n x n Gram matrices are not held at once (their sum is accumulated, the lag
+    energies come from k x k cross blocks); the numbers are those of the stack."""
+    from spectra_cli.analysis.lags import context
+
+    X = np.random.default_rng(3).standard_normal((120, 6, 40))
+    stack = context(X, block_diagonal=True)
+    streamed = context(X, block_diagonal=True, stack_bytes=0)
+    assert "streamed" in streamed.route and "streamed" not in stack.route
+    np.testing.assert_allclose(streamed.eigenvalues, stack.eigenvalues, rtol=1e-12, atol=1e-12 * stack.eigenvalues[0])
+    np.testing.assert_allclose(streamed.lag_energy, stack.lag_energy, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(streamed.block_diagonal, stack.block_diagonal, rtol=1e-12,
+                               atol=1e-12 * stack.block_diagonal[0])

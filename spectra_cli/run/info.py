@@ -18,6 +18,9 @@ def info(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, c
     the tensors of a ``.safetensors`` checkpoint, the arrays of an ``.npz``, the columns and row groups
     of Parquet. Several paths (or a glob) are described as the one dataset they make, with every
     member and its fingerprint listed. ``key``/``column``/``columns`` choose as for ``spectra_cli.fit``."""
+    one = paths[0] if isinstance(paths, list | tuple) and len(paths) == 1 else paths
+    if isinstance(one, str | os.PathLike) and os.path.isdir(one) and _is_checkpoint_dir(os.fspath(one)):
+        return _describe_checkpoint(os.fspath(one))
     dataset = resolve(paths)
     if dataset.kind != "single":
         return _describe_dataset(dataset, key=key, column=column, columns=columns)
@@ -79,3 +82,21 @@ def _describe_dataset(dataset: Dataset, *, key: str | None, column: str | None,
         if hasattr(src, "describe_schema"):
             doc["columns_schema"] = src.describe_schema()
     return json_safe(doc)
+
+
+def _is_checkpoint_dir(path: str) -> bool:
+    """A folder of ``.safetensors`` shards (with or without an index) and no Parquet or ``.npy`` data."""
+    names = os.listdir(path)
+    return any(n.endswith(".safetensors") for n in names) and not any(
+        n.lower().endswith((".parquet", ".pq", ".npy")) for n in names)
+
+
+def _describe_checkpoint(path: str) -> dict[str, Any]:
+    """The tensors of every shard of a checkpoint folder (as ``spectra batch`` reads them)."""
+    from spectra_cli.sources.safetensors import list_tensors, shard_files
+
+    shards = shard_files(path)
+    tensors = [{**t, "name": f"{os.path.basename(f)}::{t['name']}"} for f in shards for t in list_tensors(f)]
+    return json_safe({"path": path, "format": "safetensors", "files": len(shards),
+                      "layout": f"checkpoint of {len(shards)} shard{'s' if len(shards) != 1 else ''}",
+                      "tensors": tensors, "matrices": sum(1 for t in tensors if len(t["shape"]) == 2)})

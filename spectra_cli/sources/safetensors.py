@@ -117,6 +117,12 @@ def shard_files(directory: str) -> list[str]:
         if missing:
             raise InputError(f"{p} names shard {missing[0]}, which does not exist.")
         check_weight_map(p, weight_map, directory)
+        beside = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors") and f not in names
+                        and not f.startswith((".", "_")))
+        if beside:
+            more = f" (and {len(beside) - 1} more)" if len(beside) > 1 else ""
+            raise InputError(f"{p} does not name the shard {beside[0]} beside it{more}; its tensors would be left "
+                             "out. Add them to the index, or move the file.")
         return files
     return sorted(os.path.join(directory, f) for f in os.listdir(directory)
                   if f.endswith(".safetensors") and not f.startswith((".", "_"))

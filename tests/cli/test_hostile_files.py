@@ -107,3 +107,16 @@ def test_synth_refuses_a_non_finite_exponent_and_writes_nothing(cli, tmp_path, v
     refused(cli, tmp_path, "synth", "powerlaw", "--alpha", value, "-n", "10", "-d", "4", "-o", tmp_path / "x.npy",
             match=f"--alpha {value} must be a finite number.")
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_a_checkpoint_folder_is_described_and_a_shard_beside_its_index_is_not_left_out(cli, tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    st.save_file({"a.weight": np.ones((4, 3), np.float32)}, str(d / "model-1.safetensors"))
+    doc = cli("info", d, "--json").json()
+    assert doc["format"] == "safetensors" and doc["matrices"] == 1 and doc["files"] == 1
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a.weight": "model-1.safetensors"}}))
+    st.save_file({"b.weight": np.ones((5, 3), np.float32)}, str(d / "model-2.safetensors"))
+    refused(cli, tmp_path, "batch", d, match="does not name the shard model-2.safetensors beside it; its tensors "
+                                             "would be left out.")

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from busy import busy
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy"
-BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
 
 def _run(args: list[str], env: dict[str, str], runs: int) -> float:
@@ -51,13 +52,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     quiet = measure(args.runs)
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=600)]) for _ in range(args.busy)]
-    try:
-        time.sleep(0.5)
+    with busy(args.busy):
         loaded = measure(args.runs)
-    finally:
-        for p in procs:
-            p.kill()
     pinned_q, pinned_l = quiet["pinned: OPENBLAS_NUM_THREADS=1"], loaded["pinned: OPENBLAS_NUM_THREADS=1"]
     print(f"| `spectra fit` on the 4k sample | quiet s | x pinned | loaded ({args.busy} busy) s | x pinned |")
     print("|---|---|---|---|---|")

@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+from busy import busy
 from threadpoolctl import threadpool_limits
-
-BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
 
 def _time(f, repeats: int) -> float:
@@ -60,13 +58,8 @@ def main() -> int:
     quiet = table(args.repeats)
     loaded = None
     if args.busy:
-        procs = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=120)]) for _ in range(args.busy)]
-        try:
-            time.sleep(0.5)
+        with busy(args.busy, seconds=120):
             loaded = table(args.repeats)
-        finally:
-            for p in procs:
-                p.kill()
     print("| operation | d | threads | quiet s | loaded s |")
     print("|---|---|---|---|---|")
     for i, (op, d, threads, t) in enumerate(quiet):

@@ -21,6 +21,7 @@ from typing import IO
 import numpy as np
 
 from spectra_cli.errors import OptionError, OutputError, param
+from spectra_cli.sources.base import identity
 
 OUTPUT_EXTENSIONS = (".npy", ".parquet", ".pq")
 #: Temporary files being written right now (removed on any exit path).
@@ -69,14 +70,6 @@ def check_directory(path: str, flag: str) -> None:
         raise OptionError(f"{param(flag, path)} is a directory; name a file.")
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def input_files(paths: Iterable[str | None]) -> list[str]:
     """The files behind input paths (``file::tensor`` parts stripped, directories walked one level
     of Parquet files deep is not needed: a directory is compared as itself and by its files)."""
@@ -99,9 +92,9 @@ def check_not_input(out: str, inputs: Iterable[str | None], flag: str) -> None:
     destroy the data being read."""
     inputs = list(inputs)
     target_real = os.path.realpath(out)
-    target_id = _identity(out)
+    target_id = identity(out)
     for src in input_files(inputs):
-        same = os.path.realpath(src) == target_real or (target_id is not None and _identity(src) == target_id)
+        same = os.path.realpath(src) == target_real or (target_id is not None and identity(src) == target_id)
         inside = os.path.isdir(src) and target_real.startswith(os.path.realpath(src) + os.sep) and \
             target_real.lower().endswith((".parquet", ".pq", ".npy"))
         if same or inside:

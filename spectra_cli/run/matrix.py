@@ -42,18 +42,17 @@ import numpy as np
 from spectra_cli import threads
 from spectra_cli.analysis.isotropy import check_scale
 from spectra_cli.analysis.suite import FitOptions, run_suite
-from spectra_cli.errors import OptionError, OutputError, param
+from spectra_cli.errors import OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
-from spectra_cli.sources.dataset import moment_file_problem
-from spectra_cli.stream.accumulator import Accumulator
+from spectra_cli.stream.accumulator import Accumulator, check_moment_target
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
-from spectra_cli.validate import check_bool, check_int, check_numbers, check_path
+from spectra_cli.validate import check_bool, check_int, check_numbers
 
 BOOTSTRAP_GROUPS = 32
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
@@ -346,12 +345,7 @@ def moments(
     the merged moments). Reading options as for :func:`fit`."""
     if out is None or out == "":
         raise OptionError(f"moments needs {param('out')} FILE.npz.")
-    path = check_path("out", out)
-    if not path.lower().endswith(".npz"):
-        raise OptionError(f"{param('out', path)}: a moment file must end in .npz.")
-    if os.path.lexists(path) and moment_file_problem(path) is not None:
-        raise OutputError(f"{param('out', path)} exists and is not a moment file ({moment_file_problem(path)}); "
-                          "name a new file (a moment file of an earlier run is replaced).")
+    path = check_moment_target(out, "out")  # before the pass: a bad target costs no reading
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
     dataset = as_dataset(data)
     check_not_input(path, input_paths(dataset, read), "out")

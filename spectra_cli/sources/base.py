@@ -140,6 +140,15 @@ def open_regular(path: str, what: str = "") -> io.BufferedReader:
     return os.fdopen(fd, "rb")
 
 
+def identity(path: str) -> tuple[int, int] | None:
+    """A file's (device, inode), following links; None when it cannot be reached."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def read_json(path: str, what: str = "file") -> Any:
     """Parse a JSON file (a regular file only: never a FIFO that would block), strictly."""
     with open_regular(path, what) as f:

@@ -28,7 +28,7 @@ from typing import Any
 
 from spectra_cli.errors import InputError
 from spectra_cli.sources import remote
-from spectra_cli.sources.base import check_regular, expand_glob, fingerprint, is_glob
+from spectra_cli.sources.base import check_regular, expand_glob, fingerprint, identity, is_glob
 from spectra_cli.validate import check_paths
 
 _PARQUET_EXT = (".parquet", ".pq")
@@ -86,14 +86,6 @@ class Dataset:
         """What an output must never be: every member, and every directory argument (a Parquet
         file written inside one would join the dataset)."""
         return [*self.arguments, *self.member_paths()]
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _directory_files(path: str) -> list[str]:
@@ -174,7 +166,7 @@ def resolve(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
         file = args[0].partition("::")[0]
         if not os.path.exists(file):
             raise InputError(f"no such file or directory: {file}")
-        return Dataset(args, (Member(args[0], _identity(file)),), "single", name)  # its fingerprint names the tensor
+        return Dataset(args, (Member(args[0], identity(file)),), "single", name)  # its fingerprint names the tensor
     files: list[str] = []
     for a in args:
         if remote.is_url(a):
@@ -200,7 +192,7 @@ def _distinct(files: list[str]) -> tuple[Member, ...]:
     seen: dict[tuple[int, int], str] = {}
     out: list[Member] = []
     for f in files:
-        ident = _identity(f)
+        ident = identity(f)
         if ident is None:
             raise InputError(f"no such file or directory: {f}")
         if ident in seen and seen[ident] == f:

@@ -185,14 +185,7 @@ class Accumulator:
         """Write an ``.npz`` of plain arrays (no pickle) atomically; returns the path."""
         from spectra_cli.sinks import atomic_file
 
-        path = check_path("path", path)
-        if not path.lower().endswith(".npz"):
-            raise OptionError(f"{param('path', path)}: a moment file must end in .npz.")
-        from spectra_cli.sources.dataset import moment_file_problem
-
-        if os.path.lexists(path) and moment_file_problem(path) is not None:
-            raise OutputError(f"{param('path', path)} exists and is not a moment file ({moment_file_problem(path)}); "
-                              "name a new file (a moment file of an earlier run is replaced).")
+        path = check_moment_target(path, "path")
         m = self.moments
         arrays: dict[str, np.ndarray] = {
             "format": np.array(FORMAT),
@@ -231,6 +224,21 @@ class Accumulator:
     def held_bytes(self) -> int:
         """Bytes of the matrices held: the moments and the groups' (``d x d`` float64 each)."""
         return 8 * self.d * self.d * (1 + len(self._state.groups))
+
+
+def check_moment_target(path: Any, flag: str) -> str:
+    """A moment file's output path: an ``.npz``, and, when it exists, a moment file (of an earlier run:
+    replaced), never a file of another kind."""
+    from spectra_cli.sources.dataset import moment_file_problem
+
+    path = check_path(flag, path)
+    if not path.lower().endswith(".npz"):
+        raise OptionError(f"{param(flag, path)}: a moment file must end in .npz.")
+    why = moment_file_problem(path) if os.path.lexists(path) else None
+    if why is not None:
+        raise OutputError(f"{param(flag, path)} exists and is not a moment file ({why}); name a new file (a moment "
+                          "file of an earlier run is replaced).")
+    return path
 
 
 def _moments_arrays(prefix: str, m: Moments) -> dict[str, np.ndarray]:

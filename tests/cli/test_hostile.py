@@ -350,7 +350,8 @@ def test_workers_die_with_a_killed_batch(tmp_path):
     assert not alive, f"workers {alive} outlived their parent"
 
 
-def test_sigterm_removes_the_temporary_output(tmp_path):
+def _whiten_stopped_while_writing(tmp_path: Path) -> subprocess.Popen[str]:
+    """``whiten -o w.npy`` in a process that sleeps after its first block, once it has said so."""
     np.save(tmp_path / "a.npy", powerlaw_matrix(20000, 16, 1.0))
     script = ("import time, spectra_cli.sinks as s\n"
               "real = s.MatrixWriter.write\n"
@@ -362,6 +363,11 @@ def test_sigterm_removes_the_temporary_output(tmp_path):
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def test_sigterm_removes_the_temporary_output(tmp_path):
+    proc = _whiten_stopped_while_writing(tmp_path)
     assert not (tmp_path / "w.npy").exists()  # the output appears only when complete
     proc.terminate()
     _, err = proc.communicate(timeout=30)
@@ -510,17 +516,7 @@ def test_after_sigkill_the_next_write_of_the_output_removes_what_was_left(tmp_pa
     """SIGKILL cannot be caught: where the file system allows, the output is written unnamed
     (O_TMPFILE) and nothing is left; elsewhere its temporary file is named for its writer, and the
     next write of the same output removes it, with a note."""
-    np.save(tmp_path / "a.npy", powerlaw_matrix(20000, 16, 1.0))
-    script = ("import time, spectra_cli.sinks as s\n"
-              "real = s.MatrixWriter.write\n"
-              "def slow(self, b):\n    real(self, b); print('writing', flush=True); time.sleep(30)\n"
-              "s.MatrixWriter.write = slow\n"
-              "from spectra_cli.cli import main; main()\n")
-    proc = subprocess.Popen([sys.executable, "-c", script, "whiten", str(tmp_path / "a.npy"), "-o",
-                             str(tmp_path / "w.npy"), "--block-rows", "1000"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "writing"
+    proc = _whiten_stopped_while_writing(tmp_path)
     proc.kill()
     proc.communicate(timeout=30)
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".spectra-")]

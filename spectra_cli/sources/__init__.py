@@ -53,17 +53,15 @@ def open_source(
         from spectra_cli.sources.safetensors import SafetensorsSource
 
         return SafetensorsSource(file, name or None)
-    globbed = is_glob(path) if not url else remote.is_glob_url(path)
+    if not url and (os.path.isdir(path) or is_glob(path)):
+        # a local directory or glob names several files: one rule for them all (spectra_cli.sources.dataset)
+        from spectra_cli.sources.dataset import resolve
+
+        return open_dataset(resolve(path), key=key, column=column, columns=columns, weight_column=weight_column)
+    globbed = url and remote.is_glob_url(path)
     if not globbed and not exists(path):
         raise InputError(f"no such file or directory: {path}")
     lower = path.lower()
-    if not url and os.path.isdir(path) and not any(f.lower().endswith(_PARQUET_EXT) for _, _, fs in os.walk(path)
-                                                   for f in fs):
-        from spectra_cli.sources.npy import NpyDirSource, npy_shards
-
-        shards = npy_shards(path)
-        if shards:
-            return NpyDirSource(path, shards)
     is_parquet = globbed or isdir(path) or lower.endswith(_PARQUET_EXT)
     if not is_parquet and (column or columns or weight_column):
         raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "

@@ -413,13 +413,3 @@ class NpyDirSource(Source):
             offset += n
             if offset >= stop:
                 return
-
-
-def npy_shards(path: str) -> list[str]:
-    """The ``.npy`` files of a directory, in name order (none if it holds Parquet files too)."""
-    files = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        files += [os.path.join(root, n) for n in names if n.lower().endswith(".npy") and not n.startswith((".", "_"))
-                  and os.path.isfile(os.path.join(root, n))]
-    return sorted(files)

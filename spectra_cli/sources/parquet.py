@@ -3,7 +3,6 @@ numeric columns, from a file, a directory of files or a glob, in record batches.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.sources.base import Source, SourceInfo, check_regular, expand_glob, is_glob
+from spectra_cli.sources.base import Source, SourceInfo, check_regular
 
 _BUFFER_BYTES = 1 << 20
 #: Integer column names that are ids, indexes or counters, not features.
@@ -19,7 +18,8 @@ ID_NAME = re.compile(r"(.*[_.\-])?(id|ids|idx|index|position|pos|step|row|row_nr
 
 
 def resolve_parquet_files(path: str) -> list[str]:
-    """The files a path, directory or glob stands for, in sorted order."""
+    """The files a URL (a file, a directory or a glob of them) or a local file stands for, in sorted
+    order (local directories and globs are resolved by :mod:`spectra_cli.sources.dataset`)."""
     from spectra_cli.sources import remote
 
     if remote.is_url(path):
@@ -32,19 +32,6 @@ def resolve_parquet_files(path: str) -> list[str]:
         if not files:
             raise InputError(f"{path} holds no .parquet files.")
         return files
-    if is_glob(path):
-        return expand_glob(path)
-    if os.path.isdir(path):
-        files = []
-        for root, dirs, names in os.walk(path):
-            # Skip what Spark, Dask and pyarrow skip: _temporary/, _SUCCESS, .hidden, _metadata.
-            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-            files += [os.path.join(root, name) for name in names
-                      if name.endswith((".parquet", ".pq")) and not name.startswith((".", "_"))
-                      and os.path.isfile(os.path.join(root, name))]
-        if not files:
-            raise InputError(f"directory {path} holds no .parquet files.")
-        return sorted(files)
     check_regular(path)
     return [path]
 

@@ -22,7 +22,7 @@ from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, 
 from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
 from spectra_cli.sources.in_memory import as_array
 from spectra_cli.sources.rows import RowSpec, WeightsArray
-from spectra_cli.stream.accumulator import Accumulator
+from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.states import MomentsState, RowGuard, RowsState, State
@@ -64,7 +64,7 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
             raise InputError(f"{p} is not a spectra moment file ({why}).")
         if budget is not None:
             check_moment_file_budget(p, budget, held=acc.held_bytes() if acc is not None else 0)
-        one = Accumulator.load(p)
+        one = Accumulator.load(p, max_memory=UNBOUNDED if budget is not None else None)  # checked just above
         if not one.sources:
             one.sources = [{"path": p}]
         for src in one.sources:

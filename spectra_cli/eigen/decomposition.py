@@ -13,10 +13,13 @@ from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
 FLOOR_DEFINITION = (
-    "(d + sqrt(b)) * eps * lambda_1: eps the machine epsilon of the precision of the products, b the "
-    "most rows summed in one product (blocks are merged in float64). By Weyl's inequality each eigenvalue "
-    "moves by at most the norm of the rounding error: about sqrt(b) * eps * ||C|| from the accumulated "
-    "products and d * eps * ||C|| from the symmetric eigensolver"
+    "d * eps64 * lambda_1 + (2 + sqrt(b)) * eps * lambda_1': eps the machine epsilon of the products' precision, "
+    "b the most rows summed in one product, lambda_1 the largest eigenvalue of the matrix and lambda_1' that of what "
+    "the products multiplied (the centred rows; lambda_1 itself when the product held the mean). By Weyl's "
+    "inequality each eigenvalue moves by at most the norm of the rounding error: about d * eps64 * ||C|| from the "
+    "float64 symmetric eigensolver, and from the products (blocks are merged in float64) sqrt(b) * eps * ||C'|| from "
+    "their sums and 2 * eps * ||C'|| from rounding each row to the precision. In float64, (d + sqrt(b)) * eps64 * "
+    "lambda_1"
 )
 
 # The largest eigenvalue must be a normal float64 (>= 2.2e-308): below it every eigenvalue is
@@ -131,7 +134,7 @@ class Spectrum:
         """Resolved eigenvalues after the last drop by more than NEAR_NULL_GAP between
         consecutive ranks, when they are at most max(1, d/100) of them (LayerNorm's removed
         direction kept above zero by rounding)."""
-        lam = self.eigenvalues[: self.numerical_rank]
+        lam = self.eigenvalues[: min(self.numerical_rank, self.sampling_rank)]  # past it: sampling zeros
         if lam.size < 3:
             return 0
         gaps = np.flatnonzero(lam[1:] < lam[:-1] * NEAR_NULL_GAP)
@@ -148,6 +151,12 @@ class Spectrum:
         return min(self.numerical_rank - self.near_null_count, self.sampling_rank)
 
     @property
+    def sampling_zeros(self) -> int:
+        """Listed eigenvalues past the sampling rank: zero because n rows (n - 1 centred) span no more
+        directions, whatever the data (not null directions of the data, such as LayerNorm's)."""
+        return max(int(self.eigenvalues.size) - self.sampling_rank, 0)
+
+    @property
     def n_over_d(self) -> float | None:
         return None if self.n_samples is None else self.n_samples / self.n_features
 
@@ -159,10 +168,12 @@ class Spectrum:
 
     @property
     def total_variance(self) -> float:
-        """The sum of the resolved eigenvalues (on the top-k route: the trace, over all d)."""
+        """The trace of the matrix: the sum of all its eigenvalues (on the top-k route, where only the leading
+        ones are computed, the trace itself). One definition on both routes; it differs from the sum of the
+        resolved eigenvalues by less than d times the numerical floor."""
         if self.top is not None:
             return max(self.top.trace, 0.0)
-        return float(self.resolved().sum())
+        return max(float(self.eigenvalues.sum()), 0.0)
 
     def explained_variance_ratio(self) -> np.ndarray:
         lam = self.resolved()
@@ -229,11 +240,23 @@ def eigvalsh_checked(C: np.ndarray, what: str = "the covariance") -> np.ndarray:
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
 
 
-def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str) -> float:
-    """The numerical floor (see FLOOR_DEFINITION)."""
+def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str,
+              products_top: float | None = None) -> float:
+    """The numerical floor (see FLOOR_DEFINITION). ``products_top``: the largest eigenvalue (or an upper
+    bound, such as the Frobenius norm) of what the products multiplied, when it is not the matrix's own
+    (the uncentred second moment adds the mean's outer product in float64, after the products)."""
     if not eigenvalues.size:
         return 0.0
-    return (d + float(np.sqrt(max(accumulated, 0)))) * _eps(precision) * max(float(eigenvalues[0]), 0.0)
+    top = max(float(eigenvalues[0]), 0.0)
+    eps = _eps(precision)
+    root_b = float(np.sqrt(max(accumulated, 0)))
+    if eps == _EPS64:
+        return (d + root_b) * eps * top
+    products = top if products_top is None else min(max(products_top, 0.0), top)
+    return d * _EPS64 * top + (2.0 + root_b) * eps * products
+
+
+_EPS64 = float(np.finfo(np.float64).eps)
 
 
 def describe(centered: bool, ddof: int, weighted: bool) -> str:
@@ -304,7 +327,11 @@ def spectrum_from_moments(
         lam_scaled = eigvalsh_checked(C)
     del C
     lam = _finish(lam_scaled, factor)
-    floor = floor_for(lam, d, m.block_rows, precision)
+    products = None
+    if not centered:  # the products multiplied the centred rows; the mean was added after, in float64
+        denom = m.weight_sum
+        products = float(np.sqrt(np.einsum("ij,ij->", m.m2, m.m2))) / denom * factor if denom > 0 else None
+    floor = floor_for(lam, d, m.block_rows, precision, products)
     if lam.size and float(lam[-1]) < -10 * max(floor, 1e-300):
         # rounding leaves a PSD sum of outer products within the floor of zero; far below it, moments lie
         raise InputError(f"the second moment has an eigenvalue of {float(lam[-1]):.3g}, far below minus the "

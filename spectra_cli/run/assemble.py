@@ -44,7 +44,15 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
     const = first.constant_columns() if first is not None else 0
     if const:
         out.append(f"{const} constant column(s): each adds an exactly zero eigenvalue")
-    below = spec.eigenvalues.size - spec.numerical_rank
+    zeros = spec.sampling_zeros
+    if zeros and not spec.structural_zeros:  # (the n < d message above says it of the Gram route)
+        kind = "centred rows" if "centred" in spec.definition or "covariance" in spec.definition else "rows"
+        out.append(
+            f"the last {zeros} eigenvalue(s) are sampling zeros: {spec.n_samples} {kind} span at most "
+            f"{spec.sampling_rank} of {spec.n_features} directions, whatever the data (not null directions such as "
+            "LayerNorm's); they enter no logarithm or fit"
+        )
+    below = max(min(spec.sampling_rank, spec.eigenvalues.size) - spec.numerical_rank, 0)
     if below:
         out.append(
             f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "

@@ -25,6 +25,7 @@ from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.errors import InputError, OptionError, OutputError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.norms import HIGHEST, LOWEST, NormHistogram
 from spectra_cli.stream.states import MomentsState, RowGuard
 from spectra_cli.validate import PRECISIONS, check_bool, check_int, check_path, product_dtype
 
@@ -247,6 +248,8 @@ def _moments_arrays(prefix: str, m: Moments) -> dict[str, np.ndarray]:
            f"{prefix}mean_rel": m.mean_rel, f"{prefix}m2": m.m2}
     if m.origin is not None:
         out[f"{prefix}origin"] = m.origin
+    if m.norms is not None:
+        out[f"{prefix}norms"] = np.concatenate([[m.norms.lo, m.norms.zeros], m.norms.counts])
     return out
 
 
@@ -331,7 +334,28 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
                          "weight; the two must be zero together.")
     level = float(np.max(np.abs(mean_rel + (origin if origin is not None else 0.0)))) if d else 0.0
     _check_m2(m2, path, f"{prefix}m2", uncentred=weight_sum * level * level)
-    return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin)
+    norms = _norms_from(arrays, f"{prefix}norms", n_positive, path) if f"{prefix}norms" in arrays else None
+    return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin, norms)
+
+
+def _norms_from(arrays: dict[str, np.ndarray], name: str, rows: int, path: str) -> NormHistogram:
+    """The histogram of squared row norms: ``[lo, zeros, counts...]``, bins within float64's range, whole
+    counts that add up to the rows of positive weight."""
+    a = arrays[name]
+    if a.dtype.kind not in "fiu" or a.ndim != 1 or not 2 <= a.size <= 2 + HIGHEST - LOWEST:
+        raise InputError(f"{path}: array {name} is not a histogram of row norms (a 1-D array [lo, zeros, counts...] "
+                         f"of at most {2 + HIGHEST - LOWEST} numbers).")
+    a = np.asarray(a, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or np.any(a[1:] < 0) or np.any(a != np.round(a)):
+        raise InputError(f"{path}: array {name} holds a count that is not a whole number of rows (or a NaN).")
+    lo = float(a[0])
+    if not LOWEST <= lo <= HIGHEST + 2 - a.size:
+        raise InputError(f"{path}: array {name} starts at bin {lo:g}, outside the bins of float64 "
+                         f"[{LOWEST}, {HIGHEST}] for its {a.size - 2} counts.")
+    if float(a[1:].sum()) != rows:
+        raise InputError(f"{path}: array {name} counts {float(a[1:].sum()):g} rows but its moments {rows} rows of "
+                         "positive weight; the histogram counts each of them once.")
+    return NormHistogram(int(lo), a[2:], float(a[1]))
 
 
 def _check_groups_total(groups: list[Moments], m: Moments, path: str) -> None:

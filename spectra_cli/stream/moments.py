@@ -18,6 +18,7 @@ import numpy as np
 
 from spectra_cli import threads
 from spectra_cli.errors import InputError
+from spectra_cli.stream.norms import NormHistogram
 from spectra_cli.validate import product_dtype
 
 # A block whose largest centred second moment falls outside [2^-900, finite) is rescaled.
@@ -45,6 +46,9 @@ class Moments:
         origin: a point the mean is stored relative to (None: zero). Means of blocks far from
             zero (an embedding cone) are kept as small offsets from the block's own centre, so
             merging them never subtracts two large rounded numbers.
+        norms: the histogram of the rows' squared norms ``w_i ||x_i - block mean||^2`` (the row scales
+            of :mod:`spectra_cli.stream.norms`); None where they were not gathered (moment files written
+            before they were).
     """
 
     n: int
@@ -56,6 +60,7 @@ class Moments:
     weighted: bool = False
     block_rows: int = 0
     origin: np.ndarray | None = None
+    norms: NormHistogram | None = None
 
     @property
     def mean(self) -> np.ndarray:
@@ -75,7 +80,7 @@ class Moments:
 
     @classmethod
     def empty(cls, d: int, *, weighted: bool = False) -> Moments:
-        return cls(0, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, weighted, 0)
+        return cls(0, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, weighted, 0, None, NormHistogram.empty())
 
     @classmethod
     def from_block(
@@ -97,13 +102,13 @@ class Moments:
             W = float(w.sum())
             npos = int(np.count_nonzero(w))
             if W == 0.0:
-                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n)
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n, None, NormHistogram.empty())
             mean = (w @ X.astype(np.float64, copy=False)) / W
         scale = 1.0
         if not np.all(np.isfinite(mean)):
             if not np.all(np.isfinite(X)):
                 # Non-finite input: the caller inspects the rows; nothing to accumulate.
-                return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None, n)
+                return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None, n, None, NormHistogram.empty())
             # Finite values whose sum overflows: divide by a power of two first.
             amax = float(np.max(np.abs(X)))
             scale = float(2.0 ** np.ceil(np.log2(amax)))
@@ -130,7 +135,9 @@ class Moments:
         r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
         root = r * np.sqrt(W)
         _sub_outer(m2, root, root)  # in place (m2 is ours), as u u^T: exactly symmetric, as the product is
-        return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64))
+        q = np.einsum("ij,ij->i", xc, xc)
+        norms = NormHistogram.of(q if w is None else q[w > 0], log2_scale=2 * int(np.log2(scale)))
+        return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64), norms)
 
     @classmethod
     def from_block_shifted(
@@ -169,7 +176,7 @@ class Moments:
             w = np.asarray(w, dtype=np.float64)
             W, npos = float(w.sum()), int(np.count_nonzero(w))
             if W == 0.0:
-                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n)
+                return cls(n, 0.0, 0, np.zeros(d), np.zeros((d, d)), 1.0, True, n, None, NormHistogram.empty())
             root = np.sqrt(w).astype(dt)
             A[:, :d] *= root[:, None]
             A[:, d] = root
@@ -209,7 +216,7 @@ class Moments:
         # point) keeps it so, with no pass to symmetrise it afterwards
         root = sums / np.sqrt(W)
         _sub_outer(m2, root, root)
-        return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift)
+        return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift, _block_norms(A[:, :d], delta, w))
 
     @classmethod
     def _from_drifted_block(
@@ -227,7 +234,8 @@ class Moments:
                 w = np.asarray(w, dtype=np.float64)
                 W, npos = float(w.sum()), int(np.count_nonzero(w))
             origin = np.asarray(first[0], dtype=np.float64)
-            return cls(n, W, npos, np.zeros(d), np.zeros((d, d)), 1.0, w is not None, n, origin)
+            zeros = NormHistogram(0, np.zeros(0), float(n if w is None else np.count_nonzero(w)))
+            return cls(n, W, npos, np.zeros(d), np.zeros((d, d)), 1.0, w is not None, n, origin, zeros)
         return cls.from_block(X, w, precision=precision, out=out)
 
     def merge(self, other: Moments, *, reuse: bool = False) -> Moments:
@@ -239,12 +247,13 @@ class Moments:
             raise InputError(f"cannot merge moments of {self.d} and {other.d} features.")
         weighted = self.weighted or other.weighted
         rows = max(self.block_rows, other.block_rows)
+        norms = None if self.norms is None or other.norms is None else self.norms.merge(other.norms)
         if other.weight_sum == 0.0:
             return Moments(self.n + other.n, self.weight_sum, self.n_positive, self.mean_rel, self.m2,
-                           self.scale, weighted, rows, self.origin)
+                           self.scale, weighted, rows, self.origin, norms)
         if self.weight_sum == 0.0:
             return Moments(self.n + other.n, other.weight_sum, other.n_positive, other.mean_rel, other.m2,
-                           other.scale, weighted, rows, other.origin)
+                           other.scale, weighted, rows, other.origin, norms)
         scale = max(self.scale, other.scale)
         r = self.scale / scale
         origin = None if self.origin is None else self.origin * r
@@ -263,7 +272,7 @@ class Moments:
         root = delta * np.sqrt(Wa * Wb / W)
         _sub_outer(m2, -root, root)  # m2 += c delta delta^T as u u^T (exactly symmetric), in row blocks
         return Moments(self.n + other.n, W, self.n_positive + other.n_positive, mean_rel, m2, scale, weighted,
-                       rows, origin)
+                       rows, origin, norms)
 
     def second_moment_matrix(self, *, centered: bool = True, ddof: int = 1) -> np.ndarray:
         """The covariance (or uncentred second moment) in units of ``scale**2``.
@@ -280,6 +289,20 @@ class Moments:
 
 
 _ROWS = 256  # rows per in-place block (a 256 x d temporary instead of d x d)
+
+
+def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> NormHistogram:
+    """The squared norms about the block's mean from the shifted rows ``A = sqrt(w) (x - shift)`` and the
+    block mean's offset ``delta`` from the shift: ``||A_i - sqrt(w_i) delta||^2`` expanded, O(n d)."""
+    q = np.einsum("ij,ij->i", A, A).astype(np.float64)
+    cross = (A @ delta.astype(A.dtype)).astype(np.float64)
+    dd = float(delta @ delta)
+    if w is None:
+        q += dd - 2.0 * cross
+    else:
+        q += w * dd - 2.0 * np.sqrt(w) * cross
+        q = q[w > 0]
+    return NormHistogram.of(np.clip(q, 0.0, None))
 
 
 def _sub_outer(m: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:

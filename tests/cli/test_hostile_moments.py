@@ -115,6 +115,15 @@ CASES = {
                       "it is not positive semi-definite, so these moments are corrupt"),
     "cos unit sum too long": (_array("cos_unit_sum", lambda c: c * 1e6), "array cos_unit_sum is longer than its "
                                                                          "weight sum"),
+    "norms 2-D": (_array("norms", lambda a: a.reshape(1, -1)), "array norms is not a histogram of row norms"),
+    "norms huge": (_array("norms", lambda a: np.zeros(10**6)), "array norms is not a histogram of row norms"),
+    "norms fractional": (_array("norms", lambda a: np.r_[a[:2], a[2:] + 0.5]), "array norms holds a count that is "
+                                                                             "not a whole number"),
+    "norms negative": (_array("norms", lambda a: np.r_[a[0], -1.0, a[2:]]), "array norms holds a count that is not"),
+    "norms off the float range": (_array("norms", lambda a: np.r_[1e9, a[1:]]), "array norms starts at bin 1e+09, "
+                                                                               "outside the bins of float64"),
+    "norms miscount": (_array("norms", lambda a: np.r_[a[:2], a[2:] * 2]), "array norms counts 800 rows but its "
+                                                                         "moments 400 rows of positive weight"),
 }
 
 

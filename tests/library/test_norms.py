@@ -1,0 +1,98 @@
+"""The histogram of squared row norms gathered in the pass (the row scales of the population exponent)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.norms import BINS_PER_OCTAVE, NormHistogram
+from tests.conftest import powerlaw_matrix
+
+
+def _bins(q):
+    return np.floor(np.log2(q) * BINS_PER_OCTAVE).astype(int)
+
+
+def _as_counts(h: NormHistogram) -> dict[int, float]:
+    return {h.lo + i: float(c) for i, c in enumerate(h.counts) if c}
+
+
+def _expected(q) -> dict[int, float]:
+    k, c = np.unique(_bins(q), return_counts=True)
+    return {int(a): float(b) for a, b in zip(k, c, strict=True)}
+
+
+def test_one_block_holds_every_rows_squared_norm_about_the_mean():
+    X = powerlaw_matrix(3000, 24, 1.0, seed=1, offset=50.0)
+    m = Moments.from_block(X)
+    q = np.sum((X - X.mean(axis=0)) ** 2, axis=1)
+    assert m.norms is not None and _as_counts(m.norms) == _expected(q)
+    assert m.norms.rows == 3000
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_shifted_blocks_give_the_norms_about_each_blocks_mean(precision):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((4000, 16)) * rng.gamma(1.0, 1.0, (4000, 1)) ** 0.5 + 30.0
+    w = rng.uniform(0.5, 2.0, 4000)
+    w[::7] = 0.0  # zero-weight rows are not rows of the sample
+    m = Moments.from_block(X[:1000], w[:1000], precision=precision)
+    for lo in range(1000, 4000, 1000):
+        m = m.merge(Moments.from_block_shifted(X[lo:lo + 1000], m.mean, w[lo:lo + 1000], precision=precision))
+    q = []
+    for lo in range(0, 4000, 1000):
+        xb, wb = X[lo:lo + 1000], w[lo:lo + 1000]
+        mb = wb @ xb / wb.sum()
+        q.append((wb * np.sum((xb - mb) ** 2, axis=1))[wb > 0])
+    q = np.concatenate(q)
+    assert m.norms is not None and m.norms.rows == np.count_nonzero(w) == m.n_positive
+    v, c = m.norms.values()
+    got = np.repeat(v, c.astype(int))
+    # every value within its bin (float32 products may move a norm across a bin edge: 2.2 % wide)
+    np.testing.assert_allclose(np.sort(got), np.sort(q), rtol=0.03 if precision == "float32" else 0.022)
+    if precision == "float64":
+        assert _as_counts(m.norms) == _expected(q)
+
+
+def test_constant_blocks_count_their_rows_as_zero_norms():
+    X = np.ones((600, 5))
+    m = Moments.from_block(X[:300])
+    m = m.merge(Moments.from_block_shifted(X[300:], m.mean))
+    assert m.norms is not None and m.norms.zeros == 600 and not m.norms.counts.any()
+
+
+def test_the_histogram_survives_a_moment_file_and_merges_across_files(tmp_path):
+    X = powerlaw_matrix(2000, 12, 1.2, seed=3)
+    a = spectra.accumulate(X[:1000]).save(tmp_path / "a.npz")
+    b = spectra.accumulate(X[1000:]).save(tmp_path / "b.npz")
+    ha = spectra.Accumulator.load(a).moments.norms
+    hb = spectra.Accumulator.load(b).moments.norms
+    merged = spectra.Accumulator.load(a).merge(spectra.Accumulator.load(b)).moments.norms
+    assert ha is not None and hb is not None and merged is not None
+    assert _as_counts(merged) == {k: _as_counts(ha).get(k, 0) + _as_counts(hb).get(k, 0)
+                                  for k in set(_as_counts(ha)) | set(_as_counts(hb))}
+    assert merged.rows == 2000
+
+
+def test_a_moment_file_without_the_histogram_still_loads(tmp_path):
+    X = powerlaw_matrix(500, 6, 1.0, seed=4)
+    path = spectra.accumulate(X).save(tmp_path / "m.npz")
+    with np.load(path) as z:
+        parts = {k: z[k] for k in z.files if k != "norms"}
+    np.savez(tmp_path / "old.npz", **parts)
+    acc = spectra.Accumulator.load(tmp_path / "old.npz")
+    assert acc.moments.norms is None
+    old, new = spectra.fit(tmp_path / "old.npz"), spectra.fit(path)
+    assert np.array_equal(old.spectrum.eigenvalues, new.spectrum.eigenvalues)
+
+
+def test_histograms_merge_exactly_whatever_their_ranges():
+    a = NormHistogram.of(np.array([1.0, 2.0, 2.0, 1e-30]))
+    b = NormHistogram.of(np.array([0.0, 1e30, 2.0]))
+    m = a.merge(b)
+    assert m.rows == 7 and m.zeros == 1
+    assert _as_counts(m) == _expected(np.array([1.0, 2.0, 2.0, 1e-30, 1e30, 2.0]))
+    v, c = m.values()
+    assert v[0] == 0.0 and c[0] == 1 and c.sum() == 7

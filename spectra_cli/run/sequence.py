@@ -3,9 +3,13 @@ summary, the pooled token spectrum, the context spectrum (covariance of whole fl
 seed 001 §4.2.2) with its fits and ranks, the block-diagonal and shuffled controls, and the lag
 energies of the cross-position blocks (:mod:`spectra_cli.analysis.lags` has the formulas).
 
-The selected positions of every window are held in memory as float64 (``n x P x d``; the report
-and ``--max-memory`` state the size), with the ``n x n`` Gram matrices of the positions when there
-are fewer windows than ``P k`` coordinates, else the ``P k x P k`` covariance.
+The selected positions of every window are held in memory once (``n x P x d``), as float32 when the
+dump's values are float32 or narrower (exact), else float64; ``--max-memory`` checks the size first.
+Each position's centred tokens are made as float64 when needed (``n x d``). With fewer windows than
+``P k`` coordinates the context comes from the positions' ``n x n`` Gram matrices (all of them at once
+up to 256 MiB, else their sum and one ``k x k`` cross block at a time), else from the ``P k x P k``
+covariance: memory ``O(n P k) + O(min(n, P k)^2)``. Time grows as ``P^2`` (the lag energies compare
+every pair of positions).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.analysis.lags import (
     CONTROLS,
+    GRAM_STACK_BYTES,
     context,
     lag_definition,
     projection,
-    shuffled_windows,
+    shuffled_order,
 )
 from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
@@ -140,21 +145,24 @@ def sequence(
             raise InputError(f"{inp.info.path} has 0 features (shape {inp.info.shape}); at least 1 is required.")
         if P == 0 or lay.length == 0:
             raise InputError(f"{inp.info.path} has 0 positions (shape {inp.info.shape}); at least 1 is required.")
-        held = 8.0 * n * P * d
+        # the windows once, float32 where it holds the values exactly (float16, bfloat16 and float32 dumps)
+        dtype = np.float32 if exact_in_float32(inp.info.dtype) else np.float64
+        held = float(np.dtype(dtype).itemsize) * n * P * d
         # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
         # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)
-        # the P Gram matrices at once when they fit a quarter of the budget (the fast route), else streamed
+        # the P Gram matrices at once when they fit (the faster route), else streamed: one n x n sum
         stack_bytes = read.memory_budget() / 4
-        gram = 8.0 * P * n * n if 8.0 * P * n * n <= stack_bytes else 8.0 * (2 * n * n + n * P * k)
+        stacked = 8.0 * P * n * n <= min(stack_bytes, GRAM_STACK_BYTES)
+        gram = 8.0 * (P * n * n + n * n) if stacked else 8.0 * (3 * n * n + 2 * n * k)
         ctx = (gram if n < P * k else 8.0 * 3 * (P * k) ** 2) + 8.0 * P * P
-        if held + 2 * ctx > read.memory_budget():
-            raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + 2 * ctx) / 2**30:.3g} GiB "
-                             f"({n} windows x {P} positions x {d} features held as float64, the context matrices "
-                             f"and the {P} x {P} inner products of the positions behind the lag energies); the memory "
-                             f"budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer windows or positions "
-                             f"({param('positions')} 0:512), use {param('project')} k, or raise "
+        if held + ctx > read.memory_budget():
+            raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + ctx) / 2**30:.3g} GiB "
+                             f"({n} windows x {P} positions x {d} features held as {np.dtype(dtype).name}, the "
+                             f"context matrices and the {P} x {P} inner products of the positions behind the lag "
+                             f"energies); the memory budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer "
+                             f"windows or positions ({param('positions')} 0:512), use {param('project')} k, or raise "
                              f"{param('max_memory')}.")
-        X = np.empty((n, P, d))
+        X = np.empty((n, P, d), dtype=dtype)
         pos = np.asarray(lay.positions)
         for w0, B in src.windows(max(1, inp.block_rows // lay.length)):  # the rows per block the matrix path reads
             X[w0:w0 + len(B)] = B[:, pos, :]
@@ -170,9 +178,9 @@ def sequence(
     pooled["mean_cosine"] = pooled_cos.mean_cosine()
     clock.mark("positions_pooled_s")
     full = valid.all(axis=1)
-    W = X[full]
+    W = X if full.all() else X[full]  # (no copy of the windows when none is padded)
     if project is not None:
-        W = W @ projection(d, k, seed)
+        W = W @ projection(d, k, seed).astype(X.dtype)
     n_ctx = len(W)
     if n_ctx < 3:
         raise InputError(f"{inp.info.path} has {n_ctx} window(s) without padding at the selected positions; the "
@@ -193,7 +201,7 @@ def sequence(
                              P * min(n_ctx - 1, k))
         controls_doc["block-diagonal"] = _suite_doc(bd, opts, warnings, "block-diagonal control")
     if "shuffled" in ctrl:
-        sh = context(shuffled_windows(W, seed), block_diagonal=False, stack_bytes=stack_bytes)
+        sh = context(W, block_diagonal=False, stack_bytes=stack_bytes, order=shuffled_order(len(W), P, seed))
         sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
                                   "and positions, windows rebuilt (seed 001)", "eigvalsh of " + sh.route, n_ctx - 1)
         controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}
@@ -220,6 +228,18 @@ def sequence(
                "shuffled": None if shuffled_lags is None else shuffled_lags.tolist()}
     return SequenceReport(source, options, tuple(per_position), pooled, context_doc, controls_doc, lag_doc,
                           tuple(warnings), clock.timings())
+
+
+def exact_in_float32(dtype: str) -> bool:
+    """Whether every value of this stored dtype is a float32 (float16, bfloat16, float32, 8- and 16-bit
+    integers, booleans)."""
+    if dtype == "bfloat16":
+        return True
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return False
+    return (dt.kind == "f" and dt.itemsize <= 4) or (dt.kind in "iub" and dt.itemsize <= 2)
 
 
 def _positions(X: np.ndarray, valid: np.ndarray, positions: tuple[int, ...],

@@ -173,8 +173,7 @@ def _streamed_context(pos: Positions, *, block_diagonal: bool) -> ContextResult:
                     parts.append(np.linalg.eigvalsh(Cb)[-min(n, k):])
         if block_diagonal and k > n:
             parts.append(np.linalg.eigvalsh(Ya @ Ya.T)[-min(n, k):])
-    total = np.triu(total) + np.triu(total, 1).T  # syrk wrote the upper triangle
-    lam = eigvalsh_checked(total, "the context Gram matrix")[::-1] / denom
+    lam = eigvalsh_checked(total, "the context Gram matrix", uplo="U")[::-1] / denom  # syrk wrote the upper triangle
     del total
     bd = np.sort(np.concatenate(parts))[::-1] / denom if block_diagonal else None
     route = (f"the n x n sum of the {P} positions' Gram matrices, streamed (n = {n} < P k = {P * k}), and the lag "

@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from spectra_cli.analysis import unique_sorted
 from spectra_cli.errors import FitError, OptionError, describe_choices, param
+
+if TYPE_CHECKING:
+    from spectra_cli.analysis.population import PopulationFit
 
 METHODS = ("ols", "logspaced", "inv-rank")
 MODELS = ("power-law", "log-corrected", "broken")
@@ -116,6 +119,7 @@ class RankFit:
         n_points: points used; bic: the selection criterion's value.
         degree: ``p`` of the log-corrected model; alpha_2, crossover: of the broken model.
         ci: a bootstrap interval of alpha, when asked for.
+        population: the population exponent behind this fit (``--population``), when asked for.
     """
 
     model: str
@@ -132,6 +136,7 @@ class RankFit:
     alpha_2: float | None = None
     crossover: float | None = None
     ci: BootstrapCI | None = None
+    population: PopulationFit | None = None
 
     def predict(self, ranks: np.ndarray) -> np.ndarray:
         """Model eigenvalues at (real) ranks."""
@@ -161,6 +166,7 @@ class RankFit:
             "window_source": self.window.source,
             "window_reason": self.window.reason,
             "ci": self.ci.to_dict() if self.ci is not None else None,
+            "population": self.population.to_dict() if self.population is not None else None,
         }
         if self.model == "log-corrected":
             out["degree"] = self.degree
@@ -443,6 +449,10 @@ def fit_ols(eigenvalues: np.ndarray, window: Window) -> RankFit:
 
 def with_ci(fit: RankFit, ci: BootstrapCI | None) -> RankFit:
     return replace(fit, ci=ci)
+
+
+def with_population(fit: RankFit, population: PopulationFit | None) -> RankFit:
+    return replace(fit, population=population)
 
 
 @dataclass(frozen=True, slots=True)

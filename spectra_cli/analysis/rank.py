@@ -16,6 +16,9 @@ DEFINITIONS = {
     "rankme": "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values "
     "of the uncentred matrix (Garrido et al. 2023)",
     "stable_rank": "sum lambda / lambda_1 = tr C / ||C|| (seed 001 §7.5)",
+    "participation_ratio_population": "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 "
+    "|y_i|^4): the ratio of unbiased estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong "
+    "2010; p = w / sum w, y_i the rows about the mean), from the moments and the histogram of squared row norms",
     "numerical_rank": "eigenvalues above the numerical floor",
     "k90": "smallest k whose cumulative explained variance reaches 0.90 (k95, k99 likewise)",
     "floors": "eigenvalues at or below the numerical floor count as 0 in every rank",
@@ -42,10 +45,13 @@ class EffectiveRanks:
     #: and the interval of the bounded ones; None when every eigenvalue was computed.
     exactness: dict[str, str] | None = None
     bounds: dict[str, tuple[float, float]] | None = None
+    #: With ``--population``: the bias-corrected estimate of the population's participation ratio.
+    participation_ratio_population: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "participation_ratio": self.participation_ratio,
+            "participation_ratio_population": self.participation_ratio_population,
             "entropy_rank": self.entropy_rank,
             "exactness": self.exactness,
             "bounds": {k: list(v) for k, v in self.bounds.items()} if self.bounds is not None else None,

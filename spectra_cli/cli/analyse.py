@@ -37,7 +37,12 @@ def fit(
     degree: Annotated[int, typer.Option("--degree", metavar="P", help="p of the log-corrected model.")] = 2,
     ci: Annotated[bool, typer.Option("--ci", help="95% bootstrap interval of alpha over row-block groups.")] = False,
     ci_replicates: Annotated[int, typer.Option("--ci-replicates", metavar="B", help="Bootstrap replicates.")] = 200,
-    ci_seed: Annotated[int, typer.Option("--ci-seed", metavar="S", help="Seed of the bootstrap.")] = 0,
+    ci_seed: Annotated[int, typer.Option("--ci-seed", metavar="S", help="Seed of the bootstrap (and of "
+                                         "--population's).")] = 0,
+    population: Annotated[bool, typer.Option("--population", help="Also the population exponent behind each "
+                                             "fit (corrects the finite-sample bias of the slope at small n/d, "
+                                             "with a 95% interval) and the bias-corrected participation "
+                                             "ratio.")] = False,
     density: Annotated[bool, typer.Option("--density", help="Density exponent: Hill MLE with KS x_min "
                                           "(WeightWatcher convention; add --uncentered to compare).")] = False,
     eigenvalues: Annotated[bool, typer.Option("--eigenvalues", help="PATH is a 1-D list of eigenvalues "
@@ -83,6 +88,7 @@ def fit(
             degree=degree, density=density,
             counting=counting or (), capacity=capacity or (),
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
+            population=population,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
             isoscore=isoscore, rankme=rankme, top=top, progress=progress, **reading)
     if plot is not None:

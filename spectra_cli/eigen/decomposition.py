@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -226,16 +226,16 @@ def _eps(precision: str) -> float:
 EIGVALSH_FLOPS = 4.0
 
 
-def eigvalsh_checked(C: np.ndarray, what: str = "the covariance") -> np.ndarray:
+def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L") -> np.ndarray:
     """``numpy.linalg.eigvalsh`` of a matrix that must be finite: a matrix whose entries overflowed
     float64 (moments of values near 1e154, or a moment file that says so) is an input error, never
-    LAPACK's "did not converge"."""
+    LAPACK's "did not converge". ``uplo``: the triangle that holds the matrix (``"U"``: the upper one)."""
     if not np.all(np.isfinite(C)):
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
     try:
         with threads.blas(EIGVALSH_FLOPS * float(C.shape[0]) ** 3):
-            return np.linalg.eigvalsh(C)
+            return np.linalg.eigvalsh(C, UPLO=uplo)
     except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
 

@@ -59,7 +59,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     parts.append(_kv("", [
         ("k90 / k95 / k99", " / ".join(f"> {sp['top_k']['k']}" if sp[k] is None and sp.get("top_k") else _fmt(sp[k])
                                        for k in ("k90", "k95", "k99"))),
-        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  ((d + sqrt(b)) * eps * lambda_1)"),
+        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (rounding bound: floor_definition in --json)"),
         ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
         ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']})"),
         *([("computed", f"the leading {tk['k']} of {sp['n_features']} (block Lanczos, Krylov dimension "
@@ -84,6 +84,12 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
                        _fmt(f["residual_rms"], 3), str(f["n_points"]))
         parts.append(ft)
         notes = [f"window: {fits[0]['window_reason']}"]
+        for f in fits:
+            pop = f.get("population")
+            if pop:
+                notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
+                             f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}; the sample slope {pop['naive_alpha']:.4f} "
+                             f"at n/d = {pop['n_over_d']:.3g}; match RMS {pop['match_rms']:.3g})")
         models = doc.get("models")
         if models:
             cmp = ", ".join(f"{name} {m['alpha']:.3f} (BIC {m['bic']:.1f})" for name, m in models["models"].items())
@@ -123,8 +129,10 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             status = exact.get(name, "exact")
             return value if status == "exact" else f"{_fmt(value)} ({status})"
 
-        parts.append(_kv("Effective rank", [(name, shown(name)) for name in (
-            "participation_ratio", "entropy_rank", "rankme", "stable_rank", "numerical_rank")]))
+        names = ("participation_ratio", *(("participation_ratio_population",)
+                                          if rank.get("participation_ratio_population") is not None else ()),
+                 "entropy_rank", "rankme", "stable_rank", "numerical_rank")
+        parts.append(_kv("Effective rank", [(name, shown(name)) for name in names]))
     iso = doc.get("isotropy")
     wh = doc.get("whitening")
     if iso and wh:

@@ -55,6 +55,9 @@ from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_bool, check_int, check_numbers
 
 BOOTSTRAP_GROUPS = 32
+#: Below this n/d the bootstrap interval of the sample slope was measured not to cover the population
+#: exponent (bench/bench_ci_coverage.py: 47 of 96 fits on Gaussian rows at n/d <= 10, 81 of 96 elliptical).
+CI_COVERS_N_OVER_D = 20.0
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
 RANKME_AUTO_D = 1024
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,6 +142,7 @@ def fit(
     ci: bool = False,
     ci_replicates: int = 200,
     ci_seed: int = 0,
+    population: bool = False,
     shuffled_control: bool = False,
     control_seed: int = 0,
     partition_isotropy: bool = False,
@@ -160,6 +164,8 @@ def fit(
     (``alpha_range`` ``"LO:HI"``, default 2:6) in ``report.weightwatcher``; ``auto_tolerance``: residual RMS allowed by
     ``window="auto"``; ``counting`` / ``capacity``: N(eps) and N(tau) at these values.
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
+    ``population`` (the population exponent behind each fit's sample slope, with its 95 % interval, in
+    ``fit.population``, and ``rank.participation_ratio_population``; its bootstrap is seeded by ``ci_seed``),
     ``shuffled_control`` (``control_seed``), ``partition_isotropy`` (a second pass; ``scale``
     ``seed | none``), ``isoscore``. ``rankme``: RankMe needs the uncentred spectrum, a second d x d
     eigendecomposition; None (default) computes it when that costs little (``centered=False``, or
@@ -173,7 +179,8 @@ def fit(
     of eigenvalues. The reading options are described in the module docstring.
     """
     read = ReadOptions.create(**reading)
-    for name, flag in (("density", density), ("ci", ci), ("shuffled_control", shuffled_control),
+    for name, flag in (("density", density), ("ci", ci), ("population", population),
+                       ("shuffled_control", shuffled_control),
                        ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
                        ("eigenvalues", eigenvalues)):
         check_bool(name, flag)
@@ -189,14 +196,20 @@ def fit(
     needs_all = [name for name, on in (("density", density), ("counting", bool(counting)),
                                        ("capacity", bool(capacity)), ("shuffled_control", shuffled_control),
                                        ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
-                                       ("rankme", bool(rankme))) if on]
+                                       ("rankme", bool(rankme)), ("population", population)) if on]
     if top and needs_all:
         raise OptionError(f"{param('top', top)} computes only the leading eigenvalues, but "
                           f"{', '.join(param(n) for n in needs_all)} need{'s' if len(needs_all) == 1 else ''} "
                           "all of them; drop one or the other.")
     if ci:
         ci_replicates = check_int("ci_replicates", ci_replicates, minimum=10)
+    if population and model != "power-law":
+        raise OptionError(f"{param('population')} estimates the exponent of a power-law population; it does not "
+                          f"apply to {param('model', model)} (drop one or the other).")
     if eigenvalues:
+        if population:
+            raise OptionError(f"{param('population')} needs the number of rows behind the spectrum (and their "
+                              f"norms): give the data matrix, not {param('eigenvalues')}.")
         if ci or shuffled_control or partition_isotropy:
             raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} need "
                               f"the data matrix, not {param('eigenvalues')}.")
@@ -245,6 +258,18 @@ def fit(
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,
                                seed=ci_seed, warnings=warnings, top=main.top is not None)
         clock.mark("bootstrap_s")
+    if population:
+        clock.mark("analysis_s")
+        suite = steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
+                                      warnings=warnings)
+        clock.mark("population_s")
+    if ci and suite.fits:
+        ratio = (first.n_effective or first.n_rows) / main.n_features
+        if ratio < CI_COVERS_N_OVER_D:
+            warnings.append(f"n/d = {ratio:.3g} < {CI_COVERS_N_OVER_D:g}: finite sampling biases the sample slope, and "
+                            "the bootstrap interval (--ci) reproduces that bias: at n/d <= 10 it held the population "
+                            "exponent in about half the runs (bench/README.md); --population estimates the "
+                            "population exponent with an interval that accounts for it")
     if control is not None and control.meets_at_rank is not None and suite.fits:
         k2 = suite.fits[0].window.k_max
         if k2 >= control.meets_at_rank:
@@ -263,7 +288,9 @@ def fit(
     clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main,
                                                   main))
     options = {**inp.options_report(), **opts.to_report(),
-               "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None}
+               "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
+               "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95}
+               if population else None}
     return assemble("fit", inp, first, main, options=options, warnings=warnings, clock=clock, suite=suite,
                     control=control, isotropy=iso, weightwatcher=ww)
 

@@ -127,3 +127,58 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
         fits.append(with_ci(f, BootstrapCI(0.95, lo, hi, p_lo, p_hi, bias, int(np.isfinite(v).sum()),
                                            len(groups), seed, k)))
     return replace(suite, fits=tuple(fits))
+
+
+#: Replicates of the population exponent's parametric bootstrap (each: one simulated sample spectrum).
+POPULATION_REPLICATES = 40
+
+
+def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
+                    warnings: list[str]) -> FitSuite:
+    """The population exponent of every fit, and the bias-corrected participation ratio
+    (:mod:`spectra_cli.analysis.population`), from the spectrum and the rows' squared norms."""
+    from spectra_cli.analysis.population import RowScales, participation_ratio_population, population_fit
+    from spectra_cli.analysis.powerlaw import with_population as fit_with_population
+
+    m = first.moments
+    rows = m.n_positive if m is not None else (int(np.count_nonzero(first.weights)) if first.weights is not None
+                                                 else first.n_rows)
+    W = m.weight_sum if m is not None else (float(first.weights.sum()) if first.weights is not None
+                                            else float(first.n_rows))
+    w2 = first.weight_sq_sum if first.weighted and first.weight_sq_sum else float(rows)
+    dof = rows - 1 if centered else rows
+    if dof < 2:
+        raise FitError(f"{param('population')} needs at least 3 rows.")
+    hist = first.norm_histogram()
+    where = "squared row norms about each block's mean, gathered in the pass" if m is not None else \
+        "squared row norms about the mean"
+    scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where)
+              if hist is not None and hist.rows else None)
+    if scales is None:
+        warnings.append("--population: these moments carry no histogram of row norms (a moment file made before "
+                        "spectra gathered one): the population exponent assumes Gaussian rows, and the participation "
+                        "ratio is not corrected")
+    offset = quad = 0.0
+    if not centered:
+        mu = first.mean()
+        offset = float(mu @ mu) * W / max(rows, 1)  # w |mu|^2 at the mean weight
+        quad = first.centred_quadratic(mu)
+    pr = None
+    if scales is not None and main.top is None:
+        factor = (first.n_rows - ddof) / first.n_rows if centered and not first.weighted else 1.0
+        pr = participation_ratio_population(main.eigenvalues, scales, scale_to_population=factor,
+                                            uncentered_offset=offset, mean_quadratic=quad)
+    # the population lives in the directions the data span: null directions (below the floor, or LayerNorm's
+    # near-null ones) are left out of it; the sample's own zeros (n < d) are not
+    d = main.n_features
+    nulls = main.near_null_count + max(min(main.sampling_rank, main.eigenvalues.size) - main.numerical_rank, 0)
+    lam = np.zeros(d - nulls)
+    kept = main.resolved()[: min(main.eigenvalues.size, d - nulls)]
+    lam[: kept.size] = kept
+    n_eff = first.n_effective if first.n_effective is not None else float(dof)
+    fits = tuple(fit_with_population(f, population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max),
+                                                         scales=scales, offset=offset, n_effective=n_eff,
+                                                         replicates=POPULATION_REPLICATES, seed=seed,
+                                                         null_directions=nulls))
+                 for f in suite.fits)
+    return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))

@@ -46,9 +46,9 @@ class Moments:
         origin: a point the mean is stored relative to (None: zero). Means of blocks far from
             zero (an embedding cone) are kept as small offsets from the block's own centre, so
             merging them never subtracts two large rounded numbers.
-        norms: the histogram of the rows' squared norms ``w_i ||x_i - block mean||^2`` (the row scales
-            of :mod:`spectra_cli.stream.norms`); None where they were not gathered (moment files written
-            before they were).
+        norms: the histogram of the rows' squared norms ``w_i ||x_i - block mean||^2`` in the data's units
+            (not divided by ``scale``; the row scales of :mod:`spectra_cli.stream.norms`); None where they were
+            not gathered (moment files written before they were).
     """
 
     n: int

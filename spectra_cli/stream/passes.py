@@ -25,6 +25,7 @@ from spectra_cli.sources.rows import RowSpec, WeightsArray
 from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
+from spectra_cli.stream.norms import NormHistogram
 from spectra_cli.stream.states import MomentsState, RowGuard, RowsState, State
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
@@ -142,6 +143,29 @@ class Accumulated:
     @property
     def weighted(self) -> bool:
         return self.moments.weighted if self.moments is not None else self.weights is not None
+
+    def norm_histogram(self) -> NormHistogram | None:
+        """The histogram of the rows' weighted squared norms about the mean (:mod:`spectra_cli.stream.norms`):
+        gathered block by block in the pass, or from the rows themselves on the n x n route. None for
+        moments that were saved without it."""
+        if self.moments is not None:
+            return self.moments.norms  # (kept in the data's units, whatever the moments' scale)
+        assert self.rows is not None
+        y = self.rows - self.mean()
+        q = np.einsum("ij,ij->i", y, y)
+        if self.weights is not None:
+            q = (self.weights * q)[self.weights > 0]
+        return NormHistogram.of(q)
+
+    def centred_quadratic(self, v: np.ndarray) -> float:
+        """``v^T C v`` with ``C = sum_i p_i (x_i - mean)(x_i - mean)^T`` (``p = w / sum w``)."""
+        if self.moments is not None:
+            m = self.moments
+            return float(v @ (m.m2 @ v)) * m.scale * m.scale / m.weight_sum if m.weight_sum else 0.0
+        assert self.rows is not None
+        y = (self.rows - self.mean()) @ v
+        p = np.full(len(y), 1.0 / len(y)) if self.weights is None else self.weights / self.weights.sum()
+        return float(p @ (y * y))
 
 
 class Input:

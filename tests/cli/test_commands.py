@@ -22,7 +22,7 @@ def test_fit_json_is_strict_and_valid(cli, validate):
     assert doc["options"] == {"centered": True, "ddof": 1, "weights": None, "precision": "float64",
                               "block_rows": 8192, "drop_nonfinite": False, "window": ["default"],
                               "method": "ols", "model": "power-law", "degree": 2, "ci": None,
-                              "auto_tolerance": 0.05}
+                              "population": None, "auto_tolerance": 0.05}
     assert doc["fit"]["window"] == [11, 38]
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 

@@ -1,0 +1,608 @@
+"""The population behind a sample spectrum (``fit --population``).
+
+With ``n`` rows of ``d`` features the sample spectrum is the population spectrum spread by sampling
+(Marchenko & Pastur 1967): its slope over a rank window is biased upwards, by far more than its
+stated uncertainty at ``n/d`` of a few. This module estimates what the sample statistics stand for:
+
+- :func:`participation_ratio_population`: ``(tr Sigma)^2 / tr Sigma^2`` from unbiased estimators of
+  its numerator and denominator (U-statistics, distribution-free; Chen, Zhang & Zhong 2010 for the
+  uncentred form) built from the streamed moments and the rows' squared norms.
+- :func:`population_fit`: the exponent of a power-law population spectrum whose expected sample
+  spectrum, at the same ``n`` and ``d`` and under the rows' own spread of scales, matches the observed
+  one over the window (the deterministic equivalent; see its docstring).
+
+Rows are modelled as ``x_i = mu + sqrt(s_i) Sigma^(1/2) z_i`` with ``z_i`` standard Gaussian and a
+scale ``s_i`` per row (an elliptical, or separable, model: El Karoui 2009; Paul & Silverstein 2009;
+Couillet & Hachem 2014); ``s_i = 1`` is the Gaussian model. The scales come from the histogram of
+squared row norms gathered in the first pass (:mod:`spectra_cli.stream.norms`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.stream.norms import NormHistogram
+
+
+@dataclass(frozen=True, slots=True)
+class RowScales:
+    """The rows' weighted squared norms ``h_i = w_i ||x_i - mean||^2`` as a histogram, with what the
+    estimators need of the weights.
+
+    Attributes:
+        values, counts: the histogram's bin centres and the rows in each.
+        weight_sum: ``W = sum w`` (the row count when unweighted).
+        weight_sq_sum: ``sum w^2``; ``sum p^2 = weight_sq_sum / W^2`` with ``p = w / W``.
+        rows: rows of positive weight.
+        source: where the norms come from, for the report.
+    """
+
+    values: np.ndarray
+    counts: np.ndarray
+    weight_sum: float
+    weight_sq_sum: float
+    rows: int
+    source: str
+
+    @classmethod
+    def of(cls, hist: NormHistogram, *, weight_sum: float, weight_sq_sum: float, source: str) -> RowScales:
+        v, c = hist.values()
+        return cls(v, c, float(weight_sum), float(weight_sq_sum), int(round(hist.rows)), source)
+
+    @property
+    def sum_p2(self) -> float:
+        """``sum p_i^2``: the inverse of Kish's effective sample size."""
+        return self.weight_sq_sum / (self.weight_sum * self.weight_sum)
+
+    def sum_p2_q2(self, offset: float = 0.0) -> float:
+        """``sum p_i^2 Q_i^2`` with ``p_i Q_i = (h_i + offset_i) / W``; ``offset`` is added to every row's
+        weighted norm (``w_i |mu|^2`` for uncentred moments, the mean weight standing in for ``w_i``)."""
+        W = self.weight_sum
+        return float(np.dot(self.counts, ((self.values + offset) / W) ** 2))
+
+
+def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *, scale_to_population: float,
+                                   uncentered_offset: float = 0.0, mean_quadratic: float = 0.0) -> float | None:
+    """An estimate of ``(tr Sigma)^2 / tr Sigma^2`` that corrects the sample's bias.
+
+    With ``S = sum_i p_i y_i y_i^T`` (``p = w / sum w``; the rows ``y_i`` about the mean, or the raw rows
+    when uncentred) and independent rows of second moment ``Sigma``:
+    ``E[tr S^2] = (1 - sum p^2) tr Sigma^2 + sum p_i^2 E|y_i|^4`` and
+    ``E[(tr S)^2] = (1 - sum p^2) (tr Sigma)^2 + sum p_i^2 E|y_i|^4``, so
+
+        tr Sigma^2   ~ (tr S^2    - sum p_i^2 |y_i|^4) / (1 - sum p^2)
+        (tr Sigma)^2 ~ ((tr S)^2  - sum p_i^2 |y_i|^4) / (1 - sum p^2)
+
+    are unbiased whatever the rows' distribution (the U-statistics of Chen, Zhang & Zhong 2010 in the
+    weighted form; unweighted ``sum p^2 = 1/n``), and their ratio estimates the population participation
+    ratio. Centred rows lose ``O(1/n)`` (relative) to the subtracted mean; the norms are about each
+    block's mean (a further ``O(1/b)``). Uncentred: ``|x_i|^2 = |y_i|^2 + 2 y_i.mu + |mu|^2``, so
+    ``sum p_i^2 |x_i|^4`` is taken as ``sum p_i^2 (|y_i|^2 + |mu|^2)^2 + 4 sum p^2 mu^T C mu``
+    (``uncentered_offset`` = ``w |mu|^2`` at the mean weight, ``mean_quadratic`` = ``mu^T C mu``).
+
+    ``eigenvalues``: of the reported matrix; ``scale_to_population``: the factor that turns it into the
+    ``p``-weighted form (``(n - ddof) / n`` for the unweighted covariance, 1 otherwise). None when the
+    estimate is not defined (one row, or a non-positive estimate of ``tr Sigma^2``).
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64) * scale_to_population
+    sp2 = scales.sum_p2
+    if not 0.0 < sp2 < 1.0:
+        return None
+    q4 = scales.sum_p2_q2(uncentered_offset) + 4.0 * sp2 * mean_quadratic
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    if top <= 0:
+        return None
+    u = lam / top  # scale-free (eigenvalues near 1e300 would overflow their squares)
+    a = float(u.sum())
+    b = float(np.dot(u, u))
+    q4 /= top * top
+    t2 = (b - q4) / (1.0 - sp2)
+    t11 = (a * a - q4) / (1.0 - sp2)
+    if not (t2 > 0 and t11 > 0) or not math.isfinite(t11 / t2):
+        return None
+    return t11 / t2
+
+
+PR_DEFINITION = ("((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): unbiased estimators of "
+                 "(tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong 2010; p = w / sum w, y_i the "
+                 "rows about the mean), from the moments and the histogram of squared row norms")
+
+
+
+# --------------------------------------------------------------------------------------------------
+# The deterministic equivalent of the sample spectrum
+# --------------------------------------------------------------------------------------------------
+
+#: Continuation of the imaginary part of z = x (1 + i eps): from far off the real axis (where the fixed
+#: point is easy) down to 1e-5 (a Lorentzian leak of about d eps / pi ranks: negligible).
+EPS_PATH = (1.0, 0.1, 1e-2, 1e-3, 1e-5)
+#: Population atoms are merged while their log-span is below min(MERGE_SPAN, sqrt(MERGE_KAPPA c pi W))
+#: (W the group's weight): well inside the sampling smoothing width ~ c pi W of that part of the spectrum.
+MERGE_SPAN = 0.05
+MERGE_KAPPA = 0.1
+MAX_ATOMS = 1000
+#: Scale atoms after compression of the deconvolved histogram.
+MAX_SCALE_ATOMS = 64
+
+
+def merge_groups(values: np.ndarray, weights: np.ndarray | None = None, *, c: float | None = None,
+                 span: float = MERGE_SPAN, max_atoms: int = MAX_ATOMS) -> np.ndarray:
+    """Group labels (in the order of ``values``) merging neighbouring atoms, sorted by value: a group grows
+    while its log-span stays below ``span`` and, given ``c``, below ``sqrt(MERGE_KAPPA c pi W)``; ``span`` is
+    doubled until at most ``max_atoms`` groups remain."""
+    order = np.argsort(values)
+    lv = np.log(np.asarray(values, dtype=np.float64)[order])
+    wt = np.full(lv.size, 1.0 / lv.size) if weights is None else np.asarray(weights, dtype=np.float64)[order]
+    while True:
+        gid = np.empty(lv.size, dtype=np.int64)
+        g, g0, W = 0, lv[0], 0.0
+        for i in range(lv.size):
+            lim = span if c is None else min(span, math.sqrt(MERGE_KAPPA * c * math.pi * (W + wt[i])))
+            if lv[i] - g0 > lim:
+                g, g0, W = g + 1, lv[i], 0.0
+            W += wt[i]
+            gid[i] = g
+        if g + 1 <= max_atoms:
+            out = np.empty_like(gid)
+            out[order] = gid
+            return out
+        span *= 2
+
+
+def merged(values: np.ndarray, weights: np.ndarray | None, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Atoms ``(value, weight)``: each group at its weighted mean, weights summing to the input's."""
+    wt = np.full(values.size, 1.0 / values.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    wsum = np.bincount(groups, wt)
+    return np.bincount(groups, wt * values) / wsum, wsum
+
+
+def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
+             c: float, e0: np.ndarray, *, iters: int = 40, tol: float = 1e-10) -> np.ndarray:
+    """Newton's method on ``F(e) = e - sum_a pi_a tau_a / (tau_a X(e) - z)`` at every grid point at once
+    (``X(e) = sum_k p_k w_k / (1 + c w_k e)``; ``1 / (1 + c e)`` for Gaussian rows), iterating the points
+    not yet converged; a step that would leave the upper half plane (the Stieltjes branch) is halved."""
+    e = e0.copy()
+    act = np.arange(e.size)
+    pt, ptt = pi * tau, pi * tau * tau
+    for _ in range(iters):
+        ea, za = e[act], z[act]
+        if scales is None:
+            den = 1.0 + c * ea
+            X, dX = 1.0 / den, -c / den ** 2
+        else:
+            w, p = scales
+            q = 1.0 / (1.0 + c * ea[:, None] * w[None, :])
+            X = q @ (p * w)
+            dX = -c * ((q * q) @ (p * w * w))
+        R = 1.0 / (tau[None, :] * X[:, None] - za[:, None])
+        step = (ea - R @ pt) / (1.0 + dX * ((R * R) @ ptt))
+        new = ea - step
+        for _h in range(30):
+            bad = new.imag < 0
+            if not bad.any():
+                break
+            step[bad] *= 0.5
+            new[bad] = ea[bad] - step[bad]
+        e[act] = new
+        act = act[np.abs(step) > tol * (np.abs(new) + 1e-300)]
+        if not act.size:
+            break
+    return e
+
+
+def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                   x: np.ndarray) -> np.ndarray:
+    """The limiting density of the sample spectrum's non-zero part on the grid ``x`` (``Im m(x + i0) / pi``,
+    the point mass ``1 - 1/c`` at zero removed when ``c > 1``), by continuation along :data:`EPS_PATH`."""
+    e: np.ndarray | None = None
+    z = x.astype(np.complex128)
+    for eps in EPS_PATH:
+        z = x * (1.0 + 1j * eps)
+        if e is None:
+            e = (pi * tau / (tau[None, :] - z[:, None])).sum(axis=1)  # the solution for X = 1
+        e = _solve_e(z, tau, pi, scales, c, e)
+    assert e is not None
+    if scales is None:
+        X = 1.0 / (1.0 + c * e)
+    else:
+        w, p = scales
+        X = (p * w / (1.0 + c * e[:, None] * w[None, :])).sum(axis=1)
+    m = (1.0 / (tau[None, :] * X[:, None] - z[:, None])) @ pi
+    if c > 1:
+        m = m + (1.0 - 1.0 / c) / z
+    return np.maximum(m.imag, 0.0) / np.pi
+
+
+@dataclass
+class _Grid:
+    """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth)."""
+
+    groups: np.ndarray | None = None
+    points: int = 0
+    atoms: int = 0
+
+
+def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
+                         scales: tuple[np.ndarray, np.ndarray] | None = None,
+                         grid: _Grid | None = None) -> np.ndarray:
+    """The expected sample eigenvalues of ranks ``1..ranks`` (descending) of the population ``tau``.
+
+    Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
+    spectrum over the ``j``-th slice of mass ``1/d`` counted from the top (Ledoit & Wolf 2017's QuEST
+    discretisation), from the density on a log-spaced grid (``7 sqrt(d / c)`` points a decade, 300 to
+    1,000: the isolated top eigenvalues form clusters of relative width ``~ sqrt(c / d)``), counted from
+    the top so that the grid's lower end only has to pass the last rank asked for."""
+    tau = np.asarray(tau, dtype=np.float64)
+    d = tau.size
+    grid = grid if grid is not None else _Grid()
+    if grid.groups is None:
+        grid.groups = merge_groups(tau, c=c)
+    atoms, pi = merged(tau, None, grid.groups)
+    ppd = int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
+    wmax = 1.0 if scales is None else float(scales[0].max())
+    wmin = 1.0 if scales is None else float(scales[0].min())
+    top = float(tau.max())
+    x_hi = top * (1.0 + math.sqrt(c)) ** 2 * max(wmax, 1.0) * 1.5
+    x_lo = float(np.sort(tau)[::-1][min(ranks, d) - 1]) * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2)
+                                                                 if c < 1 else 1e-3)
+    for _ in range(4):
+        points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
+        x = np.geomspace(x_lo, x_hi, points)
+        f = sample_density(atoms, pi, scales, c, x)
+        g = d * f * x  # dN / dlog x
+        h = g * x  # dM / dlog x
+        dl = np.diff(np.log(x))
+        N = np.concatenate([np.cumsum(((g[1:] + g[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
+        M = np.concatenate([np.cumsum(((h[1:] + h[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
+        if N[0] >= ranks + 0.5:
+            break
+        x_lo *= 1e-2
+    grid.points, grid.atoms = points, int(atoms.size)
+    Mk = np.interp(np.arange(ranks + 1, dtype=np.float64), N[::-1], M[::-1])
+    return np.diff(Mk)
+
+
+# --------------------------------------------------------------------------------------------------
+# Row scales: the spread of squared norms, less the part that the directions themselves make
+# --------------------------------------------------------------------------------------------------
+
+
+def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tuple[
+        tuple[np.ndarray, np.ndarray] | None, dict[str, Any]]:
+    """The scale distribution ``(w, p)`` (mean 1) behind the observed squared norms.
+
+    An observed norm is ``s q`` with ``q = z^T Sigma z / tr Sigma`` independent of ``s``, ``E q = 1`` and
+    ``Var q = 2 t2``, ``t2 = tr Sigma^2 / (tr Sigma)^2``: the histogram over-states the spread of ``s``. Its
+    second moment is deconvolved exactly, ``E[s^2] / E[s]^2 = E[obs^2] / E[obs]^2 / (1 + 2 t2)``, by
+    shrinking the histogram in log space, ``w = exp(g (log v - E log v))`` normalised to mean 1 with
+    ``g`` in [0, 1] chosen by bisection (a multiplicative noise is undone multiplicatively; a linear
+    shrink toward the mean would lift the smallest scales, which set the lowest sample eigenvalues when
+    ``n <= d``). None: no spread beyond what ``q`` makes (Gaussian rows)."""
+    v = scales.values + offset
+    keep = (scales.counts > 0) & (v > 0)
+    v, p = v[keep], scales.counts[keep] / scales.counts[keep].sum()
+    v = v / float(p @ v)
+    m2_obs = float(p @ (v * v))
+    m2_s = m2_obs / (1.0 + 2.0 * t2)
+    info: dict[str, Any] = {"cv2_observed": m2_obs - 1.0, "cv2_scales": max(m2_s - 1.0, 0.0), "t2": t2,
+                            "source": scales.source}
+    if m2_s - 1.0 <= 1e-6:
+        return None, info
+    lv = np.log(v) - float(p @ np.log(v))
+
+    def shrunk(g: float) -> np.ndarray:
+        w = np.exp(g * lv)
+        return w / float(p @ w)
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(p @ shrunk(mid) ** 2) < m2_s else (lo, mid)
+    w = shrunk(0.5 * (lo + hi))
+    info["log_shrink"] = 0.5 * (lo + hi)
+    if w.size > MAX_SCALE_ATOMS:
+        w, p = merged(w, p, merge_groups(w, p, span=0.01, max_atoms=MAX_SCALE_ATOMS))
+        w = w / float(p @ w)
+    info["atoms"] = int(w.size)
+    return (w, p), info
+
+
+def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:
+    """``tr Sigma^2 / (tr Sigma)^2`` of the separable model without a fitted population: from
+    ``E tr S^2 = (1 - 1/n) tr Sigma_e^2 + E[obs^2] / n`` (``Sigma_e = E[s] Sigma``, ``obs`` a squared norm)."""
+    t = float(eigenvalues.sum())
+    t2s = float(np.dot(eigenvalues, eigenvalues))
+    return max((t2s - m2_obs * t * t / n) / ((1.0 - 1.0 / n) * t * t), 0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The fit
+# --------------------------------------------------------------------------------------------------
+
+
+def population_spectrum(log_c: float, alpha: float, tail: np.ndarray | tuple[float, ...], d: int,
+                        knots: tuple[int, ...]) -> np.ndarray:
+    """``tau_j = C j^-alpha`` for ``j <= knots[0]`` (the window's end), then a log-linear segment of slope
+    ``-tail[i]`` in ``log j`` from ``knots[i]`` on (continuous; the last one to rank d)."""
+    j = np.arange(1, d + 1, dtype=np.float64)
+    lj = np.log(j)
+    lt = log_c - alpha * lj
+    level = log_c - alpha * math.log(knots[0])
+    for i, slope in enumerate(tail):
+        a = knots[i]
+        b = knots[i + 1] if i + 1 < len(knots) else d
+        seg = (j > a) & (j <= b) if i + 1 < len(tail) else j > a
+        lt[seg] = level - slope * (lj[seg] - math.log(a))
+        level -= slope * (math.log(b) - math.log(a))
+    return np.exp(lt)
+
+
+def tail_knots(k1: int, r_max: int, d: int) -> tuple[int, ...]:
+    """Where the tail's segments start: at the window's end and, with enough observed ranks past it, at
+    points evenly spaced in log rank up to the last matched rank (one segment per 20 observed ranks, at
+    most 3: real spectra steepen along their tail). Empty when no rank past the window is observed."""
+    observed = r_max - k1
+    if observed < 1:
+        return ()
+    m = int(min(3, max(1, observed // 20)))
+    edges = np.exp(np.linspace(math.log(k1), math.log(r_max), m + 1))[:-1]
+    return tuple(int(round(e)) for e in edges)
+
+
+def _slope_of(log_lam: np.ndarray, k0: int) -> float:
+    """The OLS exponent of log eigenvalues given from rank ``k0`` on."""
+    x = np.log(np.arange(k0, k0 + log_lam.size, dtype=np.float64))
+    xc = x - x.mean()
+    return float(-(xc @ (log_lam - log_lam.mean())) / (xc @ xc))
+
+
+def _ols_slope(lam: np.ndarray, k0: int, k1: int) -> float:
+    j = np.arange(k0, k1 + 1, dtype=np.float64)
+    A = np.vstack([np.ones_like(j), -np.log(j)]).T
+    coef = np.linalg.lstsq(A, np.log(lam[k0 - 1:k1]), rcond=None)[0]
+    return float(coef[1])
+
+
+def _gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
+                  h: float = 1e-2, max_iter: int = 12, tol: float = 2e-4) -> tuple[np.ndarray, np.ndarray, int]:
+    """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
+    with forward differences, steps of at most 0.3 and halved while the sum of squares grows. Returns
+    the exponents, ``f`` there and the evaluations made."""
+
+    def sse(f0: np.ndarray) -> float:
+        r = y - f0
+        return float(np.sum((r - r.mean()) ** 2))
+
+    ab = start.astype(np.float64).copy()
+    f0 = f(ab)
+    s0, evals = sse(f0), 1
+    for _ in range(max_iter):
+        J = _jacobian(ab, f, f0, h=h, central=False)
+        evals += ab.size
+        step = np.linalg.lstsq(J, y - f0, rcond=None)[0][1:]
+        step *= min(1.0, 0.3 / max(float(np.max(np.abs(step))), 1e-300))
+        for _h in range(6):
+            trial = ab + step
+            f1 = f(trial)
+            evals += 1
+            s1 = sse(f1)
+            if s1 <= s0 * (1 + 1e-9):
+                break
+            step = step * 0.5
+        ab, f0, s0 = trial, f1, s1
+        if float(np.max(np.abs(step))) < tol:
+            break
+    return ab, f0, evals
+
+
+def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndarray, *, h: float = 5e-3,
+              central: bool = True) -> np.ndarray:
+    """``[1, df/d exponent_1, ...]`` by finite differences (central at the solution, for the bootstrap)."""
+    cols = [np.ones_like(f0)]
+    for k in range(ab.size):
+        e = np.zeros(ab.size)
+        e[k] = h
+        cols.append((f(ab + e) - f(ab - e)) / (2 * h) if central else (f(ab + e) - f0) / h)
+    return np.column_stack(cols)
+
+
+def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,
+                       scales: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """The eigenvalues (descending, length d) of ``X^T X / n`` for ``n`` rows ``sqrt(w_i) tau^(1/2) z_i``
+    (``Sigma`` diagonal: the spectrum does not depend on the rotation), by the smaller Gram matrix."""
+    from spectra_cli import threads
+
+    d = tau.size
+    Z = rng.standard_normal((n, d)) * np.sqrt(tau)
+    if scales is not None:
+        Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
+    with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
+        G = Z @ Z.T if n < d else Z.T @ Z
+    with threads.blas(4.0 * float(G.shape[0]) ** 3):
+        ev = np.linalg.eigvalsh(G)[::-1] / n
+    out = np.zeros(d)
+    out[:ev.size] = ev
+    return out
+
+
+METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over the window (continued to rank 1) "
+          "and, past its end, up to 3 continuous log-linear segments with fitted slopes (a free tail: real spectra "
+          "steepen), whose expected sample spectrum at the same n and d has the observed sample slope over the "
+          "window; the tail and level (and shape_alpha) from the least-squares match of the log eigenvalues over "
+          "the window and the tail; "
+          "the expected spectrum is the deterministic equivalent of the separable sample covariance (Silverstein's "
+          "equation with row scales: Paul & Silverstein 2009, Couillet & Hachem 2014; quantiles averaged per rank "
+          "as in Ledoit & Wolf's QuEST); interval: a linearised parametric bootstrap from the fitted population")
+
+
+@dataclass(frozen=True, slots=True)
+class PopulationFit:
+    """The population exponent behind one rank-window fit (``fit.population``)."""
+
+    alpha: float
+    low: float
+    high: float
+    naive_alpha: float
+    segment_exponents: tuple[float, ...]
+    segment_knots: tuple[int, ...]
+    intercept: float
+    n_over_d: float
+    n_effective: float
+    window: tuple[int, int]
+    ranks_matched: tuple[int, int]
+    match_rms: float
+    shape_alpha: float
+    gain: float
+    bootstrap_sd: float
+    bootstrap_bias: float
+    bias_corrected: bool
+    replicates: int
+    seed: int
+    scales: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    cost: dict[str, Any] = field(default_factory=dict)
+    level: float = 0.95
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha, "ci": [self.low, self.high], "level": self.level,
+            "naive_alpha": self.naive_alpha, "n_over_d": self.n_over_d, "n_effective": self.n_effective,
+            "window": list(self.window), "ranks_matched": list(self.ranks_matched),
+            "segments": {"knots": list(self.segment_knots), "exponents": list(self.segment_exponents),
+                         "definition": "the fitted population: log tau continuous and linear in log j, with slope "
+                                       "-exponents[0] (alpha, before any bias correction) from rank 1 to knots[0] "
+                                       "(the window's end) and -exponents[i] from knots[i-1] to knots[i], the last to "
+                                       "rank d; no knots: one law throughout"},
+            "intercept": self.intercept,
+            "match_rms": self.match_rms, "shape_alpha": self.shape_alpha, "slope_gain": self.gain,
+            "shape_definition": "shape_alpha: the window's exponent of the least-squares match of the whole shape; "
+                                "slope_gain: d(expected sample slope) / d(alpha) there",
+            "match_definition": "root mean square of log(observed) - log(expected) sample eigenvalues over "
+                                "ranks_matched",
+            "bootstrap": {"replicates": self.replicates, "seed": self.seed, "sd": self.bootstrap_sd,
+                          "bias": self.bootstrap_bias, "bias_corrected": self.bias_corrected,
+                          "interval": "alpha -+ 1.96 sd over sample spectra simulated from the fitted population, "
+                                      "each one's sample slope over the window divided by slope_gain; their mean "
+                                      "offset is subtracted from alpha when it exceeds twice its standard error"},
+            "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
+        }
+
+
+def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
+                   offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
+                   level: float = 0.95, null_directions: int = 0) -> PopulationFit:
+    """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
+
+    ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
+    sample's degrees of freedom (rows - 1 centred, rows uncentred); ``scales``: the rows' squared norms
+    (None: Gaussian rows), ``offset`` added to each (uncentred moments: the mean's squared norm);
+    ``n_effective``: reported only (Kish's, for weighted rows); ``null_directions``: how many directions
+    the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted).
+    The population model, the equations
+    and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those the
+    sample resolves (at most ``min(n, d)``), less a margin at the lower edge of the spectrum (10 %, 20 %
+    with row scales, where the smallest scales spread the lowest eigenvalues) — the window is cut to
+    them, and with no rank past the window the tail continues the window's law (both said in ``notes``).
+    """
+    t0 = time.perf_counter()
+    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
+    d = lam.size
+    c = d / n
+    k0, k1 = (int(v) for v in window)
+    notes: list[str] = []
+    if null_directions:
+        notes.append(f"{null_directions} null direction(s) of the data (below the numerical floor, or near-null such "
+                     f"as LayerNorm's) left out: the population has {d} dimensions")
+    r = min(d, n, int(np.count_nonzero(lam > lam[0] * 1e-10)))
+    margin = 0.9 if scales is None else 0.8
+    r_max = max(int(math.floor(margin * r)), k0 + 3)
+    if r_max < k1:
+        notes.append(f"window cut from {k0}:{k1} to {k0}:{r_max}: {r} non-zero sample eigenvalues, the last "
+                     f"{r - r_max} left out at the lower edge of the spectrum")
+    k1 = min(k1, r_max)
+    knots = tail_knots(k1, r_max, d)
+    if not knots:
+        notes.append("no rank past the window is observed: the tail continues the window's law")
+    naive = _ols_slope(lam, k0, k1)
+    rows: dict[str, Any] = {"model": "Gaussian rows (every row the same scale)",
+                            "source": "none: no histogram of row norms (a moment file written before they were "
+                                      "gathered)" if scales is None else scales.source}
+    sc: tuple[np.ndarray, np.ndarray] | None = None
+    if scales is not None:
+        v = scales.values + offset
+        p = scales.counts / scales.counts.sum()
+        m2_obs = float(p @ (v * v)) / float(p @ v) ** 2
+        sc, info = deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
+        rows = {"model": "separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
+                         "shrunk in log space to the deconvolved second moment"
+                         + (" (no spread beyond the directions' own: Gaussian rows)" if sc is None else ""), **info}
+    ranks = np.arange(k0, r_max + 1)
+    y = np.log(lam[ranks - 1])
+    grid = _Grid()
+
+    def f(ab: np.ndarray) -> np.ndarray:
+        ab = np.clip(ab, 0.0, 12.0)
+        tau = population_spectrum(0.0, ab[0], ab[1:], d, knots or (k1,))
+        return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid)[ranks - 1],
+                                 1e-300))
+
+    start = np.full(1 + len(knots), naive)
+    ab, f0, evals = _gauss_newton(y, start, f)
+    grid.groups = None  # the atoms merged for the fitted population, then a few more steps from there
+    ab, f0, more = _gauss_newton(y, ab, f, max_iter=4)
+    evals += more
+    log_c = float(np.mean(y - f0))
+    match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
+    ab = np.clip(ab, 0.0, 12.0)
+    shape_alpha = float(ab[0])
+    tail = tuple(float(b) for b in ab[1:])
+    # alpha itself: the exponent whose expected sample spectrum has the observed sample slope over the window
+    # (the statistic the user reads; a spectrum that bends inside the window is matched where it is measured),
+    # the tail and level kept from the match of the whole shape
+    win = slice(0, k1 - k0 + 1)
+
+    def slope(a: float) -> float:
+        return _slope_of(f(np.r_[a, ab[1:]])[win], k0)
+
+    h = 1e-2
+    alpha = shape_alpha
+    gain = (slope(alpha + h) - slope(alpha - h)) / (2 * h)
+    evals += 2
+    for _ in range(3):
+        s_a = slope(alpha)
+        evals += 1
+        move = (naive - s_a) / gain if gain > 0.05 else 0.0
+        alpha = float(np.clip(alpha + move, 0.0, 12.0))
+        if abs(move) < 1e-5:
+            break
+    expected_slope = slope(alpha)
+    evals += 1
+    t_fit = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
+    # each replicate's sample slope, mapped through the gain (d expected slope / d alpha) to an exponent
+    draws = alpha + np.array([
+        (_slope_of(np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[k0 - 1:k1], 1e-300)), k0)
+         - expected_slope) / gain for _ in range(replicates)])
+    bias = float(draws.mean() - alpha)
+    sd = float(draws.std(ddof=1))
+    corrected = abs(bias) > 2 * sd / math.sqrt(replicates)
+    estimate = alpha - bias if corrected else alpha
+    from statistics import NormalDist
+
+    zq = NormalDist().inv_cdf(0.5 + level / 2)
+    return PopulationFit(
+        alpha=estimate, low=estimate - zq * sd, high=estimate + zq * sd, naive_alpha=naive,
+        segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c, n_over_d=n / d,
+        n_effective=float(n if n_effective is None else n_effective),
+        window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
+        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, replicates=replicates, seed=seed,
+        scales=rows, notes=tuple(notes), level=level,
+        cost={"evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms, "fit_s": t_fit,
+              "bootstrap_s": time.perf_counter() - t0 - t_fit})

@@ -487,9 +487,12 @@ class PopulationFit:
                                 "ranks_matched",
             "bootstrap": {"replicates": self.replicates, "seed": self.seed, "sd": self.bootstrap_sd,
                           "bias": self.bootstrap_bias, "bias_corrected": self.bias_corrected,
-                          "interval": "alpha -+ 1.96 sd over sample spectra simulated from the fitted population, "
-                                      "each one's sample slope over the window divided by slope_gain; their mean "
-                                      "offset is subtracted from alpha when it exceeds twice its standard error"},
+                          "interval": "alpha -+ t(0.975, B - 1) sd over B sample spectra simulated from the fitted "
+                                      "population (sd times sqrt(1 + 1/B) when the bias is subtracted): "
+                                      "each one's sample slope over the window, less the change of the expected slope "
+                                      "that its own tail (one linearised step of the shape match) makes, divided by "
+                                      "slope_gain; their mean offset is subtracted from alpha when it exceeds twice "
+                                      "its standard error"},
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
         }
 
@@ -581,22 +584,39 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         alpha = float(np.clip(alpha + move, 0.0, 12.0))
         if abs(move) < 1e-5:
             break
-    expected_slope = slope(alpha)
-    evals += 1
+    final = np.r_[alpha, ab[1:]]
+    f_final = f(final)
+    expected_slope = _slope_of(f_final[win], k0)
+    fitted = float(np.mean(y - f_final)) + f_final
+    # the tail's part: how the expected window slope moves with each tail exponent, and how the tail moves
+    # with the data (one Gauss-Newton step of the whole-shape match, linearised at the fitted population)
+    J = _jacobian(final, f, f_final)
+    P = np.linalg.pinv(J)
+    tail_gain = np.array([(_slope_of(f(final + e)[win], k0) - _slope_of(f(final - e)[win], k0)) / (2 * h)
+                          for e in np.eye(final.size)[1:] * h])
+    evals += 3 + 4 * (final.size - 1) + 2
     t_fit = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
-    # each replicate's sample slope, mapped through the gain (d expected slope / d alpha) to an exponent
-    draws = alpha + np.array([
-        (_slope_of(np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[k0 - 1:k1], 1e-300)), k0)
-         - expected_slope) / gain for _ in range(replicates)])
+
+    def replicate() -> float:
+        """One simulated sample spectrum: its window slope, less what its own tail moves the expected slope by,
+        mapped through the gain to an exponent."""
+        log_b = np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[ranks - 1], 1e-300))
+        d_tail = (P @ (log_b - fitted))[2:]
+        return alpha + (_slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain
+
+    draws = np.array([replicate() for _ in range(replicates)])
     bias = float(draws.mean() - alpha)
     sd = float(draws.std(ddof=1))
     corrected = abs(bias) > 2 * sd / math.sqrt(replicates)
     estimate = alpha - bias if corrected else alpha
-    from statistics import NormalDist
+    from scipy.stats import t as student
 
-    zq = NormalDist().inv_cdf(0.5 + level / 2)
+    # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
+    # offset carries its own error, sd / sqrt(B)
+    zq = float(student.ppf(0.5 + level / 2, replicates - 1))
+    sd *= math.sqrt(1.0 + 1.0 / replicates) if corrected else 1.0
     return PopulationFit(
         alpha=estimate, low=estimate - zq * sd, high=estimate + zq * sd, naive_alpha=naive,
         segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c, n_over_d=n / d,

@@ -370,7 +370,7 @@ def _ols_slope(lam: np.ndarray, k0: int, k1: int) -> float:
 
 
 def _gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
-                  h: float = 1e-2, max_iter: int = 12, tol: float = 2e-4) -> tuple[np.ndarray, np.ndarray, int]:
+                  h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray, int]:
     """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
     with forward differences, steps of at most 0.3 and halved while the sum of squares grows. Returns
     the exponents, ``f`` there and the evaluations made."""
@@ -558,7 +558,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     start = np.full(1 + len(knots), naive)
     ab, f0, evals = _gauss_newton(y, start, f)
     grid.groups = None  # the atoms merged for the fitted population, then a few more steps from there
-    ab, f0, more = _gauss_newton(y, ab, f, max_iter=4)
+    ab, f0, more = _gauss_newton(y, ab, f, max_iter=3)
     evals += more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))

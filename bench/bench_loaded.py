@@ -4,6 +4,8 @@ with every call on every core (--threads = cores: what spectra did before the po
 
     python bench/bench_loaded.py                     # fit on the 4k sample, 2 busy processes
     python bench/bench_loaded.py --busy 2 --runs 5
+    python bench/bench_loaded.py --case checkpoint --runs 3   # batch of a MiniLM-shaped checkpoint
+    python bench/bench_loaded.py --case sequence --runs 3     # spectra sequence on 2,592 x 32 x 384
 
 Whole processes, median wall-clock seconds of --runs; ratios in one run.
 """
@@ -33,10 +35,32 @@ def _run(args: list[str], env: dict[str, str], runs: int) -> float:
     return statistics.median(out)
 
 
-def measure(runs: int) -> dict[str, float]:
+def command(case: str) -> list[str]:
+    """The command of a case, its data made in bench/data/ the first time (ignored by git)."""
+    data = ROOT / "bench" / "data"
+    data.mkdir(exist_ok=True)
+    if case == "sample":
+        return ["fit", str(SAMPLE), "--json"]
+    if case == "checkpoint":
+        from bench_batch import make_checkpoint
+
+        ckpt = data / "minilm_like.safetensors"
+        if not ckpt.exists():
+            make_checkpoint(ckpt)
+        return ["batch", str(ckpt), "--json"]
+    import numpy as np
+
+    dump = data / "windows_2592x32x384_f16.npy"
+    if not dump.exists():
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((2592, 32, 384), dtype=np.float32) * np.arange(1, 385, dtype=np.float32) ** -0.5
+        np.save(dump, X.astype(np.float16))
+    return ["sequence", str(dump), "--json"]
+
+
+def measure(runs: int, cmd: list[str]) -> dict[str, float]:
     cores = str(len(os.sched_getaffinity(0)))
     base = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
-    cmd = ["fit", str(SAMPLE), "--json"]
     return {
         "policy (default)": _run(cmd, base, runs),
         "pinned: OPENBLAS_NUM_THREADS=1": _run(cmd, {**base, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
@@ -50,12 +74,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--busy", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--case", choices=["sample", "checkpoint", "sequence"], default="sample")
     args = ap.parse_args()
-    quiet = measure(args.runs)
+    cmd = command(args.case)
+    quiet = measure(args.runs, cmd)
     with busy(args.busy):
-        loaded = measure(args.runs)
+        loaded = measure(args.runs, cmd)
     pinned_q, pinned_l = quiet["pinned: OPENBLAS_NUM_THREADS=1"], loaded["pinned: OPENBLAS_NUM_THREADS=1"]
-    print(f"| `spectra fit` on the 4k sample | quiet s | x pinned | loaded ({args.busy} busy) s | x pinned |")
+    head = f"`spectra {cmd[0]}` ({args.case})"
+    print(f"| {head} | quiet s | x pinned | loaded ({args.busy} busy) s | x pinned |")
     print("|---|---|---|---|---|")
     for name in quiet:
         print(f"| {name} | {quiet[name]:.3f} | {quiet[name] / pinned_q:.2f} | {loaded[name]:.3f} | "

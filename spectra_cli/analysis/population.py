@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.errors import FitError
 from spectra_cli.stream.norms import NormHistogram
+
+#: Fewer matched ranks than this and the population exponent is not estimated.
+MIN_RANKS = 5
+#: The exponents the population model spans; an estimate at either bound is not reported.
+ALPHA_BOUNDS = (0.0, 12.0)
+#: Row scales are kept within this factor of their mean either way (the grid spans their range).
+SCALE_RANGE = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +68,6 @@ class RowScales:
         """``sum p_i^2``: the inverse of Kish's effective sample size."""
         return self.weight_sq_sum / (self.weight_sum * self.weight_sum)
 
-    def sum_p2_q2(self, offset: float = 0.0) -> float:
-        """``sum p_i^2 Q_i^2`` with ``p_i Q_i = (h_i + offset_i) / W``; ``offset`` is added to every row's
-        weighted norm (``w_i |mu|^2`` for uncentred moments, the mean weight standing in for ``w_i``)."""
-        W = self.weight_sum
-        return float(np.dot(self.counts, ((self.values + offset) / W) ** 2))
-
 
 def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *, scale_to_population: float,
                                    uncentered_offset: float = 0.0, mean_quadratic: float = 0.0) -> float | None:
@@ -88,25 +90,27 @@ def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *
 
     ``eigenvalues``: of the reported matrix; ``scale_to_population``: the factor that turns it into the
     ``p``-weighted form (``(n - ddof) / n`` for the unweighted covariance, 1 otherwise). None when the
-    estimate is not defined (one row, or a non-positive estimate of ``tr Sigma^2``).
+    estimate is not defined (one row, or a non-positive estimate of ``tr Sigma^2``); an estimate outside
+    ``[1, d]`` (sampling noise, e.g. on white noise) is cut to it.
     """
     lam = np.asarray(eigenvalues, dtype=np.float64) * scale_to_population
     sp2 = scales.sum_p2
     if not 0.0 < sp2 < 1.0:
         return None
-    q4 = scales.sum_p2_q2(uncentered_offset) + 4.0 * sp2 * mean_quadratic
     top = float(np.max(np.abs(lam))) if lam.size else 0.0
-    if top <= 0:
+    if not top > 0:
         return None
     u = lam / top  # scale-free (eigenvalues near 1e300 would overflow their squares)
+    W = scales.weight_sum
+    hv = (scales.values + uncentered_offset) / W / top  # p_i |y_i|^2 in units of the top eigenvalue
+    q4 = float(np.dot(scales.counts, hv * hv)) + 4.0 * sp2 * (mean_quadratic / top) / top
     a = float(u.sum())
     b = float(np.dot(u, u))
-    q4 /= top * top
     t2 = (b - q4) / (1.0 - sp2)
     t11 = (a * a - q4) / (1.0 - sp2)
     if not (t2 > 0 and t11 > 0) or not math.isfinite(t11 / t2):
         return None
-    return t11 / t2
+    return min(max(t11 / t2, 1.0), float(lam.size))  # an estimate past [1, d] (noise) is cut to it
 
 
 PR_DEFINITION = ("((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): unbiased estimators of "
@@ -286,12 +290,21 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
     ``n <= d``). None: no spread beyond what ``q`` makes (Gaussian rows)."""
     v = scales.values + offset
     keep = (scales.counts > 0) & (v > 0)
+    info: dict[str, Any] = {"t2": t2, "source": scales.source}
+    if not keep.any():
+        info["note"] = "every row's norm about its block's mean is zero (blocks of one row): no scales to read"
+        return None, info
     v, p = v[keep], scales.counts[keep] / scales.counts[keep].sum()
+    v = v / float(np.max(v))  # (no overflow however large the norms)
     v = v / float(p @ v)
+    clipped = np.clip(v, 1.0 / SCALE_RANGE, SCALE_RANGE)
+    if np.any(clipped != v):
+        info["note"] = (f"row scales beyond {SCALE_RANGE:g} times their mean either way were clipped to it (weights "
+                        "or norms spread over more than 12 decades)")
+        v = clipped / float(p @ clipped)
     m2_obs = float(p @ (v * v))
     m2_s = m2_obs / (1.0 + 2.0 * t2)
-    info: dict[str, Any] = {"cv2_observed": m2_obs - 1.0, "cv2_scales": max(m2_s - 1.0, 0.0), "t2": t2,
-                            "source": scales.source}
+    info.update({"cv2_observed": m2_obs - 1.0, "cv2_scales": max(m2_s - 1.0, 0.0)})
     if m2_s - 1.0 <= 1e-6:
         return None, info
     lv = np.log(v) - float(p @ np.log(v))
@@ -516,15 +529,22 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     t0 = time.perf_counter()
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
     d = lam.size
-    c = d / n
     k0, k1 = (int(v) for v in window)
+    top = float(lam[0]) if d else 0.0
+    if not top > 0 or n < 3:
+        raise FitError("the population exponent needs at least 3 rows and a non-zero spectrum.")
+    lam = lam / top  # scale-free: the level is restored at the end
+    c = d / n
     notes: list[str] = []
     if null_directions:
         notes.append(f"{null_directions} null direction(s) of the data (below the numerical floor, or near-null such "
                      f"as LayerNorm's) left out: the population has {d} dimensions")
-    r = min(d, n, int(np.count_nonzero(lam > lam[0] * 1e-10)))
+    r = min(d, n, int(np.count_nonzero(lam > 0)))
     margin = 0.9 if scales is None else 0.8
-    r_max = max(int(math.floor(margin * r)), k0 + 3)
+    r_max = min(max(int(math.floor(margin * r)), k0 + 3), r)
+    if r_max - k0 + 1 < MIN_RANKS:
+        raise FitError(f"the population exponent needs at least {MIN_RANKS} ranks from {k0} among the {r} the sample "
+                       f"resolves with a margin at its lower edge (ranks {k0}..{r_max}); start the window lower.")
     if r_max < k1:
         notes.append(f"window cut from {k0}:{k1} to {k0}:{r_max}: {r} non-zero sample eigenvalues, the last "
                      f"{r - r_max} left out at the lower edge of the spectrum")
@@ -540,17 +560,20 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     if scales is not None:
         v = scales.values + offset
         p = scales.counts / scales.counts.sum()
-        m2_obs = float(p @ (v * v)) / float(p @ v) ** 2
+        vm = float(p @ v)
+        m2_obs = float(p @ ((v / vm) ** 2)) if vm > 0 else 1.0
         sc, info = deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
-        rows = {"model": "separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
-                         "shrunk in log space to the deconvolved second moment"
-                         + (" (no spread beyond the directions' own: Gaussian rows)" if sc is None else ""), **info}
+        rows = {"model": ("separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
+                          "shrunk in log space to the deconvolved second moment") if sc is not None else
+                ("Gaussian rows: " + ("the histogram has no non-zero norm" if "cv2_observed" not in info
+                                      else "the norms spread no more than the directions themselves make them")),
+                **info}
     ranks = np.arange(k0, r_max + 1)
     y = np.log(lam[ranks - 1])
     grid = _Grid()
 
     def f(ab: np.ndarray) -> np.ndarray:
-        ab = np.clip(ab, 0.0, 12.0)
+        ab = np.clip(ab, *ALPHA_BOUNDS)
         tau = population_spectrum(0.0, ab[0], ab[1:], d, knots or (k1,))
         return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid)[ranks - 1],
                                  1e-300))
@@ -562,7 +585,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     evals += more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
-    ab = np.clip(ab, 0.0, 12.0)
+    ab = np.clip(ab, *ALPHA_BOUNDS)
     shape_alpha = float(ab[0])
     tail = tuple(float(b) for b in ab[1:])
     # alpha itself: the exponent whose expected sample spectrum has the observed sample slope over the window
@@ -577,13 +600,21 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     alpha = shape_alpha
     gain = (slope(alpha + h) - slope(alpha - h)) / (2 * h)
     evals += 2
+    if not gain > 0.05:
+        raise FitError(f"the population exponent is not identified over ranks {k0}..{k1}: the expected sample slope "
+                       f"does not grow with it there (d slope / d alpha = {gain:.3g}); use a wider window, or more "
+                       "rows.")
     for _ in range(3):
         s_a = slope(alpha)
         evals += 1
-        move = (naive - s_a) / gain if gain > 0.05 else 0.0
-        alpha = float(np.clip(alpha + move, 0.0, 12.0))
+        move = (naive - s_a) / gain
+        alpha = float(np.clip(alpha + move, *ALPHA_BOUNDS))
         if abs(move) < 1e-5:
             break
+    if not ALPHA_BOUNDS[0] < alpha < ALPHA_BOUNDS[1]:
+        raise FitError(f"the population exponent over ranks {k0}..{k1} falls at the bound {alpha:g} of the model "
+                       f"({ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}): the sample slope ({naive:.4g}) is not that of a "
+                       "power-law population there.")
     final = np.r_[alpha, ab[1:]]
     f_final = f(final)
     expected_slope = _slope_of(f_final[win], k0)
@@ -617,9 +648,14 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # offset carries its own error, sd / sqrt(B)
     zq = float(student.ppf(0.5 + level / 2, replicates - 1))
     sd *= math.sqrt(1.0 + 1.0 / replicates) if corrected else 1.0
+    low, high = estimate - zq * sd, estimate + zq * sd
+    if low < ALPHA_BOUNDS[0] or high > ALPHA_BOUNDS[1]:
+        notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
+                     f"{low:.4g}..{high:.4g}): the window says little about alpha")
+        low, high = max(low, ALPHA_BOUNDS[0]), min(high, ALPHA_BOUNDS[1])
     return PopulationFit(
-        alpha=estimate, low=estimate - zq * sd, high=estimate + zq * sd, naive_alpha=naive,
-        segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c, n_over_d=n / d,
+        alpha=estimate, low=low, high=high, naive_alpha=naive,
+        segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c + math.log(top), n_over_d=n / d,
         n_effective=float(n if n_effective is None else n_effective),
         window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
         bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, replicates=replicates, seed=seed,

@@ -19,7 +19,7 @@ from spectra_cli.analysis.isotropy import (
     gram_log_z,
 )
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
-from spectra_cli.analysis.powerlaw import BootstrapCI, Window
+from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
 from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
 from spectra_cli.errors import FitError, OptionError, param
@@ -131,6 +131,8 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
 
 #: Replicates of the population exponent's parametric bootstrap (each: one simulated sample spectrum).
 POPULATION_REPLICATES = 40
+#: Below this effective sample size (Kish's, of weighted rows) no population exponent is estimated.
+MIN_EFFECTIVE_ROWS = 10.0
 
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
@@ -176,9 +178,24 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     kept = main.resolved()[: min(main.eigenvalues.size, d - nulls)]
     lam[: kept.size] = kept
     n_eff = first.n_effective if first.n_effective is not None else float(dof)
-    fits = tuple(fit_with_population(f, population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max),
-                                                         scales=scales, offset=offset, n_effective=n_eff,
-                                                         replicates=POPULATION_REPLICATES, seed=seed,
-                                                         null_directions=nulls))
-                 for f in suite.fits)
+    if n_eff < MIN_EFFECTIVE_ROWS:
+        why = (f"the weights leave an effective sample of {n_eff:.3g} rows ((sum w)^2 / sum w^2, Kish) of {rows}"
+               if first.weighted else f"{rows} rows are")
+        warnings.append(f"--population: {why}: too few to say what population they come from (at least "
+                        f"{MIN_EFFECTIVE_ROWS:g} are needed); no population exponent")
+        return replace(suite, rank=replace(suite.rank, participation_ratio_population=pr))
+    if n_eff < 0.5 * rows:
+        warnings.append(f"--population: the weights concentrate the sample (an effective {n_eff:.4g} of {rows} rows, "
+                        "Kish): they enter the population model as row scales, so its interval is wider")
+
+    def one(f: RankFit) -> RankFit:
+        try:
+            pop = population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max), scales=scales, offset=offset,
+                                 n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls)
+        except FitError as exc:
+            warnings.append(f"--population over ranks {f.window.k_min}..{f.window.k_max}: {exc}")
+            return f
+        return fit_with_population(f, pop)
+
+    fits = tuple(one(f) for f in suite.fits)
     return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))

@@ -335,6 +335,17 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
     level = float(np.max(np.abs(mean_rel + (origin if origin is not None else 0.0)))) if d else 0.0
     _check_m2(m2, path, f"{prefix}m2", uncentred=weight_sum * level * level)
     norms = _norms_from(arrays, f"{prefix}norms", n_positive, path) if f"{prefix}norms" in arrays else None
+    if norms is not None and not weighted and norms.counts.size:
+        # each block's norms about its own mean sum to at most the trace about the global one, and the
+        # unshrinking 1 / (1 - 1/b) at most doubles them (b >= 2), the bins' centres add 1.1 %
+        v, c = norms.values()
+        total = float(np.dot(c, v / scale / scale))
+        bound = 2.05 * float(np.trace(m2)) + 1e-300
+        if not total <= bound:
+            trace = float(np.trace(m2)) * scale * scale
+            raise InputError(f"{path}: array {prefix}norms holds squared row norms summing to "
+                             f"{total * scale * scale:.4g}, more than twice the trace of its second moment "
+                             f"({trace:.4g}); the norms and the moments are not of the same rows.")
     return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin, norms)
 
 

@@ -135,7 +135,7 @@ class Moments:
         r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
         root = r * np.sqrt(W)
         _sub_outer(m2, root, root)  # in place (m2 is ours), as u u^T: exactly symmetric, as the product is
-        q = np.einsum("ij,ij->i", xc, xc)
+        q = unshrunk(np.einsum("ij,ij->i", xc, xc), w)
         norms = NormHistogram.of(q if w is None else q[w > 0], log2_scale=2 * int(np.log2(scale)))
         return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64), norms)
 
@@ -301,8 +301,18 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> Norm
         q += dd - 2.0 * cross
     else:
         q += w * dd - 2.0 * np.sqrt(w) * cross
-        q = q[w > 0]
-    return NormHistogram.of(np.clip(q, 0.0, None))
+    q = unshrunk(np.clip(q, 0.0, None), w)
+    return NormHistogram.of(q if w is None else q[w > 0])
+
+
+def unshrunk(q: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """Squared norms about the block's own (weighted) mean, divided by their expected shrink against the true
+    mean, ``1 - 2 p_i + sum p^2`` (``p = w / sum w``; ``1 - 1/b`` for ``b`` unweighted rows), so that small
+    blocks do not bias the row scales (a block of one row has none: its norm stays 0)."""
+    n = q.size
+    p = np.full(n, 1.0 / n) if w is None else w / max(float(w.sum()), 1e-300)
+    shrink = 1.0 - 2.0 * p + float(p @ p)
+    return np.where(shrink > 1e-12, q / np.where(shrink > 1e-12, shrink, 1.0), q)
 
 
 def _sub_outer(m: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:

@@ -4,10 +4,11 @@ The population exponent (:mod:`spectra_cli.analysis.population`) models rows as
 ``x_i = mu + sqrt(s_i) Sigma^(1/2) z_i`` (an elliptical, or separable, model: Gaussian
 directions with a scale per row); it needs the distribution of ``s_i``, which the squared norms
 ``w_i ||x_i - mu||^2`` carry. They are gathered in the one streamed pass, every block's rows about
-that block's own mean (the global mean is not known until the pass ends; a block of ``b`` rows
-shrinks its rows' squared norms by the factor ``1 - 1/b`` in expectation, under 1.1 % for the
-smallest blocks spectra makes), binned on a fixed grid of ``BINS_PER_OCTAVE`` bins per factor of
-two so that histograms of any split of the rows (blocks, files, Dask workers) add exactly.
+that block's own mean (the global mean is not known until the pass ends), each divided by its expected
+shrink against the true mean (``1 - 1/b`` for a block of ``b`` unweighted rows, ``1 - 2 p_i + sum p^2``
+weighted), and binned on a fixed grid of ``BINS_PER_OCTAVE`` bins per factor of two so that
+histograms of any split of the rows (blocks, files, Dask workers) add exactly. A block of one row
+(a shard of one embedding) has no norm about its own mean: it counts as a zero.
 """
 
 from __future__ import annotations

@@ -124,6 +124,8 @@ CASES = {
                                                                                "outside the bins of float64"),
     "norms miscount": (_array("norms", lambda a: np.r_[a[:2], a[2:] * 2]), "array norms counts 800 rows but its "
                                                                          "moments 400 rows of positive weight"),
+    "norms too large": (_array("norms", lambda a: np.r_[a[0] + 64 * 10, a[1:]]), "array norms holds squared row norms "
+                                                                               "summing to"),
 }
 
 

@@ -27,7 +27,7 @@ def _expected(q) -> dict[int, float]:
 def test_one_block_holds_every_rows_squared_norm_about_the_mean():
     X = powerlaw_matrix(3000, 24, 1.0, seed=1, offset=50.0)
     m = Moments.from_block(X)
-    q = np.sum((X - X.mean(axis=0)) ** 2, axis=1)
+    q = np.sum((X - X.mean(axis=0)) ** 2, axis=1) / (1 - 1 / len(X))  # unshrunk: about the true mean, expected
     assert m.norms is not None and _as_counts(m.norms) == _expected(q)
     assert m.norms.rows == 3000
 
@@ -45,7 +45,8 @@ def test_shifted_blocks_give_the_norms_about_each_blocks_mean(precision):
     for lo in range(0, 4000, 1000):
         xb, wb = X[lo:lo + 1000], w[lo:lo + 1000]
         mb = wb @ xb / wb.sum()
-        q.append((wb * np.sum((xb - mb) ** 2, axis=1))[wb > 0])
+        pb = wb / wb.sum()
+        q.append((wb * np.sum((xb - mb) ** 2, axis=1) / (1 - 2 * pb + pb @ pb))[wb > 0])
     q = np.concatenate(q)
     assert m.norms is not None and m.norms.rows == np.count_nonzero(w) == m.n_positive
     v, c = m.norms.values()

@@ -1,0 +1,40 @@
+"""The population exponent on the shared MiniLM activations (issue 19's real-data check): all rows, and
+subsamples of 2 d and 4 d rows (seeds 0-2), window 11:100; does each subsample's interval hold the
+all-rows population alpha? Needs ../shared/data (not in the repository).
+
+    OPENBLAS_NUM_THREADS=1 python bench/bench_population_real.py [DATA_DIR]
+"""
+import json
+import sys
+import warnings
+
+import numpy as np
+
+import spectra_cli as spectra
+
+warnings.simplefilter("ignore")
+out = {}
+DATA = sys.argv[1] if len(sys.argv) > 1 else "../shared/data"
+for name, path, window in (("layer1", f"{DATA}/minilm_layer1_tokens_20k_f16.npy", "11:100"),
+                           ("layer3", f"{DATA}/minilm_layer3_context32_1024_f16.npy", "11:100")):
+    X = np.load(path).astype(np.float32)
+    X = X.reshape(-1, X.shape[-1])
+    n, d = X.shape
+    full = spectra.fit(X, window=window, population=True).to_dict()
+    fp = full["fit"]["population"]
+    print(f"{name}: all {n} rows (n/d {n/d:.1f}): naive {full['fit']['alpha']:.4f} population {fp['alpha']:.4f} "
+          f"[{fp['ci'][0]:.4f}, {fp['ci'][1]:.4f}] rms {fp['match_rms']:.3f} "
+          f"cv2_scales {fp['rows'].get('cv2_scales')}", flush=True)
+    rows = []
+    for mult in (2, 4):
+        for seed in range(3):
+            idx = np.random.default_rng(seed).choice(n, mult * d, replace=False)
+            r = spectra.fit(X[idx], window=window, population=True).to_dict()
+            p = r["fit"]["population"]
+            inside = p["ci"][0] <= fp["alpha"] <= p["ci"][1]
+            print(f"  n = {mult}d seed {seed}: naive {r['fit']['alpha']:.4f} population {p['alpha']:.4f} "
+                  f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}] holds the all-rows population alpha: {inside}", flush=True)
+            rows.append(dict(mult=mult, seed=seed, naive=r['fit']['alpha'], pop=p['alpha'], ci=p['ci'],
+                             inside=bool(inside)))
+    out[name] = dict(full_naive=full['fit']['alpha'], full_pop=fp['alpha'], full_ci=fp['ci'], subsamples=rows)
+print(json.dumps(out))

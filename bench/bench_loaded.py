@@ -65,7 +65,8 @@ def measure(runs: int, cmd: list[str]) -> dict[str, float]:
         "policy (default)": _run(cmd, base, runs),
         "pinned: OPENBLAS_NUM_THREADS=1": _run(cmd, {**base, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
                                                runs),
-        f"every call on {cores} threads (--threads {cores})": _run([*cmd, "--threads", cores], base, runs),
+        **({f"every call on {cores} threads (--threads {cores})": _run([*cmd, "--threads", cores], base, runs)}
+           if cmd[0] != "batch" else {}),  # (batch's workers take cores // workers threads each)
         "spectra --version": _run(["--version"], base, runs),
     }
 

@@ -22,6 +22,7 @@ from spectra_cli.cli.flags import (
     Precision,
     Rows,
     Sample,
+    Threads,
     Top,
     Uncentered,
 )
@@ -120,6 +121,7 @@ def batch(
                                           "layers. PATH may be a results .jsonl.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="List every skipped tensor.")] = False,
     allow_option_mismatch: AllowMismatch = False,
+    threads: Threads = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout instead of the summary table.")
                     ] = False,
 ) -> None:
@@ -156,7 +158,7 @@ def batch(
                            pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
                            connect_timeout=connect_timeout, verbose=verbose,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result,
-                           progress=lambda done, total: bar.update(task, completed=done, total=total))
+                           progress=lambda done, total: bar.update(task, completed=done, total=total), threads=threads)
     if not result.items:  # results files, summarised
         _print_summary(result.summary(), json)
         return

@@ -22,6 +22,7 @@ from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
+from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.threads import ENV_VARS, worker_threads
@@ -660,6 +661,7 @@ class BatchResult:
                 "resumed": self.resumed, "option_mismatch": list(self.option_mismatch), "jsonl": self.jsonl}
 
 
+@keywords_checked  # (which also holds threads=N for the whole call: the workers take it as their share)
 def batch(
     paths: str | os.PathLike[str] | list[str] | tuple[str, ...],
     *,
@@ -687,6 +689,7 @@ def batch(
     allow_option_mismatch: bool = False,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
 ) -> BatchResult:
     """Analyse many matrices with :func:`spectra_cli.fit`: files, directories and globs; a
     ``.safetensors`` checkpoint (or a sharded folder) gives one item per 2-D tensor (``tensors``: a
@@ -703,7 +706,9 @@ def batch(
     ``top``) are those of ``fit``. ``on_result(line)`` is called with each line as it comes (skips
     included), ``progress(items_done, items_total)`` once the items are listed and after each. A
     failed item does not stop the batch: it is a line with ``error``. Paths that are all results
-    files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``)."""
+    files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``). ``threads``:
+    BLAS threads of every product here and in each worker (default: the thread policy, each worker's
+    share ``cores // workers``)."""
     args = check_paths("paths", paths)
     if jsonl is not None:
         jsonl = check_path("jsonl", jsonl)

@@ -84,3 +84,23 @@ def test_the_cli_takes_threads(cli, tmp_path):
     assert cli("fit", tmp_path / "x.npy", "--threads", "1", "--json").exit_code == 0
     r = cli("fit", tmp_path / "x.npy", "--threads", "0")
     assert r.exit_code == 2 and r.stderr == "error: --threads 0 must be a positive number of threads.\n"
+
+
+def test_batch_takes_threads_for_itself_and_its_workers(tmp_path, monkeypatch, cli):
+    import spectra_cli.run.batch as batch_module
+
+    for i in range(2):
+        np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(300, 12, 1.0, seed=i))
+    shares = []
+    real = batch_module.worker_threads
+
+    def spy(workers):
+        shares.append(real(workers))
+        return shares[-1]
+
+    monkeypatch.setattr(batch_module, "worker_threads", spy)
+    res = spectra.batch(str(tmp_path / "m*.npy"), workers=2, threads=1)
+    assert len(res.results) == 2 and shares == [1]
+    assert threads._override is None
+    r = cli("batch", tmp_path / "m0.npy", "--threads", "0")
+    assert r.exit_code == 2 and r.stderr == "error: --threads 0 must be a positive number of threads.\n"

@@ -6,6 +6,7 @@ with every call on every core (--threads = cores: what spectra did before the po
     python bench/bench_loaded.py --busy 2 --runs 5
     python bench/bench_loaded.py --case checkpoint --runs 3   # batch of a MiniLM-shaped checkpoint
     python bench/bench_loaded.py --case sequence --runs 3     # spectra sequence on 2,592 x 32 x 384
+    python bench/bench_loaded.py --case wide --runs 3         # spectra fit on 200,000 x 768 (bench_spectrum's dump)
 
 Whole processes, median wall-clock seconds of --runs; ratios in one run.
 """
@@ -48,6 +49,10 @@ def command(case: str) -> list[str]:
         if not ckpt.exists():
             make_checkpoint(ckpt)
         return ["batch", str(ckpt), "--json"]
+    if case == "wide":
+        from bench_spectrum import make_dump
+
+        return ["fit", str(make_dump(200_000, 768)[0]), "--json"]
     import numpy as np
 
     dump = data / "windows_2592x32x384_f16.npy"
@@ -75,7 +80,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--busy", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--case", choices=["sample", "checkpoint", "sequence"], default="sample")
+    ap.add_argument("--case", choices=["sample", "checkpoint", "sequence", "wide"], default="sample")
     args = ap.parse_args()
     cmd = command(args.case)
     quiet = measure(args.runs, cmd)

@@ -30,6 +30,11 @@ ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_
 #: 0.017 / 0.028 | 0.040 / 0.025; of 8,192 x 768 (4.8e9): 0.061 / 0.037 | 0.099 / 0.119. Below 1.3e9
 #: a second thread gains nothing quiet (or loses) and costs up to 6x loaded; above it, it pays quiet.
 SMALL_FLOPS = 1.3e9
+#: The same threshold for LAPACK's symmetric eigensolver, whose threads synchronise far more often than a
+#: product's: loaded, a second thread lost up to d = 1,024 (0.21 s on one thread against 0.52 s on two, above)
+#: and a 768 x 768 eigvalsh took 4.6 s on two contended threads against 0.06 s on one (bench/README.md);
+#: from d = 2,048 (4 d^3 = 3.4e10) two threads win quiet (0.49 s against 0.64) and loaded (1.04 against 1.18).
+SMALL_EIGEN_FLOPS = 3.0e10
 
 _override: int | None = None
 _controller: Any = None
@@ -79,12 +84,12 @@ def call(threads: int | None) -> Iterator[None]:
         _override = before
 
 
-def threads_for(flops: float) -> int:
-    """The threads a BLAS call of ``flops`` floating-point operations gets."""
+def threads_for(flops: float, small: float = SMALL_FLOPS) -> int:
+    """The threads a BLAS call of ``flops`` floating-point operations gets (one below ``small``)."""
     if _override is not None:
         return _override
     cap = env_threads()
-    want = 1 if flops < SMALL_FLOPS else usable_cores()
+    want = 1 if flops < small else usable_cores()
     return min(want, cap) if cap is not None else want
 
 
@@ -98,10 +103,11 @@ def worker_threads(workers: int) -> int:
 
 
 @contextlib.contextmanager
-def blas(flops: float) -> Iterator[int]:
-    """Run the block on the threads the policy gives an operation of ``flops``; yields that count."""
+def blas(flops: float, small: float = SMALL_FLOPS) -> Iterator[int]:
+    """Run the block on the threads the policy gives an operation of ``flops``; yields that count.
+    ``small``: the threshold of the operation's kind (:data:`SMALL_EIGEN_FLOPS` for eigensolvers)."""
     global _controller
-    n = threads_for(flops)
+    n = threads_for(flops, small)
     try:
         # The BLAS libraries loaded (numpy's, scipy's own, ...) are scanned again whenever a module was
         # imported since the last scan (a scan costs 0.2 ms; a library loaded later would be left unlimited).

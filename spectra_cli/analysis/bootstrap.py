@@ -116,7 +116,7 @@ def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
 
         raise InputError("a bootstrap replicate's covariance overflows float64: the group moments hold values "
                          "beyond 1e154 (corrupt groups, or data to rescale).")
-    with threads.blas(4.0 * float(C.shape[0]) ** 3):
+    with threads.blas(4.0 * float(C.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
         return np.linalg.eigvalsh(C)[::-1]
 
 

@@ -437,7 +437,7 @@ def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,
         Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
     with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
         G = Z @ Z.T if n < d else Z.T @ Z
-    with threads.blas(4.0 * float(G.shape[0]) ** 3):
+    with threads.blas(4.0 * float(G.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
         ev = np.linalg.eigvalsh(G)[::-1] / n
     out = np.zeros(d)
     out[:ev.size] = ev

@@ -234,7 +234,7 @@ def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Liter
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
     try:
-        with threads.blas(EIGVALSH_FLOPS * float(C.shape[0]) ** 3):
+        with threads.blas(EIGVALSH_FLOPS * float(C.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
             return np.linalg.eigvalsh(C, UPLO=uplo)
     except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None

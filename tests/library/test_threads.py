@@ -63,8 +63,8 @@ def test_threads_keyword_holds_for_one_call_and_is_checked():
     seen = []
     real = threads.threads_for
 
-    def spy(flops):
-        seen.append(real(flops))
+    def spy(flops, *small):
+        seen.append(real(flops, *small))
         return seen[-1]
 
     threads.threads_for, saved = spy, threads.threads_for
@@ -104,3 +104,14 @@ def test_batch_takes_threads_for_itself_and_its_workers(tmp_path, monkeypatch, c
     assert threads._override is None
     r = cli("batch", tmp_path / "m0.npy", "--threads", "0")
     assert r.exit_code == 2 and r.stderr == "error: --threads 0 must be a positive number of threads.\n"
+
+
+def test_eigensolvers_take_a_second_thread_only_from_d_2048(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    eig = threads.SMALL_EIGEN_FLOPS
+    assert threads.threads_for(4.0 * 768**3, eig) == 1  # a product of these flops would take two
+    assert threads.threads_for(4.0 * 768**3) == 2
+    assert threads.threads_for(4.0 * 1024**3, eig) == 1
+    assert threads.threads_for(4.0 * 2048**3, eig) == 2

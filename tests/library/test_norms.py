@@ -97,3 +97,17 @@ def test_histograms_merge_exactly_whatever_their_ranges():
     assert _as_counts(m) == _expected(np.array([1.0, 2.0, 2.0, 1e-30, 1e30, 2.0]))
     v, c = m.values()
     assert v[0] == 0.0 and c[0] == 1 and c.sum() == 7
+
+
+def test_large_blocks_near_the_shift_skip_the_cross_term_within_a_few_percent():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((3 * 8192, 16)) + 5.0
+    m = Moments.from_block(X[:8192])
+    for lo in (8192, 16384):
+        m = m.merge(Moments.from_block_shifted(X[lo:lo + 8192], m.mean))
+    q = np.concatenate([np.sum((X[lo:lo + 8192] - X[lo:lo + 8192].mean(axis=0)) ** 2, axis=1) / (1 - 1 / 8192)
+                        for lo in (0, 8192, 16384)])
+    v, c = m.norms.values()
+    got = np.repeat(v, c.astype(int))
+    ratio = np.sort(got) / np.sort(q)
+    assert np.all(np.abs(ratio - 1) < 0.06) and abs(np.mean(got) / np.mean(q) - 1) < 0.003

@@ -12,30 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
+
+from timing import median_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy"
 
 
-def median_of(f: Callable[[], object], runs: int) -> float:
-    out = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
-
-
 def process(args: list[str], runs: int) -> float:
-    return median_of(lambda: subprocess.run([sys.executable, *args], check=True, capture_output=True), runs)
+    return median_seconds(lambda: subprocess.run([sys.executable, *args], check=True, capture_output=True), runs)
 
 
 def main() -> int:
@@ -59,13 +49,13 @@ def main() -> int:
     rows = {
         "import spectra_cli (process: python -c)": process(["-c", "import spectra_cli"], runs),
         "import the fit path (process: python -c)": process(["-c", "import spectra_cli.run.matrix"], runs),
-        "report -> strict JSON text (to_dict + dumps)": median_of(lambda: jsonio.dumps(rep.to_dict()), runs),
-        "strict JSON text -> report dict (jsonio.loads)": median_of(lambda: jsonio.loads(text, "report"), runs),
-        "schema check of a report (check_report_schema)": median_of(lambda: check_report_schema(doc, "r"), runs),
-        "model comparison (3 models, the default window)": median_of(
+        "report -> strict JSON text (to_dict + dumps)": median_seconds(lambda: jsonio.dumps(rep.to_dict()), runs),
+        "strict JSON text -> report dict (jsonio.loads)": median_seconds(lambda: jsonio.loads(text, "report"), runs),
+        "schema check of a report (check_report_schema)": median_seconds(lambda: check_report_schema(doc, "r"), runs),
+        "model comparison (3 models, the default window)": median_seconds(
             lambda: compare_models(lam, window, method="ols", degree=2, selected="power-law"), runs),
-        "local slope profile": median_of(lambda: local_slope_profile(lam, spec.usable_rank), runs),
-        "fit in-process (4k x 384)": median_of(lambda: spectra.fit(np.load(SAMPLE)), runs),
+        "local slope profile": median_seconds(lambda: local_slope_profile(lam, spec.usable_rank), runs),
+        "fit in-process (4k x 384)": median_seconds(lambda: spectra.fit(np.load(SAMPLE)), runs),
     }
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "r.json"

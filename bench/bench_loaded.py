@@ -15,25 +15,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from busy import busy
+from timing import median_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy"
 
 
 def _run(args: list[str], env: dict[str, str], runs: int) -> float:
-    out = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "spectra_cli", *args], env=env, check=True, capture_output=True)
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    return median_seconds(lambda: subprocess.run([sys.executable, "-m", "spectra_cli", *args], env=env, check=True,
+                                                 capture_output=True), runs)
 
 
 def command(case: str) -> list[str]:

@@ -12,22 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 from busy import busy
 from threadpoolctl import threadpool_limits
-
-
-def _time(f, repeats: int) -> float:
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+from timing import median_seconds
 
 
 def table(repeats: int) -> list[tuple[str, int, float, float]]:
@@ -39,13 +29,13 @@ def table(repeats: int) -> list[tuple[str, int, float, float]]:
         C = A @ A.T
         for threads in (1, cores):
             with threadpool_limits(threads):
-                t = _time(lambda C=C: np.linalg.eigvalsh(C), repeats)
+                t = median_seconds(lambda C=C: np.linalg.eigvalsh(C), repeats)
             rows.append(("eigvalsh d x d", d, threads, t))
     for n, d in ((1024, 128), (4096, 384), (8192, 384), (8192, 768), (4096, 2048)):
         X = rng.standard_normal((n, d))
         for threads in (1, cores):
             with threadpool_limits(threads):
-                t = _time(lambda X=X: X.T @ X, repeats)
+                t = median_seconds(lambda X=X: X.T @ X, repeats)
             rows.append((f"X^T X, {n} rows", d, threads, t))
     return rows
 

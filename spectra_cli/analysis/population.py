@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.eigen.decomposition import eigvalsh_checked
 from spectra_cli.errors import FitError
 from spectra_cli.stream.norms import NormHistogram
 
@@ -375,13 +376,6 @@ def _slope_of(log_lam: np.ndarray, k0: int) -> float:
     return float(-(xc @ (log_lam - log_lam.mean())) / (xc @ xc))
 
 
-def _ols_slope(lam: np.ndarray, k0: int, k1: int) -> float:
-    j = np.arange(k0, k1 + 1, dtype=np.float64)
-    A = np.vstack([np.ones_like(j), -np.log(j)]).T
-    coef = np.linalg.lstsq(A, np.log(lam[k0 - 1:k1]), rcond=None)[0]
-    return float(coef[1])
-
-
 def _gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
                   h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray, int]:
     """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
@@ -437,8 +431,7 @@ def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,
         Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
     with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
         G = Z @ Z.T if n < d else Z.T @ Z
-    with threads.blas(4.0 * float(G.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
-        ev = np.linalg.eigvalsh(G)[::-1] / n
+    ev = eigvalsh_checked(G, "a simulated sample's Gram matrix")[::-1] / n
     out = np.zeros(d)
     out[:ev.size] = ev
     return out
@@ -552,7 +545,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     knots = tail_knots(k1, r_max, d)
     if not knots:
         notes.append("no rank past the window is observed: the tail continues the window's law")
-    naive = _ols_slope(lam, k0, k1)
+    naive = _slope_of(np.log(lam[k0 - 1:k1]), k0)
     rows: dict[str, Any] = {"model": "Gaussian rows (every row the same scale)",
                             "source": "none: no histogram of row norms (a moment file written before they were "
                                       "gathered)" if scales is None else scales.source}

@@ -151,6 +151,12 @@ class Spectrum:
         return min(self.numerical_rank - self.near_null_count, self.sampling_rank)
 
     @property
+    def below_floor(self) -> int:
+        """Eigenvalues within the sampling rank at or below the numerical floor: null directions of the data
+        (LayerNorm's, constant or dependent columns), not sampling zeros."""
+        return max(min(self.sampling_rank, int(self.eigenvalues.size)) - self.numerical_rank, 0)
+
+    @property
     def sampling_zeros(self) -> int:
         """Listed eigenvalues past the sampling rank: zero because n rows (n - 1 centred) span no more
         directions, whatever the data (not null directions of the data, such as LayerNorm's)."""

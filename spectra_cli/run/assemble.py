@@ -52,7 +52,7 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
             f"{spec.sampling_rank} of {spec.n_features} directions, whatever the data (not null directions such as "
             "LayerNorm's); they enter no logarithm or fit"
         )
-    below = max(min(spec.sampling_rank, spec.eigenvalues.size) - spec.numerical_rank, 0)
+    below = spec.below_floor
     if below:
         out.append(
             f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "

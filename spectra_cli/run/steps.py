@@ -143,10 +143,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
 
     m = first.moments
-    rows = m.n_positive if m is not None else (int(np.count_nonzero(first.weights)) if first.weights is not None
-                                                 else first.n_rows)
-    W = m.weight_sum if m is not None else (float(first.weights.sum()) if first.weights is not None
-                                            else float(first.n_rows))
+    rows, W = first.positive_rows, first.weight_sum
     w2 = first.weight_sq_sum if first.weighted and first.weight_sq_sum else float(rows)
     dof = rows - 1 if centered else rows
     if dof < 2:
@@ -173,7 +170,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     # the population lives in the directions the data span: null directions (below the floor, or LayerNorm's
     # near-null ones) are left out of it; the sample's own zeros (n < d) are not
     d = main.n_features
-    nulls = main.near_null_count + max(min(main.sampling_rank, main.eigenvalues.size) - main.numerical_rank, 0)
+    nulls = main.near_null_count + main.below_floor
     lam = np.zeros(d - nulls)
     kept = main.resolved()[: min(main.eigenvalues.size, d - nulls)]
     lam[: kept.size] = kept

@@ -118,12 +118,21 @@ class Accumulated:
         """Kish's effective sample size ``(sum w)^2 / sum w^2`` of weighted rows (None unweighted)."""
         if not self.weighted or not self.weight_sq_sum:
             return None
+        return self.weight_sum * self.weight_sum / self.weight_sq_sum
+
+    @property
+    def weight_sum(self) -> float:
+        """``sum w`` of the rows used (their count when unweighted)."""
         if self.moments is not None:
-            W = self.moments.weight_sum
-        else:
-            assert self.weights is not None
-            W = float(np.sum(self.weights))
-        return W * W / self.weight_sq_sum
+            return self.moments.weight_sum
+        return float(np.sum(self.weights)) if self.weights is not None else float(self.n_rows)
+
+    @property
+    def positive_rows(self) -> int:
+        """Rows of positive weight (every row when unweighted): the sample's degrees of freedom before centring."""
+        if self.moments is not None:
+            return self.moments.n_positive
+        return int(np.count_nonzero(self.weights)) if self.weights is not None else self.n_rows
 
     def constant_columns(self) -> int:
         """Features with exactly zero spread among the used rows."""

@@ -28,6 +28,8 @@ _EXPORTS = {
     "check": "spectra_cli.run.check",
     "compare": "spectra_cli.run.compare",
     "trend": "spectra_cli.run.trend",
+    "plot": "spectra_cli.plot",
+    "report": "spectra_cli.run.report",
     "info": "spectra_cli.run.info",
     "synth": "spectra_cli.run.synth",
     "Dataset": "spectra_cli.sources.dataset",
@@ -47,10 +49,12 @@ _EXPORTS = {
 __all__ = [
     "Accumulator", "Dataset", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report",
     "SpectraError", "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "batch", "check", "compare",
-    "fit", "info", "isotropy", "moments", "resolve", "sequence", "spectrum", "synth", "trend", "whiten",
+    "fit", "info", "isotropy", "moments", "plot", "report", "resolve", "sequence", "spectrum", "synth", "trend",
+    "whiten",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from spectra_cli import plot
     from spectra_cli.analysis.whitening import WhiteningTransform
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
@@ -60,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.run.compare import compare
     from spectra_cli.run.info import info
     from spectra_cli.run.matrix import accumulate, fit, isotropy, moments, spectrum
+    from spectra_cli.run.report import report
     from spectra_cli.run.sequence import sequence
     from spectra_cli.run.synth import synth
     from spectra_cli.run.trend import trend
@@ -72,7 +77,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'spectra_cli' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
     globals()[name] = value
     return value
 

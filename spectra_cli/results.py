@@ -257,3 +257,35 @@ def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> 
             raise InputError(f"{where} is a {SCHEMA_VERSION} report without its {', '.join(missing)} section"
                              f"{'s' if len(missing) > 1 else ''} (every report has them; the options say which "
                              "numbers are comparable).")
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
+    """The interval a metric carries in a report: the bootstrap interval of an alpha fitted with
+    ``--ci`` (``ci.low``..``ci.high``), else ± its standard error (``stderr`` beside it; WeightWatcher's
+    alpha is the density fit's). None when it has neither."""
+    if field == "weightwatcher.alpha":
+        field = "density.alpha"
+    value = _finite(lookup(doc, field))
+    head, _, leaf = field.rpartition(".")
+    parent = lookup(doc, head) if head else doc
+    if value is None or not isinstance(parent, dict):
+        return None
+    if leaf == "alpha":
+        ci = parent.get("ci")
+        if isinstance(ci, dict) and _finite(ci.get("low")) is not None and _finite(ci.get("high")) is not None:
+            return float(ci["low"]), float(ci["high"])
+        se = _finite(parent.get("stderr"))
+        if se is not None:
+            return value - se, value + se
+    if field == "fit.population.alpha" and isinstance(parent.get("ci"), list) and len(parent["ci"]) == 2:
+        lo, hi = (_finite(v) for v in parent["ci"])
+        if lo is not None and hi is not None:
+            return lo, hi
+    return None

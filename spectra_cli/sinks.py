@@ -37,6 +37,7 @@ def check_target(path: str, flag: str = "out") -> None:
 
 #: The first bytes of each kind of file spectra writes (an existing file without them is not replaced).
 MAGIC = {".npy": (b"\x93NUMPY",), ".parquet": (b"PAR1",), ".pq": (b"PAR1",), ".png": (b"\x89PNG",),
+         ".html": (b"<!DOCTYPE html", b"<!doctype html"), ".htm": (b"<!DOCTYPE html", b"<!doctype html"),
          ".pdf": (b"%PDF",), ".svg": (b"<?xml", b"<svg"), ".npz": (b"PK",)}
 
 
@@ -56,7 +57,7 @@ def check_replaceable(path: str, flag: str) -> None:
     if magic is None or st.st_size == 0:
         return
     with open(path, "rb") as f:
-        head = f.read(8)
+        head = f.read(max(len(m) for m in magic))
     if not head.startswith(magic):
         raise OutputError(f"{param(flag, path)} exists and is not a {os.path.splitext(path)[1]} file (an earlier "
                           "output would be); name a new file.")

@@ -142,6 +142,9 @@ def bootstrap_statistics(
     rng = np.random.default_rng(seed)
     out = np.full((len(statistics), replicates), np.nan)
     C = np.empty((d, d))
+    from spectra_cli.stages import stage
+
+    tick = stage("bootstrap replicates", replicates)
     for b in range(replicates):
         counts = rng.multinomial(G, np.full(G, 1.0 / G)).astype(np.float64)
         replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
@@ -151,6 +154,7 @@ def bootstrap_statistics(
                 out[s, b] = statistic(lam)
             except FitError:
                 continue
+        tick(b + 1)
     return out
 
 

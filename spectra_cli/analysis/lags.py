@@ -76,7 +76,7 @@ class Positions:
 
 
 def context(X: np.ndarray, *, block_diagonal: bool, stack_bytes: float = GRAM_STACK_BYTES,
-            order: np.ndarray | None = None) -> ContextResult:
+            order: np.ndarray | None = None, label: str = "context") -> ContextResult:
     """Context spectrum, lag energies and (optionally) the block-diagonal control of windows ``X``
     (``order``: the tokens rearranged by these indices first, see :class:`Positions`).
 
@@ -84,17 +84,21 @@ def context(X: np.ndarray, *, block_diagonal: bool, stack_bytes: float = GRAM_ST
     Gram matrices of the P positions when they fit ``stack_bytes`` (else one ``n x n`` sum, and the lag
     energies from one ``k x k`` cross block at a time: ``O(n^2 + n k)``), or the ``P k x P k``
     covariance when ``P k <= n``."""
+    from spectra_cli.stages import stage
+
     n, P, k = X.shape
     pos = Positions(X, order)
     denom = float(n - 1)
+    tick = stage(f"{label}: positions", P)
     if n < P * k and 8.0 * P * n * n > min(stack_bytes, GRAM_STACK_BYTES):
-        return _streamed_context(pos, block_diagonal=block_diagonal)
+        return _streamed_context(pos, block_diagonal=block_diagonal, tick=tick)
     if n < P * k:
         G = np.empty((P, n, n))
         for a in range(P):
             Y = pos[a]
             with threads.blas(2.0 * n * n * k):
                 np.matmul(Y, Y.T, out=G[a])
+            tick(a + 1)
         total = G.sum(axis=0)
         lam = eigvalsh_checked((total + total.T) * 0.5, "the context Gram matrix")[::-1] / denom
         flatG = G.reshape(P, n * n)
@@ -118,6 +122,7 @@ def context(X: np.ndarray, *, block_diagonal: bool, stack_bytes: float = GRAM_ST
                     blk = Ya.T @ (Ya if b == a else pos[b])
                 S[a * k:(a + 1) * k, b * k:(b + 1) * k] = blk
                 S[b * k:(b + 1) * k, a * k:(a + 1) * k] = blk.T
+            tick(a + 1)
         S /= denom
         lam = eigvalsh_checked(S, "the context covariance")[::-1]
         blocks = S.reshape(P, k, P, k)
@@ -143,7 +148,7 @@ def _result(lam: np.ndarray, bd: np.ndarray | None, inner: np.ndarray, n: int, P
 SLAB_POSITIONS = 8
 
 
-def _streamed_context(pos: Positions, *, block_diagonal: bool) -> ContextResult:
+def _streamed_context(pos: Positions, *, block_diagonal: bool, tick: Any = None) -> ContextResult:
     """The Gram route without the P Gram matrices at once: their sum accumulated one position at a
     time (BLAS ``syrk``: the upper triangle only), and ``||Gamma_ab||_F^2`` from the ``k x k`` cross
     blocks ``Xc_a^T Xc_b`` of each pair, a slab of positions at a time (the same number as
@@ -173,6 +178,8 @@ def _streamed_context(pos: Positions, *, block_diagonal: bool) -> ContextResult:
                     parts.append(np.linalg.eigvalsh(Cb)[-min(n, k):])
         if block_diagonal and k > n:
             parts.append(np.linalg.eigvalsh(Ya @ Ya.T)[-min(n, k):])
+        if tick is not None:
+            tick(a + 1)
     lam = eigvalsh_checked(total, "the context Gram matrix", uplo="U")[::-1] / denom  # syrk wrote the upper triangle
     del total
     bd = np.sort(np.concatenate(parts))[::-1] / denom if block_diagonal else None

@@ -630,7 +630,13 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         d_tail = (P @ (log_b - fitted))[2:]
         return alpha + (_slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain
 
-    draws = np.array([replicate() for _ in range(replicates)])
+    from spectra_cli.stages import stage
+
+    tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
+    draws = np.empty(replicates)
+    for b in range(replicates):
+        draws[b] = replicate()
+        tick(b + 1)
     bias = float(draws.mean() - alpha)
     sd = float(draws.std(ddof=1))
     corrected = abs(bias) > 2 * sd / math.sqrt(replicates)

@@ -79,7 +79,7 @@ def fit(
     from spectra_cli.run import matrix as api
 
     if plot is not None:
-        from spectra_cli.render.plot import check_plot_target
+        from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
@@ -92,7 +92,7 @@ def fit(
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
             isoscore=isoscore, rankme=rankme, top=top, progress=progress, **reading)
     if plot is not None:
-        from spectra_cli.render.plot import plot_report
+        from spectra_cli.render.figures import plot_report
 
         plot_report(report, plot)
     emit(report.to_dict(), json)
@@ -188,6 +188,11 @@ def whiten(
         report = run_whiten(
             paths, out=out, method=method, k=k, eps=eps, transform=transform, save_transform=save_transform,
             partition_isotropy=partition_isotropy, scale=scale, progress=progress, **reading)
+    from spectra_cli.render.figures import wrote
+
+    wrote(out)
+    if save_transform:
+        wrote(save_transform)
     emit(report.to_dict(), json)
 
 

@@ -42,7 +42,7 @@ def sequence(
     from spectra_cli.run.sequence import sequence as run
 
     if plot is not None:
-        from spectra_cli.render.plot import check_plot_target
+        from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
@@ -50,7 +50,7 @@ def sequence(
                      window=window, method=method, progress=progress, **reading)
     doc = report.to_dict()
     if plot is not None:
-        from spectra_cli.render.context_view import plot_sequence
+        from spectra_cli.render.figures import plot_sequence
 
         plot_sequence(doc, plot)
     from spectra_cli.render.context_view import print_sequence

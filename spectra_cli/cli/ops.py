@@ -176,6 +176,10 @@ def batch(
     for m in result.option_mismatch[:1]:
         sys.stderr.write(f"warning: lines already in {jsonl} were made with other options ({m}); "
                          "--allow-option-mismatch\n")
+    if jsonl:
+        from spectra_cli.render.figures import wrote
+
+        wrote(jsonl)
     if not json:
         from spectra_cli.render.screens import print_batch
         from spectra_cli.render.table import console_for
@@ -244,12 +248,12 @@ def trend(
       spectra trend results.jsonl --metric fit.alpha --plot alpha.png
       spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
     """
-    from spectra_cli.render.plot import plot_trend
+    from spectra_cli.render.figures import plot_trend
     from spectra_cli.run.trend import trend as run_trend
 
     metrics = list(metric or [])
     if plot is not None:
-        from spectra_cli.render.plot import check_plot_target
+        from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
     result = run_trend(jsonl, metric=metrics, step_regex=step_regex)
@@ -260,3 +264,44 @@ def trend(
     from spectra_cli.render.screens import print_trend
 
     emit(result.to_dict(), json, lambda d, console: print_trend(jsonl, list(result.points), metrics, console))
+
+
+@app.command()
+def report(
+    paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Batch results (.jsonl) or JSON reports "
+                                               "(.json from --json); several results files are the steps of a run.",
+                                               show_default=False)],
+    out: Annotated[str, typer.Option("--out", "-o", metavar="FILE.html", help="The page to write (one "
+                                     "self-contained HTML file).", show_default=False)],
+    kind: Annotated[str, typer.Option("--kind", metavar="KIND", help="auto | model (a checkpoint's layers) | run "
+                                      "(steps of a training run) | report.")] = "auto",
+    title: Annotated[str | None, typer.Option("--title", metavar="TEXT", help="The page's title (default: the "
+                                              "data's name).")] = None,
+    worst: Annotated[int, typer.Option("--worst", metavar="N", help="How many of the worst layers get their ESD "
+                                       "figure.")] = 5,
+    step_regex: Annotated[str | None, typer.Option("--step-regex", metavar="REGEX",
+                                                   help="Regex whose group 1 is the step (runs in one file).")] = None,
+    json: Json = False,
+) -> None:
+    """One self-contained HTML page (no network) for a checkpoint, a training run or a report.
+
+    \b
+    Examples:
+      spectra batch model.safetensors --density --uncentered --jsonl w.jsonl
+      spectra report w.jsonl -o model.html
+      spectra report runs/*/results.jsonl -o run.html
+      spectra fit acts.npy --json > fit.json && spectra report fit.json -o fit.html
+    """
+    from spectra_cli.render.figures import wrote
+    from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run.report import report as run_report
+
+    with LazyProgress("drawing the figures") as progress:
+        page = run_report(paths, out=out, kind=kind, title=title, worst=worst, step_regex=step_regex,
+                          progress=progress)
+    for note in page.notes:
+        sys.stderr.write(f"note: {note}\n")
+    wrote(out)
+    from spectra_cli.render.screens import print_page
+
+    emit(page.to_dict(), json, print_page)

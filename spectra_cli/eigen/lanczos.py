@@ -112,6 +112,9 @@ def top_eigenvalues(C: np.ndarray, k: int, *, tolerance: float = TOP_TOLERANCE, 
     step = 0
     prev: np.ndarray | None = None
     eps = float(np.finfo(np.float64).eps)
+    from spectra_cli.stages import stage
+
+    tick = stage(f"Lanczos: leading {k} eigenvalues (basis columns, at most)", cap)
     while m + b <= cap:
         Z = C @ V[:, m - b:m]
         H = V[:, :m].T @ Z
@@ -137,6 +140,7 @@ def top_eigenvalues(C: np.ndarray, k: int, *, tolerance: float = TOP_TOLERANCE, 
         V[:, m:m + b] = Q
         m += b
         step += 1
+        tick(m)
         if m - b < start or step % every:
             continue
         theta = _band_top(T, m - b, b, want)

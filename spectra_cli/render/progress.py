@@ -18,6 +18,12 @@ class LazyProgress:
         self._progress: Any = None
         self._task: Any = None
 
+    def stage(self, label: str, total: int) -> None:
+        """A new stage (the bootstrap after the read, ...): the bar restarts under its name."""
+        self._label = label
+        if self._progress is not None:
+            self._progress.update(self._task, description=label, completed=0, total=total)
+
     def __call__(self, done: int, total: int) -> None:
         if not self._enabled:
             return

@@ -163,3 +163,9 @@ def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:
             if not r["passed"]:
                 t.add_row(name, r["message"], "null" if r["value"] is None else f"{r['value']:.6g}")
     console.print(t)
+
+
+def print_page(doc: dict[str, Any], console: Console) -> None:
+    """What ``spectra report`` wrote, in one line."""
+    console.print(f"{doc['kind']} page [bold]{doc['title']}[/]: {doc['items']} report(s), {doc['figures']} figures, "
+                  f"{doc['bytes'] / 1e6:.2f} MB -> {doc['path']}")

@@ -49,6 +49,7 @@ from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
+from spectra_cli.stages import reports_progress
 from spectra_cli.stream.accumulator import Accumulator, check_moment_target
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
@@ -94,6 +95,7 @@ def _check_seed(name: str, value: Any) -> int:
 
 
 @keywords_checked
+@reports_progress
 def spectrum(
     data: Any,
     *,
@@ -127,6 +129,7 @@ def spectrum(
 
 
 @keywords_checked
+@reports_progress
 def fit(
     data: Any,
     *,
@@ -296,6 +299,7 @@ def fit(
 
 
 @keywords_checked
+@reports_progress
 def isotropy(
     data: Any,
     *,

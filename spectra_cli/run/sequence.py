@@ -39,6 +39,7 @@ from spectra_cli.results import json_safe
 from spectra_cli.run.assemble import Stopwatch, emit_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sources.windows import SequenceSource
+from spectra_cli.stages import reports_progress
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input
@@ -93,6 +94,7 @@ def _given_spectrum(lam: np.ndarray, n: int, features: int, definition: str, met
 
 
 @keywords_checked
+@reports_progress
 def sequence(
     data: Any,
     *,
@@ -201,7 +203,8 @@ def sequence(
                              P * min(n_ctx - 1, k))
         controls_doc["block-diagonal"] = _suite_doc(bd, opts, warnings, "block-diagonal control")
     if "shuffled" in ctrl:
-        sh = context(W, block_diagonal=False, stack_bytes=stack_bytes, order=shuffled_order(len(W), P, seed))
+        sh = context(W, block_diagonal=False, stack_bytes=stack_bytes, order=shuffled_order(len(W), P, seed),
+                     label="shuffled control")
         sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
                                   "and positions, windows rebuilt (seed 001)", "eigvalsh of " + sh.route, n_ctx - 1)
         controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}

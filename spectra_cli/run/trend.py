@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.results import lookup
+from spectra_cli.results import lookup, uncertainty
 from spectra_cli.validate import check_path, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
@@ -28,6 +28,8 @@ class Point:
     step: float
     item: str
     values: dict[str, float | None]
+    #: each metric's interval in its report (``--ci``'s bootstrap interval, or ± the standard error)
+    intervals: dict[str, tuple[float, float] | None] | None = None
 
 
 def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
@@ -85,7 +87,7 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
         except InputError as exc:
             notes.append(f"skipped {item}: {exc}")
             continue
-        points.append(Point(series, step, item, values))
+        points.append(Point(series, step, item, values, {m: uncertainty(doc, m) for m in metrics}))
     if not points:
         why = f" ({notes[0]})" if notes else ""
         raise InputError(f"{jsonl} holds no successful report with a step{why}.")
@@ -103,7 +105,12 @@ def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict
         "schema": TREND_SCHEMA,
         "metrics": metrics,
         "step_rule": "last run of digits in the item's file name, or --step-regex group 1",
-        "series": [{"series": name, "points": [{"step": p.step, "item": p.item, **p.values} for p in pts]}
+        "interval": "each metric's interval in its report: the bootstrap interval of an alpha fitted with --ci, "
+                    "else the value +- its standard error; null when the report has neither",
+        "series": [{"series": name, "points": [{"step": p.step, "item": p.item, **p.values,
+                                                "intervals": {m: list(v) if v else None
+                                                              for m, v in (p.intervals or {}).items()}}
+                                               for p in pts]}
                    for name, pts in series.items()],
         "notes": notes,
     })

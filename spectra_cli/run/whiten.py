@@ -25,6 +25,7 @@ from spectra_cli.results import Report
 from spectra_cli.run.assemble import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
+from spectra_cli.stages import reports_progress
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
@@ -66,6 +67,7 @@ class _Apply:
 
 
 @keywords_checked
+@reports_progress
 def whiten(
     data: Any,
     *,

@@ -1,0 +1,620 @@
+"""Figures, one ``Axes``-level function each (matplotlib, the optional extra ``plot``).
+
+>>> import matplotlib.pyplot as plt, spectra_cli as spectra
+>>> rep = spectra.fit(X, window="11:256", ci=True)
+>>> fig, ax = plt.subplots()
+>>> spectra.plot.spectrum(rep, ax=ax)         # the log-log spectrum, the fit and its window
+>>> spectra.plot.density(rep, ax=ax)          # with density=True: the ESD histogram and its tail
+
+Every function takes a report (a :class:`spectra_cli.Report`, or its ``to_dict()`` as ``--json``
+writes it, or a line of a batch's JSONL), draws on ``ax`` (a new figure of one paper column when
+``ax`` is None) and returns the ``Axes``. Nothing here touches matplotlib's global state: no
+``pyplot``, no backend switch, no ``rcParams`` change; the ``*_figure`` functions build a
+``matplotlib.figure.Figure`` of their own, and :func:`save` writes one atomically (PNG, or SVG and
+PDF as vector).
+
+Conventions, the same in every figure: axis limits come from the eigenvalues the fits use (the
+usable ranks); near-null, floor and sampling-zero eigenvalues are drawn as open triangles on the
+lower edge, counted in the legend, never stretching the axis. Colours are Okabe and Ito's
+colour-blind-safe palette, and every series also differs in line style or marker, so a figure
+printed in greyscale reads the same.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import OptionError, param
+
+__all__ = [
+    "COLUMN_WIDTH", "PALETTE", "density", "density_figure", "errorbar", "lag_energy", "layers", "local_slope",
+    "log_ticks", "report_figure", "require_matplotlib", "save", "sequence_context", "sequence_figure",
+    "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
+]
+
+from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
+
+#: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+#: One line style per series, so that greyscale prints keep them apart.
+LINESTYLES = ("--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+DATA_COLOR = "#1a1a1a"
+CONTROL_COLOR = "#8c8c8c"
+#: Inches: one column of a two-column paper; figures are drawn at this width, fonts 8 pt.
+COLUMN_WIDTH = 3.4
+FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.fontsize": 6.5,
+        "xtick.labelsize": 7.0, "ytick.labelsize": 7.0, "lines.linewidth": 1.2, "svg.fonttype": "none",
+        "pdf.fonttype": 42}
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def require_matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise OptionError(
+            f"{param('plot')} needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
+            "(from a checkout: pip install '.[plot]')."
+        ) from None
+    return matplotlib
+
+
+def _doc(rep: Any) -> dict[str, Any]:
+    if isinstance(rep, dict):
+        return rep
+    to_dict = getattr(rep, "to_dict", None)
+    if callable(to_dict):
+        out = to_dict()
+        if isinstance(out, dict):
+            return out
+    raise OptionError(f"a figure needs a spectra report (a Report, or its to_dict()), not a {type(rep).__name__}.")
+
+
+def _new_axes(ax: Any, height: float = 2.6, width: float = COLUMN_WIDTH) -> Any:
+    if ax is not None:
+        return ax
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig.add_subplot()
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    if x == 0 or 1e-3 <= abs(x) < 1e5:
+        return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
+    return f"{x:.{digits - 1}e}"
+
+
+def data_name(doc: dict[str, Any]) -> str:
+    """What a title calls the data: the tensor name, or the file's name."""
+    src: dict[str, Any] = doc["source"] if isinstance(doc.get("source"), dict) else {}
+    path = str(src.get("path") or doc.get("item") or "data")
+    file, sep, tensor = path.partition("::")
+    return tensor if sep else os.path.basename(file.rstrip("/")) or file
+
+
+def title_of(doc: dict[str, Any]) -> str:
+    src: dict[str, Any] = doc["source"] if isinstance(doc.get("source"), dict) else {}
+    spec: dict[str, Any] = doc["spectrum"] if isinstance(doc.get("spectrum"), dict) else {}
+    n, d = spec.get("n_samples", src.get("n_rows")), spec.get("n_features", src.get("n_features"))
+    shape = f", {n:,} × {d:,}" if isinstance(n, int) and isinstance(d, int) else ""
+    return f"{data_name(doc)}{shape}"
+
+
+def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
+    """``alpha = 0.655, 95 % CI 0.615–0.671`` (the bootstrap interval when there is one) or
+    ``alpha = 0.655 ± 0.014 (SE)`` (the least-squares standard error)."""
+    a = _num(fit.get(key))
+    if a is None:
+        return "α not fitted"
+    ci = fit.get("ci") if key == "alpha" else None
+    if isinstance(ci, dict) and _num(ci.get("low")) is not None and _num(ci.get("high")) is not None:
+        level = _num(ci.get("level")) or 0.95
+        return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}"
+    se = _num(fit.get("stderr"))
+    return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
+
+
+def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
+    """A fit's model eigenvalues at (real) ranks, from its JSON: ``exp(intercept) j^-alpha``, the
+    broken law's second slope past its crossover, or the log-corrected law."""
+    x = np.log(ranks)
+    a, b = float(fit["alpha"]), float(fit["intercept"])
+    if fit.get("model") == "log-corrected":
+        p = int(fit.get("degree") or 1)
+        u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
+        return np.asarray(np.exp(b + a * u))
+    y = b - a * x
+    if fit.get("model") == "broken" and _num(fit.get("crossover")) and _num(fit.get("alpha_2")) is not None:
+        y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
+    return np.asarray(np.exp(y))
+
+
+def _fits(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    fits = doc.get("fits")
+    if isinstance(fits, list) and fits:
+        return [f for f in fits if isinstance(f, dict) and _num(f.get("alpha")) is not None]
+    fit = doc.get("fit")
+    return [fit] if isinstance(fit, dict) and _num(fit.get("alpha")) is not None else []
+
+
+def _window_bars(ax: Any, fits: list[dict[str, Any]]) -> None:
+    """Each window as a bracket along the top edge (no overlapping shading), in its fit's colour
+    and line style."""
+    from matplotlib.transforms import blended_transform_factory
+
+    tr = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, f in enumerate(fits):
+        k1, k2 = f["window"]
+        y = 0.985 - 0.035 * i
+        ax.plot([k1, k2], [y, y], transform=tr, color=PALETTE[i % len(PALETTE)], lw=2.2,
+                ls=LINESTYLES[i % len(LINESTYLES)], solid_capstyle="butt", clip_on=False)
+        ax.plot([k1, k1, np.nan, k2, k2], [y - 0.02, y + 0.005, np.nan, y - 0.02, y + 0.005], transform=tr,
+                color=PALETTE[i % len(PALETTE)], lw=0.8, clip_on=False)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(value: float, _pos: Any = None) -> str:
+    """``10⁻²`` in plain Unicode (no mathtext to parse: a figure draws several times faster)."""
+    if value <= 0 or not math.isfinite(value):
+        return ""
+    e = math.log10(value)
+    if abs(e - round(e)) > 1e-9:
+        return ""
+    return "10" + str(int(round(e))).translate(_SUPERSCRIPT)
+
+
+def log_ticks(ax: Any) -> None:
+    """Log axes labelled ``10ⁿ`` at the decades only (plain text, no mathtext)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(axis: Any) -> Any:
+        def label(value: float, _pos: Any = None) -> str:  # only when the view spans about 2 decades or less
+            lo, hi = sorted(axis.get_view_interval())
+            if lo <= 0 or hi / lo > 10 ** 2.05 or value <= 0:
+                return ""
+            lead = value / 10 ** math.floor(math.log10(value) + 1e-9)
+            return f"{value:g}" if round(lead, 6) in (2.0, 5.0) else ""
+
+        return FuncFormatter(label)
+
+    for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+        if scale == "log":
+            axis.set_major_formatter(FuncFormatter(_power_of_ten))
+            axis.set_minor_formatter(minor(axis))
+
+
+def _major_labels_only(ax: Any) -> None:
+    log_ticks(ax)
+
+
+def _fit_label(f: dict[str, Any]) -> str:
+    k1, k2 = f["window"]
+    text = interval_text(f)
+    if f.get("model") == "broken" and _num(f.get("alpha_2")) is not None and _num(f.get("crossover")):
+        text = f"α₁ = {f['alpha']:.3f}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}"
+    elif f.get("model") == "log-corrected":
+        text = f"log-corrected (p = {f.get('degree')}), {text}"
+    return f"{text}, ranks {k1}–{k2}"
+
+
+def _excluded_marks(ax: Any, ranks: np.ndarray, counts: list[tuple[int, str]]) -> None:
+    """Points left out of the fits as open triangles on the lower edge."""
+    from matplotlib.transforms import blended_transform_factory
+
+    if ranks.size == 0:
+        return
+    tr = blended_transform_factory(ax.transData, ax.transAxes)
+    label = ", ".join(f"{k} {what}" for k, what in counts if k)
+    ax.plot(ranks, np.full(ranks.size, 0.012), "v", transform=tr, ms=3.2, mfc="none", mec=DATA_COLOR, mew=0.6,
+            clip_on=False, label=f"below the axis: {label}")
+
+
+def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool = True) -> Any:
+    """The log-log eigenvalue spectrum: the usable eigenvalues as points, each fit as a line over its
+    window (labelled with alpha and its interval; the broken law's two exponents and crossover), the
+    windows as brackets on the top edge, the shuffled control, the numerical floor when it is in
+    view, and the excluded eigenvalues as triangles on the lower edge."""
+    doc = _doc(rep)
+    spec = doc.get("spectrum")
+    if not isinstance(spec, dict) or not isinstance(spec.get("eigenvalues"), list):
+        raise OptionError("this report holds no eigenvalues to draw (a spectra.report/1 with a spectrum).")
+    require_matplotlib()
+    ax = _new_axes(ax)
+    lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
+    ranks = np.arange(1, lam.size + 1)
+    usable = min(int(spec.get("usable_rank") or lam.size), lam.size)
+    good = np.zeros(lam.size, bool)
+    good[:usable] = True
+    good &= np.isfinite(lam) & (lam > 0)
+    ax.loglog(ranks[good], lam[good], "o", ms=1.8, color=DATA_COLOR, mew=0, label="eigenvalues", zorder=3)
+    lo, hi = (float(lam[good].min()), float(lam[good].max())) if good.any() else (1e-12, 1.0)
+    fits = _fits(doc)
+    for i, f in enumerate(fits):
+        k1, k2 = f["window"]
+        j = np.geomspace(k1, k2, 100)
+        ax.loglog(j, predict(f, j), color=PALETTE[i % len(PALETTE)], ls=LINESTYLES[i % len(LINESTYLES)], lw=1.4,
+                  label=_fit_label(f), zorder=4)
+        if f.get("model") == "broken" and _num(f.get("crossover")):
+            jb = float(f["crossover"])
+            ax.plot([jb], predict(f, np.array([jb])), "D", ms=4, mfc="white", mec=PALETTE[i % len(PALETTE)],
+                    zorder=5)
+    if fits:
+        _window_bars(ax, fits)
+    pop = (doc.get("fit") or {}).get("population") if isinstance(doc.get("fit"), dict) else None
+    if isinstance(pop, dict) and _num(pop.get("alpha")) is not None:
+        ci = pop.get("ci") or [None, None]
+        iv = f", 95 % CI {ci[0]:.3f}–{ci[1]:.3f}" if _num(ci[0]) is not None and _num(ci[1]) is not None else ""
+        ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv} (n/d = {pop.get('n_over_d', 0):.2g})")
+    control = doc.get("control")
+    if isinstance(control, dict) and isinstance(control.get("eigenvalues"), list):
+        c = np.asarray([np.nan if v is None else v for v in control["eigenvalues"]], dtype=float)
+        cr = np.arange(1, c.size + 1)
+        ok = np.isfinite(c) & (c >= lo)
+        ax.loglog(cr[ok], c[ok], "-", lw=0.9, color=CONTROL_COLOR, label="shuffled control", zorder=2)
+    floor = _num(spec.get("numerical_floor"))
+    if floor is not None and floor >= lo / 10 and floor > 0:
+        ax.axhline(floor, color=DATA_COLOR, lw=0.6, ls=(0, (1, 2)), label="numerical floor")
+        lo = min(lo, floor)
+    rest = ~good & np.isfinite(lam)
+    n_near = int(spec.get("near_null") or 0)
+    n_floor = max(int(spec.get("sampling_rank") or lam.size) - int(spec.get("numerical_rank") or lam.size), 0)
+    n_zero = max(lam.size - int(spec.get("sampling_rank") or lam.size), 0)
+    _excluded_marks(ax, ranks[rest], [(n_near, "near-null"), (n_floor, "at the floor"), (n_zero, "sampling zeros")])
+    pad = (hi / lo) ** 0.06 if hi > lo else 2.0
+    ax.set_ylim(lo / pad, hi * pad ** 2.2)
+    ax.set_xlim(0.8, lam.size * 1.25 if spec.get("top_k") is None else lam.size * 1.25)
+    _major_labels_only(ax)
+    ax.set_xlabel("rank j")
+    ax.set_ylabel("eigenvalue λⱼ")
+    if title:
+        ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left")
+    if legend:
+        ax.legend(loc="lower left", handlelength=2.2, frameon=True, framealpha=0.85, edgecolor="none",
+                  facecolor="white")
+    ax.grid(True, which="major", alpha=0.25, lw=0.5)
+    return ax
+
+
+def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
+    """The local slope ``-d log lambda / d log j`` against the rank, each fit's alpha as a line over
+    its window."""
+    doc = _doc(rep)
+    require_matplotlib()
+    ax = _new_axes(ax, height=1.5)
+    ls: dict[str, Any] = doc["local_slope"] if isinstance(doc.get("local_slope"), dict) else {}
+    r, a = ls.get("ranks") or [], ls.get("alpha_local") or []
+    pts = [(x, y) for x, y in zip(r, a, strict=False) if _num(x) and _num(y) is not None]
+    if pts:
+        ax.semilogx([p[0] for p in pts], [p[1] for p in pts], "o-", ms=2.2, lw=0.8, color=DATA_COLOR,
+                    label=f"local slope (±{(ls.get('width_decades') or 0.5) / 2:g} decade)")
+    for i, f in enumerate(_fits(doc)):
+        k1, k2 = f["window"]
+        broken = f.get("model") == "broken" and _num(f.get("crossover")) and _num(f.get("alpha_2")) is not None
+        jb = float(f["crossover"]) if broken else float(k2)
+        ax.plot([k1, jb], [f["alpha"], f["alpha"]], color=PALETTE[i % len(PALETTE)],
+                ls=LINESTYLES[i % len(LINESTYLES)], lw=1.4)
+        if broken:
+            ax.plot([jb, k2], [f["alpha_2"], f["alpha_2"]], color=PALETTE[i % len(PALETTE)], lw=1.4,
+                    ls=LINESTYLES[i % len(LINESTYLES)])
+            ax.axvline(jb, color=PALETTE[i % len(PALETTE)], lw=0.6, ls=":")
+    ax.set_xscale("log")
+    log_ticks(ax)
+    ax.set_xlabel("rank j")
+    ax.set_ylabel("local slope")
+    ax.grid(True, which="major", alpha=0.25, lw=0.5)
+    if legend and pts:
+        ax.legend(loc="best", frameon=False)
+    return ax
+
+
+def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | None = None) -> Any:
+    """The density fit (WeightWatcher's ESD plot): the histogram of the usable eigenvalues on
+    log-log axes, ``x_min``, and the fitted tail ``p(lambda) = (n_tail / N) (alpha - 1) / x_min
+    (lambda / x_min)^-alpha``, with alpha, its standard error and the KS distance written on it."""
+    doc = _doc(rep)
+    spec, dens = doc.get("spectrum"), doc.get("density")
+    if not isinstance(dens, dict) or _num(dens.get("alpha")) is None:
+        raise OptionError("this report has no density fit to draw: run it with --density (density=True).")
+    if not isinstance(spec, dict) or not isinstance(spec.get("eigenvalues"), list):
+        raise OptionError("this report holds no eigenvalues to draw (a spectra.report/1 with a spectrum).")
+    require_matplotlib()
+    ax = _new_axes(ax)
+    lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
+    lam = lam[: int(spec.get("usable_rank") or lam.size)]
+    lam = lam[np.isfinite(lam) & (lam > 0)]
+    n = lam.size
+    nb = bins or int(np.clip(2 * round(n ** (1 / 3)) + 8, 12, 60))
+    edges = np.geomspace(lam.min(), lam.max() * (1 + 1e-9), nb + 1) if lam.min() < lam.max() else \
+        np.array([lam.min() / 1.1, lam.max() * 1.1])
+    counts, edges = np.histogram(lam, bins=edges)
+    dens_vals = counts / (n * np.diff(edges))
+    ax.stairs(np.where(counts > 0, dens_vals, np.nan), edges, fill=True, color="#c6dbef", ec=PALETTE[0], lw=0.6,
+              label=f"eigenvalues ({n:,})")
+    alpha, xmin = float(dens["alpha"]), float(dens["xmin"])
+    n_tail = int(dens.get("n_tail") or 0)
+    x = np.geomspace(xmin, lam.max(), 50)
+    tail = (n_tail / n) * (alpha - 1) / xmin * (x / xmin) ** (-alpha)
+    ax.loglog(x, tail, color=PALETTE[1], ls="--", lw=1.5, label="fitted tail")
+    ax.axvline(xmin, color=PALETTE[2], ls=":", lw=1.2, label=f"x_min = {_fmt(xmin)}")
+    se = _num(dens.get("stderr"))
+    ks = _num(dens.get("ks_distance"))
+    text = [f"α = {alpha:.2f}" + (f" ± {se:.2f} (SE)" if se is not None else ""),
+            f"KS distance = {ks:.3f}" if ks is not None else "", f"tail: {n_tail} of {n} eigenvalues"]
+    ax.text(0.97, 0.97, "\n".join(t for t in text if t), transform=ax.transAxes, ha="right", va="top",
+            fontsize=7, bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#bbbbbb", "lw": 0.5})
+    positive = dens_vals[counts > 0]
+    if positive.size:
+        ax.set_ylim(positive.min() / 3, positive.max() * 3)
+    log_ticks(ax)
+    ax.set_xlabel("eigenvalue λ")
+    ax.set_ylabel("density p(λ)")
+    legend_box = {"frameon": True, "framealpha": 0.85, "edgecolor": "none", "facecolor": "white"}
+    if title:
+        ax.set_title(title if isinstance(title, str) else f"{title_of(doc)}: ESD", loc="left")
+    ax.legend(loc="lower left", **legend_box)
+    ax.grid(True, which="major", alpha=0.25, lw=0.5)
+    return ax
+
+
+def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[tuple[float, float] | None],
+             **style: Any) -> Any:
+    """``ax.errorbar`` with each point's ``(low, high)`` interval (None: no bar), or a plain line when no
+    point has one."""
+    yerr = np.array([[y - e[0], e[1] - y] if e else [0.0, 0.0] for y, e in zip(ys, errs, strict=True)]).T
+    yerr = np.clip(yerr, 0, None)
+    if not any(errs):
+        return ax.plot(xs, ys, **style)
+    return ax.errorbar(xs, ys, yerr=yerr.reshape(2, -1), capsize=1.5, elinewidth=0.7, **style)
+
+
+def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> Any:
+    """One metric against the step, a line per series, with error bars (the interval of each
+    report: ``--ci``'s bootstrap interval, or ± the standard error). ``points``: a
+    :class:`spectra_cli.run.trend.TrendResult` or its points."""
+    require_matplotlib()
+    ax = _new_axes(ax, height=2.2)
+    pts = list(getattr(points, "points", points))
+    series: dict[str, list[Any]] = {}
+    for p in pts:
+        series.setdefault(p.series, []).append(p)
+    for i, (name, ps) in enumerate(series.items()):
+        ps = [p for p in ps if p.values.get(metric) is not None]
+        if not ps:
+            continue
+        style = {"color": PALETTE[i % len(PALETTE)], "ls": LINESTYLES[i % len(LINESTYLES)] if i else "-",
+                 "marker": "os^vD<>"[i % 7], "ms": 3, "lw": 1.0,
+                 "label": _short(name) if len(series) <= max_series else None}
+        errs = [(p.intervals or {}).get(metric) for p in ps]
+        errorbar(ax, [p.step for p in ps], [p.values[metric] for p in ps], errs, **style)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.25, lw=0.5)
+    if 1 < len(series) <= max_series:
+        ax.legend(frameon=False)
+    return ax
+
+
+def _short(name: str, keep: int = 48) -> str:
+    return name if len(name) <= keep else "…" + name[-(keep - 1):]
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that puts ``layer.2`` before ``layer.10`` (the network's order in its names)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def layer_names(items: Sequence[str]) -> list[str]:
+    """The part of each item name that differs: the longest common prefix (cut at a separator)
+    dropped, the rest whole."""
+    if len(items) < 2:
+        return [data_name({"item": i}) for i in items]
+    prefix = os.path.commonprefix(list(items))
+    cut = max(prefix.rfind(c) for c in ":./_-") + 1 if prefix else 0
+    return [i[cut:] or i for i in items]
+
+
+def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healthy: tuple[float, float] | None = None,
+           label: str | None = None, names: bool = True) -> Any:
+    """One metric per layer of a batch, in the network's order (the natural order of the names), with
+    error bars where the reports carry them, and ``healthy`` (e.g. WeightWatcher's 2..6 for its
+    alpha) as a band."""
+    from spectra_cli.results import lookup
+
+    require_matplotlib()
+    rows = [d for d in docs if "skipped" not in d and "error" not in d]
+    items = [str(d.get("item") or (d.get("source") or {}).get("path") or i) for i, d in enumerate(rows)]
+    order = sorted(range(len(rows)), key=lambda i: natural_key(items[i]))
+    labels = layer_names([items[i] for i in order])
+    ys = [_num(lookup(rows[i], metric)) for i in order]
+    ax = _new_axes(ax, height=2.4, width=2 * COLUMN_WIDTH)
+    xs = [k for k, y in enumerate(ys) if y is not None]
+    vals = [float(y) for y in ys if y is not None]
+    errs = [uncertainty(rows[order[k]], metric) for k in xs]
+    if healthy is not None:
+        ax.axhspan(healthy[0], healthy[1], color=PALETTE[2], alpha=0.12, lw=0,
+                   label=f"healthy {healthy[0]:g}–{healthy[1]:g}")
+        ax.legend(loc="upper right", frameon=False)
+    errorbar(ax, xs, vals, errs, color=PALETTE[0], marker="o", ms=2.6, lw=0.7, ls="-")
+    ax.set_xticks(range(len(labels)))
+    if names:
+        ax.set_xticklabels(labels, rotation=90, fontsize=4.5 if len(labels) > 24 else 6)
+    else:
+        ax.tick_params(labelbottom=False)
+    ax.set_xlim(-0.7, len(labels) - 0.3)
+    ax.set_ylabel(label or metric)
+    ax.grid(True, axis="y", alpha=0.25, lw=0.5)
+    return ax
+
+
+def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation_ratio") -> Any:
+    """One per-position metric of ``spectra sequence`` (``participation_ratio``, ``alpha`` or
+    ``mean_cosine``) against the position."""
+    doc = _doc(doc)
+    require_matplotlib()
+    ax = _new_axes(ax, height=2.0)
+    rows = [r for r in doc.get("per_position") or [] if _num(r.get(metric)) is not None]
+    labels = {"participation_ratio": "participation ratio", "alpha": "α (rank fit)", "mean_cosine": "mean cosine"}
+    ax.plot([r["position"] for r in rows], [r[metric] for r in rows], "o-", ms=2.5, lw=0.9, color=PALETTE[0],
+            label=f"{labels.get(metric, metric)}, per position")
+    ax.set_xlabel("position in the window")
+    ax.set_ylabel(labels.get(metric, metric))
+    ax.legend(frameon=False, loc="best")
+    ax.grid(True, alpha=0.25, lw=0.5)
+    return ax
+
+
+def sequence_context(doc: Any, ax: Any = None) -> Any:
+    """The context spectrum of ``spectra sequence`` (eigenvalue / sum, log-log) with its fit over the
+    window and the controls."""
+    doc = _doc(doc)
+    require_matplotlib()
+    ax = _new_axes(ax)
+    parts: list[tuple[str, Any, Any, str]] = [("context", doc.get("context"), "-", DATA_COLOR)]
+    parts += [(f"{k} control", v, LINESTYLES[(i + 1) % len(LINESTYLES)], (CONTROL_COLOR, PALETTE[3])[i % 2])
+              for i, (k, v) in enumerate((doc.get("controls") or {}).items())]
+    lo = math.inf
+    for name, part, style, color in parts:
+        if not isinstance(part, dict):
+            continue
+        lam = np.asarray(part["spectrum"]["eigenvalues"], dtype=float)
+        usable = int(part["spectrum"].get("usable_rank") or lam.size)
+        total = float(lam[lam > 0].sum()) or 1.0
+        lam = lam[:usable]
+        lam = lam[lam > 0] / total
+        if not lam.size:
+            continue
+        ax.loglog(np.arange(1, lam.size + 1), lam, style, color=color, lw=1.0, label=name)
+        lo = min(lo, float(lam.min()))
+        fit = part.get("fit")
+        if name == "context" and isinstance(fit, dict) and _num(fit.get("alpha")) is not None:
+            k1, k2 = fit["window"]
+            j = np.geomspace(k1, k2, 60)
+            ax.loglog(j, predict(fit, j) / total, color=PALETTE[0], ls="--", lw=1.6, label=_fit_label(fit))
+            _window_bars(ax, [dict(fit)])
+    _major_labels_only(ax)
+    ax.set_xlabel("rank j")
+    ax.set_ylabel("eigenvalue / sum")
+    ax.legend(frameon=False, loc="lower left")
+    ax.grid(True, which="major", alpha=0.25, lw=0.5)
+    return ax
+
+
+def lag_energy(doc: Any, ax: Any = None) -> Any:
+    """The lag energies of ``spectra sequence``: the data's and the shuffled control's."""
+    doc = _doc(doc)
+    require_matplotlib()
+    ax = _new_axes(ax, height=2.0)
+    lag = doc.get("lag_energy") or {}
+    ax.plot(lag.get("lags") or [], lag.get("data") or [], "o-", ms=2.5, lw=1.0, color=PALETTE[0], label="data")
+    if lag.get("shuffled"):
+        ax.plot(lag["lags"], lag["shuffled"], "s--", ms=2.5, lw=1.0, color=CONTROL_COLOR, mfc="none",
+                label="shuffled control")
+    ax.set_xlabel("lag (positions)")
+    ax.set_ylabel("lag energy")
+    ax.legend(frameon=False, loc="best")
+    ax.grid(True, alpha=0.25, lw=0.5)
+    return ax
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def report_figure(rep: Any) -> Any:
+    """The figure of ``spectra fit --plot``: the spectrum over its local slope, one column wide; with a
+    density fit, the ESD panel beside them (two columns)."""
+    doc = _doc(rep)
+    mpl = require_matplotlib()
+    with mpl.rc_context(FONT):
+        has_density = isinstance(doc.get("density"), dict) and _num(doc["density"].get("alpha")) is not None
+        fig = _figure(COLUMN_WIDTH * (2 if has_density else 1) + (0.2 if has_density else 0), 4.0)
+        grid = fig.add_gridspec(2, 2 if has_density else 1, height_ratios=[2.6, 1.1])
+        ax = fig.add_subplot(grid[0, 0])
+        spectrum(doc, ax=ax)
+        ax.set_xlabel("")
+        ax.tick_params(labelbottom=False)
+        local_slope(doc, ax=fig.add_subplot(grid[1, 0], sharex=ax), legend=False)
+        if has_density:
+            density(doc, ax=fig.add_subplot(grid[:, 1]), title="density fit (ESD)")
+    return fig
+
+
+def density_figure(rep: Any) -> Any:
+    mpl = require_matplotlib()
+    with mpl.rc_context(FONT):
+        fig = _figure(COLUMN_WIDTH, 2.6)
+        density(rep, ax=fig.add_subplot())
+    return fig
+
+
+def sequence_figure(doc: Any) -> Any:
+    """The figure of ``spectra sequence --plot``: per-position participation ratio and alpha, the
+    context spectrum with its fit and controls, the lag energies; one legend per panel."""
+    doc = _doc(doc)
+    mpl = require_matplotlib()
+    with mpl.rc_context(FONT):
+        fig = _figure(2 * COLUMN_WIDTH, 4.4)
+        axes = fig.subplots(2, 2)
+        sequence_positions(doc, ax=axes[0, 0], metric="participation_ratio")
+        sequence_positions(doc, ax=axes[1, 0], metric="alpha")
+        sequence_context(doc, ax=axes[0, 1])
+        lag_energy(doc, ax=axes[1, 1])
+        src = doc.get("source") or {}
+        fig.suptitle(f"{data_name(doc)}: {src.get('layout', '')}", fontsize=8, x=0.01, ha="left")
+    return fig
+
+
+def trend_figure(points: Any, metrics: Sequence[str]) -> Any:
+    mpl = require_matplotlib()
+    with mpl.rc_context(FONT):
+        fig = _figure(COLUMN_WIDTH * 1.6, 1.9 * len(metrics) + 0.3)
+        axes = fig.subplots(len(metrics), 1, squeeze=False, sharex=True)
+        for ax, m in zip(axes[:, 0], metrics, strict=True):
+            trend(points, m, ax=ax)
+            if ax is not axes[-1, 0]:
+                ax.set_xlabel("")
+    return fig
+
+
+def save(fig: Any, path: str | os.PathLike[str], *, dpi: int = 200) -> str:
+    """Write ``fig`` to ``path`` (its extension chooses PNG, SVG or PDF) through a temporary file
+    beside it, renamed into place: no half-written figure, even on Ctrl-C. Returns the path."""
+    from spectra_cli.sinks import atomic_file
+
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
+    mpl = require_matplotlib()
+    with mpl.rc_context(FONT), atomic_file(path, flag="plot") as f:
+        fig.savefig(f, format=ext[1:], dpi=dpi, metadata=_metadata(ext))
+    return path
+
+
+def _metadata(ext: str) -> dict[str, Any]:
+    from spectra_cli import __version__
+
+    creator = f"spectra {__version__}"
+    if ext == ".png":
+        return {"Software": creator}
+    if ext == ".svg":
+        return {"Creator": creator, "Date": None}
+    return {"Creator": creator, "CreationDate": None}

@@ -1,0 +1,61 @@
+"""The CLI's figure files: the target checked before any work, the figure built by
+:mod:`spectra_cli.plot`, written atomically, and ``wrote FILE`` on stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from spectra_cli.errors import OptionError, param
+
+if TYPE_CHECKING:
+    from spectra_cli.run.trend import Point
+
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_plot_target(path: str) -> None:
+    """Fail before any work if the plot cannot be written."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OptionError(f"{param('plot', path)}: directory {parent} does not exist.")
+    from spectra_cli.plot import require_matplotlib
+    from spectra_cli.sinks import check_replaceable
+
+    check_replaceable(path, "plot")
+    require_matplotlib()
+
+
+def wrote(path: str) -> None:
+    """``wrote FILE`` on stderr (stdout is only the result)."""
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _write(fig: Any, path: str) -> None:
+    from spectra_cli.plot import save
+
+    save(fig, path)
+    wrote(path)
+
+
+def plot_report(report: Any, path: str) -> None:
+    from spectra_cli.plot import report_figure
+
+    _write(report_figure(report), path)
+
+
+def plot_sequence(doc: dict[str, Any], path: str) -> None:
+    from spectra_cli.plot import sequence_figure
+
+    _write(sequence_figure(doc), path)
+
+
+def plot_trend(points: list[Point], metrics: list[str], path: str) -> None:
+    """Each metric of a batch against the step in its item names (``spectra trend --plot``)."""
+    from spectra_cli.plot import trend_figure
+
+    _write(trend_figure(points, metrics), path)

@@ -1,0 +1,569 @@
+"""``spectra report``: reports and batch results as one self-contained HTML page.
+
+What the page shows depends on what it is given:
+
+- ``model``: one batch results file (``.jsonl``) of a checkpoint: the model-level summary and verdict
+  counts, each metric per layer in the network's order, a sortable per-layer table, the ESD of
+  the worst layers (or, without density fits, the spectra of the layers furthest from the median
+  alpha), the tensors skipped and why;
+- ``run``: several results files (the step is the last number in each file's path:
+  ``runs/step_200/results.jsonl`` -> 200), or one whose item names carry a step (the rule of
+  ``spectra trend``): every metric against the step with error bars, and the layers whose metrics
+  moved most;
+- ``report``: one or more JSON reports of ``spectra fit`` (or ``spectra sequence``): their
+  figures and tables.
+
+The page needs no network: figures are inline SVG images (``data:`` URIs), the style sheet and
+the table-sorting script are inline. It is built with Jinja2 (autoescaping every value), the
+optional extra ``report``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import os
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
+from spectra_cli.validate import check_path, check_paths
+
+PAGE_SCHEMA = "spectra.page/1"
+KINDS = ("auto", "model", "run", "report")
+#: (field, column heading, format) of the per-layer table and figures, in this order.
+LAYER_METRICS = (
+    ("weightwatcher.alpha", "α (density)", ".3f"),
+    ("weightwatcher.alpha_weighted", "α weighted", ".3f"),
+    ("weightwatcher.log_norm", "log norm", ".3f"),
+    ("weightwatcher.log_spectral_norm", "log spectral norm", ".3f"),
+    ("weightwatcher.stable_rank", "stable rank", ".2f"),
+    ("weightwatcher.mp_spikes", "MP spikes", "d"),
+    ("fit.alpha", "α (rank fit)", ".3f"),
+    ("rank.participation_ratio", "participation ratio", ".1f"),
+    ("rank.entropy_rank", "entropy rank", ".1f"),
+)
+WORST = 5
+MOVED = 8
+
+
+def _jinja() -> Any:
+    try:
+        import jinja2
+    except ImportError:
+        raise OptionError("spectra report needs Jinja2, the optional extra 'report': pip install "
+                          "'spectra-cli[report]' (from a checkout: pip install '.[report]').") from None
+    return jinja2
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """An HTML page of ``spectra report``: ``html`` (the whole document), what it shows (``kind``:
+    model, run or report), its ``title``, how many ``figures`` it embeds, the ``sources`` read,
+    ``notes`` (what was left out, and why) and ``path`` when it was written."""
+
+    html: str
+    kind: str
+    title: str
+    figures: int
+    sources: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    path: str | None = None
+    items: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": PAGE_SCHEMA, "kind": self.kind, "title": self.title, "path": self.path,
+                "figures": self.figures, "items": self.items, "bytes": len(self.html.encode()),
+                "sources": list(self.sources), "notes": list(self.notes)}
+
+    def _repr_html_(self) -> str:  # Jupyter: the page in a frame of its own (its CSS stays inside)
+        from html import escape
+
+        return f'<iframe srcdoc="{escape(self.html)}" style="width:100%;height:720px;border:0"></iframe>'
+
+
+# ---------------------------------------------------------------------------------------------------
+# reading
+
+
+@dataclass
+class Source:
+    path: str
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    single: bool = False  # a .json report (not a results file)
+
+
+def _read(path: str) -> Source:
+    from spectra_cli.jsonio import loads
+    from spectra_cli.run.summary import iter_results
+    from spectra_cli.sources.base import open_regular
+
+    if path.lower().endswith(".jsonl"):
+        return Source(path, [doc for _, doc in iter_results(path)])
+    if not path.lower().endswith(".json"):
+        raise InputError(f"{path}: spectra report reads reports (.json, from --json) and batch results (.jsonl); "
+                         "to analyse a matrix, run spectra fit or spectra batch first.")
+    with open_regular(path) as f:
+        doc = loads(f.read(), path)
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema == "spectra.sequence/1":
+        return Source(path, [doc], single=True)
+    from spectra_cli.results import check_report_schema
+
+    check_report_schema(doc, path)
+    return Source(path, [doc], single=True)
+
+
+def _item(doc: dict[str, Any]) -> str:
+    src = doc.get("source")
+    item = doc.get("item") or (src.get("path") if isinstance(src, dict) else None)
+    return str(item) if item else "?"
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _file_step(path: str) -> float | None:
+    runs = re.findall(r"\d+", os.path.splitext(path)[0])
+    return float(runs[-1]) if runs else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# figures
+
+
+class Figures:
+    """Figures rendered to inline SVG, counted, with a progress callback."""
+
+    def __init__(self, progress: Any = None) -> None:
+        self.count = 0
+        self.progress = progress
+        self.total = 0
+
+    def embed(self, fig: Any) -> str:
+        import matplotlib
+
+        from spectra_cli.plot import FONT
+
+        buf = io.StringIO()
+        with matplotlib.rc_context(FONT):
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+        self.count += 1
+        if self.progress is not None:
+            self.progress(self.count, max(self.total, self.count))
+        return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue().encode()).decode()
+
+
+def _fig(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _with_font(draw: Any) -> Any:
+    import matplotlib
+
+    from spectra_cli.plot import FONT
+
+    with matplotlib.rc_context(FONT):
+        return draw()
+
+
+# ---------------------------------------------------------------------------------------------------
+# page sections
+
+
+def _cell(value: Any, fmt: str) -> dict[str, Any]:
+    v = _num(value)
+    if v is None:
+        return {"text": "—" if value is None else str(value), "sort": ""}
+    text = format(int(v), ",") if fmt == "d" else format(v, fmt)
+    return {"text": text, "sort": repr(v)}
+
+
+def _layer_rows(docs: list[dict[str, Any]], metrics: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    from spectra_cli.plot import layer_names, natural_key
+
+    order = sorted(docs, key=lambda d: natural_key(_item(d)))
+    names = layer_names([_item(d) for d in order])
+    rows = []
+    for k, (doc, name) in enumerate(zip(order, names, strict=True)):
+        src = doc.get("source") or {}
+        verdict = lookup(doc, "weightwatcher.verdict")
+        shape = src.get("shape") if isinstance(src.get("shape"), list) else None
+        cells = [_cell(lookup(doc, f), fmt) for f, _, fmt in metrics]
+        warnings: list[Any] = doc["warnings"] if isinstance(doc.get("warnings"), list) else []
+        rows.append({"order": k, "name": name, "item": _item(doc),
+                     "shape": " × ".join(str(s) for s in shape) if shape else "",
+                     "params": (shape[0] * shape[1]) if shape and len(shape) == 2 else 0,
+                     "cells": cells, "verdict": verdict or "", "warnings": len(warnings)})
+    return rows
+
+
+def _present(docs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [m for m in LAYER_METRICS if any(_num(lookup(d, m[0])) is not None for d in docs)]
+
+
+def _options_line(doc: dict[str, Any]) -> str:
+    spec = doc.get("spectrum") or {}
+    opts = doc.get("options") or {}
+    parts = [str(spec.get("definition") or "")]
+    if opts.get("precision"):
+        parts.append(f"precision {opts['precision']}")
+    fit = doc.get("fit") or {}
+    if isinstance(fit, dict) and fit.get("window_reason"):
+        parts.append(f"rank-fit window: {fit['window_reason']}")
+    return "; ".join(p for p in parts if p)
+
+
+def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
+                   worst: int) -> dict[str, Any]:
+    from spectra_cli.plot import density, layers, spectrum
+    from spectra_cli.run.summary import summarize
+
+    summary = summarize(lines).to_dict()
+    metrics = _present(docs)
+    alpha_range = tuple(summary["alpha_range"]) if summary.get("alpha_range") else None
+    has_density = any(_num(lookup(d, "weightwatcher.alpha")) is not None for d in docs)
+    plots_of = [m for m in metrics if m[0] != "weightwatcher.mp_spikes" or has_density]
+    figs.total = 1 + min(worst, len(docs))
+
+    def draw() -> Any:  # one figure, a panel per metric, the layer names once along the bottom
+        fig = _fig(7.2, 0.5 + 1.25 * len(plots_of) + 0.12 * max(len(_item(d)) for d in docs) ** 0.5 * 4)
+        axes = fig.subplots(len(plots_of), 1, sharex=True, squeeze=False)[:, 0]
+        for i, (f, label, _) in enumerate(plots_of):
+            layers(docs, f, ax=axes[i], healthy=alpha_range if f == "weightwatcher.alpha" else None, label=label,
+                   names=i == len(plots_of) - 1)
+            axes[i].yaxis.label.set_size(6.5)
+        return fig
+
+    per_layer = {"labels": [lb for _, lb, _ in plots_of], "src": figs.embed(_with_font(draw))} if plots_of else None
+    # the worst layers: furthest outside the healthy density alpha range; without density fits, the
+    # layers whose rank-fit alpha is furthest from the median
+    chosen: list[tuple[dict[str, Any], str]] = []
+    by_item = {_item(d): d for d in docs}
+    if has_density and summary.get("worst"):
+        for w in summary["worst"][:worst]:
+            doc = by_item.get(str(w.get("item")))
+            if doc is not None:
+                dist = _num(w.get("distance")) or 0.0
+                why = f"α = {w['alpha']:.2f}, {w.get('verdict') or ''}" + (f", {dist:.2f} outside the range"
+                                                                          if dist > 0 else "")
+                chosen.append((doc, why))
+    else:
+        scored = [(abs(a - statistics.median(vals)), d) for vals in
+                  [[v for v in (_num(lookup(x, "fit.alpha")) for x in docs) if v is not None]] if vals
+                  for d in docs if (a := _num(lookup(d, "fit.alpha"))) is not None]
+        scored.sort(key=lambda t: -t[0])
+        chosen = [(d, f"rank-fit α = {lookup(d, 'fit.alpha'):.3f}, {dist:.3f} from the median")
+                  for dist, d in scored[:worst]]
+    worst_figs = []
+    for doc, why in chosen:
+        def draw_one(doc: dict[str, Any] = doc) -> Any:
+            fig = _fig(3.4, 2.6)
+            if has_density and _num(lookup(doc, "density.alpha")) is not None:
+                density(doc, ax=fig.add_subplot(), title=False)
+            else:
+                spectrum(doc, ax=fig.add_subplot(), title=False)
+            return fig
+
+        worst_figs.append({"item": _item(doc), "why": why, "src": figs.embed(_with_font(draw_one))})
+    skipped = [{"item": _item(d), "why": str(d.get("skipped"))} for d in lines if "skipped" in d]
+    failed = [{"item": _item(d), "why": str(d.get("error"))[:300]} for d in lines if "error" in d]
+    return {"summary": summary, "metrics": [{"field": f, "label": lb} for f, lb, _ in metrics],
+            "rows": _layer_rows(docs, metrics), "per_layer": per_layer, "worst": worst_figs,
+            "worst_kind": "ESD (density fit)" if has_density else "spectrum", "skipped": skipped,
+            "failed": failed, "options": _options_line(docs[0]) if docs else "", "has_density": has_density}
+
+
+@dataclass
+class Point:
+    series: str
+    step: float
+    doc: dict[str, Any]
+
+
+def _run_points(sources: list[Source], step_regex: str | None, notes: list[str]) -> list[Point]:
+    from spectra_cli.run.trend import step_of
+
+    pattern = re.compile(step_regex) if step_regex else None
+    points: list[Point] = []
+    if len(sources) > 1:
+        steps = [_file_step(s.path) for s in sources]
+        if any(s is None for s in steps) or len(set(steps)) != len(steps):
+            notes.append("the results files' paths do not each carry a distinct step number: their order is the step")
+            steps = [float(i) for i in range(len(sources))]
+        for s, step in zip(sources, steps, strict=True):
+            for doc in s.lines:
+                if "skipped" in doc or "error" in doc:
+                    continue
+                item = _item(doc)
+                file, sep, tensor = item.partition("::")
+                points.append(Point(tensor if sep else os.path.basename(file), float(step or 0.0), doc))
+        return points
+    for doc in sources[0].lines:
+        if "skipped" in doc or "error" in doc:
+            continue
+        try:
+            step, series = step_of(_item(doc), pattern)
+        except InputError as exc:
+            notes.append(f"left out {_item(doc)}: {exc}")
+            continue
+        points.append(Point(series, step, doc))
+    return points
+
+
+def _is_run(sources: list[Source], step_regex: str | None) -> bool:
+    if len(sources) > 1:
+        return True
+    notes: list[str] = []
+    pts = _run_points(sources, step_regex, notes)
+    steps: dict[str, set[float]] = defaultdict(set)
+    for p in pts:
+        steps[p.series].add(p.step)
+    return bool(steps) and any(len(s) >= 2 for s in steps.values())
+
+
+def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, Any]:
+    from spectra_cli.plot import COLUMN_WIDTH, LINESTYLES, PALETTE, errorbar
+    from spectra_cli.run.summary import summarize
+
+    docs = [p.doc for p in points]
+    metrics = _present(docs)
+    series: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        series[p.series].append(p)
+    for ps in series.values():
+        ps.sort(key=lambda p: p.step)
+    steps = sorted({p.step for p in points})
+    figs.total = len(metrics)
+    panels, movers = [], []
+    for f, label, fmt in metrics:
+        change = []
+        for name, ps in series.items():
+            vals: list[tuple[float, float, tuple[float, float] | None]] = []
+            for p in ps:
+                v = _num(lookup(p.doc, f))
+                if v is not None:
+                    vals.append((p.step, v, uncertainty(p.doc, f)))
+            if len(vals) >= 2:
+                first, last = vals[0], vals[-1]
+                spread = [abs(e[1] - e[0]) / 2 for e in (first[2], last[2]) if e]
+                se = math.sqrt(sum(s * s for s in spread)) if len(spread) == 2 else None
+                change.append((abs(last[1] - first[1]), name, first[1], last[1], se, vals))
+        change.sort(key=lambda t: -t[0])
+        shown = change[:6]
+
+        def draw(f: str = f, label: str = label, shown: list[Any] = shown) -> Any:
+            fig = _fig(2 * COLUMN_WIDTH, 2.4)
+            ax = fig.add_subplot()
+            if len(series) > 1:  # the layers' mean per step, behind the layers that moved most
+                mean = []
+                for st in steps:
+                    vs = [_num(lookup(p.doc, f)) for p in points if p.step == st]
+                    vs2 = [v for v in vs if v is not None]
+                    mean.append(sum(vs2) / len(vs2) if vs2 else float("nan"))
+                ax.plot(steps, mean, "-", color="#1a1a1a", lw=2.0, label=f"mean of {len(series)} layers")
+            for i, (_, name, _a, _b, _se, vals) in enumerate(shown):
+                errorbar(ax, [v[0] for v in vals], [v[1] for v in vals], [v[2] for v in vals],
+                          color=PALETTE[i % len(PALETTE)], ls="-" if i == 0 else LINESTYLES[(i - 1) % len(LINESTYLES)],
+                          marker="os^vD<"[i],
+                          ms=3, lw=1.0, label=name if len(name) <= 50 else "…" + name[-49:])
+            ax.set_xlabel("step")
+            ax.set_ylabel(label)
+            ax.grid(True, alpha=0.25, lw=0.5)
+            ax.legend(frameon=False, fontsize=6, loc="best")
+            return fig
+
+        panels.append({"label": label, "field": f, "src": figs.embed(_with_font(draw))})
+        for _, name, a, b, se, _ in change[:moved]:
+            movers.append({"metric": label, "layer": name, "first": format(a, fmt if fmt != "d" else ".0f"),
+                           "last": format(b, fmt if fmt != "d" else ".0f"),
+                           "change": format(b - a, "+" + (fmt if fmt != "d" else ".0f")),
+                           "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a))})
+    per_step = []
+    for st in steps:
+        at = [p.doc for p in points if p.step == st]
+        s = summarize(at).to_dict()
+        per_step.append({"step": f"{st:g}", "layers": s["layers"], "verdicts": s.get("verdicts") or {},
+                         "means": {m["field"]: m["mean"] for m in s["metrics"]}})
+    return {"panels": panels, "movers": movers, "steps": [f"{s:g}" for s in steps], "series": len(series),
+            "per_step": per_step, "metrics": [{"field": f, "label": lb, "fmt": fmt} for f, lb, fmt in metrics],
+            "options": _options_line(docs[0]) if docs else ""}
+
+
+def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tables of one report: each a title, column headings and rows of text."""
+    tables = []
+    src, spec = doc.get("source") or {}, doc.get("spectrum") or {}
+    tables.append({"title": "Data", "head": ["field", "value"], "rows": [
+        ["source", str(src.get("path"))], ["format", str(src.get("format"))],
+        ["shape", " × ".join(str(x) for x in src.get("shape") or [])], ["dtype", str(src.get("dtype"))],
+        ["rows used", f"{spec.get('n_samples', '—'):,}" if isinstance(spec.get("n_samples"), int) else "—"],
+        ["spectrum", str(spec.get("definition"))], ["method", str(spec.get("method"))],
+        ["precision", str(spec.get("precision"))],
+        ["numerical floor", f"{spec['numerical_floor']:.3g}" if _num(spec.get("numerical_floor")) else "—"],
+        ["usable rank", f"{spec.get('usable_rank')} of {len(spec.get('eigenvalues') or [])}"]]})
+    fits = doc.get("fits") if isinstance(doc.get("fits"), list) else []
+    if fits:
+        rows = []
+        for f in fits:
+            ci = f.get("ci") if isinstance(f.get("ci"), dict) else None
+            rows.append([f"{f['window'][0]}–{f['window'][1]}", f"{f.get('model')} ({f.get('method')})",
+                         _fmtv(f.get("alpha"), ".4f"), _fmtv(f.get("stderr"), ".4f"),
+                         f"{ci['low']:.4f}–{ci['high']:.4f}" if ci else "—", _fmtv(f.get("r2"), ".4f"),
+                         str(f.get("window_reason") or "")])
+        tables.append({"title": "Rank fits", "head": ["ranks", "model", "α", "standard error (least squares)",
+                                                      "95 % interval (bootstrap)", "R²", "window"], "rows": rows})
+    models = (doc.get("models") or {}).get("models") if isinstance(doc.get("models"), dict) else None
+    if isinstance(models, dict):
+        rows = [[name, _fmtv(m.get("alpha"), ".4f"), _fmtv(m.get("alpha_2"), ".4f"), _fmtv(m.get("crossover"), ".1f"),
+                 _fmtv(m.get("bic"), ".1f")] for name, m in models.items() if isinstance(m, dict)]
+        tables.append({"title": f"Models (lowest BIC: {doc['models'].get('best')})",
+                       "head": ["model", "α", "α₂", "crossover", "BIC"], "rows": rows})
+    pop = (doc.get("fit") or {}).get("population") if isinstance(doc.get("fit"), dict) else None
+    if isinstance(pop, dict):
+        ci = pop.get("ci") or [None, None]
+        tables.append({"title": "Population exponent (finite-sample corrected)", "head": ["field", "value"], "rows": [
+            ["population α", _fmtv(pop.get("alpha"), ".4f")],
+            ["95 % interval", f"{ci[0]:.4f}–{ci[1]:.4f}" if _num(ci[0]) is not None and _num(ci[1]) is not None
+             else "—"],
+            ["sample α", _fmtv(pop.get("naive_alpha"), ".4f")], ["n/d", _fmtv(pop.get("n_over_d"), ".3g")],
+            ["method", str(pop.get("method"))]]})
+    for key, title in (("rank", "Effective ranks"), ("isotropy", "Isotropy"),
+                       ("weightwatcher", "WeightWatcher metrics"), ("density", "Density fit")):
+        sec = doc.get(key)
+        if isinstance(sec, dict):
+            defs: dict[str, Any] = sec["definitions"] if isinstance(sec.get("definitions"), dict) else {}
+            rows = [[k, _fmtv(v, ".4g") if _num(v) is not None else str(v), str(defs.get(k, ""))]
+                    for k, v in sec.items() if not isinstance(v, dict | list) and v is not None
+                    and k not in ("definition", "relation", "convention")]
+            if rows:
+                tables.append({"title": title, "head": ["metric", "value", "definition"], "rows": rows})
+    return tables
+
+
+def _fmtv(v: Any, fmt: str) -> str:
+    n = _num(v)
+    return "—" if n is None else format(n, fmt)
+
+
+def _report_section(doc: dict[str, Any], figs: Figures) -> dict[str, Any]:
+    from spectra_cli.plot import report_figure, sequence_figure, title_of
+
+    if doc.get("schema") == "spectra.sequence/1":
+        src = figs.embed(sequence_figure(doc))
+        return {"title": title_of(doc), "figure": src, "tables": [], "warnings": doc.get("warnings") or []}
+    return {"title": title_of(doc), "figure": figs.embed(report_figure(doc)), "tables": _report_tables(doc),
+            "warnings": doc.get("warnings") or []}
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def report(
+    paths: str | os.PathLike[str] | list[str] | tuple[str, ...],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    kind: str = "auto",
+    title: str | None = None,
+    worst: int = WORST,
+    step_regex: str | None = None,
+    progress: Any = None,
+) -> Page:
+    """One self-contained HTML page from reports (``.json`` of ``spectra fit --json``) or batch results
+    (``.jsonl``): a checkpoint's layers (``kind="model"``), a training run's steps (``"run"``: several
+    results files, or item names that carry a step), or reports (``"report"``); ``"auto"`` tells them
+    apart. ``out``: write the page there (atomically; never one of the inputs). ``worst``: how many
+    layers' ESD figures to show. ``progress(figures_done, figures_total)`` as figures are drawn."""
+    from spectra_cli.sinks import atomic_file, check_directory, check_not_input, check_replaceable
+
+    args = check_paths("paths", paths)
+    if kind not in KINDS:
+        raise OptionError(f"{param('kind', kind)} must be one of {', '.join(KINDS)}.")
+    if isinstance(worst, bool) or not isinstance(worst, int) or not 0 <= worst <= 100:
+        raise OptionError(f"{param('worst', worst, show=True)} must be a whole number from 0 to 100.")
+    if step_regex is not None:
+        try:
+            re.compile(step_regex)
+        except re.error as exc:
+            raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
+    target = None
+    if out is not None:
+        target = check_path("out", out)
+        if not target.lower().endswith((".html", ".htm")):
+            raise OptionError(f"{param('out', target)}: the page must end in .html.")
+        check_directory(target, "out")
+        check_not_input(target, args, "out")
+        check_replaceable(target, "out")
+    jinja2 = _jinja()
+    from spectra_cli.plot import require_matplotlib
+
+    require_matplotlib()
+    sources = [_read(p) for p in args]
+    if not any(s.lines for s in sources):
+        raise InputError(f"{', '.join(args)} holds no reports.")
+    singles = [s for s in sources if s.single]
+    if singles and len(singles) != len(sources):
+        raise OptionError("give JSON reports (.json) or batch results (.jsonl), not both in one page.")
+    notes: list[str] = []
+    if kind == "auto":
+        kind = "report" if singles else "run" if _is_run(sources, step_regex) else "model"
+    if kind == "report" and not singles and sum(len(s.lines) for s in sources) > 1:
+        kind = "model"
+        notes.append("several reports in a results file: shown as the layers of one model")
+    if kind == "model" and len(sources) > 1:
+        raise OptionError(f"{param('kind', 'model')} takes one results file; several are the steps of a run "
+                          f"({param('kind', 'run')}).")
+    figs = Figures(progress)
+    lines = [d for s in sources for d in s.lines]
+    docs = [d for d in lines if d.get("schema") == SCHEMA_VERSION or d.get("schema") == "spectra.sequence/1"]
+    if not docs:
+        raise InputError(f"{', '.join(args)} holds no successful report (only skipped or failed items).")
+    context: dict[str, Any] = {"kind": kind, "notes": notes, "sources": args}
+    if kind == "model":
+        context["model"] = _model_section(docs, lines, figs, worst)
+        default_title = _common_name(docs)
+    elif kind == "run":
+        points = _run_points(sources, step_regex, notes)
+        if not points:
+            raise InputError(f"{', '.join(args)} holds no report with a step; name results files by step "
+                             f"(runs/step_100/results.jsonl) or pass {param('step_regex')}.")
+        context["run"] = _run_section(points, figs, MOVED)
+        default_title = f"{_common_name(docs)}: {len(context['run']['steps'])} steps"
+    else:
+        figs.total = len(docs)
+        context["reports"] = [_report_section(d, figs) for d in docs]
+        default_title = context["reports"][0]["title"] if len(docs) == 1 else f"{len(docs)} reports"
+    from spectra_cli import __version__
+
+    page_title = title or default_title
+    context.update(title=page_title, version=__version__,
+                   schemas=", ".join(s for s in RESULT_SCHEMAS))
+    env = jinja2.Environment(loader=jinja2.PackageLoader("spectra_cli", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template("report.html.j2").render(**context)
+    if target is not None:
+        with atomic_file(target, flag="out") as f:
+            f.write(html.encode())
+    return Page(html, kind, page_title, figs.count, tuple(args), tuple(notes), target, len(docs))
+
+
+def _common_name(docs: list[dict[str, Any]]) -> str:
+    items = [_item(d).partition("::")[0] for d in docs]
+    prefix = os.path.commonprefix(items)
+    if len(set(items)) > 1:  # several files: their common folder
+        prefix = os.path.dirname(prefix)
+    if not prefix:
+        return "spectra report"
+    name = os.path.basename(prefix.rstrip("/")) or prefix
+    return name.strip("-_.") or "spectra report"

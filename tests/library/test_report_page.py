@@ -1,0 +1,217 @@
+"""spectra_cli.report: one self-contained HTML page for a checkpoint, a run or a report; what it
+holds, that it loads nothing from the network, and the page as a real browser draws it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("jinja2")
+
+import spectra_cli as spectra  # noqa: E402
+from tests.conftest import powerlaw_matrix  # noqa: E402
+
+
+class Resources(HTMLParser):
+    """Every tag, and every attribute that can make a browser fetch something."""
+
+    FETCHING = {"src", "href", "srcset", "poster", "data", "action", "formaction", "background", "xlink:href"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.urls: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for k, v in attrs:
+            if k in self.FETCHING and v is not None:
+                self.urls.append(v)
+                if tag == "img":
+                    self.images.append(v)
+
+
+@pytest.fixture(scope="module")
+def model_jsonl(tmp_path_factory):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    d = tmp_path_factory.mktemp("ckpt")
+    rng = np.random.default_rng(0)
+    tensors = {f"encoder.layer.{i}.attention.{k}.weight": (rng.standard_normal((64, 48)) / (1 + i)).astype(np.float32)
+               for i in (0, 1, 2, 10) for k in ("query", "value")}
+    tensors["encoder.layer.0.attention.query.bias"] = np.zeros(64, np.float32)
+    tensors["embeddings.<script>alert(1)</script>.weight"] = rng.standard_normal((70, 48)).astype(np.float32)
+    safetensors_numpy.save_file(tensors, d / "model.safetensors")
+    out = d / "w.jsonl"
+    spectra.batch(str(d / "model.safetensors"), jsonl=str(out), density=True, centered=False, window="3:20")
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_page(model_jsonl):
+    out = model_jsonl.parent / "model.html"
+    return spectra.report(str(model_jsonl), out=str(out))
+
+
+def test_model_page_has_summary_layers_in_order_table_and_worst_esd(model_jsonl, model_page):
+    page = model_page
+    assert page.kind == "model" and page.items == 9 and page.path == str(model_jsonl.parent / "model.html")
+    html = open(page.path).read()
+    assert html == page.html and html.startswith("<!DOCTYPE html>")
+    summary = spectra.batch(str(model_jsonl)).summary()
+    for verdict, n in summary["verdicts"].items():
+        assert f"<b>{n}</b>{verdict}" in html
+    assert f"<b>{summary['skipped']}</b>skipped" in html
+    # the sortable table: one row per layer, in network order (layer.2 before layer.10)
+    body = html.split('<table class="sortable">')[1].split("</table>")[0]
+    rows = body.split("<tbody>")[1].count("<tr>")
+    assert rows == 9
+    names = [line.split('title="')[1].split('"')[0] for line in body.splitlines() if 'class="name" title=' in line]
+    assert names.index(next(n for n in names if "layer.2.attention.query" in n)) < \
+        names.index(next(n for n in names if "layer.10.attention.query" in n))
+    # one figure of the metrics per layer and the ESD of each worst layer
+    parser = Resources()
+    parser.feed(html)
+    assert len(parser.images) == 1 + len(summary["worst"]) == page.figures
+    for src in parser.images:
+        assert src.startswith("data:image/svg+xml;base64,")
+        svg = base64.b64decode(src.split(",", 1)[1])
+        assert svg.startswith(b"<?xml") and b"<svg" in svg
+    assert "ESD (density fit)" in html
+
+
+def test_page_loads_nothing_from_the_network_and_escapes_names(model_page):
+    page = model_page
+    parser = Resources()
+    parser.feed(page.html)
+    assert parser.urls and all(u.startswith("data:") for u in parser.urls)
+    assert not {"link", "iframe", "object", "embed", "base"} & set(parser.tags)
+    assert "http://" not in page.html and "https://" not in page.html and "//cdn" not in page.html
+    assert "default-src 'none'" in page.html  # the page's own policy forbids any fetch
+    assert "<script>alert(1)</script>" not in page.html and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.html
+    assert page.html.count("<script>") == 1  # the table-sorting script, inline
+
+
+def test_run_from_several_results_files_takes_the_step_from_their_paths(tmp_path):
+    for step, a in ((100, 0.8), (200, 1.0), (300, 1.3)):
+        d = tmp_path / f"step_{step}"
+        d.mkdir()
+        np.save(d / "acts.npy", powerlaw_matrix(1500, 40, a, seed=step))
+        spectra.batch(str(d / "acts.npy"), jsonl=str(d / "results.jsonl"), window="3:30")
+    files = sorted(str(p) for p in tmp_path.glob("step_*/results.jsonl"))
+    page = spectra.report(files, out=str(tmp_path / "run.html"))
+    assert page.kind == "run" and page.figures == 3  # fit.alpha, participation ratio, entropy rank
+    html = page.html
+    assert "100, 200, 300" in html and "Layers whose metrics moved most" in html
+    first, last = (json.loads(open(f).readline())["fit"]["alpha"] for f in (files[0], files[-1]))
+    assert f"{last - first:+.3f}" in html  # the change of alpha from the first step to the last
+
+
+def test_run_in_one_results_file_of_checkpoints(tmp_path):
+    for step in (1, 2):
+        np.save(tmp_path / f"ckpt-{step}.npy", powerlaw_matrix(800, 30, 0.7 + 0.2 * step, seed=step))
+    spectra.batch(str(tmp_path / "ckpt-*.npy"), jsonl=str(tmp_path / "r.jsonl"), window="3:20")
+    assert spectra.report(str(tmp_path / "r.jsonl")).kind == "run"
+    assert spectra.report(str(tmp_path / "r.jsonl"), kind="model").kind == "model"
+
+
+def test_single_report_page_has_its_figure_and_labelled_uncertainties(tmp_path):
+    rep = spectra.fit(powerlaw_matrix(3000, 60, 1.0, seed=1), window="5:30", ci=True, ci_replicates=30)
+    (tmp_path / "fit.json").write_text(json.dumps(rep.to_dict()))
+    page = spectra.report(str(tmp_path / "fit.json"))
+    assert page.kind == "report" and page.figures == 1
+    assert "standard error (least squares)" in page.html and "95 % interval (bootstrap)" in page.html
+    ci = rep.to_dict()["fit"]["ci"]
+    assert f"{ci['low']:.4f}–{ci['high']:.4f}" in page.html
+
+
+@pytest.mark.parametrize("case,message", [
+    ("out_is_input", "is the input"),
+    ("not_html", "the page must end in .html"),
+    ("mixed", "not both in one page"),
+    ("matrix", "reads reports (.json, from --json) and batch results (.jsonl)"),
+    ("not_report", "is not a spectra report"),
+    ("only_skips", "holds no successful report"),
+    ("bad_kind", "kind='x' must be one of auto, model, run, report"),
+])
+def test_bad_input_is_one_clear_error(model_jsonl, tmp_path, case, message):
+    other = tmp_path / "x.json"
+    other.write_text(json.dumps({"schema": "something/1"}))
+    link = tmp_path / "link.html"
+    link.symlink_to(model_jsonl)
+    one = tmp_path / "one.json"
+    one.write_text(next(line for line in open(model_jsonl) if "spectra.report/1" in line))
+    skips = tmp_path / "s.jsonl"
+    skips.write_text("".join(line for line in open(model_jsonl) if "batch-skipped" in line))
+    calls = {
+        "out_is_input": lambda: spectra.report(str(model_jsonl), out=str(link)),
+        "not_html": lambda: spectra.report(str(model_jsonl), out=str(tmp_path / "p.txt")),
+        "mixed": lambda: spectra.report([str(model_jsonl), str(one)]),
+        "matrix": lambda: spectra.report(str(tmp_path / "a.npy")),
+        "not_report": lambda: spectra.report(str(other)),
+        "only_skips": lambda: spectra.report(str(skips)),
+        "bad_kind": lambda: spectra.report(str(model_jsonl), kind="x"),
+    }
+    with pytest.raises(spectra.SpectraError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace(".", r"\.")):
+        calls[case]()
+    assert not (tmp_path / "p.txt").exists()
+
+
+def test_an_existing_page_is_replaced_but_not_another_file(model_jsonl, tmp_path):
+    target = tmp_path / "page.html"
+    spectra.report(str(model_jsonl), out=str(target), worst=0)
+    spectra.report(str(model_jsonl), out=str(target), worst=0)  # an earlier page: replaced
+    notes = tmp_path / "notes.html"
+    notes.write_text("my notes")
+    with pytest.raises(spectra.OutputError, match="is not a .html file"):
+        spectra.report(str(model_jsonl), out=str(notes), worst=0)
+    assert notes.read_text() == "my notes"
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_page_in_a_real_browser_draws_its_figures(model_page, tmp_path):
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no headless Chromium here (.ci/run installs Debian's chromium; apt-get install chromium)")
+    PIL = pytest.importorskip("PIL.Image")
+    from pathlib import Path
+
+    page = Path(model_page.path)
+    # the browser's own account of the images: every figure decoded, at its size
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", "<script>addEventListener('load', function () { var i = document.images, ok = 0;"
+        " for (var k = 0; k < i.length; k++) if (i[k].complete && i[k].naturalWidth > 100) ok++;"
+        " document.body.setAttribute('data-figures', ok + '/' + i.length); });</script></body>"))
+    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000"]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    dom = subprocess.run([*args, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=60, env=env)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    n = page.read_text().count("<img ")
+    assert f'data-figures="{n}/{n}"' in dom.stdout
+    shot = tmp_path / "shot.png"
+    r = subprocess.run([*args, f"--screenshot={shot}", "--window-size=1280,1600", page.as_uri()],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+    img = np.asarray(PIL.open(shot).convert("RGB"), dtype=int)
+    assert img.shape[:2] == (1600, 1280)
+    ink = (img.sum(axis=2) < 600).mean()
+    blue = (np.abs(img - np.array([0, 114, 178])).sum(axis=2) < 60).mean()  # the figures' data colour
+    assert 0.01 < ink < 0.6 and blue > 1e-4, (ink, blue)

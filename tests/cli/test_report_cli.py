@@ -1,0 +1,94 @@
+"""spectra report, and what every command that writes a file says on stderr (command line)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SAMPLE, powerlaw_matrix
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("jinja2")
+
+
+@pytest.fixture
+def results(cli, tmp_path):
+    np.save(tmp_path / "a.npy", powerlaw_matrix(600, 24, 1.0, seed=1))
+    np.save(tmp_path / "b.npy", powerlaw_matrix(600, 24, 1.3, seed=2))
+    out = tmp_path / "r.jsonl"
+    r = cli("batch", tmp_path / "a.npy", tmp_path / "b.npy", "--window", "3:12", "--jsonl", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert f"wrote {out}" in r.stderr
+    return out
+
+
+def test_report_writes_the_page_and_says_so(cli, results, tmp_path):
+    page = tmp_path / "p.html"
+    r = cli("report", results, "-o", page, "--kind", "model", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    assert doc["kind"] == "model" and doc["path"] == str(page) and doc["items"] == 2 and doc["figures"] >= 2
+    assert r.stderr.splitlines()[-1] == f"wrote {page}"
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    r = cli("report", results, "-o", page, "--kind", "model", "--title", "my model")
+    assert r.exit_code == 0 and "my model" in r.stdout and "<title>my model</title>" in page.read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kind", "nope"], "error: --kind 'nope' must be one of auto, model, run, report.\n"),
+    (["--worst", "-1"], "error: --worst -1 must be a whole number from 0 to 100.\n"),
+    (["--step-regex", "("], "error: --step-regex '(' is not a valid regular expression: missing ), unterminated "
+                            "subpattern at position 0.\n"),
+])
+def test_report_bad_options_are_one_line_and_exit_2(cli, results, tmp_path, args, message):
+    r = cli("report", results, "-o", tmp_path / "p.html", *args)
+    assert r.exit_code == 2 and r.stderr == message and r.stdout == ""
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_report_refuses_to_overwrite_its_input_and_needs_an_output(cli, results, tmp_path):
+    link = tmp_path / "r.html"
+    link.symlink_to(results)
+    r = cli("report", results, "-o", link)
+    assert r.exit_code == 2 and r.stderr == f"error: -o '{link}' is the input {results}; write the output " \
+                                            "elsewhere.\n"
+    r = cli("report", results)
+    assert r.exit_code == 2 and "--out" in r.stderr
+
+
+def test_report_of_a_matrix_says_to_run_fit_first(cli, tmp_path):
+    r = cli("report", SAMPLE / "minilm_sentence_embeddings_1k.npy", "-o", tmp_path / "p.html")
+    assert r.exit_code == 2
+    assert r.stderr == (f"error: {SAMPLE / 'minilm_sentence_embeddings_1k.npy'}: spectra report reads reports (.json, "
+                        "from --json) and batch results (.jsonl); to analyse a matrix, run spectra fit or spectra "
+                        "batch first.\n")
+
+
+def test_report_without_jinja2_names_the_extra(cli, results, tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "jinja2" or name.startswith("jinja2."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    r = cli("report", results, "-o", tmp_path / "p.html")
+    assert r.exit_code == 2
+    assert r.stderr == ("error: spectra report needs Jinja2, the optional extra 'report': pip install "
+                        "'spectra-cli[report]' (from a checkout: pip install '.[report]').\n")
+
+
+def test_every_written_file_is_named_on_stderr(cli, tmp_path):
+    x = tmp_path / "x.npy"
+    np.save(x, powerlaw_matrix(500, 16, 1.0, seed=0))
+    r = cli("fit", x, "--window", "2:8", "--plot", tmp_path / "f.svg", "--json")
+    assert r.exit_code == 0 and f"wrote {tmp_path / 'f.svg'}" in r.stderr
+    json.loads(r.stdout)  # stdout is still only the report
+    r = cli("whiten", x, "-o", tmp_path / "w.npy", "--save-transform", tmp_path / "t.npz", "--json")
+    assert r.exit_code == 0
+    assert f"wrote {tmp_path / 'w.npy'}" in r.stderr and f"wrote {tmp_path / 't.npz'}" in r.stderr

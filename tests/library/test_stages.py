@@ -1,0 +1,86 @@
+"""Progress of the stages after the read (spectra_cli.stages): which stages report, in order, to a
+plain callable and to one that takes stage names; none without a progress."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import spectra_cli as spectra
+from spectra_cli import stages
+from tests.conftest import SAMPLE, powerlaw_matrix
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def stage(self, label: str, total: int) -> None:
+        self.events.append(("stage", label, total))
+
+    def __call__(self, done: int, total: int) -> None:
+        self.events.append((done, total))
+
+    def stages(self) -> list[str]:
+        return [e[1] for e in self.events if e[0] == "stage"]
+
+
+def test_fit_reports_the_read_then_the_replicates_then_the_population():
+    rec = Recorder()
+    spectra.fit(powerlaw_matrix(2000, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
+                progress=rec)
+    assert rec.stages() == ["bootstrap replicates", "population: simulated spectra (ranks 3..16)"]
+    first = rec.events.index(("stage", "bootstrap replicates", 12))
+    assert rec.events[first - 1] == (2000, 2000)  # the read ended before
+    assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
+
+
+def test_a_plain_callable_gets_every_stage_counts():
+    seen: list[tuple[int, int]] = []
+    spectra.fit(powerlaw_matrix(1000, 24, 1.0, seed=1), window="3:12", ci=True, ci_replicates=10,
+                progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (10, 10) and (1000, 1000) in seen
+
+
+def test_sequence_reports_the_context_and_its_control():
+    rec = Recorder()
+    spectra.sequence(str(SAMPLE / "minilm_layer3_context32_128_f16.npy"), positions=":6", controls=["shuffled"],
+                     window="3:30", progress=rec)
+    assert rec.stages() == ["context: positions", "shuffled control: positions"]
+    assert ("stage", "context: positions", 6) in rec.events and (6, 6) in rec.events
+
+
+def test_lanczos_reports_its_basis():
+    rng = np.random.default_rng(0)
+    d = 600
+    A = rng.standard_normal((d, d)) * (np.arange(1, d + 1) ** -0.8)
+    C = A @ A.T
+    rec = Recorder()
+    from spectra_cli.eigen.lanczos import top_eigenvalues
+
+    with stages.reporting(rec):
+        top = top_eigenvalues(C, 20)
+    assert top is not None
+    assert rec.stages() and rec.stages()[0].startswith("Lanczos: leading 20 eigenvalues")
+    counts = [e for e in rec.events if e[0] != "stage"]
+    assert counts == sorted(counts)  # only forward
+
+
+def test_no_progress_no_calls_and_the_context_is_restored():
+    assert stages.stage("x", 3)(1) is None  # a no-op without a current progress
+    rec = Recorder()
+    with stages.reporting(rec):
+        stages.stage("a", 2)(1)
+    stages.stage("b", 2)(1)
+    assert rec.events == [("stage", "a", 2), (0, 2), (1, 2)]
+
+
+def test_the_bar_restarts_under_each_stage_name():
+    from spectra_cli.render.progress import LazyProgress
+
+    bar = LazyProgress("reading x", delay=0.0, enabled=True)
+    bar(5, 10)
+    bar.stage("bootstrap replicates", 20)
+    bar(20, 20)
+    task = bar._progress.tasks[0]
+    assert task.description == "bootstrap replicates" and task.total == 20 and task.completed == 20
+    bar.close()

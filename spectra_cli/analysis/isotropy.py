@@ -264,7 +264,7 @@ class Isotropy:
             "directions": self.directions,
             "definitions": {
                 "partition_isotropy": "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i / s), c the eigenvectors "
-                "of sum w x x^T / s^2 as numpy.linalg.eigh returns them (seed 003); s = std of all entries "
+                "of sum w x x^T / s^2 as numpy.linalg.eigh returns them (Mu & Viswanath 2018); s = std of all entries "
                 "('seed') or 1 ('none'); log-sum-exp accumulation",
                 "partition_isotropy_symmetric": "the same over c and -c (independent of eigenvector signs)",
                 "mean_cosine": "exact mean cosine over pairs i != j, (||sum w u||^2 - sum w^2) / ((sum w)^2 - "
@@ -307,6 +307,6 @@ def summary(
     )
 
 
-DIRECTIONS_DXD = "eigenvectors of the d x d matrix as numpy.linalg.eigh (LAPACK) returns them (seed 003)"
+DIRECTIONS_DXD = "eigenvectors of the d x d matrix as numpy.linalg.eigh (LAPACK) returns them"
 DIRECTIONS_GRAM = ("n < d: the r eigenvectors with non-zero eigenvalues from the n x n Gram matrix, each signed so its "
                    "largest-magnitude entry is positive (SPEC); the d - r null directions have Z = sum w")

@@ -43,7 +43,7 @@ BROKEN_MIN_SIDE = 5
 
 MODEL_DEFINITIONS = {
     "power-law": "lambda_j = C j^(-alpha)",
-    "log-corrected": "lambda_j = C (log^(p-1)(j+1) / j)^alpha (seed 001 Theorem 1)",
+    "log-corrected": "lambda_j = C (log^(p-1)(j+1) / j)^alpha (Paquette, Xiao & Zhu 2026, Theorem 1)",
     "broken": "lambda_j = C j^(-alpha) below the crossover j_b, continuous with slope -alpha_2 above it",
 }
 METHOD_DEFINITIONS = {
@@ -227,7 +227,7 @@ def resolve_window(
             )
         return Window(k1, k2, "user", "given with --window"), warnings
     k1, k2 = 11, n_features // 10
-    reason = f"ranks 11..floor(d/10) = 11..{k2} (seed 001 transformer panels)"
+    reason = f"ranks 11..floor(d/10) = 11..{k2}, the default (the convention of published transformer spectra)"
     if k2 > usable_rank:
         reason += f", clipped to the usable rank {usable_rank}"
         k2 = usable_rank

@@ -11,11 +11,11 @@ import numpy as np
 RANKME_EPS = 1e-7
 
 DEFINITIONS = {
-    "participation_ratio": "(sum lambda)^2 / sum lambda^2 (seed 003)",
+    "participation_ratio": "(sum lambda)^2 / sum lambda^2 (Gao et al. 2017)",
     "entropy_rank": "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
     "rankme": "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values "
     "of the uncentred matrix (Garrido et al. 2023)",
-    "stable_rank": "sum lambda / lambda_1 = tr C / ||C|| (seed 001 §7.5)",
+    "stable_rank": "sum lambda / lambda_1 = tr C / ||C|| (Rudelson & Vershynin 2007)",
     "participation_ratio_population": "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 "
     "|y_i|^4): the ratio of unbiased estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong "
     "2010; p = w / sum w, y_i the rows about the mean), from the moments and the histogram of squared row norms",

@@ -61,7 +61,9 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
                                        for k in ("k90", "k95", "k99"))),
         ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (rounding bound: floor_definition in --json)"),
         ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
-        ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']})"),
+        ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']}"
+                        + (f"; {sp['near_null']} near-null direction(s) past it, e.g. LayerNorm's"
+                           if sp.get("near_null") else "") + ")"),
         *([("computed", f"the leading {tk['k']} of {sp['n_features']} (block Lanczos, Krylov dimension "
                         f"{tk['krylov_dimension']}, relative error bound {_fmt(tk['relative_error_bound'], 2)}); "
                         f"{tk['requested']}")] if (tk := sp.get("top_k")) else []),
@@ -69,21 +71,32 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     fits = doc.get("fits") or []
     if fits:
         ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)
-        for c in ("model", "method", "window", "alpha", "95% CI", "R^2", "resid RMS", "points"):
+        any_ci = any(f.get("ci") for f in fits)
+        columns = ("model", "method", "window", "alpha", "SE (least squares)",
+                   *(("95% CI (bootstrap)",) if any_ci else ()), "R^2", "resid RMS", "points")
+        for c in columns:
             ft.add_column(c, justify="right" if c not in ("model", "method") else "left",
-                          no_wrap=c in ("alpha", "95% CI", "window"))
+                          no_wrap=c in ("alpha", "95% CI (bootstrap)", "window"))
+        excluded = []
         for f in fits:
-            alpha = f"{f['alpha']:.4f} ± {_fmt(f['stderr'], 2)}"
+            alpha = f"{f['alpha']:.4f}"
             if f["model"] == "broken":
                 alpha = f"{f['alpha']:.3f}/{f['alpha_2']:.3f} @{f['crossover']:.0f}"
             elif f["model"] == "log-corrected":
                 alpha += f" (p={f['degree']})"
             ci = f["ci"]
+            if ci and not ci["low"] <= f["alpha"] <= ci["high"]:
+                excluded.append(f)
             ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} {f['window_source']}",
-                       alpha, f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—", f"{f['r2']:.4f}",
-                       _fmt(f["residual_rms"], 3), str(f["n_points"]))
+                       alpha, _fmt(f["stderr"], 2),
+                       *((f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—",) if any_ci else ()),
+                       f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"]))
         parts.append(ft)
         notes = [f"window: {fits[0]['window_reason']}"]
+        for f in excluded:
+            notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
+                         f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "
+                         f"{f['ci']['bias']:+.3g} off; --population estimates the population exponent")
         for f in fits:
             pop = f.get("population")
             if pop:

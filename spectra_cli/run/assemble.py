@@ -58,14 +58,27 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
             f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "
             "null directions (e.g. LayerNorm's, constant or dependent columns); they enter no logarithm or fit"
         )
-    near = spec.near_null_count
-    if near:
-        k = spec.numerical_rank - near
-        out.append(
-            f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times below rank {k}: "
-            "near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding); excluded from fits"
-        )
     return out
+
+
+def near_null_warning(spec: Spectrum, suite: Any, *, density: bool) -> list[str]:
+    """The near-null directions (LayerNorm's) said once, and only where they change a number: when a
+    fit's window reaches the usable rank they cut (it would have run into them), or the density fit
+    (which takes every usable eigenvalue). Otherwise they are a fact of the spectrum
+    (``spectrum.near_null``), shown beside the usable rank."""
+    near = spec.near_null_count
+    if not near or suite is None:
+        return []
+    reached = [f for f in suite.fits if f.window.k_max >= spec.usable_rank]
+    if not reached and not density:
+        return []
+    k = spec.numerical_rank - near
+    what = [f"the fit over ranks {f.window.k_min}..{f.window.k_max}" for f in reached]
+    if density:
+        what.append("the density fit")
+    return [f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times below rank {k}: "
+            "near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding), left out of "
+            + " and ".join(what)]
 
 
 def emit_warnings(messages: list[str]) -> None:

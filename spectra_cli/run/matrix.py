@@ -46,7 +46,7 @@ from spectra_cli.errors import OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
-from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, spectrum_warnings
+from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, near_null_warning, spectrum_warnings
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
 from spectra_cli.stages import reports_progress
@@ -255,7 +255,7 @@ def fit(
         rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
                          f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
-    warnings += suite.warnings
+    warnings += [*suite.warnings, *near_null_warning(main, suite, density=opts.density)]
     if ci:
         clock.mark("analysis_s")
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,
@@ -461,7 +461,7 @@ def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Repor
     warnings = spectrum_warnings(spec, None)
     suite = run_suite(spec, opts) if opts is not None else None
     if suite is not None:
-        warnings += suite.warnings
+        warnings += [*suite.warnings, *near_null_warning(spec, suite, density=opts is not None and opts.density)]
     path = data if isinstance(data, str) else "<array>"
     info = SourceInfo(path=path, format="eigenvalues", shape=(values.size,), dtype="float64", n_rows=0,
                       n_features=values.size, layout="eigenvalues computed elsewhere")

@@ -192,7 +192,7 @@ def sequence(
                         "statistics")
     res = context(W, block_diagonal="block-diagonal" in ctrl, stack_bytes=stack_bytes)
     ctx_spec = _given_spectrum(res.eigenvalues, n_ctx, P * k, "context covariance of flattened windows, centred per "
-                               "coordinate across windows, ddof 1 (seed 001)", "eigvalsh of " + res.route, n_ctx - 1)
+                               "coordinate across windows, ddof 1", "eigvalsh of " + res.route, n_ctx - 1)
     context_doc = {**_suite_doc(ctx_spec, opts, warnings, "context"), "route": res.route}
     clock.mark("context_s")
     controls_doc: dict[str, Any] = {}
@@ -206,7 +206,7 @@ def sequence(
         sh = context(W, block_diagonal=False, stack_bytes=stack_bytes, order=shuffled_order(len(W), P, seed),
                      label="shuffled control")
         sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
-                                  "and positions, windows rebuilt (seed 001)", "eigvalsh of " + sh.route, n_ctx - 1)
+                                  "and positions, windows rebuilt", "eigvalsh of " + sh.route, n_ctx - 1)
         controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}
         shuffled_lags = sh.lag_energy
     clock.mark("controls_s")

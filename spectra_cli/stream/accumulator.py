@@ -407,7 +407,8 @@ def _check_m2(m2: np.ndarray, path: str, name: str, *, uncentred: float = 0.0) -
                          "moment is positive semi-definite.")
     root = np.sqrt(np.clip(diag, 0.0, None))
     for i in range(0, m2.shape[0], 256):  # row blocks: no d x d temporary
-        bound = np.outer(root[i:i + 256], root) * (1 + M2_TOLERANCE) + tol
+        with np.errstate(over="ignore"):  # a bound past float64 is inf: no entry exceeds it
+            bound = np.outer(root[i:i + 256], root) * (1 + M2_TOLERANCE) + tol
         if np.any(np.abs(m2[i:i + 256]) > bound):
             raise InputError(f"{path}: array {name} is not positive semi-definite (an entry exceeds the geometric "
                              "mean of its diagonal entries).")

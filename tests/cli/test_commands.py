@@ -82,9 +82,11 @@ def test_fit_table_names_every_figure(cli):
     r = cli("fit", NPY)
     assert r.exit_code == 0, r.stderr
     for word in ("alpha", "window", "R^2", "participation_ratio", "entropy_rank", "rankme", "stable_rank",
-                 "numerical rank", "numerical floor", "k90", "float64", "Warnings"):
+                 "numerical rank", "numerical floor", "k90", "float64", "near-null direction(s) past it"):
         assert word in r.stdout, word
     assert r.stderr == ""
+    r = cli("fit", NPY, "--window", "11:384")  # a window that runs into the near-null direction says so
+    assert "Warnings" in r.stdout and "left out of the fit over ranks 11..383" in r.stdout
 
 
 def test_info_reads_metadata(cli):

@@ -40,11 +40,18 @@ def test_parquet_copy_gives_the_same_report_as_npy():
 
 def test_layernorm_activations_report_cleanly():
     # Layer activations pass through LayerNorm: one near-null direction (float16 rounding keeps it
-    # just above zero). The report must stay finite and say so.
-    doc = api.fit(str(SAMPLE / "minilm_layer5_tokens_4k_f16.npy")).to_dict()
+    # just above zero). The report must stay finite and count it; it warns only where the direction
+    # changes a number (a window that reaches it, the density fit), once.
+    path = str(SAMPLE / "minilm_layer5_tokens_4k_f16.npy")
+    doc = api.fit(path).to_dict()
     text = json.dumps(doc, allow_nan=False)
     assert "Infinity" not in text and "NaN" not in text
-    assert any("near-null directions" in w for w in doc["warnings"])
+    assert doc["spectrum"]["near_null"] == 1 and doc["spectrum"]["usable_rank"] == 383
+    assert not any("near-null" in w for w in doc["warnings"])  # the default window 11..38 never reaches it
+    assert not any("near-null" in w for w in api.spectrum(path).to_dict()["warnings"])
+    reach = api.fit(path, window=["11:38", "100:384"], density=True).to_dict()["warnings"]
+    near = [w for w in reach if "near-null" in w]
+    assert len(near) == 1 and near[0].endswith("left out of the fit over ranks 100..383 and the density fit")
 
 
 def test_sentence_embeddings_have_exactly_null_directions():

@@ -218,6 +218,15 @@ def synth(
     """Write a seeded synthetic matrix with a known spectrum (for calibration and tests).
 
     \b
+    What to expect from spectra fit on it:
+      powerlaw          covariance eigenvalues j^-alpha exactly: fit gives alpha (at small n/d the
+                        sample slope is biased upward: --population corrects it)
+      isotropic, cone   a flat spectrum; a cone with one direction above it
+      random-features   linear: about j^-alpha over the head (ranks << d); quadratic:
+                        (log(j+1) / j)^alpha (Paquette, Xiao & Zhu 2026, Theorem 1), whose plain
+                        power-law slope is lower (alpha 1.31 fits about 0.9): fit it with
+                        --model log-corrected --degree 2; relu, tanh: about alpha, no closed form
+    \b
     Examples:
       spectra synth powerlaw --alpha 1.3 -n 50000 -d 1024 --seed 0 -o x.npy
       spectra synth random-features --alpha 1.31 --activation quadratic -o rf.npy
@@ -227,6 +236,12 @@ def synth(
     done = run_synth(kind, out=out, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
                      input_dim=input_dim, dtype=dtype)
     sys.stderr.write(f"wrote {done['path']}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
+    expect = {"powerlaw": f"covariance eigenvalues j^-{alpha:g}",
+              "random-features": {"linear": f"about j^-{alpha:g} over the head",
+                                  "quadratic": f"(log(j+1)/j)^{alpha:g}: fit it with --model log-corrected --degree 2 "
+                                               "(a plain power-law fit gives a lower slope)"}.get(activation)}.get(kind)
+    if expect:
+        sys.stderr.write(f"expected spectrum: {expect}\n")
 
 
 @app.command()

@@ -112,6 +112,7 @@ class Spectrum:
         structural_zeros: eigenvalues known to be zero without computing them (d - n).
         method: how the eigenvalues were obtained.
         top: set when only the leading ``top.k`` eigenvalues were computed (the top-k route).
+        top_declined: why an asked-for top-k route was not taken (the full decomposition was made).
     """
 
     eigenvalues: np.ndarray
@@ -124,6 +125,7 @@ class Spectrum:
     structural_zeros: int
     method: str
     top: TopK | None = None
+    top_declined: str | None = None
 
     @property
     def numerical_rank(self) -> int:
@@ -305,11 +307,13 @@ def spectrum_from_moments(
     factor = m.scale * m.scale
     method = "eigvalsh of the d x d matrix from streamed block moments (Chan et al. merge)"
     top_info = None
+    declined = None
     if top is None and top_reason:  # the caller declined the top-k route, and says why
         method += f"; {top_reason}"
     if top is not None and top > d // TOP_MAX_FRACTION:
-        method += (f"; top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
-                   "the full decomposition is cheaper")
+        declined = (f"top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
+                    "the full decomposition is cheaper")
+        method += f"; {declined}"
         top = None
     lam_scaled = None
     if top is not None:
@@ -317,8 +321,8 @@ def spectrum_from_moments(
 
         found = top_eigenvalues(C, top)
         if found is None:
-            method += (f"; top={top} (--top {top}): the Krylov subspace reached its cap before converging, so all d "
-                       "were computed")
+            declined = f"top={top} (--top {top}): the Krylov subspace reached its cap before converging"
+            method += f"; {declined}, so all d were computed"
         else:
             trace = float(np.trace(C))
             frob = float(np.vdot(C, C))
@@ -355,6 +359,7 @@ def spectrum_from_moments(
         structural_zeros=0,
         method=method,
         top=top_info,
+        top_declined=declined,
     )
 
 

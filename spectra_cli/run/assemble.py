@@ -52,6 +52,8 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
             f"{spec.sampling_rank} of {spec.n_features} directions, whatever the data (not null directions such as "
             "LayerNorm's); they enter no logarithm or fit"
         )
+    if spec.top_declined:
+        out.append(f"{spec.top_declined}: all {spec.n_features} eigenvalues were computed")
     below = spec.below_floor
     if below:
         out.append(

@@ -87,3 +87,12 @@ def test_plot_without_matplotlib_names_the_extra(cli, tmp_path, monkeypatch):
     assert r.exit_code == 2
     assert r.stderr == ("error: --plot needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
                         "(from a checkout: pip install '.[plot]').\n")
+
+
+def test_synth_says_what_spectrum_to_expect(cli, tmp_path):
+    r = cli("synth", "random-features", "--alpha", "1.31", "--activation", "quadratic", "-n", "500", "-d", "32",
+            "-o", tmp_path / "rf.npy")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines()[-1] == ("expected spectrum: (log(j+1)/j)^1.31: fit it with --model log-corrected "
+                                         "--degree 2 (a plain power-law fit gives a lower slope)")
+    assert "(log(j+1) / j)^alpha" in cli("synth", "--help").stdout

@@ -187,3 +187,11 @@ def test_bounds_hold_for_a_slow_flat_spectrum():
         return
     np.testing.assert_allclose(found.values, full[:20], rtol=1e-10)
     assert math.isfinite(found.max_relative_bound)
+
+
+def test_an_asked_top_that_runs_the_full_decomposition_says_so():
+    X = np.random.default_rng(0).standard_normal((600, 300))
+    rep = spectra.fit(X, window="11:60", top=200)
+    assert rep.spectrum.top is None and len(rep.to_dict()["spectrum"]["eigenvalues"]) == 300
+    assert ("top=200 (--top 200) asked, but past d/8 = 37 the full decomposition is cheaper: all 300 eigenvalues "
+            "were computed") in rep.warnings

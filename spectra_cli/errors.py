@@ -47,6 +47,11 @@ def _render(message: str, *, cli: bool) -> str:
     return _MARK.sub(sub, message)
 
 
+def flag_text(message: str) -> str:
+    """A message with its parameters named as command-line flags (for the command line's own lines)."""
+    return _render(message, cli=True)
+
+
 class SpectraError(Exception):
     """Base class of every error spectra raises on purpose."""
 

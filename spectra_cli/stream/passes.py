@@ -430,6 +430,11 @@ class Input:
                               "a moment file) cannot give it: pass the data itself, or leave that analysis out.")
         spec = rows or self.read.rows
         guard = RowGuard(self.info.path, drop_nonfinite=True)
+        named = getattr(progress, "stage", None)
+        if callable(named):  # the bar restarts under the second pass's name
+            from spectra_cli.errors import flag_text
+
+            named(f"second pass: {flag_text(need)}", spec.n_selected(self.info.n_rows))
         run_pass(iter_selected(self.source, spec, self.block_rows, self.weights), states, guard,
                  total=spec.n_selected(self.info.n_rows), progress=progress)
 

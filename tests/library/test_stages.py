@@ -84,3 +84,12 @@ def test_the_bar_restarts_under_each_stage_name():
     task = bar._progress.tasks[0]
     assert task.description == "bootstrap replicates" and task.total == 20 and task.completed == 20
     bar.close()
+
+
+def test_a_second_pass_is_a_stage_named_by_its_analysis(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, powerlaw_matrix(1500, 24, 1.0, seed=2))
+    rec = Recorder()
+    spectra.fit(str(path), window="3:12", partition_isotropy=True, progress=rec)
+    assert rec.stages() == ["second pass: --partition-isotropy"]
+    assert rec.events[-1] == (1500, 1500)

@@ -106,6 +106,8 @@ class SpectraGroup(TyperGroup):
             from spectra_cli.sinks import remove_temporaries
 
             remove_temporaries()
+            what = "interrupted (Ctrl-C)" if exc.signum == signal.SIGINT else f"stopped by signal {exc.signum}"
+            sys.stderr.write(f"{what}: no output file was left half-written\n")
             sys.exit(128 + exc.signum)
         except RecursionError:
             _error("input nested too deeply to read (e.g. JSON nested thousands of levels)")

@@ -92,3 +92,25 @@ def test_every_written_file_is_named_on_stderr(cli, tmp_path):
     r = cli("whiten", x, "-o", tmp_path / "w.npy", "--save-transform", tmp_path / "t.npz", "--json")
     assert r.exit_code == 0
     assert f"wrote {tmp_path / 'w.npy'}" in r.stderr and f"wrote {tmp_path / 't.npz'}" in r.stderr
+
+
+def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    X = tmp_path / "x.npy"
+    np.save(X, powerlaw_matrix(4000, 96, 1.0, seed=0))
+    plot = tmp_path / "f.png"
+    # a run long enough to interrupt: thousands of bootstrap replicates, then a figure
+    proc = subprocess.Popen([sys.executable, "-c", "from spectra_cli.cli import main; main()", "fit", str(X),
+                             "--window", "3:40", "--ci", "--ci-replicates", "100000", "--plot", str(plot)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    time.sleep(1.5)  # past the start (the handler is installed first thing)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and stdout == ""
+    assert stderr == "interrupted (Ctrl-C): no output file was left half-written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]

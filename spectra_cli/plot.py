@@ -259,8 +259,9 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     pop = (doc.get("fit") or {}).get("population") if isinstance(doc.get("fit"), dict) else None
     if isinstance(pop, dict) and _num(pop.get("alpha")) is not None:
         ci = pop.get("ci") or [None, None]
-        iv = f", 95 % CI {ci[0]:.3f}–{ci[1]:.3f}" if _num(ci[0]) is not None and _num(ci[1]) is not None else ""
-        ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv} (n/d = {pop.get('n_over_d', 0):.2g})")
+        iv = f", 95% CI {ci[0]:.3f}–{ci[1]:.3f}" if _num(ci[0]) is not None and _num(ci[1]) is not None else ""
+        ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv}\n(finite-n corrected, n/d = "
+                                   f"{pop.get('n_over_d', 0):.2g})")
     control = doc.get("control")
     if isinstance(control, dict) and isinstance(control.get("eigenvalues"), list):
         c = np.asarray([np.nan if v is None else v for v in control["eigenvalues"]], dtype=float)
@@ -275,7 +276,8 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     n_near = int(spec.get("near_null") or 0)
     n_floor = max(int(spec.get("sampling_rank") or lam.size) - int(spec.get("numerical_rank") or lam.size), 0)
     n_zero = max(lam.size - int(spec.get("sampling_rank") or lam.size), 0)
-    _excluded_marks(ax, ranks[rest], [(n_near, "near-null"), (n_floor, "at the floor"), (n_zero, "sampling zeros")])
+    _excluded_marks(ax, ranks[rest], [(n_near, "near-null"), (n_floor, "at the floor"),
+                                       (n_zero, "sampling zero" if n_zero == 1 else "sampling zeros")])
     pad = (hi / lo) ** 0.06 if hi > lo else 2.0
     ax.set_ylim(lo / pad, hi * pad ** 2.2)
     ax.set_xlim(0.8, lam.size * 1.25 if spec.get("top_k") is None else lam.size * 1.25)
@@ -285,8 +287,8 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     if title:
         ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left")
     if legend:
-        ax.legend(loc="lower left", handlelength=2.2, frameon=True, framealpha=0.85, edgecolor="none",
-                  facecolor="white")
+        ax.legend(loc="best", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
+                  facecolor="white", fontsize=6)  # (a decaying spectrum leaves the lower left or the upper right free)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return ax
 

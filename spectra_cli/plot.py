@@ -66,8 +66,10 @@ def require_matplotlib() -> Any:
 
 
 def _doc(rep: Any) -> dict[str, Any]:
-    if isinstance(rep, dict):
-        return rep
+    if isinstance(rep, dict):  # a report's JSON, perhaps written elsewhere: checked before any drawing
+        from spectra_cli.drawable import check_report
+
+        return check_report(rep, "the report")
     to_dict = getattr(rep, "to_dict", None)
     if callable(to_dict):
         out = to_dict()
@@ -133,14 +135,15 @@ def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
     broken law's second slope past its crossover, or the log-corrected law."""
     x = np.log(ranks)
     a, b = float(fit["alpha"]), float(fit["intercept"])
-    if fit.get("model") == "log-corrected":
-        p = int(fit.get("degree") or 1)
-        u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
-        return np.asarray(np.exp(b + a * u))
-    y = b - a * x
-    if fit.get("model") == "broken" and _num(fit.get("crossover")) and _num(fit.get("alpha_2")) is not None:
-        y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
-    return np.asarray(np.exp(y))
+    with np.errstate(over="ignore"):  # a line past float64 is inf: matplotlib leaves it out
+        if fit.get("model") == "log-corrected":
+            p = int(fit.get("degree") or 1)
+            u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
+            return np.asarray(np.exp(b + a * u))
+        y = b - a * x
+        if fit.get("model") == "broken" and _num(fit.get("crossover")) and _num(fit.get("alpha_2")) is not None:
+            y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
+        return np.asarray(np.exp(y))
 
 
 def _fits(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -197,6 +200,13 @@ def log_ticks(ax: Any) -> None:
         if scale == "log":
             axis.set_major_formatter(FuncFormatter(_power_of_ten))
             axis.set_minor_formatter(minor(axis))
+
+
+def _legend(ax: Any, **kwargs: Any) -> None:
+    """A legend only when something is labelled (matplotlib warns on an empty one)."""
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(**kwargs)
 
 
 def _major_labels_only(ax: Any) -> None:
@@ -287,7 +297,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     if title:
         ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left")
     if legend:
-        ax.legend(loc="best", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
+        _legend(ax, loc="best", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
                   facecolor="white", fontsize=6)  # (a decaying spectrum leaves the lower left or the upper right free)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return ax
@@ -320,8 +330,8 @@ def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     ax.set_xlabel("rank j")
     ax.set_ylabel("local slope")
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
-    if legend and pts:
-        ax.legend(loc="best", frameon=False)
+    if legend:
+        _legend(ax, loc="best", frameon=False)
     return ax
 
 
@@ -369,7 +379,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     legend_box = {"frameon": True, "framealpha": 0.85, "edgecolor": "none", "facecolor": "white"}
     if title:
         ax.set_title(title if isinstance(title, str) else f"{title_of(doc)}: ESD", loc="left")
-    ax.legend(loc="lower left", **legend_box)
+    _legend(ax, loc="lower left", **legend_box)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return ax
 
@@ -408,7 +418,7 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
     ax.set_ylabel(metric)
     ax.grid(True, alpha=0.25, lw=0.5)
     if 1 < len(series) <= max_series:
-        ax.legend(frameon=False)
+        _legend(ax, frameon=False)
     return ax
 
 
@@ -451,7 +461,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     if healthy is not None:
         ax.axhspan(healthy[0], healthy[1], color=PALETTE[2], alpha=0.12, lw=0,
                    label=f"healthy {healthy[0]:g}–{healthy[1]:g}")
-        ax.legend(loc="upper right", frameon=False)
+        _legend(ax, loc="upper right", frameon=False)
     errorbar(ax, xs, vals, errs, color=PALETTE[0], marker="o", ms=2.6, lw=0.7, ls="-")
     ax.set_xticks(range(len(labels)))
     if names:
@@ -476,7 +486,7 @@ def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation
             label=f"{labels.get(metric, metric)}, per position")
     ax.set_xlabel("position in the window")
     ax.set_ylabel(labels.get(metric, metric))
-    ax.legend(frameon=False, loc="best")
+    _legend(ax, frameon=False, loc="best")
     ax.grid(True, alpha=0.25, lw=0.5)
     return ax
 
@@ -512,7 +522,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
     _major_labels_only(ax)
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue / sum")
-    ax.legend(frameon=False, loc="lower left")
+    _legend(ax, frameon=False, loc="lower left")
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return ax
 
@@ -529,7 +539,7 @@ def lag_energy(doc: Any, ax: Any = None) -> Any:
                 label="shuffled control")
     ax.set_xlabel("lag (positions)")
     ax.set_ylabel("lag energy")
-    ax.legend(frameon=False, loc="best")
+    _legend(ax, frameon=False, loc="best")
     ax.grid(True, alpha=0.25, lw=0.5)
     return ax
 

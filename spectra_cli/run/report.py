@@ -96,27 +96,39 @@ class Source:
     path: str
     lines: list[dict[str, Any]] = field(default_factory=list)
     single: bool = False  # a .json report (not a results file)
+    repeated: int = 0  # lines of an item already seen (the last one is kept)
 
 
 def _read(path: str) -> Source:
+    from spectra_cli.drawable import check_report
     from spectra_cli.jsonio import loads
     from spectra_cli.run.summary import iter_results
     from spectra_cli.sources.base import open_regular
 
     if path.lower().endswith(".jsonl"):
-        return Source(path, [doc for _, doc in iter_results(path)])
+        lines: dict[str, dict[str, Any]] = {}
+        repeated = 0
+        for i, doc in iter_results(path):
+            if doc.get("schema") == SCHEMA_VERSION:
+                check_report(doc, f"{path} line {i}")
+            key = _item(doc)
+            repeated += key in lines
+            lines.pop(key, None)
+            lines[key] = doc  # a repeated item: its last line, as a resumed batch keeps it
+        src = Source(path, list(lines.values()))
+        src.repeated = repeated
+        return src
     if not path.lower().endswith(".json"):
         raise InputError(f"{path}: spectra report reads reports (.json, from --json) and batch results (.jsonl); "
                          "to analyse a matrix, run spectra fit or spectra batch first.")
     with open_regular(path) as f:
         doc = loads(f.read(), path)
     schema = doc.get("schema") if isinstance(doc, dict) else None
-    if schema == "spectra.sequence/1":
-        return Source(path, [doc], single=True)
-    from spectra_cli.results import check_report_schema
+    if schema != "spectra.sequence/1":
+        from spectra_cli.results import check_report_schema
 
-    check_report_schema(doc, path)
-    return Source(path, [doc], single=True)
+        check_report_schema(doc, path)
+    return Source(path, [check_report(doc, path)], single=True)
 
 
 def _item(doc: dict[str, Any]) -> str:
@@ -182,12 +194,20 @@ def _with_font(draw: Any) -> Any:
 # page sections
 
 
+def _show(v: float, fmt: str) -> str:
+    """``v`` in ``fmt``, or in 4 significant digits when ``fmt`` would print it too long or as 0."""
+    if fmt == "d" and abs(v) < 1e15 and v == int(v):
+        return format(int(v), ",")
+    if v != 0 and not 1e-3 <= abs(v) < 1e6:
+        return format(v, ".4g")
+    return format(v, fmt if fmt != "d" else ".0f")
+
+
 def _cell(value: Any, fmt: str) -> dict[str, Any]:
     v = _num(value)
     if v is None:
-        return {"text": "—" if value is None else str(value), "sort": ""}
-    text = format(int(v), ",") if fmt == "d" else format(v, fmt)
-    return {"text": text, "sort": repr(v)}
+        return {"text": "—", "sort": ""}
+    return {"text": _show(v, fmt), "sort": repr(v)}
 
 
 def _layer_rows(docs: list[dict[str, Any]], metrics: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
@@ -227,10 +247,15 @@ def _options_line(doc: dict[str, Any]) -> str:
 
 def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
                    worst: int) -> dict[str, Any]:
-    from spectra_cli.plot import density, layers, spectrum
+    from spectra_cli.plot import density, layer_names, layers, natural_key, spectrum
     from spectra_cli.run.summary import summarize
 
     summary = summarize(lines).to_dict()
+    labels = {f: lb for f, lb, _ in LAYER_METRICS}
+    summary["metrics"] = [{**m, "label": labels.get(m["field"], m["label"])} for m in summary["metrics"]]
+    summary["verdicts"] = {v: n for v, n in (summary.get("verdicts") or {}).items() if n}
+    ordered = sorted((_item(d) for d in docs), key=natural_key)
+    short = dict(zip(ordered, layer_names(ordered), strict=True))
     metrics = _present(docs)
     alpha_range = tuple(summary["alpha_range"]) if summary.get("alpha_range") else None
     has_density = any(_num(lookup(d, "weightwatcher.alpha")) is not None for d in docs)
@@ -276,7 +301,8 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
                 spectrum(doc, ax=fig.add_subplot(), title=False)
             return fig
 
-        worst_figs.append({"item": _item(doc), "why": why, "src": figs.embed(_with_font(draw_one))})
+        worst_figs.append({"item": _item(doc), "name": short.get(_item(doc), _item(doc)), "why": why,
+                           "src": figs.embed(_with_font(draw_one))})
     skipped = [{"item": _item(d), "why": str(d.get("skipped"))} for d in lines if "skipped" in d]
     failed = [{"item": _item(d), "why": str(d.get("error"))[:300]} for d in lines if "error" in d]
     return {"summary": summary, "metrics": [{"field": f, "label": lb} for f, lb, _ in metrics],
@@ -316,6 +342,8 @@ def _run_points(sources: list[Source], step_regex: str | None, notes: list[str])
         try:
             step, series = step_of(_item(doc), pattern)
         except InputError as exc:
+            if pattern is not None:  # asked for: every item must match it
+                raise
             notes.append(f"left out {_item(doc)}: {exc}")
             continue
         points.append(Point(series, step, doc))
@@ -381,14 +409,14 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
             ax.set_xlabel("step")
             ax.set_ylabel(label)
             ax.grid(True, alpha=0.25, lw=0.5)
-            ax.legend(frameon=False, fontsize=6, loc="best")
+            if ax.get_legend_handles_labels()[0]:  # beside the axes: never over the lines
+                ax.legend(frameon=False, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             return fig
 
         panels.append({"label": label, "field": f, "src": figs.embed(_with_font(draw))})
         for _, name, a, b, se, _ in change[:moved]:
-            movers.append({"metric": label, "layer": name, "first": format(a, fmt if fmt != "d" else ".0f"),
-                           "last": format(b, fmt if fmt != "d" else ".0f"),
-                           "change": format(b - a, "+" + (fmt if fmt != "d" else ".0f")),
+            movers.append({"metric": label, "layer": name, "first": _show(a, fmt), "last": _show(b, fmt),
+                           "change": ("+" if b >= a else "") + _show(b - a, fmt),
                            "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a))})
     per_step = []
     for st in steps:
@@ -509,18 +537,34 @@ def report(
     from spectra_cli.plot import require_matplotlib
 
     require_matplotlib()
+    seen: dict[str, str] = {}
+    for p in args:
+        real = os.path.realpath(p)
+        if real in seen:
+            raise OptionError(f"{p} is given twice ({seen[real]} is the same file): each results file is one step "
+                              "of a run, or the whole of a model.")
+        seen[real] = p
     sources = [_read(p) for p in args]
     if not any(s.lines for s in sources):
         raise InputError(f"{', '.join(args)} holds no reports.")
     singles = [s for s in sources if s.single]
     if singles and len(singles) != len(sources):
         raise OptionError("give JSON reports (.json) or batch results (.jsonl), not both in one page.")
-    notes: list[str] = []
+    notes: list[str] = [f"{s.path}: {s.repeated} item(s) appear on more than one line; the last line of each is shown"
+                        for s in sources if s.repeated]
+    reports_in = [d for s in sources for d in s.lines if d.get("schema") == SCHEMA_VERSION]
     if kind == "auto":
-        kind = "report" if singles else "run" if _is_run(sources, step_regex) else "model"
-    if kind == "report" and not singles and sum(len(s.lines) for s in sources) > 1:
-        kind = "model"
-        notes.append("several reports in a results file: shown as the layers of one model")
+        if singles or (len(sources) == 1 and len(reports_in) == 1 and step_regex is None):
+            kind = "report"
+        else:
+            kind = "run" if step_regex is not None or _is_run(sources, step_regex) else "model"
+    if kind == "report" and not singles and len(reports_in) > 1:
+        raise OptionError(f"{param('kind', 'report')} shows JSON reports (.json); {', '.join(args)} hold(s) "
+                          f"{len(reports_in)} items: show them as a model ({param('kind', 'model')}) or the steps of "
+                          f"a run ({param('kind', 'run')}).")
+    if kind in ("model", "run") and singles:
+        raise OptionError(f"{param('kind', kind)} shows batch results (.jsonl, from spectra batch --jsonl), not JSON "
+                          f"reports: give the results files, or {param('kind', 'report')}.")
     if kind == "model" and len(sources) > 1:
         raise OptionError(f"{param('kind', 'model')} takes one results file; several are the steps of a run "
                           f"({param('kind', 'run')}).")
@@ -538,8 +582,12 @@ def report(
         if not points:
             raise InputError(f"{', '.join(args)} holds no report with a step; name results files by step "
                              f"(runs/step_100/results.jsonl) or pass {param('step_regex')}.")
+        n_steps = len({p.step for p in points})
+        if n_steps < 2:
+            raise InputError(f"{', '.join(args)}: a run needs reports of at least 2 steps; these have 1 (the step "
+                             f"is the last number in each results file's path, or {param('step_regex')}'s group 1).")
         context["run"] = _run_section(points, figs, MOVED)
-        default_title = f"{_common_name(docs)}: {len(context['run']['steps'])} steps"
+        default_title = f"{_common_name(docs)}: {n_steps} steps"
     else:
         figs.total = len(docs)
         context["reports"] = [_report_section(d, figs) for d in docs]
@@ -551,6 +599,7 @@ def report(
                    schemas=", ".join(s for s in RESULT_SCHEMAS))
     env = jinja2.Environment(loader=jinja2.PackageLoader("spectra_cli", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda v: "—" if _num(v) is None else _show(float(v), ".4g")
     html = env.get_template("report.html.j2").render(**context)
     if target is not None:
         with atomic_file(target, flag="out") as f:

@@ -119,7 +119,7 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
         if not isinstance(ww, dict):
             continue
         v = ww.get("verdict")
-        verdicts[v if v in verdicts else "no density fit"] += 1
+        verdicts[v if isinstance(v, str) and v in verdicts else "no density fit"] += 1
         ar = ww.get("alpha_range")
         if alpha_range is None and isinstance(ar, list) and len(ar) == 2 and all(_number(a) is not None for a in ar):
             alpha_range = (float(ar[0]), float(ar[1]))

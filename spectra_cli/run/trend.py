@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli.drawable import LINEAR_LIMIT
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import lookup, uncertainty
 from spectra_cli.validate import check_path, check_strings
@@ -81,13 +82,19 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
             v = lookup(doc, m)
             if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
                 raise OptionError(f"{param('metric', m)} is not a number in the reports (line {i}).")
+            if v is not None and not abs(float(v)) <= LINEAR_LIMIT:  # (nan too) beyond what a figure can draw
+                raise InputError(f"{jsonl} line {i}: {m} is {v!r}, not a number a report holds (|x| <= "
+                                 f"{LINEAR_LIMIT:g}): the results file is corrupt.")
             values[m] = None if v is None else float(v)
         try:
             step, series = step_of(item, pattern)
         except InputError as exc:
             notes.append(f"skipped {item}: {exc}")
             continue
-        points.append(Point(series, step, item, values, {m: uncertainty(doc, m) for m in metrics}))
+        intervals = {m: uncertainty(doc, m) for m in metrics}
+        intervals = {m: iv if iv is not None and all(abs(x) <= LINEAR_LIMIT for x in iv) else None
+                     for m, iv in intervals.items()}
+        points.append(Point(series, step, item, values, intervals))
     if not points:
         why = f" ({notes[0]})" if notes else ""
         raise InputError(f"{jsonl} holds no successful report with a step{why}.")

@@ -206,5 +206,7 @@ def test_layer_names_drop_the_common_prefix_and_sort_in_network_order():
 def test_not_a_report_is_a_clear_error():
     with pytest.raises(spectra.OptionError, match="needs a spectra report"):
         plot.spectrum(42)
-    with pytest.raises(spectra.OptionError, match="holds no eigenvalues"):
+    with pytest.raises(spectra.InputError, match="^the report: source must be an object"):
         plot.spectrum({"schema": "spectra.report/1"})
+    with pytest.raises(spectra.InputError, match="^the report: spectrum.eigenvalues must be a list of numbers"):
+        plot.spectrum({"schema": "spectra.report/1", "source": {}, "spectrum": {}})

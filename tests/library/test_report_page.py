@@ -68,7 +68,7 @@ def test_model_page_has_summary_layers_in_order_table_and_worst_esd(model_jsonl,
     assert html == page.html and html.startswith("<!DOCTYPE html>")
     summary = spectra.batch(str(model_jsonl)).summary()
     for verdict, n in summary["verdicts"].items():
-        assert f"<b>{n}</b>{verdict}" in html
+        assert (f"<b>{n}</b>{verdict}" in html) == (n > 0)  # a badge for each verdict a layer has
     assert f"<b>{summary['skipped']}</b>skipped" in html
     # the sortable table: one row per layer, in network order (layer.2 before layer.10)
     body = html.split('<table class="sortable">')[1].split("</table>")[0]
@@ -199,7 +199,9 @@ def test_page_in_a_real_browser_draws_its_figures(model_page, tmp_path):
         "</body>", "<script>addEventListener('load', function () { var i = document.images, ok = 0;"
         " for (var k = 0; k < i.length; k++) if (i[k].complete && i[k].naturalWidth > 100) ok++;"
         " document.body.setAttribute('data-figures', ok + '/' + i.length); });</script></body>"))
+    # (the background-networking flags: this machine's closed network refuses Chromium's own connections)
     args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000"]
     env = {**os.environ, "HOME": str(tmp_path)}
     dom = subprocess.run([*args, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=60, env=env)
@@ -215,3 +217,85 @@ def test_page_in_a_real_browser_draws_its_figures(model_page, tmp_path):
     ink = (img.sum(axis=2) < 600).mean()
     blue = (np.abs(img - np.array([0, 114, 178])).sum(axis=2) < 60).mean()  # the figures' data colour
     assert 0.01 < ink < 0.6 and blue > 1e-4, (ink, blue)
+
+
+MUTATIONS = [
+    ("spectrum.eigenvalues", ["a"], "spectrum.eigenvalues.0 must be a number"),
+    ("spectrum.eigenvalues", [[1, 2], [3, 4]], "spectrum.eigenvalues.0 must be a number"),
+    ("spectrum.eigenvalues", [1e308] * 5, "spectrum.eigenvalues.0 must be a number in -1e+300..1e+300"),
+    ("spectrum.usable_rank", "x", "spectrum.usable_rank must be a whole number"),
+    ("spectrum.usable_rank", 10**6, "spectrum.usable_rank must be at most the"),
+    ("fits.0.window", [5], "fits.0.window must be two ranks [k1, k2], 1 <= k1 <= k2"),
+    ("fits.0.window", [0, 10], "fits.0.window must be two ranks"),
+    ("fits.0.intercept", "x", "fits.0.intercept must be a number"),
+    ("fits.0.model", "cubic", "fits.0.model must be one of power-law, log-corrected, broken"),
+    ("fits.0.ci", {"low": "a", "high": 1}, "fits.0.ci.low must be a number"),
+    ("fits", ["x", 1], "fits.0 must be an object"),
+    ("fit.alpha", 1e308, "fit.alpha must lie in -1e+06..1e+06"),
+    ("density.xmin", 0, "density.xmin must lie in"),
+    ("density.alpha", "x", "density.alpha must be a number"),
+    ("local_slope.ranks", [1, 2], "local_slope must have as many alpha_local values as ranks"),
+    ("source.shape", ["a", "b"], "source.shape must be a list of sizes"),
+    ("weightwatcher.verdict", [1, 2], "weightwatcher.verdict must be text"),
+    ("weightwatcher.log_norm", 1e308, "weightwatcher.log_norm must lie in -1e+100..1e+100"),
+    ("warnings", "abc", "warnings must be a list of sentences"),
+]
+
+
+def _set(doc, field, value):
+    *head, leaf = field.split(".")
+    cur = doc
+    for k in head:
+        cur = cur[int(k)] if isinstance(cur, list) else cur[k]
+    if isinstance(cur, list):
+        cur[int(leaf)] = value
+    else:
+        cur[leaf] = value
+
+
+@pytest.mark.parametrize("field,value,message", MUTATIONS)
+def test_a_corrupt_field_is_one_error_naming_it(model_jsonl, tmp_path, field, value, message):
+    lines = open(model_jsonl).read().splitlines()
+    i = next(k for k, line in enumerate(lines) if "spectra.report/1" in line)
+    doc = json.loads(lines[i])
+    _set(doc, field, value)
+    lines[i] = json.dumps(doc)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(spectra.InputError) as exc:
+        spectra.report(str(bad), out=str(tmp_path / "p.html"))
+    assert str(exc.value).startswith(f"{bad} line {i + 1}: {message}")
+    assert not (tmp_path / "p.html").exists()
+    from spectra_cli import plot
+
+    with pytest.raises(spectra.InputError, match="^the report: "):
+        plot.report_figure(doc)
+
+
+def test_repeated_inputs_and_kinds_that_do_not_fit_are_refused(model_jsonl, tmp_path):
+    with pytest.raises(spectra.OptionError, match="is given twice"):
+        spectra.report([str(model_jsonl), str(model_jsonl)])
+    one = tmp_path / "one.json"
+    one.write_text(next(line for line in open(model_jsonl) if "spectra.report/1" in line))
+    for kind in ("run", "model"):
+        with pytest.raises(spectra.OptionError, match=f"kind='{kind}' shows batch results"):
+            spectra.report(str(one), kind=kind)
+    with pytest.raises(spectra.OptionError, match="kind='report' shows JSON reports"):
+        spectra.report(str(model_jsonl), kind="report")
+    with pytest.raises(spectra.InputError, match="holds no report with a step"):
+        spectra.report(str(model_jsonl), kind="run")  # model.safetensors: no step in its name
+    np.save(tmp_path / "ckpt-7.npy", powerlaw_matrix(300, 20, 1.0, seed=3))
+    spectra.batch(str(tmp_path / "ckpt-7.npy"), jsonl=str(tmp_path / "c.jsonl"), window="3:10")
+    with pytest.raises(spectra.InputError, match="a run needs reports of at least 2 steps; these have 1"):
+        spectra.report(str(tmp_path / "c.jsonl"), kind="run")
+    with pytest.raises(spectra.InputError, match="step_regex found no step"):
+        spectra.report(str(model_jsonl), step_regex=r"step(\d+)")
+
+
+def test_a_repeated_item_shows_its_last_line_with_a_note(model_jsonl, tmp_path):
+    lines = open(model_jsonl).read().splitlines()
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text("\n".join(lines + [lines[-1]]) + "\n")
+    page = spectra.report(str(dup), worst=0)
+    assert page.notes == (f"{dup}: 1 item(s) appear on more than one line; the last line of each is shown",)
+    assert page.items == 9

@@ -1,0 +1,242 @@
+"""What a figure or the report page may take from a report document written elsewhere.
+
+A report read from a file (``--json``, a batch's JSON Lines) may be hostile or corrupt: every field
+a figure or a table of the page uses is checked here for its type and range before any drawing,
+and a bad one is an :class:`~spectra_cli.errors.InputError` naming the file, the line and the field
+(``r.jsonl line 3: fits.0.window must be two ranks [k1, k2], 1 <= k1 <= k2 (found [5])``). Numbers
+drawn on a linear axis must lie within ``±LINEAR_LIMIT``, eigenvalues (drawn on log axes) within
+``LOG_LIMIT``: beyond them matplotlib's tick and limit arithmetic overflows, and no real report
+has such values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from spectra_cli.errors import InputError
+
+#: Largest magnitude of a number drawn on a linear axis or printed in a table.
+LINEAR_LIMIT = 1e100
+#: Largest eigenvalue drawn on a log axis (float64's range, less headroom for the axis padding).
+LOG_LIMIT = 1e300
+MODELS = ("power-law", "log-corrected", "broken")
+#: Per-layer metrics the page plots and tabulates (dotted fields).
+LAYER_FIELDS = (
+    "weightwatcher.alpha", "weightwatcher.alpha_weighted", "weightwatcher.log_norm", "weightwatcher.log_spectral_norm",
+    "weightwatcher.stable_rank", "weightwatcher.mp_spikes", "fit.alpha", "fit.stderr", "rank.participation_ratio",
+    "rank.entropy_rank", "density.alpha", "density.stderr",
+)
+
+
+class _Check:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, field: str, what: str, value: Any) -> InputError:
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        return InputError(f"{self.where}: {field} {what} (found {shown}).")
+
+    def number(self, value: Any, field: str, *, none: bool = True, lo: float = -LINEAR_LIMIT,
+               hi: float = LINEAR_LIMIT, integer: bool = False) -> float | None:
+        if value is None and none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
+            raise self.fail(field, "must be " + ("a whole number" if integer else "a number"), value)
+        if integer and float(value) != int(value):
+            raise self.fail(field, "must be a whole number", value)
+        if not lo <= float(value) <= hi:
+            raise self.fail(field, f"must lie in {lo:g}..{hi:g}", value)
+        return float(value)
+
+    def numbers(self, value: Any, field: str, *, lo: float = -LINEAR_LIMIT, hi: float = LINEAR_LIMIT,
+                none_items: bool = True, limit: int = 50_000_000) -> list[float | None]:
+        if not isinstance(value, list):
+            raise self.fail(field, "must be a list of numbers", value)
+        if len(value) > limit:
+            raise self.fail(field, f"holds more than {limit:,} numbers", len(value))
+        for i, v in enumerate(value):
+            if v is None and none_items:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (lo <= v <= hi):
+                raise self.fail(f"{field}.{i}", f"must be a number in {lo:g}..{hi:g}", v)
+        return value
+
+    def section(self, doc: dict[str, Any], key: str, *, none: bool = True) -> dict[str, Any] | None:
+        value = doc.get(key)
+        if value is None and none:
+            return None
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be an object", value)
+        return value
+
+    def text(self, value: Any, field: str) -> None:
+        if value is not None and not isinstance(value, str):
+            raise self.fail(field, "must be text", value)
+
+
+def _fit(c: _Check, f: Any, field: str) -> None:
+    if not isinstance(f, dict):
+        raise c.fail(field, "must be an object", f)
+    model = f.get("model", "power-law")
+    if model not in MODELS:
+        raise c.fail(f"{field}.model", f"must be one of {', '.join(MODELS)}", model)
+    c.number(f.get("alpha"), f"{field}.alpha", lo=-1e6, hi=1e6)
+    c.number(f.get("intercept"), f"{field}.intercept", none=f.get("alpha") is None, lo=-1e4, hi=1e4)
+    c.number(f.get("stderr"), f"{field}.stderr", lo=0)
+    c.number(f.get("r2"), f"{field}.r2")
+    w = f.get("window")
+    if not (isinstance(w, list) and len(w) == 2 and all(isinstance(k, int) and not isinstance(k, bool) for k in w)
+            and 1 <= w[0] <= w[1] <= 10**9):
+        raise c.fail(f"{field}.window", "must be two ranks [k1, k2], 1 <= k1 <= k2", w)
+    if model == "log-corrected":
+        c.number(f.get("degree"), f"{field}.degree", lo=1, hi=100, integer=True)
+    if model == "broken":
+        c.number(f.get("crossover"), f"{field}.crossover", lo=1e-300, hi=1e12)
+        c.number(f.get("alpha_2"), f"{field}.alpha_2", lo=-1e6, hi=1e6)
+    ci = f.get("ci")
+    if ci is not None:
+        if not isinstance(ci, dict):
+            raise c.fail(f"{field}.ci", "must be an object", ci)
+        low = c.number(ci.get("low"), f"{field}.ci.low", lo=-1e6, hi=1e6)
+        high = c.number(ci.get("high"), f"{field}.ci.high", lo=-1e6, hi=1e6)
+        c.number(ci.get("level"), f"{field}.ci.level", lo=0, hi=1)
+        c.number(ci.get("bias"), f"{field}.ci.bias")
+        if low is not None and high is not None and low > high:
+            raise c.fail(f"{field}.ci", "must have low <= high", [low, high])
+    pop = f.get("population")
+    if pop is not None:
+        if not isinstance(pop, dict):
+            raise c.fail(f"{field}.population", "must be an object", pop)
+        for k in ("alpha", "naive_alpha", "n_over_d", "match_rms"):
+            c.number(pop.get(k), f"{field}.population.{k}", lo=-1e6, hi=1e6)
+        ci2 = pop.get("ci")
+        if ci2 is not None:
+            if not (isinstance(ci2, list) and len(ci2) == 2):
+                raise c.fail(f"{field}.population.ci", "must be [low, high]", ci2)
+            c.numbers(ci2, f"{field}.population.ci", lo=-1e6, hi=1e6)
+        w2 = pop.get("window")
+        if w2 is not None and not (isinstance(w2, list) and len(w2) == 2):
+            raise c.fail(f"{field}.population.window", "must be two ranks", w2)
+
+
+def _spectrum(c: _Check, spec: Any, field: str) -> None:
+    if not isinstance(spec, dict):
+        raise c.fail(field, "must be an object", spec)
+    lam = c.numbers(spec.get("eigenvalues"), f"{field}.eigenvalues", lo=-LOG_LIMIT, hi=LOG_LIMIT)
+    n = len(lam)
+    for k in ("usable_rank", "numerical_rank", "sampling_rank", "near_null", "n_samples", "n_features",
+              "structural_zeros"):
+        c.number(spec.get(k), f"{field}.{k}", lo=0, hi=10**12, integer=True)
+    usable = spec.get("usable_rank")
+    if usable is not None and usable > n:
+        raise c.fail(f"{field}.usable_rank", f"must be at most the {n} eigenvalues listed", usable)
+    c.number(spec.get("numerical_floor"), f"{field}.numerical_floor", lo=0, hi=LOG_LIMIT)
+    c.text(spec.get("definition"), f"{field}.definition")
+    c.text(spec.get("method"), f"{field}.method")
+
+
+def check_report(doc: Any, where: str) -> dict[str, Any]:
+    """``doc`` if every field the figures and the page use has the type and range they need, else
+    an :class:`InputError` naming the field (``where``: the file and line)."""
+    c = _Check(where)
+    if not isinstance(doc, dict):
+        raise c.fail("the report", "must be an object", type(doc).__name__)
+    if doc.get("schema") == "spectra.sequence/1":
+        return _check_sequence(c, doc)
+    src = c.section(doc, "source", none=False)
+    assert src is not None
+    c.text(src.get("path"), "source.path")
+    shape = src.get("shape")
+    if shape is not None and not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool)
+                                                                  and s >= 0 for s in shape)):
+        raise c.fail("source.shape", "must be a list of sizes", shape)
+    for k in ("n_rows", "n_features"):
+        c.number(src.get(k), f"source.{k}", lo=0, hi=10**15, integer=True)
+    if doc.get("item") is not None:
+        c.text(doc.get("item"), "item")
+    _spectrum(c, doc.get("spectrum"), "spectrum")
+    fits = doc.get("fits")
+    if fits is not None:
+        if not isinstance(fits, list):
+            raise c.fail("fits", "must be a list of fits", fits)
+        for i, f in enumerate(fits):
+            _fit(c, f, f"fits.{i}")
+    if doc.get("fit") is not None:
+        _fit(c, doc["fit"], "fit")
+    ls = c.section(doc, "local_slope")
+    if ls is not None:
+        ranks = c.numbers(ls.get("ranks") or [], "local_slope.ranks", lo=1e-300, hi=1e12, none_items=False)
+        vals = c.numbers(ls.get("alpha_local") or [], "local_slope.alpha_local", lo=-1e6, hi=1e6)
+        if len(ranks) != len(vals):
+            raise c.fail("local_slope", "must have as many alpha_local values as ranks", [len(ranks), len(vals)])
+        c.number(ls.get("width_decades"), "local_slope.width_decades", lo=0, hi=100)
+    dens = c.section(doc, "density")
+    if dens is not None and dens.get("alpha") is not None:
+        c.number(dens.get("alpha"), "density.alpha", none=False, lo=1 + 1e-12, hi=1e6)
+        c.number(dens.get("xmin"), "density.xmin", none=False, lo=1e-300, hi=LOG_LIMIT)
+        c.number(dens.get("n_tail"), "density.n_tail", lo=0, hi=len(doc["spectrum"]["eigenvalues"]), integer=True)
+        c.number(dens.get("ks_distance"), "density.ks_distance", lo=0, hi=1)
+        c.number(dens.get("stderr"), "density.stderr", lo=0)
+    control = c.section(doc, "control")
+    if control is not None:
+        c.numbers(control.get("eigenvalues") or [], "control.eigenvalues", lo=-LOG_LIMIT, hi=LOG_LIMIT)
+    ww = c.section(doc, "weightwatcher")
+    if ww is not None:
+        c.text(ww.get("verdict"), "weightwatcher.verdict")
+        ar = ww.get("alpha_range")
+        if ar is not None and not (isinstance(ar, list) and len(ar) == 2):
+            raise c.fail("weightwatcher.alpha_range", "must be [lo, hi]", ar)
+        if ar is not None:
+            c.numbers(ar, "weightwatcher.alpha_range", none_items=False)
+    for key in ("rank", "isotropy", "weightwatcher", "density"):
+        sec = c.section(doc, key)
+        for k, v in (sec or {}).items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                c.number(v, f"{key}.{k}")
+    warnings = doc.get("warnings")
+    if warnings is not None and not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
+        raise c.fail("warnings", "must be a list of sentences", warnings)
+    return doc
+
+
+def _check_sequence(c: _Check, doc: dict[str, Any]) -> dict[str, Any]:
+    src = c.section(doc, "source", none=False)
+    assert src is not None
+    c.text(src.get("path"), "source.path")
+    c.text(src.get("layout"), "source.layout")
+    rows = doc.get("per_position")
+    if not isinstance(rows, list):
+        raise c.fail("per_position", "must be a list", rows)
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise c.fail(f"per_position.{i}", "must be an object", r)
+        c.number(r.get("position"), f"per_position.{i}.position", none=False, lo=0, hi=10**12, integer=True)
+        for k in ("alpha", "participation_ratio", "mean_cosine"):
+            c.number(r.get(k), f"per_position.{i}.{k}")
+    parts = [("context", c.section(doc, "context", none=False))]
+    controls = doc.get("controls")
+    if not isinstance(controls, dict):
+        raise c.fail("controls", "must be an object", controls)
+    parts += [(f"controls.{k}", v) for k, v in controls.items()]
+    for name, part in parts:
+        if not isinstance(part, dict):
+            raise c.fail(name, "must be an object", part)
+        _spectrum(c, part.get("spectrum"), f"{name}.spectrum")
+        if part.get("fit") is not None:
+            _fit(c, part["fit"], f"{name}.fit")
+    lag = c.section(doc, "lag_energy", none=False)
+    assert lag is not None
+    lags = c.numbers(lag.get("lags"), "lag_energy.lags", lo=0, hi=10**12, none_items=False)
+    for k in ("data", "shuffled"):
+        if k == "shuffled" and lag.get(k) is None:
+            continue
+        vals = c.numbers(lag.get(k), f"lag_energy.{k}")
+        if len(vals) != len(lags):
+            raise c.fail(f"lag_energy.{k}", f"must have one value per lag ({len(lags)})", len(vals))
+    warnings = doc.get("warnings")
+    if warnings is not None and not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
+        raise c.fail("warnings", "must be a list of sentences", warnings)
+    return doc

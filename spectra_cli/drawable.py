@@ -12,7 +12,12 @@ has such values.
 from __future__ import annotations
 
 import math
+import os
+import re
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from spectra_cli.errors import InputError
 
@@ -240,3 +245,41 @@ def _check_sequence(c: _Check, doc: dict[str, Any]) -> dict[str, Any]:
     if warnings is not None and not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
         raise c.fail("warnings", "must be a list of sentences", warnings)
     return doc
+
+
+def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
+    """A fit's model eigenvalues at (real) ranks, from its JSON: ``exp(intercept) j^-alpha``, the
+    broken law's second slope past its crossover, or the log-corrected law."""
+    x = np.log(ranks)
+    a, b = float(fit["alpha"]), float(fit["intercept"])
+    with np.errstate(over="ignore"):  # a line past float64 is inf: matplotlib leaves it out
+        if fit.get("model") == "log-corrected":
+            p = int(fit.get("degree") or 1)
+            u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
+            return np.asarray(np.exp(b + a * u))
+        y = b - a * x
+        if fit.get("model") == "broken" and _finite(fit.get("crossover")) and _finite(fit.get("alpha_2")) is not None:
+            y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
+        return np.asarray(np.exp(y))
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that puts ``layer.2`` before ``layer.10`` (the network's order in its names)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def layer_names(items: Sequence[str]) -> list[str]:
+    """The part of each item name that differs: the longest common prefix (cut at a separator)
+    dropped, the rest whole."""
+    if len(items) < 2:
+        return [i.partition("::")[2] or os.path.basename(i) or i for i in items]
+    prefix = os.path.commonprefix(list(items))
+    cut = max(prefix.rfind(c) for c in ":./_-") + 1 if prefix else 0
+    return [i[cut:] or i for i in items]
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None

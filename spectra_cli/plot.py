@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,6 +37,7 @@ __all__ = [
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
+from spectra_cli.drawable import layer_names, natural_key, predict  # noqa: E402  (re-exported)
 from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
 
 #: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
@@ -128,22 +128,6 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}"
     se = _num(fit.get("stderr"))
     return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
-
-
-def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
-    """A fit's model eigenvalues at (real) ranks, from its JSON: ``exp(intercept) j^-alpha``, the
-    broken law's second slope past its crossover, or the log-corrected law."""
-    x = np.log(ranks)
-    a, b = float(fit["alpha"]), float(fit["intercept"])
-    with np.errstate(over="ignore"):  # a line past float64 is inf: matplotlib leaves it out
-        if fit.get("model") == "log-corrected":
-            p = int(fit.get("degree") or 1)
-            u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
-            return np.asarray(np.exp(b + a * u))
-        y = b - a * x
-        if fit.get("model") == "broken" and _num(fit.get("crossover")) and _num(fit.get("alpha_2")) is not None:
-            y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
-        return np.asarray(np.exp(y))
 
 
 def _fits(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -424,21 +408,6 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
 
 def _short(name: str, keep: int = 48) -> str:
     return name if len(name) <= keep else "…" + name[-(keep - 1):]
-
-
-def natural_key(name: str) -> list[Any]:
-    """Sort key that puts ``layer.2`` before ``layer.10`` (the network's order in its names)."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def layer_names(items: Sequence[str]) -> list[str]:
-    """The part of each item name that differs: the longest common prefix (cut at a separator)
-    dropped, the rest whole."""
-    if len(items) < 2:
-        return [data_name({"item": i}) for i in items]
-    prefix = os.path.commonprefix(list(items))
-    cut = max(prefix.rfind(c) for c in ":./_-") + 1 if prefix else 0
-    return [i[cut:] or i for i in items]
 
 
 def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healthy: tuple[float, float] | None = None,

@@ -147,6 +147,18 @@ class Report:
         """The effective ranks, or None."""
         return self.suite.rank if self.suite is not None else None
 
+    def to_pandas(self) -> Any:
+        """The spectrum as a pandas DataFrame: a row per rank (eigenvalue, explained variance ratio,
+        usable), a column per fit (the fitted law over its window). pandas is the optional extra ``pandas``."""
+        from spectra_cli.frames import report_frame
+
+        return report_frame(self.to_dict())
+
+    def _repr_html_(self) -> str:
+        from spectra_cli.frames import report_html
+
+        return report_html(self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema": SCHEMA_VERSION,

@@ -32,6 +32,10 @@ from spectra_cli.analysis.rank import (
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import FitError, param
 
+#: ``spectra``: its own defaults; ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred W^T W, the
+#: density exponent, its layer selection and tiny-eigenvalue cut, its column names and verdicts).
+CONVENTIONS = ("spectra", "weightwatcher")
+
 
 @dataclass(frozen=True, slots=True)
 class FitOptions:
@@ -46,6 +50,11 @@ class FitOptions:
     counting: tuple[float, ...] = ()
     capacity: tuple[float, ...] = ()
     alpha_range: tuple[float, float] = (2.0, 6.0)
+    #: ``spectra`` or ``weightwatcher`` (the preset that reproduces WeightWatcher's ``analyze()``)
+    convention: str = "spectra"
+    #: eigenvalues at or below this are left out of the density fit (WeightWatcher's ``EVALS_THRESH``, in
+    #: spectra's units; set from the row count when the convention is ``weightwatcher``)
+    density_floor: float = 0.0
     #: ``windows`` parsed, once: ``(K1, K2)``, or None for ``auto``.
     requested: tuple[tuple[int, int] | None, ...] = field(init=False, repr=False, compare=False)
 
@@ -56,6 +65,7 @@ class FitOptions:
 
         check_choice("method", self.method, METHODS)
         check_choice("model", self.model, MODELS)
+        check_choice("convention", self.convention, CONVENTIONS)
         for w in self.windows:
             if not isinstance(w, str):
                 raise OptionError(f"{param('window', w, show=True)} must be a string 'K1:K2' or 'auto' (or a list of "
@@ -75,7 +85,7 @@ class FitOptions:
                model: str = "power-law", degree: int = 2, auto_tolerance: float = 0.05, density: bool = False,
                counting: list[float] | tuple[float, ...] | None = (),
                capacity: list[float] | tuple[float, ...] | None = (),
-               alpha_range: str | tuple[float, float] = (2.0, 6.0)) -> FitOptions:
+               alpha_range: str | tuple[float, float] = (2.0, 6.0), convention: str = "spectra") -> FitOptions:
         if window is not None and not isinstance(window, str | list | tuple):
             from spectra_cli.errors import OptionError
 
@@ -83,8 +93,9 @@ class FitOptions:
                               f"of them), not {type(window).__name__}.")
         windows = (window,) if isinstance(window, str) else tuple(window or ())
         return cls(windows=windows, method=method, model=model, degree=degree, auto_tolerance=auto_tolerance,
-                   density=bool(density), counting=tuple(counting or ()), capacity=tuple(capacity or ()),
-                   alpha_range=parse_alpha_range(alpha_range))
+                   density=bool(density) or convention == "weightwatcher", counting=tuple(counting or ()),
+                   capacity=tuple(capacity or ()),
+                   alpha_range=parse_alpha_range(alpha_range), convention=convention)
 
     @property
     def window_ends(self) -> tuple[int, ...] | None:
@@ -98,6 +109,8 @@ class FitOptions:
                                   "model": self.model, "degree": self.degree, "auto_tolerance": self.auto_tolerance}
         if self.density:
             out["alpha_range"] = list(self.alpha_range)
+        if self.convention != "spectra":
+            out["convention"] = self.convention
         return out
 
 
@@ -180,7 +193,8 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     density = None
     if opts.density:
         try:
-            density = density_fit(lam[: spec.numerical_rank])
+            kept = lam[: spec.numerical_rank]
+            density = density_fit(kept[kept > opts.density_floor] if opts.density_floor > 0 else kept)
         except FitError as exc:  # too few eigenvalues: the same rule as a collapsed rank fit
             warnings.append(f"no density fit: {exc}")
     profile = local_slope_profile(lam, spec.usable_rank)

@@ -29,6 +29,158 @@ import numpy as np
 DEFAULT_ALPHA_RANGE = (2.0, 6.0)
 VERDICTS = ("over-trained", "ok", "under-trained")
 
+#: The WeightWatcher release whose rules ``convention="weightwatcher"`` follows (constants.py of 0.7.7).
+WW_VERSION = "0.7.7"
+#: A layer with fewer eigenvalues than this is skipped (constants.py ``DEFAULT_MIN_EVALS``; 10 before 0.7.7).
+WW_MIN_EVALS = 8
+#: ... or with more (``DEFAULT_MAX_EVALS``), or whose larger side exceeds ``DEFAULT_MAX_N``.
+WW_MAX_EVALS = 15000
+WW_MAX_N = 50000
+#: Eigenvalues of ``W^T W`` at or below this are left out of the power-law fit (``EVALS_THRESH``).
+WW_EVALS_THRESH = 1e-5
+#: weightwatcher.py ``matrix_entropy``'s epsilon (RMT_Util ``EPSILON``).
+WW_EPSILON = 1e-10
+
+
+def ww_skip(shape: list[int] | tuple[int, ...]) -> str | None:
+    """Why WeightWatcher's ``analyze()`` skips a 2-D weight of this shape (``layer_supported``:
+    ``M < min_evals``, ``M > max_evals``, ``N > max_N``; ``N, M`` its larger and smaller side), or None."""
+    big, small = max(shape), min(shape)
+    if small < WW_MIN_EVALS:
+        return f"{small} eigenvalues, fewer than WeightWatcher's min_evals = {WW_MIN_EVALS}"
+    if small > WW_MAX_EVALS:
+        return f"{small} eigenvalues, more than WeightWatcher's max_evals = {WW_MAX_EVALS}"
+    if big > WW_MAX_N:
+        return f"its larger side {big} exceeds WeightWatcher's max_N = {WW_MAX_N}"
+    return None
+
+
+def linear_kde(data: np.ndarray, x: np.ndarray, bandwidth: float) -> np.ndarray:
+    """The density of scikit-learn's ``KernelDensity(kernel="linear", bandwidth=h)`` at ``x``:
+    ``(1/n) sum_i max(0, 1 - |x - x_i| / h) / h`` (exact: no tree approximation)."""
+    data = np.sort(np.asarray(data, dtype=np.float64))
+    out = np.zeros(x.size)
+    for i in range(0, x.size, 128):  # only the points within h of each x contribute
+        xs = x[i:i + 128]
+        lo = np.searchsorted(data, xs.min() - bandwidth, side="left")
+        hi = np.searchsorted(data, xs.max() + bandwidth, side="right")
+        d = np.abs(xs[:, None] - data[None, lo:hi]) / bandwidth
+        out[i:i + 128] = np.clip(1.0 - d, 0.0, None).sum(axis=1)
+    return out / (data.size * bandwidth)
+
+
+@dataclass(frozen=True, slots=True)
+class MPFit:
+    """WeightWatcher's Marchenko-Pastur fit of one layer (``mp_fit=True``): the eigenvalues rescaled to
+    mean 1, sigma fitted to their kernel density, the bulk edge with a Tracy-Widom margin."""
+
+    sigma: float
+    bulk_max: float  # in the eigenvalues' own units
+    bulk_min: float
+    num_spikes: int
+    mp_softrank: float
+    w_scale: float
+
+
+def mp_fit(evals: np.ndarray, n: int, m: int) -> MPFit | None:
+    """WeightWatcher's ``mp_fit`` (weightwatcher.py 0.7.7 ``WeightWatcher.mp_fit``, RMT_Util
+    ``fit_density_with_range`` and ``resid_mp``), for the ``m`` eigenvalues of ``W^T W`` of an ``n x m``
+    matrix (``n >= m``): rescaled by ``W_scale^2 = m / sum lambda``; sigma by ``scipy.optimize.brute`` over
+    ``[0.05, 2) x sigma_0`` in steps of ``0.01 sigma_0`` (``sigma_0 = sqrt(lambda_max) / (1 + Q^-1/2)``),
+    polished by ``fmin``, minimising the squared gap between the MP density (the quarter circle of the
+    singular values when ``Q = 1``) and a linear-kernel density (bandwidth 0.1) on 1,000 points, where the
+    density exceeds 0.01; ``bulk_max = (sigma (1 + Q^-1/2))^2``, spikes above ``bulk_max +
+    sqrt(Q^-1/2 bulk_max^(2/3) m^(-2/3))``, ``mp_softrank = bulk_max / lambda_max``. None when the
+    eigenvalues sum to 0."""
+    from scipy import optimize
+
+    evals = np.asarray(evals, dtype=np.float64)
+    total = float(evals.sum())
+    if not total > 0 or evals.size < 2:
+        return None
+    q = n / m
+    w_scale = math.sqrt(evals.size) / math.sqrt(total)
+    to_plot = w_scale * w_scale * evals
+    lam_max = float(to_plot.max())
+    sigma0 = math.sqrt(lam_max / (1.0 + 1.0 / math.sqrt(q)) ** 2)
+    to_fit = np.sqrt(np.clip(to_plot, 0.0, None)) if q == 1 else to_plot
+    xde = np.linspace(0.0, float(to_fit.max()) + 0.5, 1000)
+    yde = linear_kde(to_fit, xde, 0.1)
+    good = yde > 0.01
+    bad = int(np.count_nonzero(yde < 0.01))
+    xg, yg = xde[good], yde[good]
+    peak = float(xg[np.argmax(yg)]) if xg.size else 0.0
+
+    def resid(p: Any) -> float:
+        sigma = float(np.ravel(p)[0])
+        with np.errstate(all="ignore"):
+            if q == 1:
+                ymp = np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xg ** 2))
+            else:
+                y = 1 / q
+                b = (sigma * (1 + math.sqrt(1 / q))) ** 2
+                a = (sigma * (1 - math.sqrt(1 / q))) ** 2
+                if b < peak or b > float(xg.max()) or a > peak:
+                    return float(1000.0 ** 2 * yg.size)
+                ymp = np.nan_to_num((1 / (2 * np.pi * sigma * sigma * xg * y)) * np.sqrt((b - xg) * (xg - a)))
+        r = ymp - yg
+        return float(np.sum(r * r)) + 0.0 * bad
+
+    if not xg.size:
+        return None
+    grid = (slice(0.05 * sigma0, 2.0 * sigma0, 0.01 * sigma0),)
+    with np.errstate(all="ignore"):
+        s1 = float(np.ravel(optimize.brute(resid, grid, full_output=False, disp=False))[0])
+    bulk_max = (s1 * (1 + 1 / math.sqrt(q))) ** 2
+    bulk_min = (s1 * (1 - 1 / math.sqrt(q))) ** 2
+    tw = 1 / math.sqrt(q) * bulk_max ** (2 / 3) * m ** (-2 / 3)
+    spikes = int(np.count_nonzero(to_plot > bulk_max + math.sqrt(tw)))
+    return MPFit(s1, bulk_max / (w_scale * w_scale), bulk_min / (w_scale * w_scale), spikes, bulk_max / lam_max,
+                 w_scale)
+
+
+def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: tuple[float, float],
+               xmin_scale: float = 1.0) -> dict[str, Any]:
+    """The columns of WeightWatcher's ``analyze()`` details for one layer, by its names, from the ``m``
+    eigenvalues of ``W^T W`` (weightwatcher.py ``apply_esd``, ``apply_powerlaw``, ``apply_norm_metrics``,
+    ``mp_fit``; RMT_Util ``matrix_rank``, ``matrix_entropy``, ``calc_rank_loss``)."""
+    ev = np.clip(np.asarray(evals, dtype=np.float64), 0.0, None)
+    sv = np.sqrt(ev)
+    big = max(n, m)
+    tol = float(sv.max()) * big * float(np.finfo(np.float64).eps) if sv.size else 0.0
+    rank = int(np.count_nonzero(sv > tol))
+    total = float(ev.sum())
+    lam_max = float(ev.max()) if ev.size else 0.0
+    alpha = density.alpha if density is not None else None
+    entropy = None
+    if total > 0 and rank > 0:
+        p = ev / total + WW_EPSILON
+        entropy = float(-np.sum(p * np.log(p)) / math.log(rank + WW_EPSILON))
+    with np.errstate(over="ignore"):
+        lan = float(np.log10(np.sum(ev ** alpha))) if alpha is not None and total > 0 else None
+    warning = ""
+    if alpha is not None:
+        warning = "over-trained" if alpha < alpha_range[0] else "under-trained" if alpha > alpha_range[1] else ""
+    mp = mp_fit(ev, big, m)
+    factor = xmin_scale  # the density fit ran on spectra's eigenvalues
+    return {
+        "N": big, "M": m, "Q": big / m if m else None, "num_evals": int(ev.size),
+        "alpha": alpha, "xmin": density.xmin * factor if density is not None else None,
+        "xmax": lam_max, "D": density.ks_distance if density is not None else None,
+        "sigma": density.stderr if density is not None else None,
+        "num_pl_spikes": density.n_tail if density is not None else None,
+        "norm": total, "log_norm": math.log10(total) if total > 0 else None,
+        "spectral_norm": lam_max, "log_spectral_norm": math.log10(lam_max) if lam_max > 0 else None,
+        "alpha_weighted": alpha * math.log10(lam_max) if alpha is not None and lam_max > 0 else None,
+        "log_alpha_norm": lan, "stable_rank": total / lam_max if lam_max > 0 else None,
+        "lambda_max": lam_max, "sv_max": float(sv.max()) if sv.size else None,
+        "sv_min": float(sv.min()) if sv.size else None, "matrix_rank": rank, "rank_loss": int(sv.size - rank),
+        "weak_rank_loss": int(np.count_nonzero(ev < 1e-6)), "entropy": entropy, "warning": warning,
+        "num_spikes": mp.num_spikes if mp else None, "sigma_mp": mp.sigma if mp else None,
+        "mp_softrank": mp.mp_softrank if mp else None, "bulk_max": mp.bulk_max if mp else None,
+        "bulk_min": mp.bulk_min if mp else None, "W_scale": mp.w_scale if mp else None,
+    }
+
 
 @dataclass(frozen=True, slots=True)
 class WeightMetrics:
@@ -43,6 +195,8 @@ class WeightMetrics:
     alpha_range: tuple[float, float]
     sum_factor: float
     parameters: int
+    #: WeightWatcher's ``analyze()`` columns by its names (:func:`ww_columns`), when computed
+    columns: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +212,7 @@ class WeightMetrics:
             "verdict": self.verdict,
             "alpha_range": list(self.alpha_range),
             "parameters": self.parameters,
+            **({"columns": self.columns} if self.columns is not None else {}),
             "definitions": {
                 "alpha": "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): WeightWatcher's alpha",
                 "alpha_weighted": "alpha * log10(lambda_max)",
@@ -67,6 +222,9 @@ class WeightMetrics:
                 "mp_spikes": "eigenvalues above the Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, "
                 "N >= M, Q = N/M (closed form; WeightWatcher fits sigma by kernel density)",
                 "verdict": "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
+                "columns": f"WeightWatcher {WW_VERSION}'s analyze() columns by its names, from the eigenvalues of "
+                "W^T W (num_spikes, sigma_mp, mp_softrank, bulk_max: its MP fit, mp_fit=True; warning: '' when "
+                "alpha is in range)",
             },
         }
 
@@ -87,9 +245,11 @@ def verdict(alpha: float | None, alpha_range: tuple[float, float]) -> str | None
 
 
 def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_factor: float,
-                   density_alpha: float | None, alpha_range: tuple[float, float] = DEFAULT_ALPHA_RANGE
-                   ) -> WeightMetrics:
-    """The metrics of one matrix from its resolved eigenvalues (floors set to 0)."""
+                   density_alpha: float | None, alpha_range: tuple[float, float] = DEFAULT_ALPHA_RANGE,
+                   raw: np.ndarray | None = None, density: Any = None) -> WeightMetrics:
+    """The metrics of one matrix from its resolved eigenvalues (floors set to 0); with ``raw`` (the
+    eigenvalues as computed, rounding noise kept, as WeightWatcher's SVD gives them) also WeightWatcher's
+    columns by its names."""
     lam = np.asarray(resolved, dtype=np.float64) * sum_factor
     total = float(lam.sum())
     top = float(lam.max()) if lam.size else 0.0
@@ -115,4 +275,6 @@ def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_fa
         alpha_range=alpha_range,
         sum_factor=sum_factor,
         parameters=n_rows * n_features,
+        columns=ww_columns(np.asarray(raw, dtype=np.float64)[:small] * sum_factor, n=big, m=small, density=density,
+                           alpha_range=alpha_range, xmin_scale=sum_factor) if raw is not None else None,
     )

@@ -11,6 +11,7 @@ from spectra_cli.cli.app import app, emit
 from spectra_cli.cli.flags import (
     Column,
     Columns,
+    Convention,
     Json,
     Key,
     Paths,
@@ -52,6 +53,7 @@ def fit(
     auto_tolerance: Annotated[float, typer.Option("--auto-tolerance", metavar="T", help="Residual RMS of log "
                                                   "lambda allowed by --window auto.")] = 0.05,
     plot: Plot = None,
+    convention: Convention = "spectra",
     partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
                                                      "(a second streamed pass).")] = False,
     isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
@@ -82,6 +84,8 @@ def fit(
         from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
+    if convention == "weightwatcher" and reading.get("centered") is True:
+        reading.pop("centered")  # (the flag's default: the convention sets it)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.fit(
             one_path(paths, "eigenvalues") if eigenvalues else paths, window=window, method=method, model=model,
@@ -90,7 +94,7 @@ def fit(
             auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
             population=population,
             eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, rankme=rankme, top=top, progress=progress, **reading)
+            isoscore=isoscore, rankme=rankme, top=top, convention=convention, progress=progress, **reading)
     if plot is not None:
         from spectra_cli.render.figures import plot_report
 

@@ -43,6 +43,9 @@ Json = Annotated[bool, typer.Option("--json", help="Print one strict JSON docume
 Logits = Annotated[str | None, typer.Option("--logits", metavar="FILE.npy",
                                             help="1-D .npy of scores z: row weights softmax(z / T).")]
 Temperature = Annotated[float, typer.Option("--temperature", metavar="T", help="Temperature T of --logits.")]
+Convention = Annotated[str, typer.Option("--convention", metavar="NAME", help="spectra (its own defaults) | "
+                                          "weightwatcher (WeightWatcher's analyze(): uncentred W^T W, density "
+                                          "alpha, its layers, columns and verdicts).")]
 Plot = Annotated[str | None, typer.Option("--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; needs "
                                           "the 'plot' extra).")]
 

@@ -13,6 +13,7 @@ from spectra_cli.cli.flags import (
     BlockRows,
     Column,
     ConnectTimeout,
+    Convention,
     Ddof,
     Json,
     Key,
@@ -121,6 +122,7 @@ def batch(
                                           "layers. PATH may be a results .jsonl.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="List every skipped tensor.")] = False,
     allow_option_mismatch: AllowMismatch = False,
+    convention: Convention = "spectra",
     threads: Threads = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout instead of the summary table.")
                     ] = False,
@@ -157,7 +159,7 @@ def batch(
                            precision=precision, density=density, block_rows=block_rows, positions=positions,
                            pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
                            connect_timeout=connect_timeout, verbose=verbose,
-                           allow_option_mismatch=allow_option_mismatch, on_result=on_result,
+                           allow_option_mismatch=allow_option_mismatch, convention=convention, on_result=on_result,
                            progress=lambda done, total: bar.update(task, completed=done, total=total), threads=threads)
     if not result.items:  # results files, summarised
         _print_summary(result.summary(), json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,8 +59,10 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
 
 def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int, jsonl: str | None,
                 console: Console) -> None:
-    title = f"{len(results)} item(s)" + (f", {skipped} skipped (--resume)" if skipped else "")
     results = [r for r in results if "skipped" not in r]
+    prefix, _ = common_part([str(r["item"]) for r in results])
+    title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
+        (f", {skipped} skipped (--resume)" if skipped else "")
     with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
     t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
     t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
@@ -134,17 +137,37 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
         console.print(w)
 
 
-def shorten_names(names: Sequence[str]) -> list[str]:
-    """Names with their common directory prefix replaced by ``…/``, so the part that differs shows."""
+_SHARD = re.compile(r"-\d{5}-of-\d{5}(?=\.safetensors$)")
+
+
+def common_part(names: Sequence[str]) -> tuple[str | None, list[str]]:
+    """What the names share, shown once, and the part of each that differs, whole: the tensors of one
+    checkpoint under its file (a sharded folder's under the folder: the model, not the shard), else
+    files under their common directory. ``(None, names)`` when they share nothing worth cutting."""
     import os
 
+    names = list(names)
+    if not names:
+        return None, names
+    files = [n.partition("::")[0] for n in names]
+    if all("::" in n for n in names):
+        sharded = [bool(_SHARD.search(f)) for f in files]
+        models = {_SHARD.sub("", f) for f in files}
+        if len(models) == 1:
+            model = (os.path.dirname(files[0]) or ".") + "/" if all(sharded) else files[0]
+            return model, [n.partition("::")[2] for n in names]
     if len(names) < 2:
-        return list(names)
-    prefix = os.path.commonprefix(list(names))
-    cut = max(prefix.rfind("/"), prefix.rfind("::") + 1 if "::" in prefix else -1)
+        return None, names
+    cut = os.path.commonprefix(names).rfind("/") + 1
     if cut <= 0:
-        return list(names)
-    return ["…" + n[cut:] for n in names]
+        return None, names
+    return names[0][:cut], [n[cut:] for n in names]
+
+
+def shorten_names(names: Sequence[str]) -> list[str]:
+    """Names without what they all share (see :func:`common_part`), so the part that differs shows."""
+    prefix, rest = common_part(names)
+    return rest if prefix is not None else list(names)
 
 
 def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:

@@ -36,6 +36,7 @@ class Item:
     name: str  # what open_source takes: a path, path::tensor or path::key
     fingerprint: str
     error: str | None = None  # the file could not even be listed: the item fails with this
+    shape: tuple[int, ...] | None = None  # a checkpoint tensor's, from its header
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,34 +127,12 @@ def _expand(path: str, notes: list[str]) -> list[str]:
     return [path]
 
 
-_INT_KINDS = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64"}
-
-
-def _matrix_skip(name: str, dtype: str, shape: list[int]) -> tuple[str, str] | None:
-    """``(kind, reason)`` when a tensor is not a weight matrix, else None."""
-    if dtype.upper() in _INT_KINDS or dtype.lower().startswith(("int", "uint")):
-        return "integer buffer", f"{dtype} tensor of shape {shape} (an index or counter, not weights)"
-    if dtype.upper() == "BOOL" or dtype == "bool":
-        return "boolean buffer", f"bool tensor of shape {shape}"
-    if dtype.upper() not in {"F64", "F32", "F16", "BF16"} and not dtype.startswith("float"):
-        return "unsupported dtype", f"dtype {dtype} is not float64/32/16 or bfloat16"
-    if len(shape) == 0:
-        return "scalar", "a scalar"
-    if len(shape) == 1:
-        return "vector", f"a vector of {shape[0]} (biases, norms)"
-    if len(shape) > 2:
-        return "tensor of 3+ dimensions", f"shape {shape} is not 2-D (convolution kernels are not reshaped)"
-    if min(shape) < 2:
-        return "matrix with a side < 2", f"shape {shape}: a spectrum needs both sides >= 2"
-    return None
-
-
 def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: list[int]) -> list[Item]:
     """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
     low = f.lower()
     out: list[Item] = []
     if low.endswith(".safetensors"):
-        from spectra_cli.sources.safetensors import list_tensors
+        from spectra_cli.sources.safetensors import list_tensors, matrix_skip
 
         for t in list_tensors(f):
             counts[0] += 1
@@ -161,11 +140,11 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
             if pattern is not None and not pattern.search(t["name"]):
                 continue
             counts[1] += 1
-            why = _matrix_skip(t["name"], str(t["dtype"]), list(t["shape"]))
+            why = matrix_skip(str(t["dtype"]), list(t["shape"]))
             if why is not None:
                 listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
-            out.append(Item(name, fingerprint(name)))
+            out.append(Item(name, fingerprint(name), shape=tuple(int(x) for x in t["shape"])))
     elif low.endswith(".npz") and is_moment_file(f):  # moments of one matrix (``spectra moments``)
         out.append(Item(f, fingerprint(f)))
     elif low.endswith(".npz"):
@@ -623,8 +602,10 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
 class BatchResult:
     """What :func:`batch` did: one JSON line (a report, or a failed item's error) per item run, in
     the order they finished; the tensors skipped (not weight matrices), and why; what ``resume``
-    kept; notes. Iterating gives the item lines; ``summary()`` is the model-level summary of
-    ``spectra batch --summary``."""
+    kept; notes. Iterating gives every line: the reports and failed items, then the skipped tensors
+    (``.failed``, ``.skipped``); ``summary()`` is the model-level summary of ``spectra batch --summary``;
+    ``to_pandas()`` a DataFrame of one flat row per item (WeightWatcher's columns under its convention);
+    in Jupyter, a table."""
 
     results: tuple[dict[str, Any], ...]
     skipped: tuple[dict[str, Any], ...] = ()
@@ -635,12 +616,39 @@ class BatchResult:
     jsonl: str | None = None
     skip_note: str | None = None
     retried: int = 0
+    convention: str = "spectra"
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.results)
+        return iter((*self.results, *self.skipped))
 
     def __len__(self) -> int:
-        return len(self.results)
+        return len(self.results) + len(self.skipped)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat dict per item: ``item``, ``status`` (ok, failed, skipped), ``why``, ``shape`` and the
+        headline report fields by their dotted names; under ``convention="weightwatcher"``, WeightWatcher's
+        ``analyze()`` columns, one row per layer it analyses (:mod:`spectra_cli.frames`)."""
+        from spectra_cli.frames import batch_rows, ww_rows
+
+        lines = [*self.results, *self.skipped]
+        return ww_rows(lines) if self.convention == "weightwatcher" else batch_rows(lines)
+
+    def to_pandas(self) -> Any:
+        """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``)."""
+        from spectra_cli.frames import WW_COLUMNS, frame
+
+        return frame(self.rows(), WW_COLUMNS if self.convention == "weightwatcher" else None)
+
+    def _repr_html_(self) -> str:
+        from spectra_cli.frames import html_table
+
+        rows = self.rows()
+        cols = (["longname", "N", "M", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank",
+                 "num_spikes", "mp_softrank", "warning"] if self.convention == "weightwatcher"
+                else ["item", "status", "shape", "fit.alpha", "fit.r2", "rank.participation_ratio",
+                      "weightwatcher.alpha", "why"])
+        return html_table(rows, cols, title=f"spectra batch: {len(self.results)} item(s), {len(self.failed)} "
+                                            f"failed, {len(self.skipped)} skipped")
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -654,7 +662,11 @@ class BatchResult:
         from spectra_cli.run.summary import read_results, summarize
 
         lines = read_results([self.jsonl]) if self.jsonl else [*self.skipped, *self.results]
-        return summarize(lines).to_dict()
+        doc = summarize(lines).to_dict()
+        ww = doc.get("weightwatcher_summary")
+        if self.convention == "weightwatcher" and ww:  # get_summary()'s keys, at the top as it has them
+            doc.update({k: v for k, v in ww.items() if k != "layers"})
+        return dict(doc)
 
     def to_dict(self) -> dict[str, Any]:
         return {"results": list(self.results), "skipped": list(self.skipped), "notes": list(self.notes),
@@ -687,6 +699,7 @@ def batch(
     connect_timeout: float = 5.0,
     verbose: bool = False,
     allow_option_mismatch: bool = False,
+    convention: str = "spectra",
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     threads: int | None = None,
@@ -703,8 +716,11 @@ def batch(
     wait for ``scheduler`` to answer; ``verbose``: Dask's own logs) (``workers`` a
     LocalCluster, or ``scheduler``). The fit options (``window``, ``method``, ``model``, ``centered``,
     ``ddof``, ``precision``, ``density``, ``alpha_range``, ``block_rows``, ``positions``, ``pool``,
-    ``top``) are those of ``fit``. ``on_result(line)`` is called with each line as it comes (skips
-    included), ``progress(items_done, items_total)`` once the items are listed and after each. A
+    ``top``) are those of ``fit``. ``convention="weightwatcher"``: WeightWatcher's ``analyze()``: its layer
+    selection (a checkpoint tensor with fewer than 8 or more than 15,000 eigenvalues, or a side above
+    50,000, is skipped with the reason), uncentred ``W^T W``, the density exponent, its columns by its names
+    (``to_pandas()``) and ``summary()`` as its ``get_summary()``. ``on_result(line)`` is called with each
+    line as it comes (skips included), ``progress(items_done, items_total)`` once the items are listed and after each. A
     failed item does not stop the batch: it is a line with ``error``. Paths that are all results
     files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``). ``threads``:
     BLAS threads of every product here and in each worker (default: the thread policy, each worker's
@@ -716,6 +732,9 @@ def batch(
         raise OptionError(f"{param('tensors', tensors, show=True)} must be a string (a regular expression).")
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
+    from spectra_cli.analysis.suite import CONVENTIONS, check_choice
+
+    check_choice("convention", convention, CONVENTIONS)
     results_files = [p for p in args if p.lower().endswith(".jsonl")]
     if results_files:
         if len(results_files) != len(args):
@@ -724,8 +743,24 @@ def batch(
         from spectra_cli.run.summary import read_results
 
         lines = read_results(args)
-        return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d))
+        made = {str((d.get("options") or {}).get("convention", "spectra")) for d in lines if "options" in d}
+        return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d),
+                           convention=convention if convention != "spectra" or len(made) != 1 else made.pop())
     items, listing = enumerate_items(args, tensors)
+    if convention == "weightwatcher":  # its layer selection (weightwatcher.py layer_supported)
+        from spectra_cli.analysis.weightwatcher import ww_skip
+
+        kept = []
+        for it in items:
+            why = ww_skip(it.shape) if it.shape is not None and len(it.shape) == 2 else None
+            if why is None:
+                kept.append(it)
+            else:
+                listing.skipped.append(Skip(it.name, "layer WeightWatcher skips", why, it.fingerprint))
+        if not kept:
+            raise InputError(f"no matrices to analyse: WeightWatcher's rules skip all {len(items)} "
+                             f"({listing.skipped[-1].reason}).")
+        items = kept
     done = [0]
 
     def on_line(line: dict[str, Any]) -> None:
@@ -737,8 +772,11 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
+    if convention == "weightwatcher":
+        centered, density = False, True
     options = dict(window=window, method=method, model=model, centered=centered, ddof=ddof,
                    precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
+                   **({"convention": convention} if convention != "spectra" else {}),
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}),
                    **({"top": top} if top is not None else {}))
@@ -749,4 +787,4 @@ def batch(
                        connect_timeout=check_number("connect_timeout", connect_timeout, positive=True), verbose=verbose)
     return BatchResult(tuple(run.results), tuple(s.to_dict() for s in listing.skipped),
                        tuple(it.name for it in items), tuple([*listing.notes, *run.notes]), run.skipped,
-                       tuple(run.option_mismatch), out, listing.skip_summary(), run.retried)
+                       tuple(run.option_mismatch), out, listing.skip_summary(), run.retried, convention)

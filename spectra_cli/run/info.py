@@ -33,8 +33,7 @@ def info(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, c
         if not os.path.exists(path):
             raise SpectraError(f"no such file or directory: {path}")
         tensors = list_tensors(path)
-        doc.update({"format": "safetensors", "tensors": tensors,
-                    "matrices": sum(1 for t in tensors if len(t["shape"]) == 2)})
+        doc.update({"format": "safetensors", "tensors": tensors, "matrices": _matrices(tensors)})
         return json_safe(doc)
     if lower.endswith(".npz") and os.path.exists(path):
         from spectra_cli.sources.npy import npz_listing
@@ -99,4 +98,12 @@ def _describe_checkpoint(path: str) -> dict[str, Any]:
     tensors = [{**t, "name": f"{os.path.basename(f)}::{t['name']}"} for f in shards for t in list_tensors(f)]
     return json_safe({"path": path, "format": "safetensors", "files": len(shards),
                       "layout": f"checkpoint of {len(shards)} shard{'s' if len(shards) != 1 else ''}",
-                      "tensors": tensors, "matrices": sum(1 for t in tensors if len(t["shape"]) == 2)})
+                      "tensors": tensors, "matrices": _matrices(tensors)})
+
+
+def _matrices(tensors: list[dict[str, Any]]) -> int:
+    """The weight matrices among a checkpoint's tensors, by the rule of ``batch`` (an integer buffer, a
+    vector or a kernel is not one)."""
+    from spectra_cli.sources.safetensors import matrix_skip
+
+    return sum(1 for t in tensors if matrix_skip(str(t["dtype"]), list(t["shape"])) is None)

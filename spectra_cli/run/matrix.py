@@ -29,6 +29,7 @@ Reading options, shared by every function:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -142,6 +143,7 @@ def fit(
     counting: list[float] | tuple[float, ...] | None = (),
     capacity: list[float] | tuple[float, ...] | None = (),
     alpha_range: str | tuple[float, float] = (2.0, 6.0),
+    convention: str = "spectra",
     ci: bool = False,
     ci_replicates: int = 200,
     ci_seed: int = 0,
@@ -166,6 +168,9 @@ def fit(
     ``density``: WeightWatcher's density exponent, with WeightWatcher's per-layer metrics and a verdict
     (``alpha_range`` ``"LO:HI"``, default 2:6) in ``report.weightwatcher``; ``auto_tolerance``: residual RMS allowed by
     ``window="auto"``; ``counting`` / ``capacity``: N(eps) and N(tau) at these values.
+    ``convention="weightwatcher"``: WeightWatcher's ``analyze()`` (uncentred ``W^T W``, the density exponent
+    fitted to the eigenvalues above its ``1e-5`` cut, its columns by its names in
+    ``report.weightwatcher.columns``, its MP fit and verdicts).
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
     ``population`` (the population exponent behind each fit's sample slope, with its 95 % interval, in
     ``fit.population``, and ``rank.participation_ratio_population``; its bootstrap is seeded by ``ci_seed``),
@@ -181,6 +186,11 @@ def fit(
     interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
     of eigenvalues. The reading options are described in the module docstring.
     """
+    if convention == "weightwatcher":
+        if reading.get("centered") is True:
+            raise OptionError(f"{param('convention', 'weightwatcher')} is WeightWatcher's uncentred W^T W; leave "
+                              f"out {param('centered', True)}.")
+        reading["centered"] = False
     read = ReadOptions.create(**reading)
     for name, flag in (("density", density), ("ci", ci), ("population", population),
                        ("shuffled_control", shuffled_control),
@@ -192,7 +202,8 @@ def fit(
     opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
                              auto_tolerance=auto_tolerance, density=density,
                              counting=check_numbers("counting", counting), capacity=check_numbers("capacity", capacity),
-                             alpha_range=alpha_range)
+                             alpha_range=alpha_range, convention=convention)
+    density = opts.density
     check_scale(scale)
     ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)
     top = check_top(top)
@@ -254,6 +265,10 @@ def fit(
     else:
         rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
                          f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
+    if opts.convention == "weightwatcher":  # its cut is on W^T W's eigenvalues: ours times the rows
+        from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH
+
+        opts = dataclasses.replace(opts, density_floor=WW_EVALS_THRESH / max(first.n_rows, 1))
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += [*suite.warnings, *near_null_warning(main, suite, density=opts.density)]
     if ci:
@@ -286,7 +301,8 @@ def fit(
         factor = float(n if not read.centered or first.weighted else n - read.ddof)
         ww = weight_metrics(main.resolved(), n_rows=n, n_features=main.n_features, sum_factor=factor,
                             density_alpha=suite.density.alpha if suite.density is not None else None,
-                            alpha_range=opts.alpha_range)
+                            alpha_range=opts.alpha_range, raw=main.eigenvalues if main.top is None else None,
+                            density=suite.density)
     clock.mark("analysis_s")
     clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main,
                                                   main))

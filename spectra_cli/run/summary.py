@@ -28,6 +28,10 @@ METRICS = (
     ("rank.entropy_rank", "entropy_rank"),
 )
 WORST = 5
+#: WeightWatcher's get_summary(): the plain mean of these columns over the layers analysed
+#: (weightwatcher.py 0.7.7 ``get_summary``; mp_softrank is there with ``mp_fit=True``).
+WW_SUMMARY = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",
+              "mp_softrank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,10 @@ class ModelSummary:
     alpha_range: tuple[float, float] | None
     metrics: tuple[MetricSummary, ...]
     worst: tuple[dict[str, Any], ...]
+    #: every item skipped, and why: ``{"item", "kind", "why"}``
+    skipped_items: tuple[dict[str, Any], ...] = ()
+    #: WeightWatcher's ``get_summary()`` of these layers (None when no layer has its columns)
+    weightwatcher: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from spectra_cli.results import json_safe
@@ -67,10 +75,15 @@ class ModelSummary:
             "alpha_range": list(self.alpha_range) if self.alpha_range else None,
             "metrics": [m.to_dict() for m in self.metrics],
             "worst": list(self.worst),
+            "skipped_items": list(self.skipped_items),
+            "weightwatcher_summary": self.weightwatcher,
             "definitions": {
                 "weighted": "each layer weighted by its parameter count (rows x columns)",
                 "worst": "layers furthest outside the alpha range (distance 0 inside it), at most 5",
                 "verdicts": "WeightWatcher's: over-trained alpha < lo, under-trained alpha > hi (needs --density)",
+                "weightwatcher_summary": "WeightWatcher's get_summary(): the plain mean of each column over the "
+                "layers analysed (its failed fits, alpha -1, would enter its mean; here a layer without a density "
+                "fit is left out and counted in 'layers')",
             },
         })
 
@@ -105,9 +118,11 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
     """The summary of a batch's lines (reports, error lines and skip lines, in any order)."""
     layers: list[dict[str, Any]] = []
     failed = skipped = 0
+    skipped_items: list[dict[str, Any]] = []
     for doc in docs:
         if "skipped" in doc:
             skipped += 1
+            skipped_items.append({"item": doc.get("item"), "kind": doc.get("kind"), "why": doc.get("skipped")})
         elif "error" in doc:
             failed += 1
         else:
@@ -152,7 +167,15 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
                  for dist, a, doc in scored[:WORST]]
     if not any(verdicts.values()):
         verdicts = {}
-    return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst))
+    ww_summary: dict[str, Any] | None = None
+    cols = [c for c in (lookup(doc, "weightwatcher.columns") for doc in layers) if isinstance(c, dict)]
+    if cols:
+        ww_summary = {"layers": len(cols)}
+        for name in WW_SUMMARY:
+            vals = [v for v in (_number(c.get(name)) for c in cols) if v is not None]
+            ww_summary[name] = sum(vals) / len(vals) if vals else None
+    return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst),
+                        tuple(skipped_items), ww_summary)
 
 
 def iter_results(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -149,6 +149,30 @@ def check_weight_map(index: str, weight_map: dict[str, str], directory: str) -> 
                          "disagree.")
 
 
+_INT_KINDS = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64"}
+
+
+def matrix_skip(dtype: str, shape: list[int]) -> tuple[str, str] | None:
+    """``(kind, reason)`` when a tensor is not a weight matrix, else None: the one rule by which
+    ``info`` counts matrices, ``fit`` picks a checkpoint's only matrix and ``batch`` lists its items."""
+    if dtype.upper() in _INT_KINDS or dtype.lower().startswith(("int", "uint")):
+        return "integer buffer", f"{dtype} tensor of shape {shape} (an index or counter, not weights)"
+    if dtype.upper() == "BOOL" or dtype == "bool":
+        return "boolean buffer", f"bool tensor of shape {shape}"
+    if dtype.upper() not in {"F64", "F32", "F16", "BF16"} and not dtype.startswith("float"):
+        return "unsupported dtype", f"dtype {dtype} is not float64/32/16 or bfloat16"
+    if len(shape) == 0:
+        return "scalar", "a scalar"
+    if len(shape) == 1:
+        return "vector", f"a vector of {shape[0]} (biases, norms)"
+    if len(shape) > 2:
+        return "tensor of 3+ dimensions", f"shape {shape} is not 2-D (convolution kernels are not reshaped)"
+    if min(shape) < 2:
+        return "matrix with a side < 2", f"shape {shape}: a spectrum needs both sides >= 2"
+    return None
+
+
+
 class SafetensorsSource(Source):
     """One 2-D tensor of a checkpoint, addressed as ``file.safetensors::tensor.name``."""
 
@@ -156,10 +180,10 @@ class SafetensorsSource(Source):
         header, start = read_header(path)
         names = sorted(header)
         if tensor is None:
-            two_d = [n for n in names if len(header[n]["shape"]) == 2]
+            two_d = [n for n in names if matrix_skip(str(header[n]["dtype"]), list(header[n]["shape"])) is None]
             if len(two_d) != 1:
                 raise InputError(
-                    f"{path} holds {len(two_d)} 2-D tensors; name one as {path}::NAME "
+                    f"{path} holds {len(two_d)} weight matrices; name one as {path}::NAME "
                     "(spectra info lists them; spectra batch analyses them all)."
                 )
             tensor = two_d[0]

@@ -33,7 +33,7 @@ def main() -> int:
     only_ww = sorted(set(theirs.longname) - set(ours.longname))
     only_sp = sorted(set(ours.longname) - set(theirs.longname))
     print(f"layers only WeightWatcher analysed: {only_ww or 'none'}; only spectra: {only_sp or 'none'}")
-    skipped = [s for s in res.skipped if s.get("kind") == "layer WeightWatcher skips"]
+    skipped = [s for s in res.skipped if s.get("kind") == "WeightWatcher-skipped layer"]
     print("skipped by WeightWatcher's rules: " + "; ".join(f"{s['item'].partition('::')[2]} ({s['skipped']})"
                                                            for s in skipped))
     merged = theirs.merge(ours, on="longname", suffixes=("_ww", "_sp"))

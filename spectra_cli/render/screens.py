@@ -63,15 +63,34 @@ def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int
     prefix, _ = common_part([str(r["item"]) for r in results])
     title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
         (f", {skipped} skipped (--resume)" if skipped else "")
-    with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
-    t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
-    t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
-    for name in ("shape", "alpha", "R^2", "part. ratio", *(("alpha (density)", "verdict") if with_ww else ())):
-        t.add_column(name, no_wrap=True)
-    t.add_column("status", overflow="fold")
     position = {name: i for i, name in enumerate(order)}
     rows = sorted(results, key=lambda r: position.get(r["item"], 0))
     names = shorten_names([str(r["item"]) for r in rows])
+    ww_convention = any((r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
+    if ww_convention:  # WeightWatcher's analyze() columns, by its names
+        t = Table(title=title + " (WeightWatcher's convention)" + (f" -> {jsonl}" if jsonl else ""),
+                  title_justify="left")
+        t.add_column("layer", overflow="fold")
+        cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
+                "mp_softrank", "warning")
+        for col in ("N x M", *cols):
+            t.add_column(col, no_wrap=True)
+        for name, r in zip(names, rows, strict=True):
+            if "error" in r:
+                t.add_row(name, "", *([""] * (len(cols) - 1)), f"[red]error: {r['error']}[/]")
+                continue
+            c = (r.get("weightwatcher") or {}).get("columns") or {}
+            t.add_row(name, f"{c.get('N')}x{c.get('M')}", *(_num(c.get(k)) if k != "warning" else
+                                                             str(c.get(k) or "") for k in cols))
+        console.print(t)
+        return
+    with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
+    t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
+    t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
+    for name in ("shape", "alpha (rank fit)", "R^2", "part. ratio",
+                 *(("alpha (density, WW)", "verdict") if with_ww else ())):
+        t.add_column(name, no_wrap=True)
+    t.add_column("status", overflow="fold")
     for name, r in zip(names, rows, strict=True):
         if "error" in r:
             t.add_row(name, "", "", "", "", *(("", "") if with_ww else ()), f"[red]error: {r['error']}[/]")
@@ -83,6 +102,9 @@ def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int
                   f"{f['alpha']:.4f}" if f else "—", f"{f['r2']:.4f}" if f else "—",
                   f"{r['rank']['participation_ratio']:.2f}", *extra, "ok")
     console.print(t)
+    if any(str(r["item"]).partition("::")[0].endswith(".safetensors") for r in rows) and not with_ww:
+        console.print("[dim]alpha (rank fit) is the rank-window exponent of the centred rows; WeightWatcher's alpha "
+                      "and its 2..6 guidance: --convention weightwatcher[/]")
 
 
 HEADLINE = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meets_at_rank")

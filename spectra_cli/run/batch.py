@@ -68,7 +68,9 @@ class Listing:
         for sk in self.skipped:
             counts[sk.kind] = counts.get(sk.kind, 0) + 1
         parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-        return "skipped " + ", ".join(parts) + " (not weight matrices; --verbose lists them)"
+        why = ("not weight matrices, or layers WeightWatcher skips" if "WeightWatcher-skipped layer" in counts
+               else "not weight matrices")
+        return "skipped " + ", ".join(parts) + f" ({why}; --verbose lists them)"
 
 
 PICKLE_EXT = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -90,6 +92,22 @@ def _readable_name(path: str) -> bool:
 
 
 def _expand(path: str, notes: list[str]) -> list[str]:
+    from spectra_cli.sources import remote
+
+    if remote.is_url(path):  # data where it lives: a Hub repository, a bucket, through the same rules
+        if remote.is_glob_url(path):
+            return remote.glob(path)
+        if remote.isdir(path):
+            from spectra_cli.sources.safetensors import shard_files
+
+            shards = shard_files(path)
+            others = [f for f in remote.find(path, MATRIX_EXT[:-1]) if not f.lower().endswith(".safetensors")]
+            if not shards and not others:
+                raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
+            return shards + others
+        if not remote.exists(path):
+            raise InputError(f"no such file or directory: {path}")
+        return [path]
     if is_glob(path):
         return expand_glob(path)
     if os.path.isdir(path):
@@ -756,7 +774,7 @@ def batch(
             if why is None:
                 kept.append(it)
             else:
-                listing.skipped.append(Skip(it.name, "layer WeightWatcher skips", why, it.fingerprint))
+                listing.skipped.append(Skip(it.name, "WeightWatcher-skipped layer", why, it.fingerprint))
         if not kept:
             raise InputError(f"no matrices to analyse: WeightWatcher's rules skip all {len(items)} "
                              f"({listing.skipped[-1].reason}).")

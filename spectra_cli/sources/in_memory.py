@@ -28,6 +28,10 @@ def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
         raise TypeError(f"{what} must be an array: a numpy array or an object with __array__ or __dlpack__; "
                         f"got {kind}{hint}.")
     if hasattr(obj, "__dlpack__"):
+        obj = _on_host(obj, what)
+        bits = _bfloat16_bits(obj)
+        if bits is not None:
+            return bfloat16_to_float32(bits)
         try:
             return np.from_dlpack(obj, device="cpu")
         except (TypeError, BufferError, ValueError, RuntimeError, AttributeError) as first:
@@ -39,10 +43,44 @@ def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
             arr = np.asarray(obj)
         except (ValueError, TypeError, RuntimeError) as exc:
             raise TypeError(f"{what} could not be converted to an array: {exc}") from None
+        if arr.dtype.name == "bfloat16" and arr.dtype.itemsize == 2:  # JAX's (ml_dtypes): the same 16 bits
+            return bfloat16_to_float32(arr.view(np.uint16))
         if arr.dtype.hasobject:
             raise TypeError(f"{what} converts to an object array (ragged rows?); a numeric matrix is required.")
         return arr
     raise TypeError(f"{what} must be {ACCEPTED}; got {type(obj).__name__}.")
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values, given as their 16 bits, as float32: exact (bfloat16 is float32's top half)."""
+    return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _on_host(obj: Any, what: str) -> Any:
+    """A torch-like tensor detached from autograd and moved to host memory (one clear error if it cannot be)."""
+    if getattr(obj, "requires_grad", False) and callable(getattr(obj, "detach", None)):
+        obj = obj.detach()
+    device = getattr(obj, "device", None)
+    kind = getattr(device, "type", None)
+    if isinstance(kind, str) and kind != "cpu" and callable(getattr(obj, "cpu", None)):
+        try:
+            obj = obj.cpu()
+        except Exception as exc:  # noqa: BLE001 - the framework's own error, reported in one line
+            raise TypeError(f"{what} is on {device} and could not be moved to host memory ({exc}); move it "
+                            "with tensor.cpu() first.") from None
+    return obj
+
+
+def _bfloat16_bits(obj: Any) -> np.ndarray | None:
+    """The 16 bits of a torch bfloat16 tensor (which numpy's DLPack cannot take), else None."""
+    if str(getattr(obj, "dtype", "")) != "torch.bfloat16":
+        return None
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not callable(getattr(obj, "view", None)):
+        return None
+    return np.from_dlpack(obj.contiguous().view(torch.int16), device="cpu").view(np.uint16)
 
 
 class ArraySource(Source):

@@ -1,8 +1,9 @@
 """Data where it lives: paths that are URLs (``s3://``, ``gs://``, ``hf://``, ``memory://``,
 ``file://`` ...) are opened through fsspec, with ranged reads (each block is a seek and a read,
 never a whole-file download). Credentials come from the environment as fsspec and its backends
-read them; spectra stores and prints none. fsspec comes with the ``dask`` extra (or
-``pip install fsspec`` and the backend, e.g. ``s3fs``)."""
+read them; spectra stores and prints none. fsspec comes with the ``dask``, ``hf`` and ``s3`` extras;
+``hf`` brings huggingface_hub (``hf://org/model``: a Hub repository, read as a local folder is), ``s3``
+brings s3fs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import IO, Any
 
 from spectra_cli.errors import InputError, OptionError
 
+#: The extra that brings each protocol's fsspec backend.
+EXTRAS = {"hf": "hf", "s3": "s3", "s3a": "s3"}
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
 
 
@@ -33,7 +36,10 @@ def filesystem(url: str) -> tuple[Any, str]:
     try:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
-        raise OptionError(f"cannot open {url}: {exc}") from None
+        extra = EXTRAS.get(url.split("://", 1)[0].lower())
+        hint = (f" (the backend comes with the extra '{extra}': pip install 'spectra-cli[{extra}]')"
+                if extra and isinstance(exc, ImportError) else "")
+        raise OptionError(f"cannot open {url}: {exc}{hint}") from None
 
 
 def open_url(url: str) -> IO[bytes]:

@@ -98,9 +98,10 @@ def shard_files(directory: str) -> list[str]:
     ``..`` or an absolute path is refused (an index must not make spectra read other files)."""
     from spectra_cli.sources.base import read_json as read
 
-    index = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors.index.json"))
+    listing = _names_in(directory)
+    index = sorted(f for f in listing if f.endswith(".safetensors.index.json"))
     if index:
-        p = os.path.join(directory, index[0])
+        p = _inside(directory, index[0])
         doc = read(p, "safetensors index")
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -112,21 +113,42 @@ def shard_files(directory: str) -> list[str]:
                     or "\x00" in name or not name.endswith(".safetensors")):
                 raise InputError(f"{p} names shard {name!r}; shards must be plain .safetensors file names in the "
                                  "index's directory.")
-        files = [os.path.join(directory, name) for name in names]
-        missing = [f for f in files if not os.path.isfile(f)]
+        files = [_inside(directory, name) for name in names]
+        missing = [f for f in files if not _is_file(f)]
         if missing:
             raise InputError(f"{p} names shard {missing[0]}, which does not exist.")
         check_weight_map(p, weight_map, directory)
-        beside = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors") and f not in names
+        beside = sorted(f for f in listing if f.endswith(".safetensors") and f not in names
                         and not f.startswith((".", "_")))
         if beside:
             more = f" (and {len(beside) - 1} more)" if len(beside) > 1 else ""
             raise InputError(f"{p} does not name the shard {beside[0]} beside it{more}; its tensors would be left "
                              "out. Add them to the index, or move the file.")
         return files
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                  if f.endswith(".safetensors") and not f.startswith((".", "_"))
-                  and os.path.isfile(os.path.join(directory, f)))
+    return sorted(_inside(directory, f) for f in listing
+                  if f.endswith(".safetensors") and not f.startswith((".", "_")) and _is_file(_inside(directory, f)))
+
+
+def _names_in(directory: str) -> list[str]:
+    """The entries of a folder, local or a URL (``hf://org/model``, ``s3://bucket/ckpt/``): one code path."""
+    from spectra_cli.sources.remote import filesystem, is_url
+
+    if not is_url(directory):
+        return os.listdir(directory)
+    fs, path = filesystem(directory)
+    return sorted(os.path.basename(str(e).rstrip("/")) for e in fs.ls(path, detail=False))
+
+
+def _inside(directory: str, name: str) -> str:
+    from spectra_cli.sources.remote import is_url
+
+    return f"{directory.rstrip('/')}/{name}" if is_url(directory) else os.path.join(directory, name)
+
+
+def _is_file(path: str) -> bool:
+    from spectra_cli.sources.remote import exists, is_url, isdir
+
+    return exists(path) and not isdir(path) if is_url(path) else os.path.isfile(path)
 
 
 def check_weight_map(index: str, weight_map: dict[str, str], directory: str) -> None:
@@ -135,7 +157,7 @@ def check_weight_map(index: str, weight_map: dict[str, str], directory: str) -> 
     (a checkpoint whose index and shards disagree is a half-copied or hand-edited one)."""
     held: dict[str, str] = {}
     for shard in sorted(set(weight_map.values())):
-        for name in read_header(os.path.join(directory, shard))[0]:
+        for name in read_header(_inside(directory, shard))[0]:
             held[name] = shard
     for name, shard in sorted(weight_map.items()):
         if held.get(name) != shard:

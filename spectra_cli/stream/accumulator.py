@@ -72,9 +72,13 @@ class Accumulator:
         self.sources: list[dict[str, Any]] = []
 
     # -- feeding -------------------------------------------------------------------------------
-    def update(self, X: Any, weights: Any = None) -> None:
+    def update(self, X: Any, weights: Any = None, *, mask: Any = None) -> None:
         """Add a batch of rows: an array ``(n, d)`` (or ``(..., d)``, flattened to rows), with
-        optional row weights ``(n,)``. Anything with ``__array__`` or ``__dlpack__`` works."""
+        optional row weights ``(n,)`` (or the leading shape). Anything with ``__array__`` or
+        ``__dlpack__`` works: torch and JAX tensors of any float dtype, bfloat16 included (converted
+        exactly), detached and moved to host memory when they are not there. ``mask``: the leading shape
+        of ``X`` (an attention mask ``(batch, tokens)`` beside hidden states ``(batch, tokens, d)``), true
+        or nonzero for the rows to keep: padding never enters the moments."""
         from spectra_cli.sources.in_memory import as_array
 
         A = as_array(X, what="X")
@@ -83,12 +87,23 @@ class Accumulator:
         from spectra_cli.sources.base import check_numeric_dtype
 
         check_numeric_dtype(A.dtype, "X")
+        lead = A.shape[:-1]
         A = A.reshape(-1, self.d)
         w = None
         if weights is not None:
             w = np.asarray(as_array(weights, what="weights"), dtype=np.float64).reshape(-1)
             if w.shape[0] != A.shape[0]:
                 raise InputError(f"weights has {w.shape[0]} values for {A.shape[0]} rows; one per row is required.")
+        if mask is not None:
+            M = as_array(mask, what="mask")
+            if tuple(M.shape) != tuple(lead) and M.size != A.shape[0]:
+                raise InputError(f"mask has shape {tuple(M.shape)}; it must have X's leading shape {tuple(lead)} "
+                                 "(one value per row: an attention mask beside the hidden states).")
+            if M.dtype.kind not in "biuf":
+                raise InputError(f"mask has dtype {M.dtype}; booleans or 0/1 numbers are required.")
+            keep = M.reshape(-1) != 0
+            A = A[keep]
+            w = None if w is None else w[keep]
         if self.weighted is None:
             self.weighted = w is not None
             self._state.moments = Moments.empty(self.d, weighted=self.weighted)

@@ -54,3 +54,56 @@ def test_npy_parquet_and_safetensors_through_urls(memfs, cli):
     np.testing.assert_allclose(got, spectra.spectrum(X.astype(np.float32)).spectrum.eigenvalues, rtol=1e-12)
     r = cli("spectrum", f"memory://{root}/nothing.npy")
     assert r.exit_code == 2 and r.stderr == f"error: no such file or directory: memory://{root}/nothing.npy\n"
+
+
+def test_a_hub_style_sharded_checkpoint_reads_as_a_local_folder(tmp_path):
+    """A layout that mirrors a Hub repository (config, index, two shards), in fsspec's memory store: the
+    same code path as a local folder (hf:// is fsspec's too; no network here)."""
+    fsspec = pytest.importorskip("fsspec")
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import json
+
+    import spectra_cli as spectra
+
+    fs = fsspec.filesystem("memory")
+    rng = np.random.default_rng(0)
+    a = {"encoder.layer.0.attention.self.query.weight": rng.standard_normal((40, 16)).astype(np.float32)}
+    b = {"encoder.layer.1.attention.self.query.weight": rng.standard_normal((40, 16)).astype(np.float32),
+         "embeddings.token_type_embeddings.weight": rng.standard_normal((2, 16)).astype(np.float32)}
+    root = "/hub/org/model"
+    fs.pipe(f"{root}/model-00001-of-00002.safetensors", safetensors_numpy.save(a))
+    fs.pipe(f"{root}/model-00002-of-00002.safetensors", safetensors_numpy.save(b))
+    wm = {**{k: "model-00001-of-00002.safetensors" for k in a}, **{k: "model-00002-of-00002.safetensors" for k in b}}
+    fs.pipe(f"{root}/model.safetensors.index.json", json.dumps({"weight_map": wm}).encode())
+    fs.pipe(f"{root}/config.json", b"{}")
+    local = tmp_path / "model"
+    local.mkdir()
+    for name in fs.ls(root, detail=False):
+        (local / name.rsplit("/", 1)[1]).write_bytes(fs.cat(name))
+    try:
+        remote = spectra.batch(f"memory://{root}/", window="2:8", convention="weightwatcher")
+        here = spectra.batch(str(local), window="2:8", convention="weightwatcher")
+    finally:
+        fs.rm(root, recursive=True)
+    tails = lambda res: [r["item"].partition("::")[2] for r in res.results]  # noqa: E731
+    assert tails(remote) == tails(here) == sorted(a) + sorted(k for k in b if "token_type" not in k)
+    assert [s["item"].partition("::")[2] for s in remote.skipped] == ["embeddings.token_type_embeddings.weight"]
+    for x, y in zip(remote.results, here.results, strict=True):
+        assert x["weightwatcher"]["columns"]["alpha"] == y["weightwatcher"]["columns"]["alpha"]
+    from spectra_cli.render.screens import common_part
+
+    assert common_part([r["item"] for r in remote.results])[0] == f"memory://{root}/"  # the model, not a shard
+
+
+def test_a_missing_backend_names_its_extra(monkeypatch):
+    pytest.importorskip("fsspec")
+    import fsspec
+
+    import spectra_cli as spectra
+
+    def refuse(url, **kw):
+        raise ImportError("Install huggingface_hub to access HfFileSystem")
+
+    monkeypatch.setattr(fsspec.core, "url_to_fs", refuse)
+    with pytest.raises(spectra.OptionError, match=r"the extra 'hf': pip install 'spectra-cli\[hf\]'"):
+        spectra.fit("hf://org/model/model.safetensors::w")

@@ -132,8 +132,15 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
 
 def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     """The model-level summary of a batch (``--summary``)."""
-    title = (f"Model: {doc['layers']} layer(s), {doc['failed']} failed, {doc['skipped']} skipped (not weight "
-             "matrices)")
+    title = f"Model: {doc['layers']} layer(s), {doc['failed']} failed, {doc['skipped']} skipped"
+    ww = doc.get("weightwatcher_summary")
+    if ww:
+        t = Table("get_summary()", "mean", title=f"WeightWatcher's get_summary() of the {ww['layers']} layer(s)",
+                  title_justify="left")
+        for k, v in ww.items():
+            if k != "layers":
+                t.add_row(k, _num(v))
+        console.print(t)
     if doc.get("verdicts"):
         lo, hi = doc["alpha_range"] or (None, None)
         t = Table("verdict", "layers", "rule", title=title, title_justify="left")
@@ -157,6 +164,15 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
         for name, row in zip(names, doc["worst"], strict=True):
             w.add_row(name, _num(row["alpha"]), str(row["verdict"]), _num(row["distance"]))
         console.print(w)
+    skipped = doc.get("skipped_items") or []
+    if skipped:
+        kinds: dict[str, int] = {}
+        for sk in skipped:
+            kinds[str(sk.get("kind"))] = kinds.get(str(sk.get("kind")), 0) + 1
+        console.print("Skipped: " + ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in kinds.items()))
+        for sk in skipped:  # the layers a reader may expect to see (vectors and buffers only counted)
+            if sk.get("kind") not in ("vector", "scalar", "integer buffer", "boolean buffer"):
+                console.print(f"  {sk.get('item')}: {sk.get('why')}")
 
 
 _SHARD = re.compile(r"-\d{5}-of-\d{5}(?=\.safetensors$)")

@@ -13,15 +13,24 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("jinja2")
 
 
-@pytest.fixture
-def results(cli, tmp_path):
-    np.save(tmp_path / "a.npy", powerlaw_matrix(600, 24, 1.0, seed=1))
-    np.save(tmp_path / "b.npy", powerlaw_matrix(600, 24, 1.3, seed=2))
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    import spectra_cli as spectra
+
+    d = tmp_path_factory.mktemp("results")
+    np.save(d / "a.npy", powerlaw_matrix(600, 24, 1.0, seed=1))
+    np.save(d / "b.npy", powerlaw_matrix(600, 24, 1.3, seed=2))
+    out = d / "r.jsonl"
+    spectra.batch([str(d / "a.npy"), str(d / "b.npy")], window="3:12", jsonl=str(out))
+    return out
+
+
+def test_batch_says_where_it_wrote_its_results(cli, tmp_path):
+    np.save(tmp_path / "a.npy", powerlaw_matrix(300, 12, 1.0, seed=1))
     out = tmp_path / "r.jsonl"
-    r = cli("batch", tmp_path / "a.npy", tmp_path / "b.npy", "--window", "3:12", "--jsonl", out, "--json")
+    r = cli("batch", tmp_path / "a.npy", "--window", "2:8", "--jsonl", out, "--json")
     assert r.exit_code == 0, r.stderr
     assert f"wrote {out}" in r.stderr
-    return out
 
 
 def test_report_writes_the_page_and_says_so(cli, results, tmp_path):
@@ -108,7 +117,7 @@ def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "from spectra_cli.cli import main; main()", "fit", str(X),
                              "--window", "3:40", "--ci", "--ci-replicates", "100000", "--plot", str(plot)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    time.sleep(1.5)  # past the start (the handler is installed first thing)
+    time.sleep(1.0)  # past the start (the handler is installed first thing)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and stdout == ""

@@ -106,3 +106,15 @@ def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
     assert all(d["error"].startswith("a worker process died") for d in died)
 
 
+
+
+def test_names_show_what_differs_and_name_a_sharded_model_by_its_folder():
+    from spectra_cli.render.screens import common_part, shorten_names
+
+    shards = ["ckpt/model-00001-of-00002.safetensors::a.weight", "ckpt/model-00002-of-00002.safetensors::b.weight"]
+    assert common_part(shards) == ("ckpt/", ["a.weight", "b.weight"])
+    one = ["m.safetensors::layer.0.attn.k.weight", "m.safetensors::layer.1.attn.k.weight"]
+    assert common_part(one) == ("m.safetensors", ["layer.0.attn.k.weight", "layer.1.attn.k.weight"])  # no stray ':'
+    assert common_part(["runs/a/x1.npy", "runs/a/x2.npy"]) == ("runs/a/", ["x1.npy", "x2.npy"])
+    assert common_part(["a.safetensors::w", "b.safetensors::w"]) == (None, ["a.safetensors::w", "b.safetensors::w"])
+    assert shorten_names(one) == ["layer.0.attn.k.weight", "layer.1.attn.k.weight"]

@@ -53,13 +53,17 @@ def hf_checkpoint(tmp_path_factory):
     return path, t
 
 
+@pytest.fixture(scope="module")
+def ww_batch(hf_checkpoint):
+    return spectra.batch(str(hf_checkpoint[0]), convention="weightwatcher")
+
+
 ANALYSED = {"embeddings.word_embeddings", "embeddings.position_embeddings", "encoder.layer.0.attention.self.query",
             "encoder.layer.0.intermediate.dense", "pooler.dense"}
 
 
-def test_the_layers_weightwatcher_analyses_and_skips(hf_checkpoint):
-    path, _ = hf_checkpoint
-    res = spectra.batch(str(path), convention="weightwatcher")
+def test_the_layers_weightwatcher_analyses_and_skips(ww_batch):
+    res = ww_batch
     rows = res.rows()
     assert {r["longname"] for r in rows} == ANALYSED
     why = {s["item"].partition("::")[2]: (s["kind"], s["skipped"]) for s in res.skipped}
@@ -74,9 +78,9 @@ def test_the_layers_weightwatcher_analyses_and_skips(hf_checkpoint):
     assert len(listed) == len(res.skipped) == 5
 
 
-def test_its_columns_by_its_names_in_network_order(hf_checkpoint):
-    path, t = hf_checkpoint
-    res = spectra.batch(str(path), convention="weightwatcher")
+def test_its_columns_by_its_names_in_network_order(hf_checkpoint, ww_batch):
+    _, t = hf_checkpoint
+    res = ww_batch
     rows = res.rows()
     assert list(rows[0]) == list(WW_COLUMNS)
     assert [r["layer_id"] for r in rows] == list(range(5))
@@ -102,9 +106,9 @@ def test_its_columns_by_its_names_in_network_order(hf_checkpoint):
     assert list(df.columns) == list(WW_COLUMNS) and len(df) == 5
 
 
-def test_summary_is_get_summary_of_the_same_layers(hf_checkpoint, cli, tmp_path):
+def test_summary_is_get_summary_of_the_same_layers(hf_checkpoint, ww_batch, cli):
     path, _ = hf_checkpoint
-    res = spectra.batch(str(path), convention="weightwatcher")
+    res = ww_batch
     s = res.summary()
     rows = res.rows()
     for k in ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",

@@ -171,3 +171,22 @@ def full_rank(tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, X)
     return p, X
+
+
+@pytest.fixture
+def without(monkeypatch):
+    """``without("jinja2")``: importing these modules (and their submodules) fails for the test, as on a
+    machine without the optional extra."""
+    import builtins
+
+    real = builtins.__import__
+
+    def hide(*modules: str) -> None:
+        def fake(name: str, *a: Any, **k: Any) -> Any:
+            if any(name == m or name.startswith(m + ".") for m in modules):
+                raise ImportError(name)
+            return real(name, *a, **k)
+
+        monkeypatch.setattr(builtins, "__import__", fake)
+
+    return hide

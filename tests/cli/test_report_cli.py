@@ -75,17 +75,8 @@ def test_report_of_a_matrix_says_to_run_fit_first(cli, tmp_path):
                         "batch first.\n")
 
 
-def test_report_without_jinja2_names_the_extra(cli, results, tmp_path, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def fake(name, *a, **k):
-        if name == "jinja2" or name.startswith("jinja2."):
-            raise ImportError(name)
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
+def test_report_without_jinja2_names_the_extra(cli, results, tmp_path, without):
+    without("jinja2")
     r = cli("report", results, "-o", tmp_path / "p.html")
     assert r.exit_code == 2
     assert r.stderr == ("error: spectra report needs Jinja2, the optional extra 'report': pip install "

@@ -72,17 +72,8 @@ def test_plot_bad_target_fails_before_any_work(cli, tmp_path):
     assert r.stderr == f"error: --plot '{tmp_path / 's.gif'}': the file must end in .png, .svg, .pdf.\n"
 
 
-def test_plot_without_matplotlib_names_the_extra(cli, tmp_path, monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def fake(name, *a, **k):
-        if name == "matplotlib" or name.startswith("matplotlib."):
-            raise ImportError(name)
-        return real_import(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
+def test_plot_without_matplotlib_names_the_extra(cli, tmp_path, without):
+    without("matplotlib")
     r = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--plot", tmp_path / "s.png")
     assert r.exit_code == 2
     assert r.stderr == ("error: --plot needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "

@@ -80,17 +80,8 @@ def test_dask_refuses_what_it_cannot_do(scheduler):
         spectra.fit(X, workers=2)
 
 
-def test_without_the_extra_the_message_names_it(monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_dask(name, *a, **k):
-        if name.split(".")[0] in ("dask", "distributed"):
-            raise ImportError(name)
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_dask)
+def test_without_the_extra_the_message_names_it(without):
+    without("dask", "distributed")
     from spectra_cli.stream import cluster as engine
 
     with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-cli\[dask\]'"):

@@ -83,11 +83,16 @@ def ww_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     from spectra_cli.drawable import natural_key
 
     docs = [d for d in lines if "skipped" not in d and "error" not in d]
+    if docs and not any(isinstance((d.get("weightwatcher") or {}).get("columns"), dict) for d in docs
+                        if isinstance(d.get("weightwatcher"), dict)):
+        raise OptionError("these results hold no WeightWatcher columns (made without convention='weightwatcher'): "
+                          "run spectra batch with --convention weightwatcher for them.")
     docs.sort(key=lambda d: natural_key(_item(d)))
     rows = []
     for k, doc in enumerate(docs):
-        cols = ((doc.get("weightwatcher") or {}).get("columns") or {}) if isinstance(doc.get("weightwatcher"),
-                                                                               dict) else {}
+        ww = doc.get("weightwatcher")
+        cols = ww.get("columns") if isinstance(ww, dict) else None
+        cols = cols if isinstance(cols, dict) else {}
         tensor = _item(doc).partition("::")[2] or os.path.basename(_item(doc))
         longname = tensor[: -len(".weight")] if tensor.endswith(".weight") else tensor
         row = {"layer_id": k, "name": longname.split(".")[-1], "longname": longname}
@@ -116,7 +121,7 @@ def report_frame(doc: dict[str, Any]) -> Any:
     evr = spec.get("explained_variance_ratio") or [None] * lam.size
     data: dict[str, Any] = {"rank": ranks, "eigenvalue": lam,
                             "explained_variance_ratio": np.asarray([np.nan if v is None else v for v in evr], float),
-                            "usable": ranks <= int(spec.get("usable_rank") or lam.size)}
+                            "usable": ranks <= (lam.size if spec.get("usable_rank") is None else spec["usable_rank"])}
     for f in doc.get("fits") or []:
         k1, k2 = f["window"]
         col = np.full(lam.size, np.nan)

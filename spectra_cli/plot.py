@@ -130,6 +130,12 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
     return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
 
 
+def _usable(spec: dict[str, Any], n: int) -> int:
+    """The usable rank a spectrum states (0 is a rank: none usable), or all ``n`` when it states none."""
+    u = spec.get("usable_rank")
+    return n if u is None else int(u)
+
+
 def _fits(doc: dict[str, Any]) -> list[dict[str, Any]]:
     fits = doc.get("fits")
     if isinstance(fits, list) and fits:
@@ -232,7 +238,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     ax = _new_axes(ax)
     lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
     ranks = np.arange(1, lam.size + 1)
-    usable = min(int(spec.get("usable_rank") or lam.size), lam.size)
+    usable = min(_usable(spec, lam.size), lam.size)
     good = np.zeros(lam.size, bool)
     good[:usable] = True
     good &= np.isfinite(lam) & (lam > 0)
@@ -332,7 +338,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     require_matplotlib()
     ax = _new_axes(ax)
     lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
-    lam = lam[: int(spec.get("usable_rank") or lam.size)]
+    lam = lam[: _usable(spec, lam.size)]
     lam = lam[np.isfinite(lam) & (lam > 0)]
     n = lam.size
     nb = bins or int(np.clip(2 * round(n ** (1 / 3)) + 8, 12, 60))
@@ -474,7 +480,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
         if not isinstance(part, dict):
             continue
         lam = np.asarray(part["spectrum"]["eigenvalues"], dtype=float)
-        usable = int(part["spectrum"].get("usable_rank") or lam.size)
+        usable = _usable(part["spectrum"], lam.size)
         total = float(lam[lam > 0].sum()) or 1.0
         lam = lam[:usable]
         lam = lam[lam > 0] / total

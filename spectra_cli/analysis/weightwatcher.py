@@ -45,6 +45,8 @@ WW_EPSILON = 1e-10
 def ww_skip(shape: list[int] | tuple[int, ...]) -> str | None:
     """Why WeightWatcher's ``analyze()`` skips a 2-D weight of this shape (``layer_supported``:
     ``M < min_evals``, ``M > max_evals``, ``N > max_N``; ``N, M`` its larger and smaller side), or None."""
+    if len(shape) != 2:
+        return f"shape {list(shape)} is not a matrix"
     big, small = max(shape), min(shape)
     if small < WW_MIN_EVALS:
         return f"{small} eigenvalues, fewer than WeightWatcher's min_evals = {WW_MIN_EVALS}"
@@ -95,12 +97,18 @@ def mp_fit(evals: np.ndarray, n: int, m: int) -> MPFit | None:
     from scipy import optimize
 
     evals = np.asarray(evals, dtype=np.float64)
-    total = float(evals.sum())
-    if not total > 0 or evals.size < 2:
+    if evals.ndim != 1 or evals.size < 2 or n < 1 or m < 1 or not np.all(np.isfinite(evals)):
         return None
+    top = float(evals.max())
+    if not top > 0:
+        return None
+    rel = evals / top  # the fit is scale-free: rescaled to mean 1 from eigenvalues scaled to lambda_max = 1
+    rel_total = float(rel.sum())
     q = n / m
-    w_scale = math.sqrt(evals.size) / math.sqrt(total)
-    to_plot = w_scale * w_scale * evals
+    to_plot = rel * (evals.size / rel_total)
+    with np.errstate(all="ignore"):
+        total = top * rel_total  # (inf past float64: the units below are then null, the fit itself still holds)
+        w_scale = math.sqrt(evals.size / total) if math.isfinite(total) and total > 0 else 0.0
     lam_max = float(to_plot.max())
     sigma0 = math.sqrt(lam_max / (1.0 + 1.0 / math.sqrt(q)) ** 2)
     to_fit = np.sqrt(np.clip(to_plot, 0.0, None)) if q == 1 else to_plot
@@ -135,29 +143,43 @@ def mp_fit(evals: np.ndarray, n: int, m: int) -> MPFit | None:
     bulk_min = (s1 * (1 - 1 / math.sqrt(q))) ** 2
     tw = 1 / math.sqrt(q) * bulk_max ** (2 / 3) * m ** (-2 / 3)
     spikes = int(np.count_nonzero(to_plot > bulk_max + math.sqrt(tw)))
-    return MPFit(s1, bulk_max / (w_scale * w_scale), bulk_min / (w_scale * w_scale), spikes, bulk_max / lam_max,
-                 w_scale)
+    unit = top * rel_total / evals.size  # 1 / W_scale^2, without forming W_scale^2
+    with np.errstate(all="ignore"):
+        return MPFit(s1, bulk_max * unit, bulk_min * unit, spikes, bulk_max / lam_max, w_scale)
 
 
 def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: tuple[float, float],
-               xmin_scale: float = 1.0) -> dict[str, Any]:
+               xmin_scale: float = 1.0, resolved: np.ndarray | None = None) -> dict[str, Any]:
     """The columns of WeightWatcher's ``analyze()`` details for one layer, by its names, from the ``m``
     eigenvalues of ``W^T W`` (weightwatcher.py ``apply_esd``, ``apply_powerlaw``, ``apply_norm_metrics``,
     ``mp_fit``; RMT_Util ``matrix_rank``, ``matrix_entropy``, ``calc_rank_loss``)."""
     ev = np.clip(np.asarray(evals, dtype=np.float64), 0.0, None)
-    sv = np.sqrt(ev)
     big = max(n, m)
-    tol = float(sv.max()) * big * float(np.finfo(np.float64).eps) if sv.size else 0.0
-    rank = int(np.count_nonzero(sv > tol))
-    total = float(ev.sum())
-    lam_max = float(ev.max()) if ev.size else 0.0
     alpha = density.alpha if density is not None else None
+    if not ev.size or not np.all(np.isfinite(ev)):  # past float64's range: nothing WeightWatcher computes
+        return {"N": big, "M": m, "Q": big / m if m else None, "num_evals": int(ev.size), "alpha": alpha,
+                **{k: None for k in ("xmin", "xmax", "D", "sigma", "num_pl_spikes", "norm", "log_norm",
+                                     "spectral_norm", "log_spectral_norm", "alpha_weighted", "log_alpha_norm",
+                                     "stable_rank", "lambda_max", "sv_max", "sv_min", "matrix_rank", "rank_loss",
+                                     "weak_rank_loss", "entropy", "num_spikes", "sigma_mp", "mp_softrank", "bulk_max",
+                                     "bulk_min", "W_scale")}, "warning": ""}
+    sv = np.sqrt(ev)
+    lam_max = float(ev.max())
+    # rank: singular values above max(sv) N eps (numpy's matrix_rank, as WeightWatcher's), among the eigenvalues
+    # above spectra's numerical floor (``resolved``; the square roots of rounding noise in a Gram matrix's
+    # eigenvalues would otherwise count: sqrt(d eps) lambda_max is far above (N eps)^2 lambda_max)
+    res = ev if resolved is None else np.clip(np.asarray(resolved, dtype=np.float64)[: ev.size], 0.0, None)
+    tol = float(sv.max()) * big * float(np.finfo(np.float64).eps)
+    rank = int(np.count_nonzero(np.sqrt(res) > tol))
+    with np.errstate(all="ignore"):
+        total = float(ev.sum())
     entropy = None
-    if total > 0 and rank > 0:
+    if total > 0 and math.isfinite(total) and rank > 0:
         p = ev / total + WW_EPSILON
         entropy = float(-np.sum(p * np.log(p)) / math.log(rank + WW_EPSILON))
-    with np.errstate(over="ignore"):
-        lan = float(np.log10(np.sum(ev ** alpha))) if alpha is not None and total > 0 else None
+    lan = None
+    if alpha is not None and lam_max > 0:  # log10 sum lambda^alpha, from lambda / lambda_max (no overflow)
+        lan = math.log10(lam_max) * alpha + math.log10(float(np.sum((ev / lam_max) ** alpha)))
     warning = ""
     if alpha is not None:
         warning = "over-trained" if alpha < alpha_range[0] else "under-trained" if alpha > alpha_range[1] else ""
@@ -250,8 +272,9 @@ def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_fa
     """The metrics of one matrix from its resolved eigenvalues (floors set to 0); with ``raw`` (the
     eigenvalues as computed, rounding noise kept, as WeightWatcher's SVD gives them) also WeightWatcher's
     columns by its names."""
-    lam = np.asarray(resolved, dtype=np.float64) * sum_factor
-    total = float(lam.sum())
+    with np.errstate(over="ignore", invalid="ignore"):  # past float64 (weights near 1e154): inf, JSON null
+        lam = np.asarray(resolved, dtype=np.float64) * sum_factor
+        total = float(lam.sum())
     top = float(lam.max()) if lam.size else 0.0
     big, small = max(n_rows, n_features), min(n_rows, n_features)
     log_norm = math.log10(total) if total > 0 else None
@@ -268,13 +291,20 @@ def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_fa
         alpha_weighted=aw,
         log_norm=log_norm,
         log_spectral_norm=log_spec,
-        stable_rank=total / top if top > 0 else None,
+        stable_rank=total / top if top > 0 and math.isfinite(total) and math.isfinite(top) else None,
         mp_spikes=spikes,
         mp_bulk_edge=edge,
         verdict=verdict(density_alpha, alpha_range),
         alpha_range=alpha_range,
         sum_factor=sum_factor,
         parameters=n_rows * n_features,
-        columns=ww_columns(np.asarray(raw, dtype=np.float64)[:small] * sum_factor, n=big, m=small, density=density,
-                           alpha_range=alpha_range, xmin_scale=sum_factor) if raw is not None else None,
+        columns=_columns(raw, lam, big, small, sum_factor, density, alpha_range) if raw is not None else None,
     )
+
+
+def _columns(raw: np.ndarray, resolved_scaled: np.ndarray, big: int, small: int, sum_factor: float, density: Any,
+             alpha_range: tuple[float, float]) -> dict[str, Any]:
+    with np.errstate(over="ignore"):
+        ev = np.asarray(raw, dtype=np.float64)[:small] * sum_factor
+    return ww_columns(ev, n=big, m=small, density=density, alpha_range=alpha_range, xmin_scale=sum_factor,
+                      resolved=np.asarray(resolved_scaled)[:small])

@@ -155,8 +155,9 @@ def batch(
                 sys.stdout.flush()
 
         result = run_batch(paths, jsonl=jsonl, resume=resume, overwrite=overwrite, workers=workers, tensors=tensors,
-                           window=window, method=method, model=model, centered=not uncentered, ddof=ddof,
-                           precision=precision, density=density, block_rows=block_rows, positions=positions,
+                           window=window, method=method, model=model, centered=False if uncentered else None,
+                           ddof=ddof, precision=precision, density=True if density else None, block_rows=block_rows,
+                           positions=positions,
                            pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
                            connect_timeout=connect_timeout, verbose=verbose,
                            allow_option_mismatch=allow_option_mismatch, convention=convention, on_result=on_result,
@@ -187,7 +188,7 @@ def batch(
         from spectra_cli.render.table import console_for
 
         print_batch(list(result.results), list(result.items), skipped=result.resumed, jsonl=jsonl,
-                    console=console_for())
+                    console=console_for(), convention=result.convention)
     if summary:
         _print_summary(result.summary(), json)
     for r in result.failed:

@@ -58,7 +58,7 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
 
 
 def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int, jsonl: str | None,
-                console: Console) -> None:
+                console: Console, convention: str = "spectra") -> None:
     results = [r for r in results if "skipped" not in r]
     prefix, _ = common_part([str(r["item"]) for r in results])
     title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
@@ -66,7 +66,8 @@ def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int
     position = {name: i for i, name in enumerate(order)}
     rows = sorted(results, key=lambda r: position.get(r["item"], 0))
     names = shorten_names([str(r["item"]) for r in rows])
-    ww_convention = any((r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
+    ww_convention = convention == "weightwatcher" or any(
+        (r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
     if ww_convention:  # WeightWatcher's analyze() columns, by its names
         t = Table(title=title + " (WeightWatcher's convention)" + (f" -> {jsonl}" if jsonl else ""),
                   title_justify="left")

@@ -703,10 +703,10 @@ def batch(
     window: str | list[str] | tuple[str, ...] | None = None,
     method: str = "ols",
     model: str = "power-law",
-    centered: bool = True,
+    centered: bool | None = None,
     ddof: int = 1,
     precision: str = "float64",
-    density: bool = False,
+    density: bool | None = None,
     block_rows: int | None = None,
     positions: str | None = None,
     pool: str = "tokens",
@@ -753,6 +753,18 @@ def batch(
     from spectra_cli.analysis.suite import CONVENTIONS, check_choice
 
     check_choice("convention", convention, CONVENTIONS)
+    if convention == "weightwatcher":  # its own choices: refused when asked otherwise, never overridden silently
+        for name, value, wanted in (("centered", centered, False), ("density", density, True)):
+            if value is not None and value is not wanted:
+                raise OptionError(f"{param('convention', 'weightwatcher')} sets {param(name, wanted)} "
+                                  f"(WeightWatcher's uncentred W^T W and its density alpha); leave out "
+                                  f"{param(name, value)}.")
+        if top not in (None, 0):
+            raise OptionError(f"{param('convention', 'weightwatcher')} needs every eigenvalue (its norms, its MP "
+                              f"fit); leave out {param('top', top)}.")
+        centered, density = False, True
+    centered = True if centered is None else centered
+    density = False if density is None else density
     results_files = [p for p in args if p.lower().endswith(".jsonl")]
     if results_files:
         if len(results_files) != len(args):
@@ -790,8 +802,6 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
-    if convention == "weightwatcher":
-        centered, density = False, True
     options = dict(window=window, method=method, model=model, centered=centered, ddof=ddof,
                    precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
                    **({"convention": convention} if convention != "spectra" else {}),

@@ -187,9 +187,15 @@ def fit(
     of eigenvalues. The reading options are described in the module docstring.
     """
     if convention == "weightwatcher":
-        if reading.get("centered") is True:
-            raise OptionError(f"{param('convention', 'weightwatcher')} is WeightWatcher's uncentred W^T W; leave "
-                              f"out {param('centered', True)}.")
+        if "centered" in reading:
+            check_bool("centered", reading["centered"])
+            if reading["centered"]:
+                raise OptionError(f"{param('convention', 'weightwatcher')} is WeightWatcher's uncentred W^T W; "
+                                  f"leave out {param('centered', True)}.")
+        if top not in (None, 0) or eigenvalues:
+            what = param("top", top) if top not in (None, 0) else param("eigenvalues", True)
+            raise OptionError(f"{param('convention', 'weightwatcher')} needs the whole matrix and every eigenvalue "
+                              f"(its norms, its MP fit); leave out {what}.")
         reading["centered"] = False
     read = ReadOptions.create(**reading)
     for name, flag in (("density", density), ("ci", ci), ("population", population),
@@ -266,6 +272,11 @@ def fit(
         rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
                          f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
     if opts.convention == "weightwatcher":  # its cut is on W^T W's eigenvalues: ours times the rows
+        from spectra_cli.analysis.weightwatcher import ww_skip
+
+        skip = ww_skip((first.n_rows, main.n_features))
+        if skip:
+            warnings.append(f"WeightWatcher's analyze() would skip this matrix: {skip}")
         from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH
 
         opts = dataclasses.replace(opts, density_floor=WW_EVALS_THRESH / max(first.n_rows, 1))

@@ -20,6 +20,11 @@ def as_array(obj: Any, *, what: str = "X") -> np.ndarray:
 
     Lists, strings and other objects are a TypeError: spectra does not guess a matrix from them.
     """
+    if isinstance(obj, np.ma.MaskedArray):
+        if np.ma.getmaskarray(obj).any():
+            raise TypeError(f"{what} is a masked array with masked entries; drop those rows, or pass the rows to keep "
+                            "as mask= (Accumulator.update).")
+        return np.asarray(obj.data)
     if isinstance(obj, np.ndarray):
         return obj
     if isinstance(obj, str | bytes | os.PathLike | list | tuple | dict | set) or obj is None:

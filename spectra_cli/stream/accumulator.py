@@ -91,16 +91,15 @@ class Accumulator:
         A = A.reshape(-1, self.d)
         w = None
         if weights is not None:
-            w = np.asarray(as_array(weights, what="weights"), dtype=np.float64).reshape(-1)
-            if w.shape[0] != A.shape[0]:
-                raise InputError(f"weights has {w.shape[0]} values for {A.shape[0]} rows; one per row is required.")
+            W = _leading("weights", weights, lead)
+            if W.dtype.kind not in "biuf":
+                raise InputError(f"weights has dtype {W.dtype}; numbers are required, one per row.")
+            w = W.astype(np.float64).reshape(-1)
         if mask is not None:
-            M = as_array(mask, what="mask")
-            if tuple(M.shape) != tuple(lead) and M.size != A.shape[0]:
-                raise InputError(f"mask has shape {tuple(M.shape)}; it must have X's leading shape {tuple(lead)} "
-                                 "(one value per row: an attention mask beside the hidden states).")
-            if M.dtype.kind not in "biuf":
-                raise InputError(f"mask has dtype {M.dtype}; booleans or 0/1 numbers are required.")
+            M = _leading("mask", mask, lead)
+            if M.dtype.kind not in "biuf" or (M.dtype.kind != "b" and not np.isin(M, (0, 1)).all()):
+                raise InputError(f"mask must hold booleans or 0/1 (an attention mask); it has dtype {M.dtype}"
+                                 + ("" if M.dtype.kind not in "iuf" else " and other values") + ".")
             keep = M.reshape(-1) != 0
             A = A[keep]
             w = None if w is None else w[keep]
@@ -512,3 +511,19 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str) -> Accumulator:
             raise InputError(f"{path}: array cos_unit_sum is longer than its weight sum; a sum of unit vectors "
                              "never is.")
     return acc
+
+
+def _leading(name: str, value: Any, lead: tuple[int, ...]) -> np.ndarray:
+    """Per-row values (weights, a mask) in X's leading shape, or one flat value per row."""
+    from spectra_cli.sources.in_memory import as_array
+
+    if np.ndim(value) == 0 and not hasattr(value, "__dlpack__"):
+        raise InputError(f"{name} must be an array of X's leading shape {tuple(lead)}, one value per row.")
+    if isinstance(value, np.ma.MaskedArray):
+        raise InputError(f"{name} is a numpy masked array; pass a plain array (its mask would be ignored).")
+    V = as_array(value, what=name)
+    rows = int(np.prod(lead)) if lead else 0
+    if tuple(V.shape) != tuple(lead) and not (V.ndim == 1 and V.shape[0] == rows):
+        raise InputError(f"{name} has shape {tuple(V.shape)}; it must have X's leading shape {tuple(lead)}, or be "
+                         f"one value per row ({rows},).")
+    return V

@@ -51,6 +51,13 @@ def test_masked_update_equals_dropping_the_padded_rows():
                                spectra.fit(ref, window="2:8").spectrum.eigenvalues, rtol=1e-13)
     with pytest.raises(spectra.InputError, match=r"mask has shape \(4, 6\); it must have X's leading shape \(4, 7\)"):
         acc.update(h, mask=mask[:, :6])
+    with pytest.raises(spectra.InputError, match=r"mask has shape \(7, 4\)"):
+        acc.update(h, mask=mask.T)  # the same size, transposed: refused, never read in the wrong order
+    with pytest.raises(spectra.InputError, match="mask must hold booleans or 0/1"):
+        acc.update(h, mask=mask * 0.5)
+    flat = spectra.Accumulator(d=16)
+    flat.update(h, mask=mask.reshape(-1))  # one value per row, flattened, is the same
+    assert flat.n == ref.n
 
 
 def test_a_tensor_on_a_device_that_cannot_move_is_one_clear_error():

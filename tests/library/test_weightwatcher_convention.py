@@ -198,3 +198,52 @@ def test_info_fit_and_batch_count_the_same_matrices(hf_checkpoint, cli):
     assert info["matrices"] == n_batch == 7  # 10 tensors less the integer buffer, the norm and the bias
     with pytest.raises(spectra.InputError, match=f"holds {n_batch} weight matrices"):
         spectra.fit(str(path))
+
+
+def test_weights_past_float64_give_nulls_not_errors_and_ranks_are_right():
+    import warnings
+
+    rng = np.random.default_rng(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's floating-point warnings never escape
+        warnings.simplefilter("ignore", spectra.SpectraWarning)
+        big = spectra.fit(rng.standard_normal((20, 10)) * 1e153, convention="weightwatcher").to_dict()
+        cols = big["weightwatcher"]["columns"]
+        assert cols["norm"] is None and cols["W_scale"] is None or cols["W_scale"] == 0.0
+        json.dumps(big, allow_nan=False)
+        u = rng.standard_normal((30, 1))
+        rank1 = spectra.fit(u @ rng.standard_normal((1, 12)), convention="weightwatcher").to_dict()
+        assert rank1["weightwatcher"]["columns"]["matrix_rank"] == 1 == np.linalg.matrix_rank(u @ u.T)
+        assert rank1["weightwatcher"]["columns"]["rank_loss"] == 11
+        for bad in ([np.inf, 1, 2], [1e308, 1e308, 1], [1e-320, 2e-320, 3e-320], [np.nan, 1, 2], [0, 0, 0], [5]):
+            mp_fit(np.asarray(bad, float), 10, 3)  # a result or None, never an error or a warning
+        assert mp_fit(np.ones(5), 0, 10) is None and mp_fit(np.ones((3, 3)), 10, 3) is None
+
+
+def test_log_alpha_norm_does_not_overflow():
+    from spectra_cli.analysis.density import DensityFit
+    from spectra_cli.analysis.weightwatcher import ww_columns
+
+    ev = np.geomspace(1e-3, 1e4, 50)
+    dens = DensityFit(alpha=91.0, xmin=1.0, ks_distance=0.1, n_tail=10, stderr=1.0, n_candidates=49)
+    cols = ww_columns(ev, n=100, m=50, density=dens, alpha_range=(2, 6))
+    ref = 4 * 91.0 + math.log10(float(np.sum((ev / 1e4) ** 91.0)))  # log10 of sum ev^91, in log space
+    assert cols["log_alpha_norm"] == pytest.approx(ref, rel=1e-12) and math.isfinite(cols["log_alpha_norm"])
+
+
+def test_the_convention_refuses_what_contradicts_it(hf_checkpoint):
+    path, _ = hf_checkpoint
+    X = np.random.default_rng(7).standard_normal((100, 20))
+    for kwargs, message in (({"centered": True}, "sets centered=False"), ({"density": False}, "sets density=True"),
+                            ({"top": 5}, "needs every eigenvalue")):
+        with pytest.raises(spectra.OptionError, match=message):
+            spectra.batch(str(path), convention="weightwatcher", **kwargs)
+    with pytest.raises(spectra.OptionError, match="centered='yes'|centered must"):
+        spectra.fit(X, convention="weightwatcher", centered="yes")
+    with pytest.raises(spectra.OptionError, match="needs the whole matrix and every eigenvalue"):
+        spectra.fit(np.sort(np.random.default_rng(1).random(30))[::-1].copy(), eigenvalues=True,
+                    convention="weightwatcher")
+    narrow = spectra.fit(np.random.default_rng(8).standard_normal((7, 1000)), convention="weightwatcher")
+    assert any("WeightWatcher's analyze() would skip this matrix: 7 eigenvalues" in w for w in narrow.warnings)
+    with pytest.raises(spectra.OptionError, match="hold no WeightWatcher columns"):
+        spectra.batch(str(path)).__class__(spectra.batch(str(path)).results, convention="weightwatcher").rows()

@@ -96,7 +96,10 @@ def _expand(path: str, notes: list[str]) -> list[str]:
 
     if remote.is_url(path):  # data where it lives: a Hub repository, a bucket, through the same rules
         if remote.is_glob_url(path):
-            return remote.glob(path)
+            found = remote.glob(path)
+            if not found:
+                raise InputError(f"no files match {path}")
+            return found
         if remote.isdir(path):
             from spectra_cli.sources.safetensors import shard_files
 

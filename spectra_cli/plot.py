@@ -125,7 +125,8 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
     ci = fit.get("ci") if key == "alpha" else None
     if isinstance(ci, dict) and _num(ci.get("low")) is not None and _num(ci.get("high")) is not None:
         level = _num(ci.get("level")) or 0.95
-        return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}"
+        note = "" if ci["low"] <= a <= ci["high"] else " (bias-corrected bootstrap)"
+        return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
     se = _num(fit.get("stderr"))
     return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
 
@@ -193,10 +194,19 @@ def log_ticks(ax: Any) -> None:
 
 
 def _legend(ax: Any, **kwargs: Any) -> None:
-    """A legend only when something is labelled (matplotlib warns on an empty one)."""
+    """A legend only when something is labelled (matplotlib warns on an empty one), at the figures' size."""
     handles, _ = ax.get_legend_handles_labels()
     if handles:
+        kwargs.setdefault("fontsize", FONT["legend.fontsize"])
         ax.legend(**kwargs)
+
+
+def _style(ax: Any) -> Any:
+    """The figures' type sizes on any Axes (a notebook's too: its rcParams are left alone)."""
+    ax.xaxis.label.set_size(FONT["axes.labelsize"])
+    ax.yaxis.label.set_size(FONT["axes.labelsize"])
+    ax.tick_params(labelsize=FONT["xtick.labelsize"])
+    return ax
 
 
 def _major_labels_only(ax: Any) -> None:
@@ -207,7 +217,8 @@ def _fit_label(f: dict[str, Any]) -> str:
     k1, k2 = f["window"]
     text = interval_text(f)
     if f.get("model") == "broken" and _num(f.get("alpha_2")) is not None and _num(f.get("crossover")):
-        text = f"α₁ = {f['alpha']:.3f}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}"
+        se = f" ± {f['stderr']:.3f} (SE)" if _num(f.get("stderr")) is not None else ""
+        text = f"α₁ = {f['alpha']:.3f}{se}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}"
     elif f.get("model") == "log-corrected":
         text = f"log-corrected (p = {f.get('degree')}), {text}"
     return f"{text}, ranks {k1}–{k2}"
@@ -285,12 +296,13 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue λⱼ")
     if title:
-        ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left")
+        ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left",
+                     fontsize=FONT["axes.titlesize"])
     if legend:
         _legend(ax, loc="best", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
-                  facecolor="white", fontsize=6)  # (a decaying spectrum leaves the lower left or the upper right free)
+                facecolor="white", fontsize=6)  # (a decaying spectrum leaves the lower left or the upper right free)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
@@ -322,7 +334,7 @@ def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     if legend:
         _legend(ax, loc="best", frameon=False)
-    return ax
+    return _style(ax)
 
 
 def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | None = None) -> Any:
@@ -368,10 +380,11 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     ax.set_ylabel("density p(λ)")
     legend_box = {"frameon": True, "framealpha": 0.85, "edgecolor": "none", "facecolor": "white"}
     if title:
-        ax.set_title(title if isinstance(title, str) else f"{title_of(doc)}: ESD", loc="left")
+        ax.set_title(title if isinstance(title, str) else f"{title_of(doc)}: ESD", loc="left",
+                     fontsize=FONT["axes.titlesize"])
     _legend(ax, loc="lower left", **legend_box)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[tuple[float, float] | None],
@@ -383,6 +396,17 @@ def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[t
     if not any(errs):
         return ax.plot(xs, ys, **style)
     return ax.errorbar(xs, ys, yerr=yerr.reshape(2, -1), capsize=1.5, elinewidth=0.7, **style)
+
+
+#: What a reader calls the report fields the trend and layer figures plot most.
+METRIC_LABELS = {
+    "fit.alpha": "α (rank fit)", "fit.population.alpha": "α (population)", "density.alpha": "α (density)",
+    "weightwatcher.alpha": "α (density, WW)", "weightwatcher.alpha_weighted": "α weighted",
+    "weightwatcher.log_norm": "log norm", "weightwatcher.log_spectral_norm": "log spectral norm",
+    "weightwatcher.stable_rank": "stable rank", "weightwatcher.mp_spikes": "MP spikes",
+    "rank.participation_ratio": "participation ratio", "rank.entropy_rank": "entropy rank",
+    "rank.stable_rank": "stable rank", "rank.rankme": "RankMe", "isotropy.mean_cosine": "mean cosine",
+}
 
 
 def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> Any:
@@ -405,11 +429,11 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
         errs = [(p.intervals or {}).get(metric) for p in ps]
         errorbar(ax, [p.step for p in ps], [p.values[metric] for p in ps], errs, **style)
     ax.set_xlabel("step")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.grid(True, alpha=0.25, lw=0.5)
     if 1 < len(series) <= max_series:
         _legend(ax, frameon=False)
-    return ax
+    return _style(ax)
 
 
 def _short(name: str, keep: int = 48) -> str:
@@ -444,9 +468,9 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     else:
         ax.tick_params(labelbottom=False)
     ax.set_xlim(-0.7, len(labels) - 0.3)
-    ax.set_ylabel(label or metric)
+    ax.set_ylabel(label or METRIC_LABELS.get(metric, metric))
     ax.grid(True, axis="y", alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation_ratio") -> Any:
@@ -463,7 +487,7 @@ def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation
     ax.set_ylabel(labels.get(metric, metric))
     _legend(ax, frameon=False, loc="best")
     ax.grid(True, alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def sequence_context(doc: Any, ax: Any = None) -> Any:
@@ -499,7 +523,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
     ax.set_ylabel("eigenvalue / sum")
     _legend(ax, frameon=False, loc="lower left")
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def lag_energy(doc: Any, ax: Any = None) -> Any:
@@ -516,7 +540,7 @@ def lag_energy(doc: Any, ax: Any = None) -> Any:
     ax.set_ylabel("lag energy")
     _legend(ax, frameon=False, loc="best")
     ax.grid(True, alpha=0.25, lw=0.5)
-    return ax
+    return _style(ax)
 
 
 def _figure(width: float, height: float) -> Any:
@@ -578,6 +602,8 @@ def trend_figure(points: Any, metrics: Sequence[str]) -> Any:
             trend(points, m, ax=ax)
             if ax is not axes[-1, 0]:
                 ax.set_xlabel("")
+        fig.suptitle("error bars: each report's 95% bootstrap interval (--ci), else ± its standard error",
+                     fontsize=6.5, x=0.01, ha="left", color="#555555")
     return fig
 
 

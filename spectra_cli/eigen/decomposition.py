@@ -200,6 +200,16 @@ class Spectrum:
             return None
         return int(hit[0]) + 1 if hit.size else int(cum.size)
 
+    def __getattr__(self, name: str) -> Any:
+        """A field of the JSON (``rep.spectrum.k90`` is ``spectrum.k90`` of ``--json``) that is not an
+        attribute of its own."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        doc = self.to_dict()
+        if name in doc:
+            return doc[name]
+        raise AttributeError(f"this spectrum has no field {name!r}; fields: {', '.join(doc)}")
+
     def to_dict(self) -> dict[str, Any]:
         ratio = self.explained_variance_ratio()
         return {

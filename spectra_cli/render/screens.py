@@ -63,8 +63,9 @@ def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int
     prefix, _ = common_part([str(r["item"]) for r in results])
     title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
         (f", {skipped} skipped (--resume)" if skipped else "")
-    position = {name: i for i, name in enumerate(order)}
-    rows = sorted(results, key=lambda r: position.get(r["item"], 0))
+    from spectra_cli.drawable import natural_key
+
+    rows = sorted(results, key=lambda r: natural_key(str(r["item"])))  # layer.2 before layer.10, step_200 before 1000
     names = shorten_names([str(r["item"]) for r in rows])
     ww_convention = convention == "weightwatcher" or any(
         (r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
@@ -74,7 +75,7 @@ def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int
         t.add_column("layer", overflow="fold")
         cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
                 "mp_softrank", "warning")
-        for col in ("N x M", *cols):
+        for col in ("N x M (N >= M)", *cols):
             t.add_column(col, no_wrap=True)
         for name, r in zip(names, rows, strict=True):
             if "error" in r:
@@ -153,7 +154,7 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     else:
         console.print(title + " (no verdicts: run the batch with --density)")
     m = Table("metric", "layers", "mean", "median", "weighted mean", "weighted median",
-              title="Metrics (weighted by parameters)", title_justify="left")
+              title="Metrics (plain, and weighted by parameters)", title_justify="left")
     for row in doc["metrics"]:
         m.add_row(row["label"], str(row["layers"]), _num(row["mean"]), _num(row["median"]),
                   _num(row["weighted_mean"]), _num(row["weighted_median"]))

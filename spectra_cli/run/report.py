@@ -290,13 +290,24 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     # layers whose rank-fit alpha is furthest from the median
     chosen: list[tuple[dict[str, Any], str]] = []
     by_item = {_item(d): d for d in docs}
+    worst_heading = "furthest outside the healthy range"
     if has_density and summary.get("worst"):
-        for w in summary["worst"][:worst]:
+        outside = [w for w in summary["worst"] if (_num(w.get("distance")) or 0.0) > 0]
+        picked = [(w, f"α = {w['alpha']:.2f}, {w.get('verdict') or ''}, {w['distance']:.2f} outside the range")
+                  for w in outside[:worst]]
+        if len(picked) < worst:  # then the layers inside the range nearest its edges
+            lo, hi = alpha_range or (2.0, 6.0)
+            taken = {str(w.get("item")) for w, _ in picked}
+            scored = sorted(((min(a - lo, hi - a), d) for d in docs
+                             if (a := _num(lookup(d, "weightwatcher.alpha"))) is not None and lo <= a <= hi
+                             and _item(d) not in taken), key=lambda t: t[0])
+            picked += [({"item": _item(d)}, f"α = {lookup(d, 'weightwatcher.alpha'):.2f}, {margin:.2f} inside the "
+                        "range") for margin, d in scored[: worst - len(picked)]]
+            worst_heading = ("outside the healthy range, then nearest its edges" if outside else
+                             "nearest the edges of the healthy range (every layer is inside it)")
+        for w, why in picked:
             doc = by_item.get(str(w.get("item")))
             if doc is not None:
-                dist = _num(w.get("distance")) or 0.0
-                why = f"α = {w['alpha']:.2f}, {w.get('verdict') or ''}" + (f", {dist:.2f} outside the range"
-                                                                          if dist > 0 else "")
                 chosen.append((doc, why))
     else:
         scored = [(abs(a - statistics.median(vals)), d) for vals in
@@ -319,9 +330,12 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
                            "src": figs.embed(_with_font(draw_one))})
     skipped = [{"item": _item(d), "why": str(d.get("skipped"))} for d in lines if "skipped" in d]
     failed = [{"item": _item(d), "why": str(d.get("error"))[:300]} for d in lines if "error" in d]
+    rows = _layer_rows(docs, metrics)
     return {"summary": summary, "metrics": [{"field": f, "label": lb} for f, lb, _ in metrics],
-            "rows": _layer_rows(docs, metrics), "per_layer": per_layer, "worst": worst_figs,
+            "rows": rows, "per_layer": per_layer, "worst": worst_figs,
             "worst_kind": "ESD (density fit)" if has_density else "spectrum", "skipped": skipped,
+            "worst_heading": worst_heading if has_density else "furthest from the median rank-fit α",
+            "any_warnings": any(r["warnings"] for r in rows),
             "failed": failed, "options": _options_line(docs[0]) if docs else "", "has_density": has_density}
 
 

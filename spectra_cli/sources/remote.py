@@ -52,6 +52,10 @@ def open_url(url: str) -> IO[bytes]:
         raise InputError(f"no such file or directory: {url}") from None
     except OSError as exc:
         raise InputError(f"cannot open {url}: {exc}") from None
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise unreachable(url, exc) from None
 
 
 def exists(url: str) -> bool:
@@ -60,6 +64,8 @@ def exists(url: str) -> bool:
         return bool(fs.exists(path))
     except OSError:
         return False
+    except Exception as exc:  # noqa: BLE001 - a backend's own error (no network, refused credentials)
+        raise unreachable(url, exc) from None
 
 
 def isdir(url: str) -> bool:
@@ -68,6 +74,14 @@ def isdir(url: str) -> bool:
         return bool(fs.isdir(path))
     except OSError:
         return False
+    except Exception as exc:  # noqa: BLE001 - a backend's own error (no network, refused credentials)
+        raise unreachable(url, exc) from None
+
+
+def unreachable(url: str, exc: BaseException) -> InputError:
+    """A backend's failure (no network, a refused connection, bad credentials) as one line."""
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return InputError(f"cannot reach {url}: {type(exc).__name__}{': ' + text if text else ''}")
 
 
 def _join(url: str, path: str) -> str:
@@ -79,7 +93,11 @@ def find(url: str, suffixes: tuple[str, ...]) -> list[str]:
     """Files below a directory URL (names starting with ``_`` or ``.`` left out, as locally)."""
     fs, path = filesystem(url)
     out = []
-    for p in fs.find(path):
+    try:
+        listed = fs.find(path)
+    except Exception as exc:  # noqa: BLE001
+        raise unreachable(url, exc) from None
+    for p in listed:
         parts = p[len(path.rstrip("/")):].strip("/").split("/")
         if any(part.startswith((".", "_")) for part in parts):
             continue
@@ -90,7 +108,10 @@ def find(url: str, suffixes: tuple[str, ...]) -> list[str]:
 
 def glob(url: str) -> list[str]:
     fs, path = filesystem(url)
-    return sorted(_join(url, p) for p in fs.glob(path) if fs.isfile(p))
+    try:
+        return sorted(_join(url, p) for p in fs.glob(path) if fs.isfile(p))
+    except Exception as exc:  # noqa: BLE001
+        raise unreachable(url, exc) from None
 
 
 def size(f: Any) -> int:

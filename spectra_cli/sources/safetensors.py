@@ -136,7 +136,13 @@ def _names_in(directory: str) -> list[str]:
     if not is_url(directory):
         return os.listdir(directory)
     fs, path = filesystem(directory)
-    return sorted(os.path.basename(str(e).rstrip("/")) for e in fs.ls(path, detail=False))
+    try:
+        entries = fs.ls(path, detail=False)
+    except Exception as exc:  # noqa: BLE001 - no network, refused credentials: one line
+        from spectra_cli.sources.remote import unreachable
+
+        raise unreachable(directory, exc) from None
+    return sorted(os.path.basename(str(e).rstrip("/")) for e in entries)
 
 
 def _inside(directory: str, name: str) -> str:

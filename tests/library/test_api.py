@@ -261,3 +261,16 @@ def test_the_effective_sample_size_of_weighted_rows_is_kish():
     doc = spectra.fit(X, weights=w, window="2:10").to_dict()
     assert doc["source"]["n_effective"] == pytest.approx(np.sum(w) ** 2 / np.sum(w**2), rel=1e-12)
     assert spectra.fit(X, window="2:10").to_dict()["source"]["n_effective"] is None
+
+
+def test_the_spectrum_mirrors_its_json():
+    import numpy as np
+
+    import spectra_cli as spectra
+
+    rep = spectra.fit(np.random.default_rng(0).standard_normal((400, 30)), window="2:10")
+    doc = rep.to_dict()["spectrum"]
+    for field in ("k90", "k95", "k99", "near_null", "usable_rank", "floor_definition", "top_k"):
+        assert getattr(rep.spectrum, field) == doc[field], field
+    with pytest.raises(AttributeError, match="this spectrum has no field 'k42'"):
+        getattr(rep.spectrum, "k42")

@@ -81,7 +81,8 @@ def test_bootstrap_interval_and_broken_law_in_the_labels():
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
     f = rep.to_dict()["fits"][0]
     label = next(t for t in texts if "ranks 5–30" in t)
-    assert f"α₁ = {f['alpha']:.3f}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}" in label
+    assert (f"α₁ = {f['alpha']:.3f} ± {f['stderr']:.3f} (SE), α₂ = {f['alpha_2']:.3f},\n"
+            f"crossover j = {f['crossover']:.0f}") in label
     diamonds = [ln for ln in ax.get_lines() if ln.get_marker() == "D"]
     assert len(diamonds) == 1 and diamonds[0].get_xdata()[0] == pytest.approx(f["crossover"])
     rep2 = spectra.fit(X, window="5:30", ci=True, ci_replicates=40)

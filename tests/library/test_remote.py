@@ -107,3 +107,19 @@ def test_a_missing_backend_names_its_extra(monkeypatch):
     monkeypatch.setattr(fsspec.core, "url_to_fs", refuse)
     with pytest.raises(spectra.OptionError, match=r"the extra 'hf': pip install 'spectra-cli\[hf\]'"):
         spectra.fit("hf://org/model/model.safetensors::w")
+
+
+def test_a_store_that_cannot_be_reached_is_one_input_error(monkeypatch):
+    fsspec = pytest.importorskip("fsspec")
+    import spectra_cli as spectra
+
+    fs_class = type(fsspec.filesystem("memory"))
+
+    def offline(self, path, **kw):
+        raise RuntimeError("Name or service not known\nmore lines")
+
+    monkeypatch.setattr(fs_class, "isdir", offline)
+    monkeypatch.setattr(fs_class, "exists", offline)
+    with pytest.raises(spectra.InputError, match=r"^cannot reach memory://org/model: RuntimeError: Name or service "
+                                                 r"not known$"):
+        spectra.batch("memory://org/model")

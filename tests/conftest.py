@@ -13,6 +13,16 @@ from typer.testing import CliRunner
 
 from spectra_cli.cli import app
 
+# The tests' own reference computations (numpy's svd, eigvalsh, cov written out) run on one BLAS thread:
+# on a busy machine (a CI runner) two threads that spin for one core made a 0.3 s test take 30 s. spectra's
+# own calls keep the thread policy (spectra_cli.threads sets the limit inside each of them).
+try:
+    from threadpoolctl import threadpool_limits
+
+    _ONE_THREAD = threadpool_limits(limits=1, user_api="blas")
+except Exception:  # pragma: no cover - no controllable BLAS
+    _ONE_THREAD = None
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 

@@ -151,6 +151,15 @@ def static_check_result(name: str) -> tuple[int, str]:
     import sys
 
     proc = _RUNNING.pop(name, None)
+    if proc is not None and proc.poll() is None and os.name == "posix":
+        # Still running when its result is wanted: back to the normal priority (on a busy machine a process
+        # at the lowest priority gets almost no CPU while the busy ones run), or started again at it.
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, 0)
+        except OSError:
+            proc.kill()
+            proc.wait()
+            proc = None
     if proc is None:
         proc = subprocess.Popen([sys.executable, *STATIC_CHECKS[name]], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)

@@ -42,7 +42,9 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
          + (f", key {src['key']}" if src.get("key") else "") + ")"),
         ("stored", f"{shape} {src['dtype']}"),
         ("used", (f"n={used}, d={sp['n_features']}, n/d={sp['n_over_d']:.3g}" if sp["n_over_d"] is not None
-                  else f"{sp['n_features']} eigenvalues given") + (f" [{', '.join(sel)}]" if sel else "")),
+                  else f"{sp['n_features']} eigenvalues given") + (f" [{', '.join(sel)}]" if sel else "")
+         + (f"; weighted: effective n={src['n_effective']:.4g} (Kish), n/d={src['n_effective'] / sp['n_features']:.3g}"
+            if isinstance(src.get("n_effective"), int | float) and sp.get("n_features") else "")),
         ("matrix", sp["definition"]),
         ("precision", "—" if src["format"] == "eigenvalues" else f"{sp['precision']} products, float64 accumulation"),
     ]))
@@ -60,8 +62,10 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         ("k90 / k95 / k99", " / ".join(f"> {sp['top_k']['k']}" if sp[k] is None and sp.get("top_k") else _fmt(sp[k])
                                        for k in ("k90", "k95", "k99"))),
         ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (rounding bound: floor_definition in --json)"),
-        ("numerical rank", f"{sp['numerical_rank']} of {sp['n_features']}"),
-        ("usable rank", f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']}"
+        ("numerical rank", (f"at least {sp['numerical_rank']}" if sp.get("top_k") else f"{sp['numerical_rank']}")
+         + f" of {sp['n_features']}" + (" (only the leading eigenvalues computed)" if sp.get("top_k") else "")),
+        ("usable rank", ("at least " if sp.get("top_k") else "")
+         + f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']}"
                         + (f"; {sp['near_null']} near-null direction(s) past it, e.g. LayerNorm's"
                            if sp.get("near_null") else "") + ")"),
         *([("computed", f"the leading {tk['k']} of {sp['n_features']} (block Lanczos, Krylov dimension "

@@ -57,6 +57,9 @@ from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_bool, check_int, check_numbers
 
 BOOTSTRAP_GROUPS = 32
+#: What spectra isotropy says it needs a second pass for (and what works from moments instead).
+ISOTROPY_NEED = ("isotropy (its partition isotropy; spectra fit on moments gives the mean cosine, top-PC share and "
+                 "mean-norm ratio)")
 #: Below this n/d the bootstrap interval of the sample slope was measured not to cover the population
 #: exponent (bench/bench_ci_coverage.py: 47 of 96 fits on Gaussian rows at n/d <= 10, 81 of 96 elliptical).
 CI_COVERS_N_OVER_D = 20.0
@@ -347,7 +350,7 @@ def isotropy(
         main = spectrum_of(first, centered=True, ddof=read.ddof)
         clock.mark("eigen_s")
         logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress,
-                                           need="isotropy (its partition isotropy)")
+                                           need=ISOTROPY_NEED)
         clock.mark("second_pass_s")
     warnings = spectrum_warnings(main, first)
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)

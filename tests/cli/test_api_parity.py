@@ -42,7 +42,9 @@ def test_an_accumulator_and_its_moment_file_give_the_cli_numbers(cli, tmp_path, 
     assert doc_cli["source"]["format"] == "moments"
     assert _numbers(getattr(spectra, func)(acc).to_dict()) == _numbers(doc_cli)
     r = cli("isotropy", tmp_path / "m.npz")
-    assert r.exit_code == 2 and r.stderr.startswith("error: isotropy (its partition isotropy) needs a second pass")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: isotropy (its partition isotropy; spectra fit on moments gives the mean "
+                               "cosine, top-PC share and mean-norm ratio) needs a second pass")
     r = cli("fit", tmp_path / "m.npz", "--partition-isotropy")
     assert r.exit_code == 2 and r.stderr.startswith("error: --partition-isotropy needs a second pass over the rows")
 

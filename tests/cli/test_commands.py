@@ -219,3 +219,15 @@ def test_the_report_states_the_block_rows_used(cli, tmp_path):
     for asked in ("1000", "8192"):  # an explicit 8192 is honoured, not taken for the default
         doc = cli("spectrum", tmp_path / "w.npy", "--block-rows", asked, "--json").json()
         assert doc["options"]["block_rows"] == int(asked)
+
+
+def test_the_table_says_the_effective_n_of_weighted_rows_and_the_top_route_bounds(cli, tmp_path):
+    w = np.random.default_rng(0).random(4096)
+    np.save(tmp_path / "w.npy", w)
+    r = cli("fit", NPY, "--weights", tmp_path / "w.npy")
+    assert r.exit_code == 0
+    n_eff = w.sum() ** 2 / (w * w).sum()
+    assert f"weighted: effective n={n_eff:.4g} (Kish), n/d={n_eff / 384:.3g}" in r.stdout
+    r = cli("fit", NPY, "--window", "11:30", "--top", "40")
+    assert r.exit_code == 0, r.stderr
+    assert "at least 40 of 384 (only the leading eigenvalues computed)" in " ".join(r.stdout.split())

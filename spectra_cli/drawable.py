@@ -258,7 +258,7 @@ def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
             u = (p - 1) * np.log(np.log(ranks + 1.0)) - x if p > 1 else -x
             return np.asarray(np.exp(b + a * u))
         y = b - a * x
-        if fit.get("model") == "broken" and _finite(fit.get("crossover")) and _finite(fit.get("alpha_2")) is not None:
+        if fit.get("model") == "broken" and finite(fit.get("crossover")) and finite(fit.get("alpha_2")) is not None:
             y = y - (float(fit["alpha_2"]) - a) * np.maximum(0.0, x - math.log(float(fit["crossover"])))
         return np.asarray(np.exp(y))
 
@@ -278,8 +278,35 @@ def layer_names(items: Sequence[str]) -> list[str]:
     return [i[cut:] or i for i in items]
 
 
-def _finite(x: Any) -> float | None:
+def finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number (not a bool), else None: how every figure, table and
+    summary reads a number from a report written elsewhere."""
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     f = float(x)
     return f if math.isfinite(f) else None
+
+
+MISSING = object()
+
+
+def lookup(doc: Any, field: str) -> Any:
+    """The value at a dotted path of a report (``fits.1.alpha``); :data:`MISSING` when there is none."""
+    cur = doc
+    for part in field.split("."):
+        if cur is None:
+            return None  # a null section (e.g. no fit on a collapsed spectrum): its fields are null too
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return MISSING
+    return cur
+
+
+def item_name(doc: dict[str, Any], default: str = "") -> str:
+    """What a batch line is called: its ``item``, else its source's path."""
+    src = doc.get("source")
+    item = doc.get("item") or (src.get("path") if isinstance(src, dict) else None)
+    return str(item) if item else default

@@ -45,10 +45,10 @@ def require_pandas() -> Any:
 
 
 def _value(doc: Any, field: str) -> Any:
-    v = doc
-    for part in field.split("."):  # (a dotted report field; results.lookup, without importing results)
-        v = v.get(part) if isinstance(v, dict) else None
-    if v is None:
+    from spectra_cli.drawable import MISSING, lookup
+
+    v = lookup(doc, field)
+    if v is None or v is MISSING:
         return None
     if isinstance(v, list):
         return f"{v[0]}:{v[1]}" if field.endswith("window") and len(v) == 2 else str(v)
@@ -56,8 +56,9 @@ def _value(doc: Any, field: str) -> Any:
 
 
 def _item(doc: dict[str, Any]) -> str:
-    src = doc.get("source")
-    return str(doc.get("item") or (src.get("path") if isinstance(src, dict) else "") or "")
+    from spectra_cli.drawable import item_name
+
+    return item_name(doc)
 
 
 def batch_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

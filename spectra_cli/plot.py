@@ -37,7 +37,7 @@ __all__ = [
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
-from spectra_cli.drawable import layer_names, natural_key, predict  # noqa: E402  (re-exported)
+from spectra_cli.drawable import finite, layer_names, natural_key, predict  # noqa: E402  (re-exported)
 from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
 
 #: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
@@ -87,13 +87,6 @@ def _new_axes(ax: Any, height: float = 2.6, width: float = COLUMN_WIDTH) -> Any:
     return fig.add_subplot()
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
-
-
 def _fmt(x: float, digits: int = 3) -> str:
     if x == 0 or 1e-3 <= abs(x) < 1e5:
         return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
@@ -119,15 +112,15 @@ def title_of(doc: dict[str, Any]) -> str:
 def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
     """``alpha = 0.655, 95 % CI 0.615–0.671`` (the bootstrap interval when there is one) or
     ``alpha = 0.655 ± 0.014 (SE)`` (the least-squares standard error)."""
-    a = _num(fit.get(key))
+    a = finite(fit.get(key))
     if a is None:
         return "α not fitted"
     ci = fit.get("ci") if key == "alpha" else None
-    if isinstance(ci, dict) and _num(ci.get("low")) is not None and _num(ci.get("high")) is not None:
-        level = _num(ci.get("level")) or 0.95
+    if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
+        level = finite(ci.get("level")) or 0.95
         note = "" if ci["low"] <= a <= ci["high"] else " (bias-corrected bootstrap)"
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
-    se = _num(fit.get("stderr"))
+    se = finite(fit.get("stderr"))
     return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
 
 
@@ -140,9 +133,9 @@ def _usable(spec: dict[str, Any], n: int) -> int:
 def _fits(doc: dict[str, Any]) -> list[dict[str, Any]]:
     fits = doc.get("fits")
     if isinstance(fits, list) and fits:
-        return [f for f in fits if isinstance(f, dict) and _num(f.get("alpha")) is not None]
+        return [f for f in fits if isinstance(f, dict) and finite(f.get("alpha")) is not None]
     fit = doc.get("fit")
-    return [fit] if isinstance(fit, dict) and _num(fit.get("alpha")) is not None else []
+    return [fit] if isinstance(fit, dict) and finite(fit.get("alpha")) is not None else []
 
 
 def _window_bars(ax: Any, fits: list[dict[str, Any]]) -> None:
@@ -216,8 +209,8 @@ def _major_labels_only(ax: Any) -> None:
 def _fit_label(f: dict[str, Any]) -> str:
     k1, k2 = f["window"]
     text = interval_text(f)
-    if f.get("model") == "broken" and _num(f.get("alpha_2")) is not None and _num(f.get("crossover")):
-        se = f" ± {f['stderr']:.3f} (SE)" if _num(f.get("stderr")) is not None else ""
+    if f.get("model") == "broken" and finite(f.get("alpha_2")) is not None and finite(f.get("crossover")):
+        se = f" ± {f['stderr']:.3f} (SE)" if finite(f.get("stderr")) is not None else ""
         text = f"α₁ = {f['alpha']:.3f}{se}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}"
     elif f.get("model") == "log-corrected":
         text = f"log-corrected (p = {f.get('degree')}), {text}"
@@ -261,16 +254,16 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
         j = np.geomspace(k1, k2, 100)
         ax.loglog(j, predict(f, j), color=PALETTE[i % len(PALETTE)], ls=LINESTYLES[i % len(LINESTYLES)], lw=1.4,
                   label=_fit_label(f), zorder=4)
-        if f.get("model") == "broken" and _num(f.get("crossover")):
+        if f.get("model") == "broken" and finite(f.get("crossover")):
             jb = float(f["crossover"])
             ax.plot([jb], predict(f, np.array([jb])), "D", ms=4, mfc="white", mec=PALETTE[i % len(PALETTE)],
                     zorder=5)
     if fits:
         _window_bars(ax, fits)
     pop = (doc.get("fit") or {}).get("population") if isinstance(doc.get("fit"), dict) else None
-    if isinstance(pop, dict) and _num(pop.get("alpha")) is not None:
+    if isinstance(pop, dict) and finite(pop.get("alpha")) is not None:
         ci = pop.get("ci") or [None, None]
-        iv = f", 95% CI {ci[0]:.3f}–{ci[1]:.3f}" if _num(ci[0]) is not None and _num(ci[1]) is not None else ""
+        iv = f", 95% CI {ci[0]:.3f}–{ci[1]:.3f}" if finite(ci[0]) is not None and finite(ci[1]) is not None else ""
         ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv}\n(finite-n corrected, n/d = "
                                    f"{pop.get('n_over_d', 0):.2g})")
     control = doc.get("control")
@@ -279,7 +272,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
         cr = np.arange(1, c.size + 1)
         ok = np.isfinite(c) & (c >= lo)
         ax.loglog(cr[ok], c[ok], "-", lw=0.9, color=CONTROL_COLOR, label="shuffled control", zorder=2)
-    floor = _num(spec.get("numerical_floor"))
+    floor = finite(spec.get("numerical_floor"))
     if floor is not None and floor >= lo / 10 and floor > 0:
         ax.axhline(floor, color=DATA_COLOR, lw=0.6, ls=(0, (1, 2)), label="numerical floor")
         lo = min(lo, floor)
@@ -313,13 +306,13 @@ def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     ax = _new_axes(ax, height=1.5)
     ls: dict[str, Any] = doc["local_slope"] if isinstance(doc.get("local_slope"), dict) else {}
     r, a = ls.get("ranks") or [], ls.get("alpha_local") or []
-    pts = [(x, y) for x, y in zip(r, a, strict=False) if _num(x) and _num(y) is not None]
+    pts = [(x, y) for x, y in zip(r, a, strict=False) if finite(x) and finite(y) is not None]
     if pts:
         ax.semilogx([p[0] for p in pts], [p[1] for p in pts], "o-", ms=2.2, lw=0.8, color=DATA_COLOR,
                     label=f"local slope (±{(ls.get('width_decades') or 0.5) / 2:g} decade)")
     for i, f in enumerate(_fits(doc)):
         k1, k2 = f["window"]
-        broken = f.get("model") == "broken" and _num(f.get("crossover")) and _num(f.get("alpha_2")) is not None
+        broken = f.get("model") == "broken" and finite(f.get("crossover")) and finite(f.get("alpha_2")) is not None
         jb = float(f["crossover"]) if broken else float(k2)
         ax.plot([k1, jb], [f["alpha"], f["alpha"]], color=PALETTE[i % len(PALETTE)],
                 ls=LINESTYLES[i % len(LINESTYLES)], lw=1.4)
@@ -343,7 +336,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     (lambda / x_min)^-alpha``, with alpha, its standard error and the KS distance written on it."""
     doc = _doc(rep)
     spec, dens = doc.get("spectrum"), doc.get("density")
-    if not isinstance(dens, dict) or _num(dens.get("alpha")) is None:
+    if not isinstance(dens, dict) or finite(dens.get("alpha")) is None:
         raise OptionError("this report has no density fit to draw: run it with --density (density=True).")
     if not isinstance(spec, dict) or not isinstance(spec.get("eigenvalues"), list):
         raise OptionError("this report holds no eigenvalues to draw (a spectra.report/1 with a spectrum).")
@@ -366,8 +359,8 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     tail = (n_tail / n) * (alpha - 1) / xmin * (x / xmin) ** (-alpha)
     ax.loglog(x, tail, color=PALETTE[1], ls="--", lw=1.5, label="fitted tail")
     ax.axvline(xmin, color=PALETTE[2], ls=":", lw=1.2, label=f"x_min = {_fmt(xmin)}")
-    se = _num(dens.get("stderr"))
-    ks = _num(dens.get("ks_distance"))
+    se = finite(dens.get("stderr"))
+    ks = finite(dens.get("ks_distance"))
     text = [f"α = {alpha:.2f}" + (f" ± {se:.2f} (SE)" if se is not None else ""),
             f"KS distance = {ks:.3f}" if ks is not None else "", f"tail: {n_tail} of {n} eigenvalues"]
     ax.text(0.97, 0.97, "\n".join(t for t in text if t), transform=ax.transAxes, ha="right", va="top",
@@ -452,7 +445,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     items = [str(d.get("item") or (d.get("source") or {}).get("path") or i) for i, d in enumerate(rows)]
     order = sorted(range(len(rows)), key=lambda i: natural_key(items[i]))
     labels = layer_names([items[i] for i in order])
-    ys = [_num(lookup(rows[i], metric)) for i in order]
+    ys = [finite(lookup(rows[i], metric)) for i in order]
     ax = _new_axes(ax, height=2.4, width=2 * COLUMN_WIDTH)
     xs = [k for k, y in enumerate(ys) if y is not None]
     vals = [float(y) for y in ys if y is not None]
@@ -479,7 +472,7 @@ def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation
     doc = _doc(doc)
     require_matplotlib()
     ax = _new_axes(ax, height=2.0)
-    rows = [r for r in doc.get("per_position") or [] if _num(r.get(metric)) is not None]
+    rows = [r for r in doc.get("per_position") or [] if finite(r.get(metric)) is not None]
     labels = {"participation_ratio": "participation ratio", "alpha": "α (rank fit)", "mean_cosine": "mean cosine"}
     ax.plot([r["position"] for r in rows], [r[metric] for r in rows], "o-", ms=2.5, lw=0.9, color=PALETTE[0],
             label=f"{labels.get(metric, metric)}, per position")
@@ -513,7 +506,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
         ax.loglog(np.arange(1, lam.size + 1), lam, style, color=color, lw=1.0, label=name)
         lo = min(lo, float(lam.min()))
         fit = part.get("fit")
-        if name == "context" and isinstance(fit, dict) and _num(fit.get("alpha")) is not None:
+        if name == "context" and isinstance(fit, dict) and finite(fit.get("alpha")) is not None:
             k1, k2 = fit["window"]
             j = np.geomspace(k1, k2, 60)
             ax.loglog(j, predict(fit, j) / total, color=PALETTE[0], ls="--", lw=1.6, label=_fit_label(fit))
@@ -555,7 +548,7 @@ def report_figure(rep: Any) -> Any:
     doc = _doc(rep)
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
-        has_density = isinstance(doc.get("density"), dict) and _num(doc["density"].get("alpha")) is not None
+        has_density = isinstance(doc.get("density"), dict) and finite(doc["density"].get("alpha")) is not None
         fig = _figure(COLUMN_WIDTH * (2 if has_density else 1) + (0.2 if has_density else 0), 4.0)
         grid = fig.add_gridspec(2, 2 if has_density else 1, height_ratios=[2.6, 1.1])
         ax = fig.add_subplot(grid[0, 0])

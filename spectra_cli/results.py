@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spectra_cli import __version__
+from spectra_cli.drawable import MISSING, finite, lookup  # noqa: F401  (lookup and MISSING: re-exported)
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import InputError
 
@@ -234,22 +235,6 @@ def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-MISSING = object()
-
-
-def lookup(doc: Any, field: str) -> Any:
-    """The value at a dotted path of a report (``fits.1.alpha``); :data:`MISSING` when there is none."""
-    cur = doc
-    for part in field.split("."):
-        if cur is None:
-            return None  # a null section (e.g. no fit on a collapsed spectrum): its fields are null too
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
-            return MISSING
-    return cur
 
 
 def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> None:
@@ -271,33 +256,26 @@ def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> 
                              "numbers are comparable).")
 
 
-def _finite(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
-
-
 def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
     """The interval a metric carries in a report: the bootstrap interval of an alpha fitted with
     ``--ci`` (``ci.low``..``ci.high``), else ± its standard error (``stderr`` beside it; WeightWatcher's
     alpha is the density fit's). None when it has neither."""
     if field == "weightwatcher.alpha":
         field = "density.alpha"
-    value = _finite(lookup(doc, field))
+    value = finite(lookup(doc, field))
     head, _, leaf = field.rpartition(".")
     parent = lookup(doc, head) if head else doc
     if value is None or not isinstance(parent, dict):
         return None
     if leaf == "alpha":
         ci = parent.get("ci")
-        if isinstance(ci, dict) and _finite(ci.get("low")) is not None and _finite(ci.get("high")) is not None:
+        if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
             return float(ci["low"]), float(ci["high"])
-        se = _finite(parent.get("stderr"))
+        se = finite(parent.get("stderr"))
         if se is not None:
             return value - se, value + se
     if field == "fit.population.alpha" and isinstance(parent.get("ci"), list) and len(parent["ci"]) == 2:
-        lo, hi = (_finite(v) for v in parent["ci"])
+        lo, hi = (finite(v) for v in parent["ci"])
         if lo is not None and hi is not None:
             return lo, hi
     return None

@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
 from spectra_cli.validate import check_path, check_paths
@@ -132,16 +133,7 @@ def _read(path: str) -> Source:
 
 
 def _item(doc: dict[str, Any]) -> str:
-    src = doc.get("source")
-    item = doc.get("item") or (src.get("path") if isinstance(src, dict) else None)
-    return str(item) if item else "?"
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
+    return item_name(doc, "?")
 
 
 def _file_step(path: str) -> float | None:
@@ -212,7 +204,7 @@ def _show(v: float, fmt: str) -> str:
 
 
 def _cell(value: Any, fmt: str) -> dict[str, Any]:
-    v = _num(value)
+    v = finite(value)
     if v is None:
         return {"text": "—", "sort": ""}
     return {"text": _show(v, fmt), "sort": repr(v)}
@@ -238,7 +230,7 @@ def _layer_rows(docs: list[dict[str, Any]], metrics: list[tuple[str, str, str]])
 
 
 def _present(docs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    return [m for m in LAYER_METRICS if any(_num(lookup(d, m[0])) is not None for d in docs)]
+    return [m for m in LAYER_METRICS if any(finite(lookup(d, m[0])) is not None for d in docs)]
 
 
 def _options_line(doc: dict[str, Any]) -> str:
@@ -266,7 +258,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     short = dict(zip(ordered, layer_names(ordered), strict=True))
     metrics = _present(docs)
     alpha_range = tuple(summary["alpha_range"]) if summary.get("alpha_range") else None
-    has_density = any(_num(lookup(d, "weightwatcher.alpha")) is not None for d in docs)
+    has_density = any(finite(lookup(d, "weightwatcher.alpha")) is not None for d in docs)
     plots_of = [m for m in metrics if m[0] != "weightwatcher.mp_spikes" or has_density]
     figs.total = 1 + min(worst, len(docs))
 
@@ -292,14 +284,14 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     by_item = {_item(d): d for d in docs}
     worst_heading = "furthest outside the healthy range"
     if has_density and summary.get("worst"):
-        outside = [w for w in summary["worst"] if (_num(w.get("distance")) or 0.0) > 0]
+        outside = [w for w in summary["worst"] if (finite(w.get("distance")) or 0.0) > 0]
         picked = [(w, f"α = {w['alpha']:.2f}, {w.get('verdict') or ''}, {w['distance']:.2f} outside the range")
                   for w in outside[:worst]]
         if len(picked) < worst:  # then the layers inside the range nearest its edges
             lo, hi = alpha_range or (2.0, 6.0)
             taken = {str(w.get("item")) for w, _ in picked}
             scored = sorted(((min(a - lo, hi - a), d) for d in docs
-                             if (a := _num(lookup(d, "weightwatcher.alpha"))) is not None and lo <= a <= hi
+                             if (a := finite(lookup(d, "weightwatcher.alpha"))) is not None and lo <= a <= hi
                              and _item(d) not in taken), key=lambda t: t[0])
             picked += [({"item": _item(d)}, f"α = {lookup(d, 'weightwatcher.alpha'):.2f}, {margin:.2f} inside the "
                         "range") for margin, d in scored[: worst - len(picked)]]
@@ -311,8 +303,8 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
                 chosen.append((doc, why))
     else:
         scored = [(abs(a - statistics.median(vals)), d) for vals in
-                  [[v for v in (_num(lookup(x, "fit.alpha")) for x in docs) if v is not None]] if vals
-                  for d in docs if (a := _num(lookup(d, "fit.alpha"))) is not None]
+                  [[v for v in (finite(lookup(x, "fit.alpha")) for x in docs) if v is not None]] if vals
+                  for d in docs if (a := finite(lookup(d, "fit.alpha"))) is not None]
         scored.sort(key=lambda t: -t[0])
         chosen = [(d, f"rank-fit α = {lookup(d, 'fit.alpha'):.3f}, {dist:.3f} from the median")
                   for dist, d in scored[:worst]]
@@ -320,7 +312,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     for doc, why in chosen:
         def draw_one(doc: dict[str, Any] = doc) -> Any:
             fig = _fig(3.4, 2.6, margins={"left": 0.55, "bottom": 0.42, "top": 0.1, "right": 0.1})
-            if has_density and _num(lookup(doc, "density.alpha")) is not None:
+            if has_density and finite(lookup(doc, "density.alpha")) is not None:
                 density(doc, ax=fig.add_subplot(), title=False)
             else:
                 spectrum(doc, ax=fig.add_subplot(), title=False)
@@ -408,7 +400,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
         for name, ps in series.items():
             vals: list[tuple[float, float, tuple[float, float] | None]] = []
             for p in ps:
-                v = _num(lookup(p.doc, f))
+                v = finite(lookup(p.doc, f))
                 if v is not None:
                     vals.append((p.step, v, uncertainty(p.doc, f)))
             if len(vals) >= 2:
@@ -425,7 +417,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
             if len(series) > 1:  # the layers' mean per step, behind the layers that moved most
                 mean = []
                 for st in steps:
-                    vs = [_num(lookup(p.doc, f)) for p in points if p.step == st]
+                    vs = [finite(lookup(p.doc, f)) for p in points if p.step == st]
                     vs2 = [v for v in vs if v is not None]
                     mean.append(sum(vs2) / len(vs2) if vs2 else float("nan"))
                 ax.plot(steps, mean, "-", color="#1a1a1a", lw=2.0, label=f"mean of {len(series)} layers")
@@ -467,7 +459,7 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
         ["rows used", f"{spec.get('n_samples', '—'):,}" if isinstance(spec.get("n_samples"), int) else "—"],
         ["spectrum", str(spec.get("definition"))], ["method", str(spec.get("method"))],
         ["precision", str(spec.get("precision"))],
-        ["numerical floor", f"{spec['numerical_floor']:.3g}" if _num(spec.get("numerical_floor")) else "—"],
+        ["numerical floor", f"{spec['numerical_floor']:.3g}" if finite(spec.get("numerical_floor")) else "—"],
         ["usable rank", f"{spec.get('usable_rank')} of {len(spec.get('eigenvalues') or [])}"]]})
     fits = doc.get("fits") if isinstance(doc.get("fits"), list) else []
     if fits:
@@ -491,7 +483,7 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
         ci = pop.get("ci") or [None, None]
         tables.append({"title": "Population exponent (finite-sample corrected)", "head": ["field", "value"], "rows": [
             ["population α", _fmtv(pop.get("alpha"), ".4f")],
-            ["95 % interval", f"{ci[0]:.4f}–{ci[1]:.4f}" if _num(ci[0]) is not None and _num(ci[1]) is not None
+            ["95 % interval", f"{ci[0]:.4f}–{ci[1]:.4f}" if finite(ci[0]) is not None and finite(ci[1]) is not None
              else "—"],
             ["sample α", _fmtv(pop.get("naive_alpha"), ".4f")], ["n/d", _fmtv(pop.get("n_over_d"), ".3g")],
             ["method", str(pop.get("method"))]]})
@@ -500,7 +492,7 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
         sec = doc.get(key)
         if isinstance(sec, dict):
             defs: dict[str, Any] = sec["definitions"] if isinstance(sec.get("definitions"), dict) else {}
-            rows = [[k, _fmtv(v, ".4g") if _num(v) is not None else str(v), str(defs.get(k, ""))]
+            rows = [[k, _fmtv(v, ".4g") if finite(v) is not None else str(v), str(defs.get(k, ""))]
                     for k, v in sec.items() if not isinstance(v, dict | list) and v is not None
                     and k not in ("definition", "relation", "convention")]
             if rows:
@@ -509,7 +501,7 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fmtv(v: Any, fmt: str) -> str:
-    n = _num(v)
+    n = finite(v)
     return "—" if n is None else format(n, fmt)
 
 
@@ -627,7 +619,7 @@ def report(
                    schemas=", ".join(s for s in RESULT_SCHEMAS))
     env = jinja2.Environment(loader=jinja2.PackageLoader("spectra_cli", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["num"] = lambda v: "—" if _num(v) is None else _show(float(v), ".4g")
+    env.filters["num"] = lambda v: "—" if finite(v) is None else _show(float(v), ".4g")
     html = env.get_template("report.html.j2").render(**context)
     if target is not None:
         with atomic_file(target, flag="out") as f:

@@ -5,12 +5,12 @@ on a results file as well as on a run in progress."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli.drawable import finite
 from spectra_cli.errors import InputError
 from spectra_cli.results import RESULT_SCHEMAS, check_report_schema, lookup
 
@@ -99,18 +99,11 @@ def _weighted_median(values: list[float], weights: list[float]) -> float:
     return pairs[-1][0]
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 def _parameters(doc: dict[str, Any]) -> float:
     src = doc.get("source")
     if not isinstance(src, dict):
         return 1.0
-    n, d = _number(src.get("n_rows")), _number(src.get("n_features"))
+    n, d = finite(src.get("n_rows")), finite(src.get("n_features"))
     return n * d if n and d else 1.0
 
 
@@ -136,13 +129,13 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
         v = ww.get("verdict")
         verdicts[v if isinstance(v, str) and v in verdicts else "no density fit"] += 1
         ar = ww.get("alpha_range")
-        if alpha_range is None and isinstance(ar, list) and len(ar) == 2 and all(_number(a) is not None for a in ar):
+        if alpha_range is None and isinstance(ar, list) and len(ar) == 2 and all(finite(a) is not None for a in ar):
             alpha_range = (float(ar[0]), float(ar[1]))
     metrics = []
     for field, label in METRICS:
         vals, wts = [], []
         for doc in layers:
-            v = _number(lookup(doc, field))
+            v = finite(lookup(doc, field))
             if v is not None:
                 vals.append(v)
                 wts.append(_parameters(doc))
@@ -157,7 +150,7 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
         lo, hi = alpha_range
         scored = []
         for doc in layers:
-            a = _number(lookup(doc, "weightwatcher.alpha"))
+            a = finite(lookup(doc, "weightwatcher.alpha"))
             if a is not None:
                 dist = lo - a if a < lo else a - hi if a > hi else 0.0
                 scored.append((dist, a, doc))
@@ -172,7 +165,7 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
     if cols:
         ww_summary = {"layers": len(cols)}
         for name in WW_SUMMARY:
-            vals = [v for v in (_number(c.get(name)) for c in cols) if v is not None]
+            vals = [v for v in (finite(c.get(name)) for c in cols) if v is not None]
             ww_summary[name] = sum(vals) / len(vals) if vals else None
     return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst),
                         tuple(skipped_items), ww_summary)

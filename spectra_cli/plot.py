@@ -32,8 +32,8 @@ import numpy as np
 from spectra_cli.errors import OptionError, param
 
 __all__ = [
-    "COLUMN_WIDTH", "PALETTE", "density", "density_figure", "errorbar", "lag_energy", "layers", "local_slope",
-    "log_ticks", "report_figure", "require_matplotlib", "save", "sequence_context", "sequence_figure",
+    "COLUMN_WIDTH", "PALETTE", "density", "density_figure", "errorbar", "figure", "lag_energy", "layers",
+    "local_slope", "log_ticks", "report_figure", "require_matplotlib", "save", "sequence_context", "sequence_figure",
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
@@ -536,10 +536,19 @@ def lag_energy(doc: Any, ax: Any = None) -> Any:
     return _style(ax)
 
 
-def _figure(width: float, height: float) -> Any:
+def figure(width: float, height: float, margins: dict[str, float] | None = None) -> Any:
+    """A ``matplotlib.figure.Figure`` (no pyplot) with the constrained layout; with ``margins`` (inches:
+    left, bottom, and optionally right, top, hspace) a fixed layout instead, which draws in half the time
+    (the report page draws a dozen)."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    if margins is None:
+        return Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=margins["left"] / width, right=1 - margins.get("right", 0.1) / width,
+                        bottom=margins["bottom"] / height, top=1 - margins.get("top", 0.1) / height,
+                        hspace=margins.get("hspace", 0.1))
+    return fig
 
 
 def report_figure(rep: Any) -> Any:
@@ -549,7 +558,7 @@ def report_figure(rep: Any) -> Any:
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
         has_density = isinstance(doc.get("density"), dict) and finite(doc["density"].get("alpha")) is not None
-        fig = _figure(COLUMN_WIDTH * (2 if has_density else 1) + (0.2 if has_density else 0), 4.0)
+        fig = figure(COLUMN_WIDTH * (2 if has_density else 1) + (0.2 if has_density else 0), 4.0)
         grid = fig.add_gridspec(2, 2 if has_density else 1, height_ratios=[2.6, 1.1])
         ax = fig.add_subplot(grid[0, 0])
         spectrum(doc, ax=ax)
@@ -564,7 +573,7 @@ def report_figure(rep: Any) -> Any:
 def density_figure(rep: Any) -> Any:
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
-        fig = _figure(COLUMN_WIDTH, 2.6)
+        fig = figure(COLUMN_WIDTH, 2.6)
         density(rep, ax=fig.add_subplot())
     return fig
 
@@ -575,7 +584,7 @@ def sequence_figure(doc: Any) -> Any:
     doc = _doc(doc)
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
-        fig = _figure(2 * COLUMN_WIDTH, 4.4)
+        fig = figure(2 * COLUMN_WIDTH, 4.4)
         axes = fig.subplots(2, 2)
         sequence_positions(doc, ax=axes[0, 0], metric="participation_ratio")
         sequence_positions(doc, ax=axes[1, 0], metric="alpha")
@@ -589,7 +598,7 @@ def sequence_figure(doc: Any) -> Any:
 def trend_figure(points: Any, metrics: Sequence[str]) -> Any:
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
-        fig = _figure(COLUMN_WIDTH * 1.6, 1.9 * len(metrics) + 0.3)
+        fig = figure(COLUMN_WIDTH * 1.6, 1.9 * len(metrics) + 0.3)
         axes = fig.subplots(len(metrics), 1, squeeze=False, sharex=True)
         for ax, m in zip(axes[:, 0], metrics, strict=True):
             trend(points, m, ax=ax)

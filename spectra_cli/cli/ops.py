@@ -187,7 +187,7 @@ def batch(
         from spectra_cli.render.screens import print_batch
         from spectra_cli.render.table import console_for
 
-        print_batch(list(result.results), list(result.items), skipped=result.resumed, jsonl=jsonl,
+        print_batch(list(result.results), skipped=result.resumed, jsonl=jsonl,
                     console=console_for(), convention=result.convention)
     if summary:
         _print_summary(result.summary(), json)

@@ -57,7 +57,7 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
     console.print(t)
 
 
-def print_batch(results: list[dict[str, Any]], order: list[str], *, skipped: int, jsonl: str | None,
+def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | None,
                 console: Console, convention: str = "spectra") -> None:
     results = [r for r in results if "skipped" not in r]
     prefix, _ = common_part([str(r["item"]) for r in results])

@@ -167,20 +167,6 @@ class Figures:
         return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue().encode()).decode()
 
 
-def _fig(width: float, height: float, margins: dict[str, float] | None = None) -> Any:
-    """A figure of the page; with ``margins`` (inches) a fixed layout, which draws in half the time of the
-    constrained one (a page draws a dozen)."""
-    from matplotlib.figure import Figure
-
-    if margins is None:
-        return Figure(figsize=(width, height), layout="constrained")
-    fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=margins["left"] / width, right=1 - margins.get("right", 0.1) / width,
-                        bottom=margins["bottom"] / height, top=1 - margins.get("top", 0.1) / height,
-                        hspace=margins.get("hspace", 0.1))
-    return fig
-
-
 def _with_font(draw: Any) -> Any:
     import matplotlib
 
@@ -247,7 +233,7 @@ def _options_line(doc: dict[str, Any]) -> str:
 
 def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
                    worst: int) -> dict[str, Any]:
-    from spectra_cli.plot import density, layer_names, layers, natural_key, spectrum
+    from spectra_cli.plot import density, figure, layer_names, layers, natural_key, spectrum
     from spectra_cli.run.summary import summarize
 
     summary = summarize(lines).to_dict()
@@ -262,13 +248,11 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     plots_of = [m for m in metrics if m[0] != "weightwatcher.mp_spikes" or has_density]
     figs.total = 1 + min(worst, len(docs))
 
-    from spectra_cli.plot import layer_names as _names
-
-    longest = max(len(n) for n in _names(sorted((_item(d) for d in docs), key=natural_key)))
+    longest = max(len(n) for n in short.values())
     names_in = 0.15 + longest * (4.5 if len(docs) > 24 else 6) * 0.62 / 72  # the rotated names' height
 
     def draw() -> Any:  # one figure, a panel per metric, the layer names once along the bottom
-        fig = _fig(7.2, 0.15 + 1.2 * len(plots_of) + names_in,
+        fig = figure(7.2, 0.15 + 1.2 * len(plots_of) + names_in,
                    margins={"left": 0.6, "right": 0.08, "bottom": names_in, "top": 0.08, "hspace": 0.12})
         axes = fig.subplots(len(plots_of), 1, sharex=True, squeeze=False)[:, 0]
         for i, (f, label, _) in enumerate(plots_of):
@@ -311,7 +295,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     worst_figs = []
     for doc, why in chosen:
         def draw_one(doc: dict[str, Any] = doc) -> Any:
-            fig = _fig(3.4, 2.6, margins={"left": 0.55, "bottom": 0.42, "top": 0.1, "right": 0.1})
+            fig = figure(3.4, 2.6, margins={"left": 0.55, "bottom": 0.42, "top": 0.1, "right": 0.1})
             if has_density and finite(lookup(doc, "density.alpha")) is not None:
                 density(doc, ax=fig.add_subplot(), title=False)
             else:
@@ -370,11 +354,9 @@ def _run_points(sources: list[Source], step_regex: str | None, notes: list[str])
     return points
 
 
-def _is_run(sources: list[Source], step_regex: str | None) -> bool:
+def _is_run(sources: list[Source], pts: list[Point]) -> bool:
     if len(sources) > 1:
         return True
-    notes: list[str] = []
-    pts = _run_points(sources, step_regex, notes)
     steps: dict[str, set[float]] = defaultdict(set)
     for p in pts:
         steps[p.series].add(p.step)
@@ -382,7 +364,7 @@ def _is_run(sources: list[Source], step_regex: str | None) -> bool:
 
 
 def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, Any]:
-    from spectra_cli.plot import COLUMN_WIDTH, LINESTYLES, PALETTE, errorbar
+    from spectra_cli.plot import COLUMN_WIDTH, LINESTYLES, PALETTE, errorbar, figure
     from spectra_cli.run.summary import summarize
 
     docs = [p.doc for p in points]
@@ -412,7 +394,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
         shown = change[:6]
 
         def draw(f: str = f, label: str = label, shown: list[Any] = shown) -> Any:
-            fig = _fig(2 * COLUMN_WIDTH, 2.4)
+            fig = figure(2 * COLUMN_WIDTH, 2.4)
             ax = fig.add_subplot()
             if len(series) > 1:  # the layers' mean per step, behind the layers that moved most
                 mean = []
@@ -573,11 +555,19 @@ def report(
     notes: list[str] = [f"{s.path}: {s.repeated} item(s) appear on more than one line; the last line of each is shown"
                         for s in sources if s.repeated]
     reports_in = [d for s in sources for d in s.lines if d.get("schema") == SCHEMA_VERSION]
+    run_notes: list[str] = []
+    found: list[list[Point]] = []
+
+    def run_points() -> list[Point]:  # the steps of a run, found once (telling a run apart needs them too)
+        if not found:
+            found.append(_run_points(sources, step_regex, run_notes))
+        return found[0]
+
     if kind == "auto":
         if singles or (len(sources) == 1 and len(reports_in) == 1 and step_regex is None):
             kind = "report"
         else:
-            kind = "run" if step_regex is not None or _is_run(sources, step_regex) else "model"
+            kind = "run" if step_regex is not None or _is_run(sources, run_points()) else "model"
     if kind == "report" and not singles and len(reports_in) > 1:
         raise OptionError(f"{param('kind', 'report')} shows JSON reports (.json); {', '.join(args)} hold(s) "
                           f"{len(reports_in)} items: show them as a model ({param('kind', 'model')}) or the steps of "
@@ -598,7 +588,8 @@ def report(
         context["model"] = _model_section(docs, lines, figs, worst)
         default_title = _common_name(docs)
     elif kind == "run":
-        points = _run_points(sources, step_regex, notes)
+        points = run_points()
+        notes += run_notes
         if not points:
             raise InputError(f"{', '.join(args)} holds no report with a step; name results files by step "
                              f"(runs/step_100/results.jsonl) or pass {param('step_regex')}.")

@@ -8,9 +8,11 @@ brings s3fs."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
-from spectra_cli.errors import InputError, OptionError
+from spectra_cli.errors import InputError, OptionError, SpectraError
 
 #: The extra that brings each protocol's fsspec backend.
 EXTRAS = {"hf": "hf", "s3": "s3", "s3a": "s3"}
@@ -42,46 +44,50 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise OptionError(f"cannot open {url}: {exc}{hint}") from None
 
 
+@contextmanager
+def reaching(url: str, *, keep: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[None]:
+    """A backend's own failure inside (no network, a refused connection, bad credentials: whatever it
+    raises) as one input error naming the URL; spectra's errors, and ``keep``, pass through."""
+    try:
+        yield
+    except SpectraError:
+        raise
+    except keep:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the backend's exception types are its own
+        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise InputError(f"cannot reach {url}: {type(exc).__name__}{': ' + text if text else ''}") from None
+
+
 def open_url(url: str) -> IO[bytes]:
     fs, path = filesystem(url)
     try:
-        if fs.isdir(path):
-            raise InputError(f"{url} is a directory; a file is required.")
-        return fs.open(path, "rb")
+        with reaching(url):
+            if fs.isdir(path):
+                raise InputError(f"{url} is a directory; a file is required.")
+            return fs.open(path, "rb")
     except FileNotFoundError:
         raise InputError(f"no such file or directory: {url}") from None
     except OSError as exc:
         raise InputError(f"cannot open {url}: {exc}") from None
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise unreachable(url, exc) from None
 
 
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
     try:
-        return bool(fs.exists(path))
+        with reaching(url):
+            return bool(fs.exists(path))
     except OSError:
         return False
-    except Exception as exc:  # noqa: BLE001 - a backend's own error (no network, refused credentials)
-        raise unreachable(url, exc) from None
 
 
 def isdir(url: str) -> bool:
     fs, path = filesystem(url)
     try:
-        return bool(fs.isdir(path))
+        with reaching(url):
+            return bool(fs.isdir(path))
     except OSError:
         return False
-    except Exception as exc:  # noqa: BLE001 - a backend's own error (no network, refused credentials)
-        raise unreachable(url, exc) from None
-
-
-def unreachable(url: str, exc: BaseException) -> InputError:
-    """A backend's failure (no network, a refused connection, bad credentials) as one line."""
-    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-    return InputError(f"cannot reach {url}: {type(exc).__name__}{': ' + text if text else ''}")
 
 
 def _join(url: str, path: str) -> str:
@@ -93,10 +99,8 @@ def find(url: str, suffixes: tuple[str, ...]) -> list[str]:
     """Files below a directory URL (names starting with ``_`` or ``.`` left out, as locally)."""
     fs, path = filesystem(url)
     out = []
-    try:
+    with reaching(url, keep=()):
         listed = fs.find(path)
-    except Exception as exc:  # noqa: BLE001
-        raise unreachable(url, exc) from None
     for p in listed:
         parts = p[len(path.rstrip("/")):].strip("/").split("/")
         if any(part.startswith((".", "_")) for part in parts):
@@ -108,10 +112,8 @@ def find(url: str, suffixes: tuple[str, ...]) -> list[str]:
 
 def glob(url: str) -> list[str]:
     fs, path = filesystem(url)
-    try:
+    with reaching(url, keep=()):
         return sorted(_join(url, p) for p in fs.glob(path) if fs.isfile(p))
-    except Exception as exc:  # noqa: BLE001
-        raise unreachable(url, exc) from None
 
 
 def size(f: Any) -> int:

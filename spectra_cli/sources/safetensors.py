@@ -135,13 +135,11 @@ def _names_in(directory: str) -> list[str]:
 
     if not is_url(directory):
         return os.listdir(directory)
-    fs, path = filesystem(directory)
-    try:
-        entries = fs.ls(path, detail=False)
-    except Exception as exc:  # noqa: BLE001 - no network, refused credentials: one line
-        from spectra_cli.sources.remote import unreachable
+    from spectra_cli.sources.remote import reaching
 
-        raise unreachable(directory, exc) from None
+    fs, path = filesystem(directory)
+    with reaching(directory, keep=()):
+        entries = fs.ls(path, detail=False)
     return sorted(os.path.basename(str(e).rstrip("/")) for e in entries)
 
 

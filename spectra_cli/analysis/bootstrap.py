@@ -158,6 +158,25 @@ def bootstrap_statistics(
     return out
 
 
+def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: bool,
+                   ddof: int) -> tuple[np.ndarray, np.ndarray]:
+    """The spectra (descending, shape ``(k, d)``) and degrees of freedom (``k``) of the rows of the groups each
+    row of the boolean ``keep`` (shape ``(k, groups)``) keeps: every eigenvalue, one decomposition each, from
+    the group sums (nothing re-read)."""
+    weighted = any(g.weighted for g in groups)
+    sums = group_sums(groups)
+    d = sums.S1.shape[1]
+    C = np.empty((d, d))
+    spectra = np.empty((len(keep), d))
+    dof = np.empty(len(keep))
+    for i, mask in enumerate(np.asarray(keep, dtype=bool)):
+        counts = mask.astype(np.float64)
+        replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
+        spectra[i] = leading_eigenvalues(C, None) * (sums.scale * sums.scale)
+        dof[i] = float(counts @ sums.n) - (1.0 if centered else 0.0)
+    return spectra, dof
+
+
 def intervals(values: np.ndarray, estimate: float, level: float = 0.95) -> tuple[float, float, float, float, float]:
     """Basic interval, percentile interval and bias of the replicates around ``estimate``."""
     v = values[np.isfinite(values)]

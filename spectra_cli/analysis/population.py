@@ -15,6 +15,14 @@ Rows are modelled as ``x_i = mu + sqrt(s_i) Sigma^(1/2) z_i`` with ``z_i`` stand
 scale ``s_i`` per row (an elliptical, or separable, model: El Karoui 2009; Paul & Silverstein 2009;
 Couillet & Hachem 2014); ``s_i = 1`` is the Gaussian model. The scales come from the histogram of
 squared row norms gathered in the first pass (:mod:`spectra_cli.stream.norms`).
+
+Real rows are not all such draws (repeated tokens, rows that live in few directions, rows of one document
+that depend on each other), and the row model can over- or under-state how much sampling spreads their
+spectrum. The data's own sampling curve checks it (:class:`Subsamples`): the slope of sub-samples that
+leave out a quarter of the row groups, against the row model's prediction of that change, scales the
+model's bias correction, and their spread gives a variance that does not rest on the model (a grouped,
+delete-a-quarter jackknife: Shao & Wu 1989; balanced partitions, so that the first-order terms cancel in
+the mean change).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -134,6 +142,50 @@ MERGE_KAPPA = 0.1
 MAX_ATOMS = 1000
 #: Scale atoms after compression of the deconvolved histogram.
 MAX_SCALE_ATOMS = 64
+#: The data's own sampling curve: the row groups split at random into SUBSAMPLE_PARTS parts of (nearly) equal
+#: size, SUBSAMPLE_PARTITIONS times; each sub-sample leaves one part out.
+SUBSAMPLE_PARTS = 4
+SUBSAMPLE_PARTITIONS = 4
+#: Fewer row groups than this and the sampling curve is not measured (the row model alone is used).
+MIN_SUBSAMPLE_GROUPS = 8
+#: The spread ratio (observed change / the row model's) is kept within [0, SPREAD_RATIO_MAX].
+SPREAD_RATIO_MAX = 3.0
+
+
+def subsample_design(groups: int, *, seed: int, parts: int = SUBSAMPLE_PARTS,
+                     partitions: int = SUBSAMPLE_PARTITIONS) -> np.ndarray:
+    """Which groups each sub-sample keeps: boolean, shape ``(partitions, parts, groups)``. Each partition
+    deals a random permutation of the groups into ``parts`` parts in turn (sizes differ by at most one);
+    sub-sample ``(r, q)`` keeps every group outside part ``q`` of partition ``r``."""
+    if groups < parts:
+        raise FitError(f"the sampling curve needs at least {parts} row groups; there are {groups}.")
+    rng = np.random.default_rng([seed, 19])
+    out = np.empty((partitions, parts, groups), dtype=bool)
+    for r in range(partitions):
+        label = np.empty(groups, dtype=np.int64)
+        label[rng.permutation(groups)] = np.arange(groups) % parts
+        for q in range(parts):
+            out[r, q] = label != q
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Subsamples:
+    """The sample spectra of sub-samples of the rows (see :func:`subsample_design`), to check the row model
+    against the data's own sampling curve.
+
+    Attributes:
+        spectra: shape ``(partitions, parts, d)``: each sub-sample's eigenvalues, descending, in the units of
+            the spectrum handed to :func:`population_fit` (the same directions left out).
+        dof: shape ``(partitions, parts)``: each sub-sample's degrees of freedom (rows - 1 centred).
+        groups: the row groups dealt into parts.
+        source: what the groups are, for the report.
+    """
+
+    spectra: np.ndarray
+    dof: np.ndarray
+    groups: int
+    source: str
 
 
 def merge_groups(values: np.ndarray, weights: np.ndarray | None = None, *, c: float | None = None,
@@ -327,6 +379,69 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
     return (w, p), info
 
 
+def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: int, margin: float, bias: float,
+                   gain: float, expected_slope: Callable[[float, int], float],
+                   notes: list[str]) -> tuple[float, float, int, dict[str, Any]] | None:
+    """The row model checked against the data's own sampling curve.
+
+    ``S`` is the sample slope over ranks ``k0..k1c`` (``k1c``: the window, cut to the ranks every sub-sample
+    resolves): ``D_obs`` the mean over sub-samples of ``S(sub-sample) - S(all rows)``, ``D_model`` the row model's
+    expected change ``E S(n') - E S(n)`` (``n'`` the sub-samples' mean degrees of freedom) at the fitted
+    population, ``expected_slope(dof, k1c)``. The spread ratio ``kappa = D_obs / D_model`` (kept in
+    ``[0, SPREAD_RATIO_MAX]``) says how much the data spread their spectrum against the model; the bias the model
+    corrects, ``bias = E S(n) - alpha``, is scaled by it: the returned shift is ``(1 - kappa) bias`` (an
+    extrapolation of the observed curve to infinitely many rows along the model's shape). The data's own standard
+    error: the grouped jackknife of ``S``, ``sqrt((m - 1) mean_{r,q} (S_rq - mean_q S_rq)^2)`` over ``m`` parts
+    and ``R`` partitions, mapped to alpha by ``1 + kappa (1 / gain - 1)`` (``gain = d E S / d alpha``), with the
+    spread ratio's own error, ``sd_r(D_obs) / sqrt(R) |bias / D_model|``, added in quadrature; Student's t with
+    ``R (m - 1)`` degrees of freedom. None (and a note) when the curve cannot be read."""
+    R, m, width = sub.spectra.shape
+    dof = float(np.mean(sub.dof))
+    r_sub = min(width, int(math.floor(float(np.min(sub.dof)))) + 1,
+                int(np.min(np.count_nonzero(sub.spectra > 0, axis=2))))
+    k1c = min(k1, max(int(math.floor(margin * r_sub)), k0 + 3), r_sub)
+    if k1c - k0 + 1 < MIN_RANKS:
+        notes.append(f"the sampling curve is not measured: the sub-samples resolve too few ranks from {k0} "
+                     f"({r_sub}); the row model alone sets the estimate")
+        return None
+    window = np.log(np.maximum(sub.spectra[:, :, k0 - 1:k1c], 1e-300))
+    slopes = np.array([[_slope_of(window[r, q], k0) for q in range(m)] for r in range(R)])
+    full = _slope_of(np.log(lam[k0 - 1:k1c]), k0)
+    model_change = expected_slope(dof, k1c) - expected_slope(n, k1c)
+    observed = slopes.mean(axis=1) - full
+    d_obs = float(observed.mean())
+    info: dict[str, Any] = {
+        "groups": sub.groups, "parts": m, "partitions": R, "source": sub.source, "rows": dof,
+        "ranks": [k0, k1c], "observed_change": d_obs, "model_change": model_change}
+    if not (model_change > 1e-6 and math.isfinite(d_obs)):
+        notes.append(f"the sampling curve is not read: the row model expects the slope over {k0}..{k1c} to change "
+                     f"by {model_change:.3g} with {dof:.4g} rows; the row model alone sets the estimate")
+        return None
+    raw = d_obs / model_change
+    kappa = min(max(raw, 0.0), SPREAD_RATIO_MAX)
+    if kappa != raw:
+        notes.append(f"the spread ratio {raw:.3g} (the data's sampling curve against the row model's) is kept to "
+                     f"{kappa:g}")
+    if k1c < k1:
+        notes.append(f"the sampling curve is read over ranks {k0}..{k1c}, the ranks every sub-sample resolves")
+    jack = math.sqrt((m - 1) * float(np.mean((slopes - slopes.mean(axis=1, keepdims=True)) ** 2)))
+    sd_ratio = float(observed.std(ddof=1)) / math.sqrt(R) * abs(bias / model_change) if R > 1 else 0.0
+    sd = math.hypot(jack * (1.0 + kappa * (1.0 / gain - 1.0)), sd_ratio)
+    info.update({"spread_ratio": kappa, "spread_ratio_raw": raw, "model_bias": bias,
+                 "shift": (1.0 - kappa) * bias, "jackknife_sd": jack, "spread_ratio_sd": sd_ratio, "sd": sd,
+                 "definition": SAMPLING_CURVE})
+    return (1.0 - kappa) * bias, sd, R * (m - 1), info
+
+
+SAMPLING_CURVE = ("spread_ratio = observed_change / model_change: observed_change, the mean change of the sample "
+                  "slope over ranks when a quarter of the row groups is left out (partitions x parts sub-samples, "
+                  "balanced); model_change, the row model's expected change at the fitted population from n to the "
+                  "sub-samples' rows; the model's bias correction (model_bias = expected sample slope - alpha) is "
+                  "scaled by it: alpha = model_alpha + (1 - spread_ratio) model_bias; sd: the grouped jackknife of "
+                  "the sample slope (jackknife_sd, times 1 + spread_ratio (1 / slope_gain - 1)) and the spread "
+                  "ratio's own error, in quadrature")
+
+
 def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:
     """``tr Sigma^2 / (tr Sigma)^2`` of the separable model without a fitted population: from
     ``E tr S^2 = (1 - 1/n) tr Sigma_e^2 + E[obs^2] / n`` (``Sigma_e = E[s] Sigma``, ``obs`` a squared norm)."""
@@ -444,7 +559,10 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "the window and the tail; "
           "the expected spectrum is the deterministic equivalent of the separable sample covariance (Silverstein's "
           "equation with row scales: Paul & Silverstein 2009, Couillet & Hachem 2014; quantiles averaged per rank "
-          "as in Ledoit & Wolf's QuEST); interval: a linearised parametric bootstrap from the fitted population")
+          "as in Ledoit & Wolf's QuEST); the model's bias correction scaled by the data's own sampling curve (the "
+          "slope's change when a quarter of the row groups is left out, against the model's expectation of it; "
+          "sampling_curve); interval: a linearised parametric bootstrap from the fitted population, widened to the "
+          "grouped jackknife of the sample slope where that is wider")
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +592,8 @@ class PopulationFit:
     notes: tuple[str, ...] = ()
     cost: dict[str, Any] = field(default_factory=dict)
     level: float = 0.95
+    model_alpha: float | None = None
+    sampling_curve: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -498,21 +618,28 @@ class PopulationFit:
                                       "each one's sample slope over the window, less the change of the expected slope "
                                       "that its own tail (one linearised step of the shape match) makes, divided by "
                                       "slope_gain; their mean offset is subtracted from alpha when it exceeds twice "
-                                      "its standard error"},
+                                      "its standard error; with a sampling curve, the half-width is the larger of "
+                                      "that and t(0.975, partitions (parts - 1)) sampling_curve.sd (the data's own; "
+                                      "sampling_curve.interval_from says which)"},
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
+            "model_alpha": self.alpha if self.model_alpha is None else self.model_alpha,
+            "sampling_curve": dict(self.sampling_curve) or None,
         }
 
 
 def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
                    offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
-                   level: float = 0.95, null_directions: int = 0) -> PopulationFit:
+                   level: float = 0.95, null_directions: int = 0,
+                   subsamples: Subsamples | None = None) -> PopulationFit:
     """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
 
     ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
     sample's degrees of freedom (rows - 1 centred, rows uncentred); ``scales``: the rows' squared norms
     (None: Gaussian rows), ``offset`` added to each (uncentred moments: the mean's squared norm);
     ``n_effective``: reported only (Kish's, for weighted rows); ``null_directions``: how many directions
-    the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted).
+    the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
+    ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
+    sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
     The population model, the equations
     and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those the
     sample resolves (at most ``min(n, d)``), less a margin at the lower edge of the spectrum (10 %, 20 %
@@ -647,7 +774,26 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # offset carries its own error, sd / sqrt(B)
     zq = float(student.ppf(0.5 + level / 2, replicates - 1))
     sd *= math.sqrt(1.0 + 1.0 / replicates) if corrected else 1.0
-    low, high = estimate - zq * sd, estimate + zq * sd
+    model_estimate, half = estimate, zq * sd
+    curve: dict[str, Any] = {}
+    if subsamples is not None:
+        sub_top = subsamples.spectra / top
+        g_curve = _Grid(groups=grid.groups)  # the atoms of the fitted population at n, for both n and n'
+
+        def expected_slope_at(dof: float, k_end: int) -> float:
+            tau = population_spectrum(0.0, alpha, tail, d, knots or (k1,))
+            e = expected_eigenvalues(tau, d / dof, k_end, scales=sc, grid=g_curve)
+            return _slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
+
+        read = sampling_curve(replace(subsamples, spectra=sub_top), lam, n=n, k0=k0, k1=k1, margin=margin,
+                              bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at, notes=notes)
+        if read is not None:
+            shift, sd_data, df_data, curve = read
+            estimate += shift
+            half_data = float(student.ppf(0.5 + level / 2, df_data)) * sd_data
+            curve["interval_from"] = "data" if half_data > half else "model"
+            half = max(half, half_data)
+    low, high = estimate - half, estimate + half
     if low < ALPHA_BOUNDS[0] or high > ALPHA_BOUNDS[1]:
         notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
                      f"{low:.4g}..{high:.4g}): the window says little about alpha")
@@ -658,6 +804,6 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         n_effective=float(n if n_effective is None else n_effective),
         window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
         bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, replicates=replicates, seed=seed,
-        scales=rows, notes=tuple(notes), level=level,
+        scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve,
         cost={"evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms, "fit_s": t_fit,
               "bootstrap_s": time.perf_counter() - t0 - t_fit})

@@ -104,9 +104,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         for f in fits:
             pop = f.get("population")
             if pop:
+                curve = pop.get("sampling_curve")
+                said = (f"; the row model alone {pop['model_alpha']:.4f}, the data's sampling curve "
+                        f"{curve['spread_ratio']:.2f} times the model's" if curve
+                        else "; the row model alone (no sampling curve)")
                 notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
                              f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}; the sample slope {pop['naive_alpha']:.4f} "
-                             f"at n/d = {pop['n_over_d']:.3g}; match RMS {pop['match_rms']:.3g})")
+                             f"at n/d = {pop['n_over_d']:.3g}{said}; match RMS {pop['match_rms']:.3g})")
         models = doc.get("models")
         if models:
             cmp = ", ".join(f"{name} {m['alpha']:.3f} (BIC {m['bic']:.1f})" for name, m in models["models"].items())

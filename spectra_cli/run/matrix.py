@@ -240,7 +240,7 @@ def fit(
     clock = Stopwatch()
     control = logz = scale_value = None
     with Input(data, read) as inp:
-        first = inp.first_pass(groups=BOOTSTRAP_GROUPS if ci else 0, cosine=True, progress=progress)
+        first = inp.first_pass(groups=BOOTSTRAP_GROUPS if ci or population else 0, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)
@@ -318,8 +318,8 @@ def fit(
                             alpha_range=opts.alpha_range, raw=main.eigenvalues if main.top is None else None,
                             density=suite.density)
     clock.mark("analysis_s")
-    clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci, unc is not None and unc is not main,
-                                                  main))
+    clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci or population,
+                                                  unc is not None and unc is not main, main))
     options = {**inp.options_report(), **opts.to_report(),
                "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
                "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95}

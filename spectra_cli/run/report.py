@@ -468,6 +468,10 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
             ["95 % interval", f"{ci[0]:.4f}–{ci[1]:.4f}" if finite(ci[0]) is not None and finite(ci[1]) is not None
              else "—"],
             ["sample α", _fmtv(pop.get("naive_alpha"), ".4f")], ["n/d", _fmtv(pop.get("n_over_d"), ".3g")],
+            ["row model alone", _fmtv(pop.get("model_alpha"), ".4f")],
+            ["spread ratio (the data's sampling curve / the row model's)",
+             _fmtv(curve.get("spread_ratio"), ".3f") if isinstance(curve := pop.get("sampling_curve"), dict)
+             else "— (not measured)"],
             ["method", str(pop.get("method"))]]})
     for key, title in (("rank", "Effective ranks"), ("isotropy", "Isotropy"),
                        ("weightwatcher", "WeightWatcher metrics"), ("density", "Density fit")):

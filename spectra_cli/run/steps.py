@@ -19,6 +19,7 @@ from spectra_cli.analysis.isotropy import (
     gram_log_z,
 )
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
+from spectra_cli.analysis.population import Subsamples
 from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
 from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
@@ -185,10 +186,13 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
         warnings.append(f"--population: the weights concentrate the sample (an effective {n_eff:.4g} of {rows} rows, "
                         "Kish): they enter the population model as row scales, so its interval is wider")
 
+    subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings)
+
     def one(f: RankFit) -> RankFit:
         try:
             pop = population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max), scales=scales, offset=offset,
-                                 n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls)
+                                 n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls,
+                                 subsamples=subsamples)
         except FitError as exc:
             warnings.append(f"--population over ranks {f.window.k_min}..{f.window.k_max}: {exc}")
             return f
@@ -196,3 +200,61 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
     fits = tuple(one(f) for f in suite.fits)
     return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))
+
+
+#: Groups of consecutive rows on the n x n route (the d x d route has the pass's row-block groups).
+GRAM_GROUPS = 32
+
+
+def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, seed: int,
+                warnings: list[str]) -> Subsamples | None:
+    """The spectra of the sub-samples that check the row model (:func:`spectra_cli.analysis.population.
+    sampling_curve`): from the pass's row-block groups, or, on the n x n route, from groups of consecutive
+    rows; their leading ``width`` eigenvalues. None (and a warning) when there are too few groups."""
+    from spectra_cli.analysis.population import MIN_SUBSAMPLE_GROUPS, Subsamples, subsample_design
+
+    if first.moments is None:
+        assert first.rows is not None
+        n = len(first.rows)
+        G = min(GRAM_GROUPS, n)
+        source = f"{G} groups of consecutive rows"
+    else:
+        G = len(first.groups)
+        source = f"the pass's {G} row-block groups (block i in group i mod {G})"
+    if G < MIN_SUBSAMPLE_GROUPS:
+        why = ("these moments carry no row groups (made without them: spectra moments --groups 32, or "
+               "Accumulator(d, groups=32))" if first.moments is not None and G == 0 else
+               f"only {G} row groups could be kept (at least {MIN_SUBSAMPLE_GROUPS} are needed"
+               + ("; the d x d matrices of more would pass the memory the groups may take)" if first.moments is not None
+                  else ")"))
+        warnings.append(f"--population: {why}: the estimate rests on the row model alone, unchecked against the "
+                        "data's own sampling curve")
+        return None
+    keep = subsample_design(G, seed=seed)
+    R, m = keep.shape[:2]
+    flat = keep.reshape(R * m, G)
+    from spectra_cli.stages import stage
+
+    tick = stage("population: sub-sample spectra", R * m)
+    if first.moments is not None:
+        from spectra_cli.analysis.bootstrap import subset_spectra
+
+        spectra, dof = subset_spectra(first.groups, flat, centered=centered, ddof=ddof)
+        tick(R * m)
+    else:
+        assert first.rows is not None
+        label = np.arange(n) * G // n
+        spectra = np.zeros((R * m, first.rows.shape[1]))
+        dof = np.empty(R * m)
+        for i, mask in enumerate(flat):
+            rows = mask[label]
+            w = first.weights[rows] if first.weights is not None else None
+            sp = spectrum_from_rows(first.rows[rows], w, centered=centered, ddof=ddof, precision=first.precision)
+            ev = sp.resolved()
+            spectra[i, :ev.size] = ev[:spectra.shape[1]]
+            dof[i] = int(rows.sum()) - (1 if centered else 0)
+            tick(i + 1)
+    out = np.zeros((R * m, width))
+    k = min(width, spectra.shape[1])
+    out[:, :k] = np.maximum(spectra[:, :k], 0.0)
+    return Subsamples(out.reshape(R, m, width), dof.reshape(R, m), G, source)

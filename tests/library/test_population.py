@@ -11,14 +11,16 @@ from scipy import integrate
 import spectra_cli as spectra
 from spectra_cli.analysis.population import (
     RowScales,
+    Subsamples,
     expected_eigenvalues,
     participation_ratio_population,
     population_fit,
     population_spectrum,
     simulated_spectrum,
+    subsample_design,
 )
 from spectra_cli.analysis.rank import participation_ratio
-from spectra_cli.errors import OptionError
+from spectra_cli.errors import FitError, OptionError
 from spectra_cli.stream.moments import Moments
 
 
@@ -127,8 +129,9 @@ def test_the_participation_ratio_estimate_removes_most_of_the_bias():
         est.append(participation_ratio_population(lam, sc, scale_to_population=(n - 1) / n))
         naive.append(participation_ratio(np.clip(lam, 0, None)))
     assert abs(np.mean(est) - true) < 0.05 * true < abs(np.mean(naive) - true) / 4
-    rep = spectra.fit(X, population=True)
-    assert rep.rank.participation_ratio_population == pytest.approx(est[-1], rel=1e-9)
+    rep = spectra.fit(X, population=True)  # (32 blocks of 4 rows, for the sampling curve's groups: the norms are
+    # about each block's mean, unshrunk, which moves the estimate by O(1 / block))
+    assert rep.rank.participation_ratio_population == pytest.approx(est[-1], rel=0.01)
 
 
 def test_population_refuses_what_it_cannot_estimate(tmp_path):
@@ -213,3 +216,88 @@ def test_shards_of_one_row_fall_back_to_gaussian_rows(tmp_path):
     rep = spectra.fit(str(tmp_path / "r*.npy"), window="2:12", population=True)
     assert "blocks of one row" in rep.fit.population.scales["note"]
     assert rep.fit.population.scales["model"].startswith("separable") is False
+
+
+def test_the_subsample_design_leaves_each_group_out_once_per_partition():
+    keep = subsample_design(10, seed=3)
+    assert keep.shape == (4, 4, 10)
+    assert (keep.sum(axis=1) == 3).all()  # each group is left out of exactly one of a partition's 4 sub-samples
+    assert set(np.unique((~keep).sum(axis=2))) == {2, 3}  # parts of 10 groups: 3, 3, 2, 2
+    assert not np.array_equal(keep[0], keep[1])
+    assert np.array_equal(keep, subsample_design(10, seed=3))
+    with pytest.raises(FitError, match="at least 4 row groups; there are 3"):
+        subsample_design(3, seed=0)
+
+
+def _spectra_of(X: np.ndarray, keep: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    label = np.arange(len(X)) * G // len(X)
+    R, m = keep.shape[:2]
+    out, dof = np.empty((R, m, X.shape[1])), np.empty((R, m))
+    for r in range(R):
+        for q in range(m):
+            Y = X[keep[r, q][label]]
+            out[r, q] = np.linalg.eigvalsh(np.cov(Y, rowvar=False))[::-1]
+            dof[r, q] = len(Y) - 1
+    return out, dof
+
+
+def test_the_sampling_curve_scales_the_model_bias_by_the_observed_change():
+    rng = np.random.default_rng(2)
+    d, n = 96, 192
+    X = rng.standard_normal((n, d)) * np.arange(1, d + 1) ** -0.5
+    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    keep = subsample_design(32, seed=0)
+    spectra_, dof = _spectra_of(X, keep, 32)
+    base = population_fit(lam, n=n - 1, window=(6, 40), replicates=12)
+    pf = population_fit(lam, n=n - 1, window=(6, 40), replicates=12, subsamples=Subsamples(spectra_, dof, 32, "t"))
+    sc = pf.sampling_curve
+    assert pf.model_alpha == pytest.approx(base.alpha, abs=1e-12)
+    assert pf.alpha == pytest.approx(pf.model_alpha + (1 - sc["spread_ratio"]) * sc["model_bias"], abs=1e-12)
+    assert 0.7 < sc["spread_ratio"] < 1.3  # Gaussian rows spread their spectrum as the row model says
+    # the observed change, by hand: the mean sub-sample slope less the full sample's
+    x = np.log(np.arange(6, 41))
+    slope = lambda v: -np.polyfit(x, np.log(v[5:40]), 1)[0]  # noqa: E731
+    want = np.mean([slope(v) for v in spectra_.reshape(-1, d)]) - slope(lam)
+    assert sc["observed_change"] == pytest.approx(want, abs=1e-9)
+    assert sc["rows"] == pytest.approx(np.mean(dof))
+    # the grouped jackknife by hand
+    th = np.array([[slope(v) for v in row] for row in spectra_])
+    assert sc["jackknife_sd"] == pytest.approx(np.sqrt(3 * np.mean((th - th.mean(1, keepdims=True)) ** 2)))
+    # sub-samples that show no change at all: no correction (the spread ratio 0), the sample slope's own value
+    flat = np.broadcast_to(lam, spectra_.shape).copy()
+    none = population_fit(lam, n=n - 1, window=(6, 40), replicates=12, subsamples=Subsamples(flat, dof, 32, "t"))
+    assert none.sampling_curve["spread_ratio"] == 0.0 and none.sampling_curve["jackknife_sd"] == 0.0
+    assert none.alpha == pytest.approx(none.model_alpha + none.sampling_curve["model_bias"])
+    assert none.sampling_curve["interval_from"] == "model"
+    assert none.sampling_curve["spread_ratio_raw"] == 0.0
+
+
+def test_rows_that_depend_on_each_other_are_corrected_by_their_own_sampling_curve():
+    """Each row twice in a row (blocks keep the pairs together): the sample spreads its spectrum as half as
+    many independent rows would, which the row model cannot know; the sampling curve sees it."""
+    rng = np.random.default_rng(7)
+    d, alpha = 128, 1.0
+    Z = rng.standard_normal((192, d)) * np.arange(1, d + 1) ** (-alpha / 2)
+    X = np.repeat(Z, 2, axis=0)
+    pop = spectra.fit(X, window="6:60", population=True).fit.population
+    assert pop.sampling_curve["spread_ratio"] > 1.5
+    assert abs(pop.alpha - alpha) < abs(pop.model_alpha - alpha) / 2
+    assert pop.low <= alpha <= pop.high
+
+
+def test_the_sampling_curve_comes_from_the_groups_each_route_has(tmp_path):
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((640, 48)) * np.arange(1, 49) ** -0.5
+    plain = spectra.accumulate(X).save(tmp_path / "plain.npz")
+    rep = spectra.fit(plain, window="4:24", population=True)
+    assert rep.to_dict()["fit"]["population"]["sampling_curve"] is None
+    assert any("carry no row groups" in w and "the row model alone" in w for w in rep.warnings)
+    grouped = spectra.accumulate(X, groups=32).save(tmp_path / "grouped.npz")
+    sc = spectra.fit(grouped, window="4:24", population=True).fit.population.sampling_curve
+    assert sc["groups"] == 32 and "row-block groups" in sc["source"]
+    # the same rows in memory: the same groups (the pass deals blocks the same way), the same curve
+    mem = spectra.fit(X, window="4:24", population=True).fit.population.sampling_curve
+    assert mem["observed_change"] == pytest.approx(sc["observed_change"], abs=1e-9)
+    wide = spectra.fit(X[:40], window="4:12", population=True).fit.population  # n < d: the n x n route
+    assert wide.sampling_curve["source"] == "32 groups of consecutive rows"
+    assert wide.sampling_curve["ranks"][1] <= 0.8 * 30

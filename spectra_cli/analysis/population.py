@@ -394,8 +394,15 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
     error: the grouped jackknife of ``S``, ``sqrt((m - 1) mean_{r,q} (S_rq - mean_q S_rq)^2)`` over ``m`` parts
     and ``R`` partitions, mapped to alpha by ``1 + kappa (1 / gain - 1)`` (``gain = d E S / d alpha``), with the
     spread ratio's own error, ``sd_r(D_obs) / sqrt(R) |bias / D_model|``, added in quadrature; Student's t with
-    ``R (m - 1)`` degrees of freedom. None (and a note) when the curve cannot be read."""
+    ``R (m - 1)`` degrees of freedom. Where the model's change is within twice the observed change's
+    standard error (``sd_r(D_obs) / sqrt(R)``; e.g. at large n/d) the curve cannot tell: ``kappa = 1`` (the
+    model's correction stands) and the jackknife still bounds the interval. None (and a note) when the
+    curve cannot be read."""
     R, m, width = sub.spectra.shape
+    if not (np.isfinite(sub.dof).all() and float(np.min(sub.dof)) >= 3 and np.isfinite(sub.spectra).all()):
+        notes.append("the sampling curve is not measured: a sub-sample has fewer than 4 rows; the row model alone "
+                     "sets the estimate")
+        return None
     dof = float(np.mean(sub.dof))
     r_sub = min(width, int(math.floor(float(np.min(sub.dof)))) + 1,
                 int(np.min(np.count_nonzero(sub.spectra > 0, axis=2))))
@@ -410,24 +417,29 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
     model_change = expected_slope(dof, k1c) - expected_slope(n, k1c)
     observed = slopes.mean(axis=1) - full
     d_obs = float(observed.mean())
+    noise = float(observed.std(ddof=1)) / math.sqrt(R) if R > 1 else 0.0
     info: dict[str, Any] = {
         "groups": sub.groups, "parts": m, "partitions": R, "source": sub.source, "rows": dof,
-        "ranks": [k0, k1c], "observed_change": d_obs, "model_change": model_change}
-    if not (model_change > 1e-6 and math.isfinite(d_obs)):
-        notes.append(f"the sampling curve is not read: the row model expects the slope over {k0}..{k1c} to change "
-                     f"by {model_change:.3g} with {dof:.4g} rows; the row model alone sets the estimate")
-        return None
-    raw = d_obs / model_change
-    kappa = min(max(raw, 0.0), SPREAD_RATIO_MAX)
-    if kappa != raw:
-        notes.append(f"the spread ratio {raw:.3g} (the data's sampling curve against the row model's) is kept to "
-                     f"{kappa:g}")
+        "ranks": [k0, k1c], "observed_change": d_obs, "observed_change_se": noise, "model_change": model_change}
+    identified = abs(model_change) > max(1e-6, 2.0 * noise) and math.isfinite(d_obs)
+    raw: float | None = None
+    kappa, sd_ratio = 1.0, 0.0
+    if identified:
+        raw = d_obs / model_change
+        kappa = min(max(raw, 0.0), SPREAD_RATIO_MAX)
+        if kappa != raw:
+            notes.append(f"the spread ratio {raw:.3g} (the data's sampling curve against the row model's) is kept "
+                         f"to {kappa:g}")
+        sd_ratio = noise * abs(bias / model_change)
+    else:
+        notes.append(f"the sampling curve cannot tell the row model apart over ranks {k0}..{k1c}: the model expects "
+                     f"the slope to change by {model_change:.2g} with {dof:.4g} rows, within twice the observed "
+                     f"change's error ({noise:.2g}); the row model's bias correction stands (spread ratio 1)")
     if k1c < k1:
         notes.append(f"the sampling curve is read over ranks {k0}..{k1c}, the ranks every sub-sample resolves")
     jack = math.sqrt((m - 1) * float(np.mean((slopes - slopes.mean(axis=1, keepdims=True)) ** 2)))
-    sd_ratio = float(observed.std(ddof=1)) / math.sqrt(R) * abs(bias / model_change) if R > 1 else 0.0
     sd = math.hypot(jack * (1.0 + kappa * (1.0 / gain - 1.0)), sd_ratio)
-    info.update({"spread_ratio": kappa, "spread_ratio_raw": raw, "model_bias": bias,
+    info.update({"spread_ratio": kappa, "spread_ratio_raw": raw, "identified": identified, "model_bias": bias,
                  "shift": (1.0 - kappa) * bias, "jackknife_sd": jack, "spread_ratio_sd": sd_ratio, "sd": sd,
                  "definition": SAMPLING_CURVE})
     return (1.0 - kappa) * bias, sd, R * (m - 1), info
@@ -439,7 +451,8 @@ SAMPLING_CURVE = ("spread_ratio = observed_change / model_change: observed_chang
                   "sub-samples' rows; the model's bias correction (model_bias = expected sample slope - alpha) is "
                   "scaled by it: alpha = model_alpha + (1 - spread_ratio) model_bias; sd: the grouped jackknife of "
                   "the sample slope (jackknife_sd, times 1 + spread_ratio (1 / slope_gain - 1)) and the spread "
-                  "ratio's own error, in quadrature")
+                  "ratio's own error, in quadrature; identified false: the model's change is within twice the "
+                  "observed change's standard error, and the spread ratio is taken as 1")
 
 
 def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:

@@ -316,13 +316,31 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> Norm
 
 
 def unshrunk(q: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-    """Squared norms about the block's own (weighted) mean, divided by their expected shrink against the true
-    mean, ``1 - 2 p_i + sum p^2`` (``p = w / sum w``; ``1 - 1/b`` for ``b`` unweighted rows), so that small
-    blocks do not bias the row scales (a block of one row has none: its norm stays 0)."""
+    """Squared norms about the block's own (weighted) mean, each made an unbiased estimate of its norm about the
+    true mean, so that small blocks neither bias the row scales nor narrow their spread.
+
+    With ``p = w / sum w``, ``u_i = ||x_i - block mean||^2`` (``q_i = w_i u_i``) and ``e_i`` the squared norm
+    about the true mean: ``E[u_i] = (1 - 2 p_i) e_i + K`` with ``K = sum_j p_j^2 e_j`` (rows independent, mean-zero
+    about the true mean), so ``e_i = (u_i - K) / (1 - 2 p_i)``; summing ``p_i^2 u_i / (1 - 2 p_i)`` gives
+    ``K = sum p_i^2 u_i / (1 - 2 p_i) / (1 + sum p_i^2 / (1 - 2 p_i))`` (unweighted: ``K = mean u / (b - 1)``). The
+    block's mean norm is then ``b / (b - 1)`` times the observed one, as before, but the constant part ``K`` that
+    every row shares (the block mean's own spread) no longer narrows the histogram (by ``1 - 2/b``: a fifth of the
+    scales' variance in 16-row blocks). Negative estimates are kept at 0. Rows with more than 45 % of the block's
+    weight, and blocks of fewer than 3 rows, divide by the shrink of the mean, ``1 - 2 p_i + sum p^2``, instead
+    (a block of one row has none: its norm stays 0)."""
     n = q.size
     p = np.full(n, 1.0 / n) if w is None else w / max(float(w.sum()), 1e-300)
     shrink = 1.0 - 2.0 * p + float(p @ p)
-    return np.where(shrink > 1e-12, q / np.where(shrink > 1e-12, shrink, 1.0), q)
+    mean_form = np.where(shrink > 1e-12, q / np.where(shrink > 1e-12, shrink, 1.0), q)
+    g = 1.0 - 2.0 * p
+    ok = (g > 0.1) & (p > 0) if n >= 3 else np.zeros(n, dtype=bool)
+    if not ok.any():
+        return mean_form
+    u = q if w is None else np.where(p > 0, q / np.where(w > 0, w, 1.0), 0.0)
+    po, go = p[ok], g[ok]
+    K = float(np.sum(po * po * u[ok] / go)) / (1.0 + float(np.sum(po * po / go)))
+    e = np.maximum(u - K, 0.0) / np.where(ok, g, 1.0)
+    return np.where(ok, e if w is None else e * w, mean_form)
 
 
 def _sub_outer(m: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:

@@ -19,15 +19,25 @@ def _as_counts(h: NormHistogram) -> dict[int, float]:
     return {h.lo + i: float(c) for i, c in enumerate(h.counts) if c}
 
 
+def _about_the_true_mean(u, w=None):
+    """Each row's squared norm about its block's mean ``u``, made an unbiased estimate of its norm about the true
+    mean by solving ``E u = (diag(1 - 2 p) + 1 (p^2)^T) e`` (rows independent) for ``e``, kept at 0 or above;
+    times the weight."""
+    p = np.full(u.size, 1 / u.size) if w is None else w / w.sum()
+    e = np.linalg.solve(np.diag(1 - 2 * p) + np.outer(np.ones(u.size), p * p), u)
+    return np.clip(e, 0, None) * (1 if w is None else w)
+
+
 def _expected(q) -> dict[int, float]:
-    k, c = np.unique(_bins(q), return_counts=True)
+    """The histogram's bins of the non-zero norms (zeros are counted apart)."""
+    k, c = np.unique(_bins(q[q > 0]), return_counts=True)
     return {int(a): float(b) for a, b in zip(k, c, strict=True)}
 
 
 def test_one_block_holds_every_rows_squared_norm_about_the_mean():
     X = powerlaw_matrix(3000, 24, 1.0, seed=1, offset=50.0)
     m = Moments.from_block(X)
-    q = np.sum((X - X.mean(axis=0)) ** 2, axis=1) / (1 - 1 / len(X))  # unshrunk: about the true mean, expected
+    q = _about_the_true_mean(np.sum((X - X.mean(axis=0)) ** 2, axis=1))
     assert m.norms is not None and _as_counts(m.norms) == _expected(q)
     assert m.norms.rows == 3000
 
@@ -45,8 +55,8 @@ def test_shifted_blocks_give_the_norms_about_each_blocks_mean(precision):
     for lo in range(0, 4000, 1000):
         xb, wb = X[lo:lo + 1000], w[lo:lo + 1000]
         mb = wb @ xb / wb.sum()
-        pb = wb / wb.sum()
-        q.append((wb * np.sum((xb - mb) ** 2, axis=1) / (1 - 2 * pb + pb @ pb))[wb > 0])
+        pos = wb > 0
+        q.append(_about_the_true_mean(np.sum((xb[pos] - mb) ** 2, axis=1), wb[pos]))
     q = np.concatenate(q)
     assert m.norms is not None and m.norms.rows == np.count_nonzero(w) == m.n_positive
     v, c = m.norms.values()
@@ -55,6 +65,22 @@ def test_shifted_blocks_give_the_norms_about_each_blocks_mean(precision):
     np.testing.assert_allclose(np.sort(got), np.sort(q), rtol=0.03 if precision == "float32" else 0.022)
     if precision == "float64":
         assert _as_counts(m.norms) == _expected(q)
+        assert m.norms.zeros == np.count_nonzero(q == 0)
+
+
+def test_small_blocks_keep_the_spread_of_the_row_scales():
+    """Norms about a 16-row block's mean share the block mean's own spread, which narrows their histogram by
+    1 - 2/16 unless it is taken out; taken out, the spread is that of the norms about the true mean."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((16000, 64)) * rng.gamma(1.0, 1.0, (16000, 1)) ** 0.5
+    m = Moments.from_block(X[:16])
+    for lo in range(16, 16000, 16):
+        m = m.merge(Moments.from_block_shifted(X[lo:lo + 16], m.mean, None))
+    v, c = m.norms.values()
+    cv2 = float(c @ v ** 2 / c.sum() / (c @ v / c.sum()) ** 2 - 1)
+    true = np.sum(X ** 2, axis=1)
+    assert cv2 == pytest.approx(true.var() / true.mean() ** 2, rel=0.05)
+    assert float(c @ v / c.sum()) == pytest.approx(true.mean(), rel=0.02)
 
 
 def test_constant_blocks_count_their_rows_as_zero_norms():

@@ -142,6 +142,9 @@ MERGE_KAPPA = 0.1
 MAX_ATOMS = 1000
 #: Scale atoms after compression of the deconvolved histogram.
 MAX_SCALE_ATOMS = 64
+#: The deconvolution's grid of scales and its EM iterations (at most).
+DECONVOLUTION_ATOMS = 96
+DECONVOLUTION_ITERATIONS = 3000
 #: The data's own sampling curve: the row groups split at random into SUBSAMPLE_PARTS parts of (nearly) equal
 #: size, SUBSAMPLE_PARTITIONS times; each sub-sample leaves one part out.
 SUBSAMPLE_PARTS = 4
@@ -152,11 +155,13 @@ MIN_SUBSAMPLE_GROUPS = 8
 SPREAD_RATIO_MAX = 3.0
 
 
-def subsample_design(groups: int, *, seed: int, parts: int = SUBSAMPLE_PARTS,
-                     partitions: int = SUBSAMPLE_PARTITIONS) -> np.ndarray:
+def subsample_design(groups: int, *, seed: int, parts: int | None = None,
+                     partitions: int | None = None) -> np.ndarray:
     """Which groups each sub-sample keeps: boolean, shape ``(partitions, parts, groups)``. Each partition
     deals a random permutation of the groups into ``parts`` parts in turn (sizes differ by at most one);
     sub-sample ``(r, q)`` keeps every group outside part ``q`` of partition ``r``."""
+    parts = SUBSAMPLE_PARTS if parts is None else parts
+    partitions = SUBSAMPLE_PARTITIONS if partitions is None else partitions
     if groups < parts:
         raise FitError(f"the sampling curve needs at least {parts} row groups; there are {groups}.")
     rng = np.random.default_rng([seed, 19])
@@ -335,48 +340,90 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
     """The scale distribution ``(w, p)`` (mean 1) behind the observed squared norms.
 
     An observed norm is ``s q`` with ``q = z^T Sigma z / tr Sigma`` independent of ``s``, ``E q = 1`` and
-    ``Var q = 2 t2``, ``t2 = tr Sigma^2 / (tr Sigma)^2``: the histogram over-states the spread of ``s``. Its
-    second moment is deconvolved exactly, ``E[s^2] / E[s]^2 = E[obs^2] / E[obs]^2 / (1 + 2 t2)``, by
-    shrinking the histogram in log space, ``w = exp(g (log v - E log v))`` normalised to mean 1 with
-    ``g`` in [0, 1] chosen by bisection (a multiplicative noise is undone multiplicatively; a linear
-    shrink toward the mean would lift the smallest scales, which set the lowest sample eigenvalues when
-    ``n <= d``). None: no spread beyond what ``q`` makes (Gaussian rows)."""
-    v = scales.values + offset
+    ``Var q = 2 t2``, ``t2 = tr Sigma^2 / (tr Sigma)^2``: the histogram over-states the spread of ``s``. ``q`` is
+    taken as Gamma with that mean and variance (shape ``k = 1 / (2 t2)``: Satterthwaite's approximation of a
+    weighted sum of chi-squares), and the distribution of ``s`` on 96 log-spaced atoms spanning the histogram is
+    the binned nonparametric maximum-likelihood estimate of the mixture (Kiefer & Wolfowitz 1956; EM, Laird
+    1978): each bin's probability under atom ``a`` is ``P(e_lo / a <= q < e_hi / a)`` from the Gamma CDF. It keeps
+    the shape of the scales (a long lower tail sets the lowest sample eigenvalues when ``n <= d``), which a
+    moment match alone does not. Its spread in log space is then scaled (``log_spread``, by bisection) until
+    its second moment is the deconvolved one, ``E[s^2] / E[s]^2 = E[obs^2] / E[obs]^2 / (1 + 2 t2)``, exact in
+    expectation whatever the law of ``q``. None: no spread beyond what ``q`` makes (Gaussian rows)."""
+    from scipy.special import gammainc
+
+    from spectra_cli.stream.norms import BINS_PER_OCTAVE
+
+    raw = scales.values
+    v = raw + offset
     keep = (scales.counts > 0) & (v > 0)
     info: dict[str, Any] = {"t2": t2, "source": scales.source}
     if not keep.any():
         info["note"] = "every row's norm about its block's mean is zero (blocks of one row): no scales to read"
         return None, info
-    v, p = v[keep], scales.counts[keep] / scales.counts[keep].sum()
-    v = v / float(np.max(v))  # (no overflow however large the norms)
-    v = v / float(p @ v)
+    half = 2.0 ** (0.5 / BINS_PER_OCTAVE)  # a bin's edges about its centre
+    raw, v, p = raw[keep], v[keep], scales.counts[keep] / scales.counts[keep].sum()
+    lo_e = np.where(raw > 0, raw / half + offset, v * (1 - 1e-6))
+    hi_e = np.where(raw > 0, raw * half + offset, v * (1 + 1e-6))
+    top = float(np.max(hi_e))  # (no overflow however large the norms)
+    v, lo_e, hi_e = v / top, lo_e / top, hi_e / top
+    mean = float(p @ v)
+    v, lo_e, hi_e = v / mean, lo_e / mean, hi_e / mean
     clipped = np.clip(v, 1.0 / SCALE_RANGE, SCALE_RANGE)
     if np.any(clipped != v):
         info["note"] = (f"row scales beyond {SCALE_RANGE:g} times their mean either way were clipped to it (weights "
                         "or norms spread over more than 12 decades)")
-        v = clipped / float(p @ clipped)
+        r = clipped / v
+        v, lo_e, hi_e = clipped, lo_e * r, hi_e * r
+        m = float(p @ v)
+        v, lo_e, hi_e = v / m, lo_e / m, hi_e / m
     m2_obs = float(p @ (v * v))
     m2_s = m2_obs / (1.0 + 2.0 * t2)
-    info.update({"cv2_observed": m2_obs - 1.0, "cv2_scales": max(m2_s - 1.0, 0.0)})
+    info.update({"cv2_observed": m2_obs - 1.0})
     if m2_s - 1.0 <= 1e-6:
+        info["cv2_scales"] = 0.0
         return None, info
-    lv = np.log(v) - float(p @ np.log(v))
+    atoms = np.geomspace(float(lo_e.min()), float(hi_e.max()), DECONVOLUTION_ATOMS)
+    if t2 > 1e-12:
+        k = 1.0 / (2.0 * t2)
+        K = gammainc(k, k * hi_e[:, None] / atoms[None, :]) - gammainc(k, k * lo_e[:, None] / atoms[None, :])
+    else:  # q = 1: each atom puts its mass in the bin that holds it
+        K = ((atoms[None, :] >= lo_e[:, None]) & (atoms[None, :] < hi_e[:, None])).astype(np.float64)
+    K = np.maximum(K, 0.0)
+    pi = np.full(atoms.size, 1.0 / atoms.size)
+    last, it = -np.inf, 0
+    for it in range(DECONVOLUTION_ITERATIONS):  # noqa: B007 (the count is reported)
+        f = np.maximum(K @ pi, 1e-300)
+        ll = float(p @ np.log(f))
+        pi = pi * (K.T @ (p / f))
+        pi /= pi.sum()
+        if ll - last < 1e-10 * max(abs(ll), 1.0):
+            break
+        last = ll
+    live = pi > 1e-9
+    w, pw = atoms[live], pi[live] / pi[live].sum()
+    w = w / float(pw @ w)
+    # its spread in log space set so that the second moment is the deconvolved one, E[obs^2] / E[obs]^2 /
+    # (1 + 2 t2) (exact in expectation, whatever the directions' law; the NPMLE gives the shape)
+    lw = np.log(w) - float(pw @ np.log(w))
 
-    def shrunk(g: float) -> np.ndarray:
-        w = np.exp(g * lv)
-        return w / float(p @ w)
+    def spread(g: float) -> np.ndarray:
+        u = np.exp(g * lw)
+        return u / float(pw @ u)
 
-    lo, hi = 0.0, 1.0
+    lo, hi = 0.0, 4.0
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if float(p @ shrunk(mid) ** 2) < m2_s else (lo, mid)
-    w = shrunk(0.5 * (lo + hi))
-    info["log_shrink"] = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(pw @ spread(mid) ** 2) < m2_s else (lo, mid)
+    info["log_spread"] = 0.5 * (lo + hi)
+    w = spread(0.5 * (lo + hi))
     if w.size > MAX_SCALE_ATOMS:
-        w, p = merged(w, p, merge_groups(w, p, span=0.01, max_atoms=MAX_SCALE_ATOMS))
-        w = w / float(p @ w)
-    info["atoms"] = int(w.size)
-    return (w, p), info
+        w, pw = merged(w, pw, merge_groups(w, pw, span=0.01, max_atoms=MAX_SCALE_ATOMS))
+        w = w / float(pw @ w)
+    info.update({"cv2_scales": float(pw @ (w * w)) - 1.0, "cv2_scales_moments": max(m2_s - 1.0, 0.0),
+                 "atoms": int(w.size), "iterations": it + 1})
+    if float(pw @ (w * w)) - 1.0 <= 1e-6:
+        return None, info
+    return (w, pw), info
 
 
 def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: int, margin: float, bias: float,
@@ -697,7 +744,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         m2_obs = float(p @ ((v / vm) ** 2)) if vm > 0 else 1.0
         sc, info = deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
         rows = {"model": ("separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
-                          "shrunk in log space to the deconvolved second moment") if sc is not None else
+                          "deconvolved (the binned NPMLE of the scales' distribution, the directions' part taken as "
+                          "Gamma)") if sc is not None else
                 ("Gaussian rows: " + ("the histogram has no non-zero norm" if "cv2_observed" not in info
                                       else "the norms spread no more than the directions themselves make them")),
                 **info}

@@ -220,13 +220,14 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         source = f"{G} groups of consecutive rows"
     else:
         G = len(first.groups)
-        source = f"the pass's {G} row-block groups (block i in group i mod {G})"
+        source = f"the pass's {G} row-block groups (runs of consecutive blocks)"
     if G < MIN_SUBSAMPLE_GROUPS:
-        why = ("these moments carry no row groups (made without them: spectra moments --groups 32, or "
-               "Accumulator(d, groups=32))" if first.moments is not None and G == 0 else
-               f"only {G} row groups could be kept (at least {MIN_SUBSAMPLE_GROUPS} are needed"
-               + ("; the d x d matrices of more would pass the memory the groups may take)" if first.moments is not None
-                  else ")"))
+        why = (f"{G} rows make too few groups of rows" if first.moments is None else
+               "these moments carry no row groups (made without them: spectra moments --groups 32, or "
+               "Accumulator(d, groups=32))" if G == 0 else
+               f"only {G} row groups are kept (at least {MIN_SUBSAMPLE_GROUPS} are needed: moment files made with "
+               "--groups 32 carry enough; inputs wider than 4,096 features keep fewer, within the 1 GiB the "
+               "groups may take)")
         warnings.append(f"--population: {why}: the estimate rests on the row model alone, unchecked against the "
                         "data's own sampling curve")
         return None

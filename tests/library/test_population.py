@@ -302,3 +302,32 @@ def test_the_sampling_curve_comes_from_the_groups_each_route_has(tmp_path):
     wide = spectra.fit(X[:40], window="4:12", population=True).fit.population  # n < d: the n x n route
     assert wide.sampling_curve["source"] == "32 groups of consecutive rows"
     assert wide.sampling_curve["ranks"][1] <= 0.8 * 30
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.5])
+def test_the_row_scales_are_deconvolved_from_the_directions_part_of_the_norms(alpha):
+    """Rows sqrt(s) Sigma^(1/2) z with s ~ Gamma(1, 1) (CV 1): the squared norms are s q, q the directions' part
+    (variance 2 tr Sigma^2 / (tr Sigma)^2: 0.03 at alpha 0.5, 0.7 at 1.5); the deconvolved scales have the
+    spread and the lower tail of the Gamma law, not of the norms."""
+    from spectra_cli.analysis.population import deconvolved_scales
+    from spectra_cli.stream.norms import NormHistogram
+
+    rng = np.random.default_rng(11)
+    d, n = 256, 20000
+    tau = np.arange(1, d + 1) ** -alpha
+    s = rng.gamma(1.0, 1.0, n)
+    q = (rng.standard_normal((n, d)) ** 2 * tau).sum(axis=1) / tau.sum()
+    t2 = float((tau * tau).sum() / tau.sum() ** 2)
+    sc = RowScales.of(NormHistogram.of(s * q * 7.0), weight_sum=n, weight_sq_sum=n, source="test")
+    got, info = deconvolved_scales(sc, t2)
+    assert got is not None
+    w, p = got
+    assert float(p @ w) == pytest.approx(1.0)
+    assert info["cv2_scales"] == pytest.approx(1.0, abs=0.1)
+    assert info["cv2_observed"] > info["cv2_scales"] + (0.5 if alpha > 1 else 0.0)
+    for x in (0.1, 0.5, 2.0):  # the Gamma(1, 1) law's CDF, 1 - exp(-x), at its own mean of 1
+        assert float(p[w < x].sum()) == pytest.approx(1 - np.exp(-x), abs=0.04)
+    # Gaussian rows: the norms spread no more than the directions make them
+    sc = RowScales.of(NormHistogram.of(q), weight_sum=n, weight_sq_sum=n, source="test")
+    got, info = deconvolved_scales(sc, t2)
+    assert got is None or info["cv2_scales"] < 0.02

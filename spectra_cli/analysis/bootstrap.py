@@ -160,20 +160,25 @@ def bootstrap_statistics(
 
 def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: bool,
                    ddof: int) -> tuple[np.ndarray, np.ndarray]:
-    """The spectra (descending, shape ``(k, d)``) and degrees of freedom (``k``) of the rows of the groups each
-    row of the boolean ``keep`` (shape ``(k, groups)``) keeps: every eigenvalue, one decomposition each, from
-    the group sums (nothing re-read)."""
+    """The spectra (descending, shape ``(k, d)``) and degrees of freedom (``k``: rows of positive weight, less 1
+    centred) of the rows of the groups each row of the boolean ``keep`` (shape ``(k, groups)``) keeps: every
+    eigenvalue, one decomposition each, from the group sums (nothing re-read). A sub-sample of no weight or
+    fewer than 4 such rows gets NaN and 0."""
     weighted = any(g.weighted for g in groups)
     sums = group_sums(groups)
     d = sums.S1.shape[1]
     C = np.empty((d, d))
     spectra = np.empty((len(keep), d))
     dof = np.empty(len(keep))
+    positive = np.array([g.n_positive for g in groups], dtype=np.float64)
     for i, mask in enumerate(np.asarray(keep, dtype=bool)):
         counts = mask.astype(np.float64)
+        dof[i] = float(counts @ positive) - (1.0 if centered else 0.0)
+        if not (float(counts @ sums.W) > 0 and dof[i] >= 3):  # (a sub-sample without weight has no spectrum)
+            spectra[i], dof[i] = np.nan, 0.0
+            continue
         replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
         spectra[i] = leading_eigenvalues(C, None) * (sums.scale * sums.scale)
-        dof[i] = float(counts @ sums.n) - (1.0 if centered else 0.0)
     return spectra, dof
 
 

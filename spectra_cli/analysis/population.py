@@ -151,8 +151,12 @@ SUBSAMPLE_PARTS = 4
 SUBSAMPLE_PARTITIONS = 4
 #: Fewer row groups than this and the sampling curve is not measured (the row model alone is used).
 MIN_SUBSAMPLE_GROUPS = 8
+#: The sampling curve's expected slopes are computed on a grid this many times denser than the fit's.
+CURVE_GRID_FACTOR = 3
+#: Samples simulated from the fitted population to tell how much the sampling curve varies from sample to sample.
+CURVE_SIMULATIONS = 8
 #: The spread ratio (observed change / the row model's) is kept within [0, SPREAD_RATIO_MAX].
-SPREAD_RATIO_MAX = 3.0
+SPREAD_RATIO_MAX = 5.0
 
 
 def subsample_design(groups: int, *, seed: int, parts: int | None = None,
@@ -292,7 +296,7 @@ class _Grid:
 
 def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
                          scales: tuple[np.ndarray, np.ndarray] | None = None,
-                         grid: _Grid | None = None) -> np.ndarray:
+                         grid: _Grid | None = None, points_per_decade: int | None = None) -> np.ndarray:
     """The expected sample eigenvalues of ranks ``1..ranks`` (descending) of the population ``tau``.
 
     Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
@@ -306,7 +310,7 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     if grid.groups is None:
         grid.groups = merge_groups(tau, c=c)
     atoms, pi = merged(tau, None, grid.groups)
-    ppd = int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
+    ppd = int(np.clip(7.0 * math.sqrt(d / c), 300, 1000)) if points_per_decade is None else points_per_decade
     wmax = 1.0 if scales is None else float(scales[0].max())
     wmin = 1.0 if scales is None else float(scales[0].min())
     top = float(tau.max())
@@ -428,30 +432,34 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
 
 def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: int, margin: float, bias: float,
                    gain: float, expected_slope: Callable[[float, int], float],
+                   simulated_changes: Callable[[int, int], np.ndarray],
                    notes: list[str]) -> tuple[float, float, int, dict[str, Any]] | None:
     """The row model checked against the data's own sampling curve.
 
     ``S`` is the sample slope over ranks ``k0..k1c`` (``k1c``: the window, cut to the ranks every sub-sample
     resolves): ``D_obs`` the mean over sub-samples of ``S(sub-sample) - S(all rows)``, ``D_model`` the row model's
     expected change ``E S(n') - E S(n)`` (``n'`` the sub-samples' mean degrees of freedom) at the fitted
-    population, ``expected_slope(dof, k1c)``. The spread ratio ``kappa = D_obs / D_model`` (kept in
-    ``[0, SPREAD_RATIO_MAX]``) says how much the data spread their spectrum against the model; the bias the model
-    corrects, ``bias = E S(n) - alpha``, is scaled by it: the returned shift is ``(1 - kappa) bias`` (an
-    extrapolation of the observed curve to infinitely many rows along the model's shape). The data's own standard
-    error: the grouped jackknife of ``S``, ``sqrt((m - 1) mean_{r,q} (S_rq - mean_q S_rq)^2)`` over ``m`` parts
-    and ``R`` partitions, mapped to alpha by ``1 + kappa (1 / gain - 1)`` (``gain = d E S / d alpha``), with the
-    spread ratio's own error, ``sd_r(D_obs) / sqrt(R) |bias / D_model|``, added in quadrature; Student's t with
-    ``R (m - 1)`` degrees of freedom. Where the model's change is within twice the observed change's
-    standard error (``sd_r(D_obs) / sqrt(R)``; e.g. at large n/d) the curve cannot tell: ``kappa = 1`` (the
-    model's correction stands) and the jackknife still bounds the interval. None (and a note) when the
-    curve cannot be read."""
+    population, ``expected_slope(dof, k1c)``. ``D_obs`` varies from sample to sample: ``simulated_changes(k1c,
+    parts)`` gives the change of samples simulated from the fitted population, one partition each, whose standard
+    deviation, with the partitions' own ``sd_r(D_obs) / sqrt(R)``, is its error ``e``. The raw spread ratio
+    ``r = D_obs / D_model`` is drawn towards 1 by the positive-part James-Stein factor ``max(0, 1 - (2 e' / (r -
+    1))^2)``, ``e' = e / |D_model|`` (1 within twice its error: a sample's own scatter is not read as the data's
+    departure from the model), and kept in ``[0, SPREAD_RATIO_MAX]``: ``kappa``. The bias the model corrects,
+    ``bias = E S(n) - alpha``, is scaled by it: the returned shift is ``(1 - kappa) bias`` (the observed curve
+    extrapolated to infinitely many rows along the model's shape). The data's own standard error: the grouped
+    jackknife of ``S``, ``sqrt((m - 1) mean_{r,q} (S_rq - mean_q S_rq)^2)`` over ``m`` parts and ``R``
+    partitions, mapped to alpha by ``1 + kappa (1 / gain - 1)`` (``gain = d E S / d alpha``), with the spread
+    ratio's error ``e' |bias|`` added in quadrature; Student's t with ``R (m - 1)`` degrees of freedom. Where
+    ``|D_model| <= 2 e`` (e.g. at large n/d) the curve cannot tell: ``kappa = 1`` and the jackknife still bounds
+    the interval. A ratio past its bounds leaves part of the correction out (``left_out``, in alpha): the interval
+    is extended by it on that side. None (and a note) when the curve cannot be read."""
     R, m, width = sub.spectra.shape
     if not (np.isfinite(sub.dof).all() and float(np.min(sub.dof)) >= 3 and np.isfinite(sub.spectra).all()):
-        notes.append("the sampling curve is not measured: a sub-sample has fewer than 4 rows; the row model alone "
-                     "sets the estimate")
+        notes.append("the sampling curve is not measured: a sub-sample has fewer than 4 rows of positive weight; "
+                     "the row model alone sets the estimate")
         return None
     dof = float(np.mean(sub.dof))
-    r_sub = min(width, int(math.floor(float(np.min(sub.dof)))) + 1,
+    r_sub = min(width, int(math.floor(float(np.min(sub.dof)))),  # (a sub-sample resolves its dof ranks at most)
                 int(np.min(np.count_nonzero(sub.spectra > 0, axis=2))))
     k1c = min(k1, max(int(math.floor(margin * r_sub)), k0 + 3), r_sub)
     if k1c - k0 + 1 < MIN_RANKS:
@@ -465,29 +473,45 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
     observed = slopes.mean(axis=1) - full
     d_obs = float(observed.mean())
     noise = float(observed.std(ddof=1)) / math.sqrt(R) if R > 1 else 0.0
+    draws = np.asarray(simulated_changes(k1c, m), dtype=np.float64)
+    draws = draws[np.isfinite(draws)]
+    model_sd = float(draws.std(ddof=1)) if draws.size > 2 else 0.0
     info: dict[str, Any] = {
         "groups": sub.groups, "parts": m, "partitions": R, "source": sub.source, "rows": dof,
-        "ranks": [k0, k1c], "observed_change": d_obs, "observed_change_se": noise, "model_change": model_change}
-    identified = abs(model_change) > max(1e-6, 2.0 * noise) and math.isfinite(d_obs)
+        "ranks": [k0, k1c], "observed_change": d_obs, "observed_change_se": noise, "model_change": model_change,
+        "model_change_simulated": float(draws.mean()) if draws.size else None, "model_change_sd": model_sd,
+        "simulations": int(draws.size)}
+    # the observed change varies from sample to sample (the model's simulated samples say by how much), and
+    # with the partitions: the spread ratio's error
+    err = math.hypot(model_sd, noise)
+    identified = abs(model_change) > max(1e-6, 2.0 * err) and math.isfinite(d_obs)
     raw: float | None = None
-    kappa, sd_ratio = 1.0, 0.0
+    kappa, sd_ratio, shrink, clipped = 1.0, 0.0, 0.0, 0.0
     if identified:
         raw = d_obs / model_change
-        kappa = min(max(raw, 0.0), SPREAD_RATIO_MAX)
-        if kappa != raw:
+        sd_k = err / abs(model_change)
+        # kept to 1 within twice its error, and drawn towards 1 beyond (positive-part James-Stein): a sample's
+        # own scatter is not read as the data's departure from the row model
+        shrink = max(0.0, 1.0 - (2.0 * sd_k / (raw - 1.0)) ** 2) if raw != 1.0 else 0.0
+        kappa = min(max(1.0 + shrink * (raw - 1.0), 0.0), SPREAD_RATIO_MAX)
+        if kappa != 1.0 + shrink * (raw - 1.0):
+            clipped = (kappa - 1.0 - shrink * (raw - 1.0)) * bias  # the correction left out, in alpha
             notes.append(f"the spread ratio {raw:.3g} (the data's sampling curve against the row model's) is kept "
-                         f"to {kappa:g}")
-        sd_ratio = noise * abs(bias / model_change)
+                         f"to {kappa:g}; the interval is widened by the {abs(clipped):.3g} of correction left out")
+        sd_ratio = sd_k * abs(bias)
     else:
         notes.append(f"the sampling curve cannot tell the row model apart over ranks {k0}..{k1c}: the model expects "
                      f"the slope to change by {model_change:.2g} with {dof:.4g} rows, within twice the observed "
-                     f"change's error ({noise:.2g}); the row model's bias correction stands (spread ratio 1)")
+                     f"change's error ({err:.2g}); the row model's bias correction stands (spread ratio 1)")
     if k1c < k1:
         notes.append(f"the sampling curve is read over ranks {k0}..{k1c}, the ranks every sub-sample resolves")
     jack = math.sqrt((m - 1) * float(np.mean((slopes - slopes.mean(axis=1, keepdims=True)) ** 2)))
     sd = math.hypot(jack * (1.0 + kappa * (1.0 / gain - 1.0)), sd_ratio)
-    info.update({"spread_ratio": kappa, "spread_ratio_raw": raw, "identified": identified, "model_bias": bias,
+    extend = clipped if identified else 0.0
+    info.update({"spread_ratio": kappa, "spread_ratio_raw": raw, "shrink": shrink, "identified": identified,
+                 "model_bias": bias,
                  "shift": (1.0 - kappa) * bias, "jackknife_sd": jack, "spread_ratio_sd": sd_ratio, "sd": sd,
+                 "left_out": extend,
                  "definition": SAMPLING_CURVE})
     return (1.0 - kappa) * bias, sd, R * (m - 1), info
 
@@ -594,22 +618,38 @@ def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndar
     return np.column_stack(cols)
 
 
+def simulated_rows(tau: np.ndarray, n: int, rng: np.random.Generator,
+                   scales: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """``n`` rows ``sqrt(w_i) tau^(1/2) z_i`` (``Sigma`` diagonal: the spectrum does not depend on the rotation)."""
+    Z = rng.standard_normal((n, tau.size)) * np.sqrt(tau)
+    if scales is not None:
+        Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
+    return Z
+
+
+def _gram_spectrum(Z: np.ndarray, denom: float) -> np.ndarray:
+    """The eigenvalues (descending, length d) of ``Z^T Z / denom``, by the smaller Gram matrix."""
+    from spectra_cli import threads
+
+    n, d = Z.shape
+    with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
+        G = Z @ Z.T if n < d else Z.T @ Z
+    ev = eigvalsh_checked(G, "a simulated sample's Gram matrix")[::-1] / denom
+    out = np.zeros(d)
+    out[:ev.size] = ev
+    return out
+
+
+def centred_spectrum(Z: np.ndarray) -> np.ndarray:
+    """The covariance spectrum (ddof 1) of the rows ``Z``."""
+    return _gram_spectrum(Z - Z.mean(axis=0), float(len(Z) - 1))
+
+
 def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,
                        scales: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """The eigenvalues (descending, length d) of ``X^T X / n`` for ``n`` rows ``sqrt(w_i) tau^(1/2) z_i``
     (``Sigma`` diagonal: the spectrum does not depend on the rotation), by the smaller Gram matrix."""
-    from spectra_cli import threads
-
-    d = tau.size
-    Z = rng.standard_normal((n, d)) * np.sqrt(tau)
-    if scales is not None:
-        Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
-    with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
-        G = Z @ Z.T if n < d else Z.T @ Z
-    ev = eigvalsh_checked(G, "a simulated sample's Gram matrix")[::-1] / n
-    out = np.zeros(d)
-    out[:ev.size] = ev
-    return out
+    return _gram_spectrum(simulated_rows(tau, n, rng, scales), float(n))
 
 
 METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over the window (continued to rank 1) "
@@ -840,14 +880,40 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     if subsamples is not None:
         sub_top = subsamples.spectra / top
         g_curve = _Grid(groups=grid.groups)  # the atoms of the fitted population at n, for both n and n'
+        # a change of a few 1e-3 in the slope is read: three times the fit's grid density, the same for both (at
+        # d = 40 and n/d = 10 the default grid moves the slope by 1e-3, the change itself 3e-3)
+        ppd_curve = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
 
         def expected_slope_at(dof: float, k_end: int) -> float:
             tau = population_spectrum(0.0, alpha, tail, d, knots or (k1,))
-            e = expected_eigenvalues(tau, d / dof, k_end, scales=sc, grid=g_curve)
+            e = expected_eigenvalues(tau, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)
             return _slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
+        def simulated_changes(k_end: int, parts: int) -> np.ndarray:
+            """The sampling curve's change on samples simulated from the fitted population (its own stream), one
+            random partition of 32 runs of consecutive rows each, centred like the data."""
+            rng_c = np.random.default_rng([seed, 20])
+            out = np.empty(CURVE_SIMULATIONS)
+            G = min(32, n)
+            for b in range(CURVE_SIMULATIONS):
+                Z = simulated_rows(tau_hat, n + 1, rng_c, sc)
+                label = np.arange(n + 1) * G // (n + 1)
+                part = np.empty(G, dtype=np.int64)
+                part[rng_c.permutation(G)] = np.arange(G) % parts
+                full = _slope_of(np.log(np.maximum(centred_spectrum(Z)[k0 - 1:k_end], 1e-300)), k0)
+                subs = [_slope_of(np.log(np.maximum(centred_spectrum(Z[part[label] != q])[k0 - 1:k_end], 1e-300)),
+                                  k0) for q in range(parts)]
+                out[b] = float(np.mean(subs)) - full
+                tick_c(b + 1)
+            return out
+
+        from spectra_cli.stages import stage as curve_stage
+
+        tick_c = curve_stage("population: simulated sampling curves", CURVE_SIMULATIONS)
+
         read = sampling_curve(replace(subsamples, spectra=sub_top), lam, n=n, k0=k0, k1=k1, margin=margin,
-                              bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at, notes=notes)
+                              bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
+                              simulated_changes=simulated_changes, notes=notes)
         if read is not None:
             shift, sd_data, df_data, curve = read
             estimate += shift
@@ -855,6 +921,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
             curve["interval_from"] = "data" if half_data > half else "model"
             half = max(half, half_data)
     low, high = estimate - half, estimate + half
+    left_out = float(curve.get("left_out", 0.0))  # a spread ratio past its bound: the correction it leaves out
+    low, high = min(low, low + left_out), max(high, high + left_out)
     if low < ALPHA_BOUNDS[0] or high > ALPHA_BOUNDS[1]:
         notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
                      f"{low:.4g}..{high:.4g}): the window says little about alpha")

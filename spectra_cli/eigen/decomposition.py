@@ -352,7 +352,11 @@ def spectrum_from_moments(
         denom = m.weight_sum
         products = float(np.sqrt(np.einsum("ij,ij->", m.m2, m.m2))) / denom * factor if denom > 0 else None
     floor = floor_for(lam, d, m.block_rows, precision, products)
-    if lam.size and float(lam[-1]) < -10 * max(floor, 1e-300):
+    # centring costs up to about eps^2 |mean|^2 per entry even when every row is the mean (a constant matrix,
+    # whose spectrum is that rounding alone)
+    mean = m.mean
+    centring = _EPS64 * _EPS64 * float(mean @ mean) * factor * d if centered and m.n else 0.0
+    if lam.size and float(lam[-1]) < -10 * max(floor, centring, 1e-300):
         # rounding leaves a PSD sum of outer products within the floor of zero; far below it, moments lie
         raise InputError(f"the second moment has an eigenvalue of {float(lam[-1]):.3g}, far below minus the "
                          f"numerical floor ({floor:.3g}): it is not positive semi-definite, so these moments are "

@@ -250,12 +250,15 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         for i, mask in enumerate(flat):
             rows = mask[label]
             w = first.weights[rows] if first.weights is not None else None
+            dof[i] = int(rows.sum() if w is None else np.count_nonzero(w > 0)) - (1 if centered else 0)
+            if dof[i] < 3:  # (fewer than 4 rows of positive weight: no spectrum to read)
+                spectra[i], dof[i] = np.nan, 0.0
+                continue
             sp = spectrum_from_rows(first.rows[rows], w, centered=centered, ddof=ddof, precision=first.precision)
             ev = sp.resolved()
             spectra[i, :ev.size] = ev[:spectra.shape[1]]
-            dof[i] = int(rows.sum()) - (1 if centered else 0)
             tick(i + 1)
     out = np.zeros((R * m, width))
     k = min(width, spectra.shape[1])
-    out[:, :k] = np.maximum(spectra[:, :k], 0.0)
+    out[:, :k] = np.where(np.isnan(spectra[:, :k]), np.nan, np.maximum(spectra[:, :k], 0.0))
     return Subsamples(out.reshape(R, m, width), dof.reshape(R, m), G, source)

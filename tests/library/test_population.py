@@ -267,10 +267,13 @@ def test_the_sampling_curve_scales_the_model_bias_by_the_observed_change():
     # sub-samples that show no change at all: no correction (the spread ratio 0), the sample slope's own value
     flat = np.broadcast_to(lam, spectra_.shape).copy()
     none = population_fit(lam, n=n - 1, window=(6, 40), replicates=12, subsamples=Subsamples(flat, dof, 32, "t"))
-    assert none.sampling_curve["spread_ratio"] == 0.0 and none.sampling_curve["jackknife_sd"] == 0.0
-    assert none.alpha == pytest.approx(none.model_alpha + none.sampling_curve["model_bias"])
-    assert none.sampling_curve["interval_from"] == "model"
-    assert none.sampling_curve["spread_ratio_raw"] == 0.0
+    nc = none.sampling_curve
+    assert nc["spread_ratio_raw"] == 0.0 and nc["jackknife_sd"] == 0.0
+    # drawn towards 1 by the James-Stein factor of its error (the model's simulated samples' scatter)
+    e = np.hypot(nc["model_change_sd"], nc["observed_change_se"]) / abs(nc["model_change"])
+    assert 0 < nc["shrink"] == pytest.approx(1 - (2 * e) ** 2) and nc["spread_ratio"] == pytest.approx(1 - nc["shrink"])
+    assert none.alpha == pytest.approx(none.model_alpha + (1 - nc["spread_ratio"]) * nc["model_bias"])
+    assert nc["interval_from"] == "model"
 
 
 def test_rows_that_depend_on_each_other_are_corrected_by_their_own_sampling_curve():
@@ -331,3 +334,38 @@ def test_the_row_scales_are_deconvolved_from_the_directions_part_of_the_norms(al
     sc = RowScales.of(NormHistogram.of(q), weight_sum=n, weight_sq_sum=n, source="test")
     got, info = deconvolved_scales(sc, t2)
     assert got is None or info["cv2_scales"] < 0.02
+
+
+def test_rows_of_zero_weight_are_no_rows_of_the_sampling_curve():
+    X = np.random.default_rng(0).standard_normal((128, 64)) * np.arange(1, 65) ** -0.5
+    w = np.ones(128)
+    w[::2] = 0.0
+    a = spectra.fit(X, weights=w, population=True).fit.population
+    b = spectra.fit(X[1::2], population=True).fit.population
+    assert a.sampling_curve["rows"] == b.sampling_curve["rows"]
+    assert a.alpha == pytest.approx(b.alpha, abs=1e-9)
+    # every weight in one row-block group: the sub-samples that leave it out hold no row; the row model alone
+    Y = np.random.default_rng(1).standard_normal((4096, 64)) * np.arange(1, 65) ** -0.5
+    v = np.zeros(4096)
+    v[:128] = 1.0
+    pop = spectra.fit(Y, weights=v, population=True).fit.population
+    assert not pop.sampling_curve and any("fewer than 4 rows of positive weight" in t for t in pop.notes)
+
+
+def test_a_spread_ratio_past_its_bound_widens_the_interval_by_what_it_leaves_out():
+    from spectra_cli.analysis import population as P
+
+    Z = np.random.default_rng(0).standard_normal((250, 64)) * np.arange(1, 65) ** -0.25
+    X = np.repeat(Z, 4, axis=0)  # a quarter as many independent rows as it has: a ratio near 4.8
+    full = spectra.fit(X, population=True).fit.population
+    old = P.SPREAD_RATIO_MAX
+    try:
+        P.SPREAD_RATIO_MAX = 2.0
+        cut = spectra.fit(X, population=True).fit.population
+    finally:
+        P.SPREAD_RATIO_MAX = old
+    sc = cut.sampling_curve
+    assert sc["spread_ratio"] == 2.0 and sc["left_out"] < 0
+    # (the correction left out lowers the estimate: the interval reaches that much further down, only there)
+    assert cut.alpha - cut.low == pytest.approx(cut.high - cut.alpha - sc["left_out"], abs=1e-12)
+    assert cut.low <= full.alpha <= cut.high and full.low <= 0.5 <= full.high

@@ -104,3 +104,11 @@ def test_suspect_findings_are_also_spectra_warnings():
     with pytest.warns(SpectraWarning, match="1 constant column"):
         rep = api.fit(X)
     assert any("constant column" in w for w in rep.warnings)
+
+
+def test_a_matrix_of_identical_rows_is_not_called_corrupt_moments():
+    """Every row the mean: the centred moments are rounding alone, a little below zero (eps^2 |mean|^2 an entry),
+    which is no sign of a forged moment file."""
+    x = np.random.default_rng(0).standard_normal(16) * 4.0
+    rep = api.fit(np.tile(x, (2000, 1)))
+    assert rep.spectrum.eigenvalues[0] < 1e-25

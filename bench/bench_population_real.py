@@ -22,8 +22,10 @@ for name, path, window in (("layer1", f"{DATA}/minilm_layer1_tokens_20k_f16.npy"
     n, d = X.shape
     full = spectra.fit(X, window=window, population=True).to_dict()
     fp = full["fit"]["population"]
+    fc = fp.get("sampling_curve") or {}
     print(f"{name}: all {n} rows (n/d {n/d:.1f}): naive {full['fit']['alpha']:.4f} population {fp['alpha']:.4f} "
-          f"[{fp['ci'][0]:.4f}, {fp['ci'][1]:.4f}] rms {fp['match_rms']:.3f} "
+          f"[{fp['ci'][0]:.4f}, {fp['ci'][1]:.4f}] row model alone {fp['model_alpha']:.4f} spread ratio "
+          f"{fc.get('spread_ratio')} (raw {fc.get('spread_ratio_raw')}) rms {fp['match_rms']:.3f} "
           f"cv2_scales {fp['rows'].get('cv2_scales')}", flush=True)
     rows = []
     for mult in (2, 4):
@@ -32,9 +34,12 @@ for name, path, window in (("layer1", f"{DATA}/minilm_layer1_tokens_20k_f16.npy"
             r = spectra.fit(X[idx], window=window, population=True).to_dict()
             p = r["fit"]["population"]
             inside = p["ci"][0] <= fp["alpha"] <= p["ci"][1]
+            c = p.get("sampling_curve") or {}
             print(f"  n = {mult}d seed {seed}: naive {r['fit']['alpha']:.4f} population {p['alpha']:.4f} "
-                  f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}] holds the all-rows population alpha: {inside}", flush=True)
+                  f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}] row model alone {p['model_alpha']:.4f} spread ratio "
+                  f"{c.get('spread_ratio', float('nan')):.3f} interval from {c.get('interval_from')}; holds the "
+                  f"all-rows population alpha: {inside}", flush=True)
             rows.append(dict(mult=mult, seed=seed, naive=r['fit']['alpha'], pop=p['alpha'], ci=p['ci'],
-                             inside=bool(inside)))
+                             model=p['model_alpha'], spread_ratio=c.get('spread_ratio'), inside=bool(inside)))
     out[name] = dict(full_naive=full['fit']['alpha'], full_pop=fp['alpha'], full_ci=fp['ci'], subsamples=rows)
 print(json.dumps(out))

@@ -640,9 +640,38 @@ def _gram_spectrum(Z: np.ndarray, denom: float) -> np.ndarray:
     return out
 
 
-def centred_spectrum(Z: np.ndarray) -> np.ndarray:
-    """The covariance spectrum (ddof 1) of the rows ``Z``."""
-    return _gram_spectrum(Z - Z.mean(axis=0), float(len(Z) - 1))
+def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.ndarray]:
+    """The covariance spectra (ddof 1, descending, length d) of the rows ``Z`` and of each sub-sample that leaves
+    out the rows of one part (``part``: each row's part, ``0..parts-1``), from one Gram matrix: with more rows
+    than features the parts' ``d x d`` products are summed (each sub-sample the total less its part), else each
+    sub-sample's ``n x n`` Gram matrix is a principal block of the whole one; centred by the sums."""
+    from spectra_cli import threads
+
+    n, d = Z.shape
+    out = []
+    if n >= d:
+        with threads.blas(2.0 * n * d * d):
+            P = [Z[part == q].T @ Z[part == q] for q in range(parts)]
+        S = [Z[part == q].sum(axis=0) for q in range(parts)]
+        N = [int(np.count_nonzero(part == q)) for q in range(parts)]
+        total, s_all = sum(P), sum(S)
+        for q in (None, *range(parts)):
+            M, s_, m = (total, s_all, n) if q is None else (total - P[q], s_all - S[q], n - N[q])
+            C = (M - np.outer(s_, s_) / m) / (m - 1)
+            out.append(eigvalsh_checked(C, "a simulated sample's covariance")[::-1])
+        return out
+    with threads.blas(2.0 * n * n * d):
+        K = Z @ Z.T
+    for q in (None, *range(parts)):
+        idx = np.arange(n) if q is None else np.flatnonzero(part != q)
+        Kq = K[np.ix_(idx, idx)]
+        r = Kq.mean(axis=0)
+        Kc = Kq - r[:, None] - r[None, :] + r.mean()  # H K H: the Gram matrix of the centred rows
+        ev = eigvalsh_checked(Kc, "a simulated sample's Gram matrix")[::-1] / (idx.size - 1)
+        v = np.zeros(d)
+        v[:ev.size] = ev
+        out.append(v)
+    return out
 
 
 def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,
@@ -660,8 +689,9 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "the expected spectrum is the deterministic equivalent of the separable sample covariance (Silverstein's "
           "equation with row scales: Paul & Silverstein 2009, Couillet & Hachem 2014; quantiles averaged per rank "
           "as in Ledoit & Wolf's QuEST); the model's bias correction scaled by the data's own sampling curve (the "
-          "slope's change when a quarter of the row groups is left out, against the model's expectation of it; "
-          "sampling_curve); interval: a linearised parametric bootstrap from the fitted population, widened to the "
+          "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
+          "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
+          "interval: a linearised parametric bootstrap from the fitted population, widened to the "
           "grouped jackknife of the sample slope where that is wider")
 
 
@@ -900,10 +930,9 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 label = np.arange(n + 1) * G // (n + 1)
                 part = np.empty(G, dtype=np.int64)
                 part[rng_c.permutation(G)] = np.arange(G) % parts
-                full = _slope_of(np.log(np.maximum(centred_spectrum(Z)[k0 - 1:k_end], 1e-300)), k0)
-                subs = [_slope_of(np.log(np.maximum(centred_spectrum(Z[part[label] != q])[k0 - 1:k_end], 1e-300)),
-                                  k0) for q in range(parts)]
-                out[b] = float(np.mean(subs)) - full
+                slopes_b = [_slope_of(np.log(np.maximum(v[k0 - 1:k_end], 1e-300)), k0)
+                            for v in partition_spectra(Z, part[label], parts)]
+                out[b] = float(np.mean(slopes_b[1:])) - slopes_b[0]
                 tick_c(b + 1)
             return out
 

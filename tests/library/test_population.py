@@ -291,20 +291,20 @@ def test_rows_that_depend_on_each_other_are_corrected_by_their_own_sampling_curv
 
 def test_the_sampling_curve_comes_from_the_groups_each_route_has(tmp_path):
     rng = np.random.default_rng(4)
-    X = rng.standard_normal((640, 48)) * np.arange(1, 49) ** -0.5
+    X = rng.standard_normal((640, 32)) * np.arange(1, 33) ** -0.5
     plain = spectra.accumulate(X).save(tmp_path / "plain.npz")
-    rep = spectra.fit(plain, window="4:24", population=True)
+    rep = spectra.fit(plain, window="4:16", population=True)
     assert rep.to_dict()["fit"]["population"]["sampling_curve"] is None
     assert any("carry no row groups" in w and "the row model alone" in w for w in rep.warnings)
     grouped = spectra.accumulate(X, groups=32).save(tmp_path / "grouped.npz")
-    sc = spectra.fit(grouped, window="4:24", population=True).fit.population.sampling_curve
+    sc = spectra.fit(grouped, window="4:16", population=True).fit.population.sampling_curve
     assert sc["groups"] == 32 and "row-block groups" in sc["source"]
     # the same rows in memory: the same groups (the pass deals blocks the same way), the same curve
-    mem = spectra.fit(X, window="4:24", population=True).fit.population.sampling_curve
+    mem = spectra.fit(X, window="4:16", population=True).fit.population.sampling_curve
     assert mem["observed_change"] == pytest.approx(sc["observed_change"], abs=1e-9)
-    wide = spectra.fit(X[:40], window="4:12", population=True).fit.population  # n < d: the n x n route
-    assert wide.sampling_curve["source"] == "32 groups of consecutive rows"
-    assert wide.sampling_curve["ranks"][1] <= 0.8 * 30
+    wide = spectra.fit(X[:24], window="3:10", population=True).fit.population  # n < d: the n x n route
+    assert wide.sampling_curve["source"] == "24 groups of consecutive rows"
+    assert wide.sampling_curve["ranks"][1] <= 0.8 * 17
 
 
 @pytest.mark.parametrize("alpha", [0.5, 1.5])
@@ -337,7 +337,7 @@ def test_the_row_scales_are_deconvolved_from_the_directions_part_of_the_norms(al
 
 
 def test_rows_of_zero_weight_are_no_rows_of_the_sampling_curve():
-    X = np.random.default_rng(0).standard_normal((128, 64)) * np.arange(1, 65) ** -0.5
+    X = np.random.default_rng(0).standard_normal((128, 32)) * np.arange(1, 33) ** -0.5
     w = np.ones(128)
     w[::2] = 0.0
     a = spectra.fit(X, weights=w, population=True).fit.population
@@ -345,9 +345,9 @@ def test_rows_of_zero_weight_are_no_rows_of_the_sampling_curve():
     assert a.sampling_curve["rows"] == b.sampling_curve["rows"]
     assert a.alpha == pytest.approx(b.alpha, abs=1e-9)
     # every weight in one row-block group: the sub-samples that leave it out hold no row; the row model alone
-    Y = np.random.default_rng(1).standard_normal((4096, 64)) * np.arange(1, 65) ** -0.5
-    v = np.zeros(4096)
-    v[:128] = 1.0
+    Y = np.random.default_rng(1).standard_normal((2048, 32)) * np.arange(1, 33) ** -0.5
+    v = np.zeros(2048)
+    v[:64] = 1.0
     pop = spectra.fit(Y, weights=v, population=True).fit.population
     assert not pop.sampling_curve and any("fewer than 4 rows of positive weight" in t for t in pop.notes)
 
@@ -369,3 +369,17 @@ def test_a_spread_ratio_past_its_bound_widens_the_interval_by_what_it_leaves_out
     # (the correction left out lowers the estimate: the interval reaches that much further down, only there)
     assert cut.alpha - cut.low == pytest.approx(cut.high - cut.alpha - sc["left_out"], abs=1e-12)
     assert cut.low <= full.alpha <= cut.high and full.low <= 0.5 <= full.high
+
+
+@pytest.mark.parametrize("n", [90, 30])
+def test_the_simulated_sub_samples_spectra_are_those_of_their_rows(n):
+    from spectra_cli.analysis.population import partition_spectra
+
+    rng = np.random.default_rng(n)
+    Z = rng.standard_normal((n, 40)) * np.arange(1, 41) ** -0.5 + 1.0
+    part = rng.integers(0, 4, n)
+    got = partition_spectra(Z, part, 4)
+    for q, v in zip((None, 0, 1, 2, 3), got, strict=True):
+        Y = Z if q is None else Z[part != q]
+        want = np.clip(np.linalg.eigvalsh(np.cov(Y, rowvar=False))[::-1], 0, None)
+        np.testing.assert_allclose(np.clip(v, 0, None), want, atol=1e-12 * want[0])

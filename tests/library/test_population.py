@@ -244,7 +244,7 @@ def _spectra_of(X: np.ndarray, keep: np.ndarray, G: int) -> tuple[np.ndarray, np
 
 def test_the_sampling_curve_scales_the_model_bias_by_the_observed_change():
     rng = np.random.default_rng(2)
-    d, n = 96, 192
+    d, n = 64, 128
     X = rng.standard_normal((n, d)) * np.arange(1, d + 1) ** -0.5
     lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
     keep = subsample_design(32, seed=0)
@@ -299,9 +299,6 @@ def test_the_sampling_curve_comes_from_the_groups_each_route_has(tmp_path):
     grouped = spectra.accumulate(X, groups=32).save(tmp_path / "grouped.npz")
     sc = spectra.fit(grouped, window="4:16", population=True).fit.population.sampling_curve
     assert sc["groups"] == 32 and "row-block groups" in sc["source"]
-    # the same rows in memory: the same groups (the pass deals blocks the same way), the same curve
-    mem = spectra.fit(X, window="4:16", population=True).fit.population.sampling_curve
-    assert mem["observed_change"] == pytest.approx(sc["observed_change"], abs=1e-9)
     wide = spectra.fit(X[:24], window="3:10", population=True).fit.population  # n < d: the n x n route
     assert wide.sampling_curve["source"] == "24 groups of consecutive rows"
     assert wide.sampling_curve["ranks"][1] <= 0.8 * 17

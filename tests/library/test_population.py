@@ -103,12 +103,12 @@ def test_fit_population_corrects_the_small_sample_bias(elliptical):
 
 def test_n_below_d_and_weights_and_uncentred_moments_run():
     rng = np.random.default_rng(2)
-    d = 48
+    d = 40
     X = rng.standard_normal((32, d)) * np.arange(1, d + 1) ** -0.5
     rep = spectra.fit(X, window="6:20", population=True)  # the n x n route: only 31 non-zero eigenvalues
     assert rep.fit.population.ranks_matched[1] <= 31
-    Y = rng.standard_normal((200, d)) * np.arange(1, d + 1) ** -0.5
-    w = rng.uniform(0.5, 2.0, 200)
+    Y = rng.standard_normal((160, d)) * np.arange(1, d + 1) ** -0.5
+    w = rng.uniform(0.5, 2.0, 160)
     rep = spectra.fit(Y, weights=w, window="6:20", population=True)
     assert rep.fit.population.n_effective == pytest.approx(w.sum() ** 2 / (w * w).sum())
     rep = spectra.fit(Y + 1.0, centered=False, window="6:20", population=True)
@@ -200,14 +200,15 @@ def test_what_cannot_be_estimated_is_a_warning_and_no_population():
     assert any("effective sample of 1 rows" in w_ for w_ in rep.warnings)
 
 
-@pytest.mark.parametrize("factor", [1e80, 1e-100])
-def test_the_population_does_not_depend_on_the_units(factor):
+def test_the_population_does_not_depend_on_the_units():
     X = np.random.default_rng(9).standard_normal((400, 40)) * np.arange(1, 41) ** -0.5
     a = spectra.fit(X, window="2:20", population=True)
-    b = spectra.fit(X * factor, window="2:20", population=True)
-    assert b.fit.population.alpha == pytest.approx(a.fit.population.alpha, abs=5e-3)
-    # (the norms fall into other bins of the fixed grid: 2.2 % wide)
-    assert b.rank.participation_ratio_population == pytest.approx(a.rank.participation_ratio_population, rel=1e-3)
+    for factor in (1e80, 1e-100):
+        b = spectra.fit(X * factor, window="2:20", population=True)
+        assert b.fit.population.alpha == pytest.approx(a.fit.population.alpha, abs=5e-3)
+        # (the norms fall into other bins of the fixed grid: 2.2 % wide)
+        assert b.rank.participation_ratio_population == pytest.approx(a.rank.participation_ratio_population,
+                                                                      rel=1e-3)
 
 
 def test_shards_of_one_row_fall_back_to_gaussian_rows(tmp_path):

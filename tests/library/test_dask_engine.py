@@ -44,6 +44,23 @@ def test_multi_file_parquet_with_ci_and_partition_isotropy(scheduler, tmp_path):
     assert a.fit.ci.groups == 32 and b.fit.ci.groups == 32
 
 
+# (before the test that kills a worker: the cluster then waits for its nanny to bring one back)
+def test_the_population_reads_its_sampling_curve_from_the_cluster_groups(scheduler, tmp_path):
+    for i in range(3):
+        np.save(tmp_path / f"s{i}.npy", X[i * 2000:(i + 1) * 2000])
+    kw = dict(window="3:12", population=True)
+    a = spectra.fit(tmp_path, engine="dask", scheduler=scheduler, **kw).fit.population
+    b = spectra.fit(tmp_path, **kw).fit.population
+    assert a.sampling_curve["groups"] == b.sampling_curve["groups"] == 32
+    # (the tasks deal their blocks into the groups in their own order: other sub-samples, the same curve within
+    # its error)
+    change = a.sampling_curve["observed_change"] - b.sampling_curve["observed_change"]
+    assert abs(change) < 3 * np.hypot(a.sampling_curve["observed_change_se"], b.sampling_curve["observed_change_se"])
+    # (and the norms are about other blocks' means: the row model moves a little too)
+    assert abs(a.model_alpha - b.model_alpha) < 0.2 * (b.high - b.low)
+    assert abs(a.alpha - b.alpha) < 0.5 * (b.high - b.low)
+
+
 def test_a_directory_of_npy_shards(scheduler, tmp_path):
     for i, (a, b) in enumerate(((0, 1700), (1700, 1701), (1701, 4200), (4200, 6000))):
         np.save(tmp_path / f"shard_{i:03d}.npy", X[a:b])
@@ -158,18 +175,3 @@ def test_a_task_spreads_its_blocks_over_the_groups_at_the_rows_per_block_it_read
     assert ms.n_blocks == 16
     assert [g.n for g in ms.filled_groups()] == [512] * 8
 
-
-def test_the_population_reads_its_sampling_curve_from_the_cluster_groups(scheduler, tmp_path):
-    for i in range(3):
-        np.save(tmp_path / f"s{i}.npy", X[i * 2000:(i + 1) * 2000])
-    kw = dict(window="3:12", population=True)
-    a = spectra.fit(tmp_path, engine="dask", scheduler=scheduler, **kw).fit.population
-    b = spectra.fit(tmp_path, **kw).fit.population
-    assert a.sampling_curve["groups"] == b.sampling_curve["groups"] == 32
-    # (the tasks deal their blocks into the groups in their own order: other sub-samples, the same curve within
-    # its error)
-    change = a.sampling_curve["observed_change"] - b.sampling_curve["observed_change"]
-    assert abs(change) < 3 * np.hypot(a.sampling_curve["observed_change_se"], b.sampling_curve["observed_change_se"])
-    # (and the norms are about other blocks' means: the row model moves a little too)
-    assert abs(a.model_alpha - b.model_alpha) < 0.2 * (b.high - b.low)
-    assert abs(a.alpha - b.alpha) < 0.5 * (b.high - b.low)

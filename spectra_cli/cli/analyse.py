@@ -275,8 +275,9 @@ def moments(
     paths: Paths,
     out: Annotated[str, typer.Option("-o", "--output", metavar="FILE.npz", help="The moment file (plain arrays, "
                                      "no pickle; written atomically).")] = "",
-    groups: Annotated[int, typer.Option("--groups", metavar="G", help="Also keep G bootstrap groups (for --ci "
-                                        "on the merged moments).")] = 0,
+    groups: Annotated[int, typer.Option("--groups", metavar="G", help="Also keep G row groups (for --ci's "
+                                        "bootstrap and --population's sampling curve on the merged moments; 32 "
+                                        "is their default).")] = 0,
     *,
     reading: ReadKeywords,
 ) -> None:

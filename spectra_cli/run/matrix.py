@@ -176,7 +176,8 @@ def fit(
     ``report.weightwatcher.columns``, its MP fit and verdicts).
     Extras: ``ci`` (95 % bootstrap interval of alpha, ``ci_replicates``, ``ci_seed``),
     ``population`` (the population exponent behind each fit's sample slope, with its 95 % interval, in
-    ``fit.population``, and ``rank.participation_ratio_population``; its bootstrap is seeded by ``ci_seed``),
+    ``fit.population``, and ``rank.participation_ratio_population``; the pass keeps 32 row groups for its
+    sampling curve, ``fit.population.sampling_curve``; its bootstrap is seeded by ``ci_seed``),
     ``shuffled_control`` (``control_seed``), ``partition_isotropy`` (a second pass; ``scale``
     ``seed | none``), ``isoscore``. ``rankme``: RankMe needs the uncentred spectrum, a second d x d
     eigendecomposition; None (default) computes it when that costs little (``centered=False``, or

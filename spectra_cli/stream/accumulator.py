@@ -42,8 +42,8 @@ class Accumulator:
         d: number of features of every batch.
         precision: arithmetic of the products (``float64``, or ``float32``: faster, higher floor).
         cosine: also keep the sums of the exact mean cosine and mean norm (O(n d), cheap).
-        groups: keep the moments of this many groups of batches, for ``fit(..., ci=True)``;
-            batch ``i`` goes to group ``i mod groups``.
+        groups: keep the moments of this many groups of batches, for ``fit(..., ci=True)`` and the sampling curve of
+            ``fit(..., population=True)`` (32 for both); batch ``i`` goes to group ``i mod groups``.
         drop_nonfinite: skip rows with NaN/inf (counted in ``n_dropped``) instead of raising.
         block_rows: rows per product inside one large batch.
         max_memory: bytes (or ``"8GB"``) its matrices may take (default half the physical memory):

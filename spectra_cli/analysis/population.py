@@ -228,6 +228,23 @@ def merged(values: np.ndarray, weights: np.ndarray | None, groups: np.ndarray) -
     return np.bincount(groups, wt * values) / wsum, wsum
 
 
+def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarray, bad: np.ndarray) -> None:
+    """Halve each step at ``bad`` the fewest times (1 to 30) that keeps ``ea - step`` in the upper half plane, in
+    place: ``Im(ea) - Im(step) 2^-k`` grows with ``k``, so ``k`` is read off ``log2(Im step / Im ea)`` and then
+    checked against the exact arithmetic either side (scaling by a power of two is exact: the same numbers as
+    halving ``k`` times, without a Python loop over the halvings)."""
+    eb, sb = ea[bad], step[bad]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = np.ceil(np.log2(sb.imag / eb.imag))
+    k = np.clip(np.nan_to_num(k, nan=30.0, posinf=30.0, neginf=1.0), 1.0, 30.0)
+    for _ in range(4):
+        lower = np.maximum(k - 1.0, 1.0)
+        k = np.where((k > 1.0) & ((eb - sb * 2.0 ** -lower).imag >= 0), lower, k)
+        k = np.where(((eb - sb * 2.0 ** -k).imag < 0) & (k < 30.0), k + 1.0, k)
+    step[bad] = sb * 2.0 ** -k
+    new[bad] = eb - step[bad]
+
+
 def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
              c: float, e0: np.ndarray, *, iters: int = 40, tol: float = 1e-10) -> np.ndarray:
     """Newton's method on ``F(e) = e - sum_a pi_a tau_a / (tau_a X(e) - z)`` at every grid point at once
@@ -249,12 +266,9 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
         R = 1.0 / (tau[None, :] * X[:, None] - za[:, None])
         step = (ea - R @ pt) / (1.0 + dX * ((R * R) @ ptt))
         new = ea - step
-        for _h in range(30):
-            bad = new.imag < 0
-            if not bad.any():
-                break
-            step[bad] *= 0.5
-            new[bad] = ea[bad] - step[bad]
+        bad = np.flatnonzero(new.imag < 0)
+        if bad.size:
+            _halve_into_upper_half_plane(ea, step, new, bad)
         e[act] = new
         act = act[np.abs(step) > tol * (np.abs(new) + 1e-300)]
         if not act.size:

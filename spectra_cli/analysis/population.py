@@ -135,6 +135,9 @@ PR_DEFINITION = ("((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4):
 #: Continuation of the imaginary part of z = x (1 + i eps): from far off the real axis (where the fixed
 #: point is easy) down to 1e-5 (a Lorentzian leak of about d eps / pi ranks: negligible).
 EPS_PATH = (1.0, 0.1, 1e-2, 1e-3, 1e-5)
+#: A step halved to stay in the upper half plane (a point just off the real axis, where the density is about 0:
+#: Newton then converges only linearly) ends the point's iteration below this relative size.
+HALVED_TOL = 1e-7
 #: Population atoms are merged while their log-span is below min(MERGE_SPAN, sqrt(MERGE_KAPPA c pi W))
 #: (W the group's weight): well inside the sampling smoothing width ~ c pi W of that part of the spectrum.
 MERGE_SPAN = 0.05
@@ -267,10 +270,12 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
         step = (ea - R @ pt) / (1.0 + dX * ((R * R) @ ptt))
         new = ea - step
         bad = np.flatnonzero(new.imag < 0)
+        limit = np.full(new.size, tol)
         if bad.size:
             _halve_into_upper_half_plane(ea, step, new, bad)
+            limit[bad] = HALVED_TOL
         e[act] = new
-        act = act[np.abs(step) > tol * (np.abs(new) + 1e-300)]
+        act = act[np.abs(step) > limit * (np.abs(new) + 1e-300)]
         if not act.size:
             break
     return e

@@ -934,8 +934,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         ppd_curve = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
 
         def expected_slope_at(dof: float, k_end: int) -> float:
-            tau = population_spectrum(0.0, alpha, tail, d, knots or (k1,))
-            e = expected_eigenvalues(tau, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)
+            e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)
             return _slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
         def simulated_changes(k_end: int, parts: int) -> np.ndarray:
@@ -955,9 +954,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 tick_c(b + 1)
             return out
 
-        from spectra_cli.stages import stage as curve_stage
-
-        tick_c = curve_stage("population: simulated sampling curves", CURVE_SIMULATIONS)
+        tick_c = stage("population: simulated sampling curves", CURVE_SIMULATIONS)
 
         read = sampling_curve(replace(subsamples, spectra=sub_top), lam, n=n, k0=k0, k1=k1, margin=margin,
                               bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,

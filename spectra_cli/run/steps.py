@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,7 +20,6 @@ from spectra_cli.analysis.isotropy import (
     gram_log_z,
 )
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
-from spectra_cli.analysis.population import Subsamples
 from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
 from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
@@ -28,6 +28,9 @@ from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Accumulated, Input
 from spectra_cli.stream.states import RowsBuffer
 from spectra_cli.validate import product_dtype
+
+if TYPE_CHECKING:
+    from spectra_cli.analysis.population import Subsamples
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20

@@ -380,3 +380,25 @@ def test_the_simulated_sub_samples_spectra_are_those_of_their_rows(n):
         Y = Z if q is None else Z[part != q]
         want = np.clip(np.linalg.eigvalsh(np.cov(Y, rowvar=False))[::-1], 0, None)
         np.testing.assert_allclose(np.clip(v, 0, None), want, atol=1e-12 * want[0])
+
+
+def test_the_steps_are_halved_as_often_as_halving_one_at_a_time_would():
+    """The fewest halvings (1..30) that keep ``e - step`` in the upper half plane, read off log2, against the
+    loop that halves every offending step once a round."""
+    from spectra_cli.analysis import population as P
+
+    rng = np.random.default_rng(0)
+    ea = rng.standard_normal(4000) + 1j * 10.0 ** rng.uniform(-12, 1, 4000)
+    step = rng.standard_normal(4000) + 1j * 10.0 ** rng.uniform(-12, 3, 4000)
+    ea[:3] = [1 + 0j, 1 + 1e-300j, 2 + 1j]  # no imaginary part: 30 halvings and still below
+    step[:3] = [1 + 1j, 1 + 1j, 1 + 2j]  # the last: one halving lands exactly on the axis
+    want_step, want_new = step.copy(), ea - step
+    for _ in range(30):
+        bad = want_new.imag < 0
+        if not bad.any():
+            break
+        want_step[bad] *= 0.5
+        want_new[bad] = ea[bad] - want_step[bad]
+    got_step, got_new = step.copy(), ea - step
+    P._halve_into_upper_half_plane(ea, got_step, got_new, np.flatnonzero(got_new.imag < 0))
+    assert np.array_equal(got_step, want_step) and np.array_equal(got_new, want_new)

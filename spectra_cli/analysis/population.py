@@ -79,7 +79,8 @@ class RowScales:
 
 
 def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *, scale_to_population: float,
-                                   uncentered_offset: float = 0.0, mean_quadratic: float = 0.0) -> float | None:
+                                   uncentered_offset: float = 0.0, mean_quadratic: float = 0.0,
+                                   dimension: int | None = None) -> float | None:
     """An estimate of ``(tr Sigma)^2 / tr Sigma^2`` that corrects the sample's bias.
 
     With ``S = sum_i p_i y_i y_i^T`` (``p = w / sum w``; the rows ``y_i`` about the mean, or the raw rows
@@ -100,7 +101,9 @@ def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *
     ``eigenvalues``: of the reported matrix; ``scale_to_population``: the factor that turns it into the
     ``p``-weighted form (``(n - ddof) / n`` for the unweighted covariance, 1 otherwise). None when the
     estimate is not defined (one row, or a non-positive estimate of ``tr Sigma^2``); an estimate outside
-    ``[1, d]`` (sampling noise, e.g. on white noise) is cut to it.
+    ``[1, d]`` (sampling noise, e.g. on white noise) is cut to it. ``dimension``: ``d``, the number of features,
+    when fewer eigenvalues are given (with ``n < d`` rows the sample has at most ``n`` non-zero ones, but the
+    population's participation ratio can exceed ``n``); default ``eigenvalues.size``.
     """
     lam = np.asarray(eigenvalues, dtype=np.float64) * scale_to_population
     sp2 = scales.sum_p2
@@ -119,7 +122,8 @@ def participation_ratio_population(eigenvalues: np.ndarray, scales: RowScales, *
     t11 = (a * a - q4) / (1.0 - sp2)
     if not (t2 > 0 and t11 > 0) or not math.isfinite(t11 / t2):
         return None
-    return min(max(t11 / t2, 1.0), float(lam.size))  # an estimate past [1, d] (noise) is cut to it
+    d = lam.size if dimension is None else max(int(dimension), lam.size)
+    return min(max(t11 / t2, 1.0), float(d))  # an estimate past [1, d] (noise) is cut to it
 
 
 PR_DEFINITION = ("((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): unbiased estimators of "
@@ -152,6 +156,8 @@ DECONVOLUTION_ITERATIONS = 3000
 #: size, SUBSAMPLE_PARTITIONS times; each sub-sample leaves one part out.
 SUBSAMPLE_PARTS = 4
 SUBSAMPLE_PARTITIONS = 4
+#: A part of a partition holds between (1 -+ this) / SUBSAMPLE_PARTS of the rows (else it is dealt by rows).
+PART_SHARE_TOLERANCE = 0.5
 #: Fewer row groups than this and the sampling curve is not measured (the row model alone is used).
 MIN_SUBSAMPLE_GROUPS = 8
 #: The sampling curve's expected slopes are computed on a grid this many times denser than the fit's.
@@ -162,20 +168,42 @@ CURVE_SIMULATIONS = 8
 SPREAD_RATIO_MAX = 5.0
 
 
-def subsample_design(groups: int, *, seed: int, parts: int | None = None,
-                     partitions: int | None = None) -> np.ndarray:
+def subsample_design(groups: int, *, seed: int, parts: int | None = None, partitions: int | None = None,
+                     sizes: np.ndarray | None = None) -> np.ndarray | None:
     """Which groups each sub-sample keeps: boolean, shape ``(partitions, parts, groups)``. Each partition
     deals a random permutation of the groups into ``parts`` parts in turn (sizes differ by at most one);
-    sub-sample ``(r, q)`` keeps every group outside part ``q`` of partition ``r``."""
+    sub-sample ``(r, q)`` keeps every group outside part ``q`` of partition ``r``.
+
+    ``sizes``: the rows of each group. Where a deal leaves a part's share of the rows more than
+    :data:`PART_SHARE_TOLERANCE` off ``1 / parts`` (groups of very unequal size: merged moment files), that
+    partition is dealt by rows instead (the largest group first, each to the part with the fewest rows so far,
+    ties in the random order); None when even that leaves a part off its share (one group holds too many rows)."""
     parts = SUBSAMPLE_PARTS if parts is None else parts
     partitions = SUBSAMPLE_PARTITIONS if partitions is None else partitions
     if groups < parts:
         raise FitError(f"the sampling curve needs at least {parts} row groups; there are {groups}.")
     rng = np.random.default_rng([seed, 19])
+    rows = None if sizes is None else np.asarray(sizes, dtype=np.float64)
+
+    def balanced(label: np.ndarray) -> bool:
+        if rows is None or not rows.sum() > 0:
+            return True
+        share = np.bincount(label, rows, minlength=parts) / rows.sum()
+        return bool(np.all(np.abs(share * parts - 1.0) <= PART_SHARE_TOLERANCE))
+
     out = np.empty((partitions, parts, groups), dtype=bool)
     for r in range(partitions):
+        perm = rng.permutation(groups)
         label = np.empty(groups, dtype=np.int64)
-        label[rng.permutation(groups)] = np.arange(groups) % parts
+        label[perm] = np.arange(groups) % parts
+        if not balanced(label):
+            assert rows is not None
+            load = np.zeros(parts)
+            for g in perm[np.argsort(-rows[perm], kind="stable")]:
+                label[g] = int(np.argmin(load))
+                load[label[g]] += rows[g]
+            if not balanced(label):
+                return None
         for q in range(parts):
             out[r, q] = label != q
     return out
@@ -545,6 +573,59 @@ SAMPLING_CURVE = ("spread_ratio = observed_change / model_change: observed_chang
                   "observed change's standard error, and the spread ratio is taken as 1")
 
 
+#: The power-law population is said not to fit when the window's bend has a p-value below this.
+BEND_P = 0.01
+#: Gauss-Newton iterations of the curved alternative's fit (at most).
+BEND_ITERATIONS = 12
+
+
+class BendStatistic:
+    """How much log eigenvalues over a window of ranks bend in log rank: the coefficient of ``(log j - m)^2``
+    (``m`` the window's middle in log rank) made orthogonal to a level and a slope, so that neither moves it:
+    ``b(v) = q . v / q . q``. Positive: steepening with rank (a cutoff), negative: flattening."""
+
+    def __init__(self, ranks: np.ndarray) -> None:
+        x = np.log(np.asarray(ranks, dtype=np.float64))
+        self.span = float(x[-1] - x[0])  # the window's width in log rank
+        basis = np.column_stack([np.ones_like(x), x])
+        q = (x - 0.5 * (x[0] + x[-1])) ** 2
+        self.q = q - basis @ np.linalg.lstsq(basis, q, rcond=None)[0]
+        self.qq = float(self.q @ self.q)
+
+    def __call__(self, v: np.ndarray) -> float:
+        return float(-(self.q @ v) / self.qq) if self.qq > 0 else 0.0
+
+
+BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the window about the fitted population's "
+                   "expected one (the coefficient of -(log j - m)^2, m the window's middle in log rank, orthogonal to "
+                   "a level and a slope); simulated_mean and simulated_sd: the same over the bootstrap's samples "
+                   "simulated from the fitted power-law population; p_value: two-sided, Student's t with B - 1 degrees "
+                   f"of freedom; fits: p_value >= {BEND_P:g}; when it does not, curved_alpha is the window's "
+                   "population slope of the curved alternative (log tau = log C - alpha log j - curvature (log j - "
+                   "m)^2 over the window, the same tail), matched like alpha, and |model_error| = |curved_alpha - "
+                   "alpha| widens the interval on both sides")
+
+
+def bend_test(observed: float, simulated: np.ndarray, *, level: float = 0.95) -> dict[str, Any]:
+    """The observed bend against the bends of samples simulated from the fitted population (a parametric
+    bootstrap test of the power-law population over the window)."""
+    from scipy.stats import t as student
+
+    sim = simulated[np.isfinite(simulated)]
+    out: dict[str, Any] = {"statistic": observed, "simulated_mean": None, "simulated_sd": None, "p_value": None,
+                           "fits": True, "definition": BEND_DEFINITION}
+    if sim.size < 3 or not math.isfinite(observed):
+        return out
+    mean, sd = float(sim.mean()), float(sim.std(ddof=1))
+    out.update({"simulated_mean": mean, "simulated_sd": sd})
+    if not sd > 0:
+        return out
+    z = (observed - mean) / (sd * math.sqrt(1.0 + 1.0 / sim.size))
+    p = float(2.0 * student.sf(abs(z), sim.size - 1))
+    out.update({"z": z, "p_value": p, "fits": p >= BEND_P})
+    return out
+
+
 def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:
     """``tr Sigma^2 / (tr Sigma)^2`` of the separable model without a fitted population: from
     ``E tr S^2 = (1 - 1/n) tr Sigma_e^2 + E[obs^2] / n`` (``Sigma_e = E[s] Sigma``, ``obs`` a squared norm)."""
@@ -559,13 +640,21 @@ def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:
 
 
 def population_spectrum(log_c: float, alpha: float, tail: np.ndarray | tuple[float, ...], d: int,
-                        knots: tuple[int, ...]) -> np.ndarray:
+                        knots: tuple[int, ...], *, bend: tuple[float, int] | None = None) -> np.ndarray:
     """``tau_j = C j^-alpha`` for ``j <= knots[0]`` (the window's end), then a log-linear segment of slope
-    ``-tail[i]`` in ``log j`` from ``knots[i]`` on (continuous; the last one to rank d)."""
+    ``-tail[i]`` in ``log j`` from ``knots[i]`` on (continuous; the last one to rank d).
+
+    ``bend = (beta, k0)``: the curved alternative, ``log tau_j = log C - alpha log j - beta (u_j - m)^2`` with
+    ``u_j = log j`` clipped to ``[log k0, log knots[0]]`` and ``m`` its midpoint (a parabola in log-log over the
+    window, the law of slope ``alpha`` below it); ``beta = 0`` is the power law."""
     j = np.arange(1, d + 1, dtype=np.float64)
     lj = np.log(j)
     lt = log_c - alpha * lj
     level = log_c - alpha * math.log(knots[0])
+    if bend is not None and bend[0] != 0.0:
+        lo, hi = math.log(bend[1]), math.log(knots[0])
+        lt = lt - bend[0] * (np.clip(lj, lo, hi) - 0.5 * (lo + hi)) ** 2
+        level -= bend[0] * (0.5 * (hi - lo)) ** 2
     for i, slope in enumerate(tail):
         a = knots[i]
         b = knots[i + 1] if i + 1 < len(knots) else d
@@ -743,6 +832,12 @@ class PopulationFit:
     level: float = 0.95
     model_alpha: float | None = None
     sampling_curve: dict[str, Any] = field(default_factory=dict)
+    bend: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def power_law_fits(self) -> bool:
+        """False when the spectrum bends over the window beyond what sampling makes of a power-law population."""
+        return bool(self.bend.get("fits", True))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -773,6 +868,7 @@ class PopulationFit:
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
             "model_alpha": self.alpha if self.model_alpha is None else self.model_alpha,
             "sampling_curve": dict(self.sampling_curve) or None,
+            "bend": dict(self.bend) or None,
         }
 
 
@@ -900,23 +996,31 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
 
-    def replicate() -> float:
+    bend_of = BendStatistic(ranks[win])
+
+    def replicate() -> tuple[float, float]:
         """One simulated sample spectrum: its window slope, less what its own tail moves the expected slope by,
-        mapped through the gain to an exponent."""
+        mapped through the gain to an exponent; and its bend over the window about the expected spectrum."""
         log_b = np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[ranks - 1], 1e-300))
         d_tail = (P @ (log_b - fitted))[2:]
-        return alpha + (_slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain
+        return (alpha + (_slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
+                bend_of(log_b[win] - f_final[win]))
 
     from spectra_cli.stages import stage
 
     tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
     draws = np.empty(replicates)
+    bends = np.empty(replicates)
     for b in range(replicates):
-        draws[b] = replicate()
+        draws[b], bends[b] = replicate()
         tick(b + 1)
     bias = float(draws.mean() - alpha)
     sd = float(draws.std(ddof=1))
     corrected = abs(bias) > 2 * sd / math.sqrt(replicates)
+    if corrected and not ALPHA_BOUNDS[0] < alpha - bias < ALPHA_BOUNDS[1]:
+        notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's exponents "
+                     f"{ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
+        corrected = False
     estimate = alpha - bias if corrected else alpha
     from scipy.stats import t as student
 
@@ -961,23 +1065,72 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                               simulated_changes=simulated_changes, notes=notes)
         if read is not None:
             shift, sd_data, df_data, curve = read
+            if not ALPHA_BOUNDS[0] < estimate + shift < ALPHA_BOUNDS[1]:
+                notes.append(f"the sampling curve's correction ({shift:+.3g}) would take the estimate past the model's "
+                             f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not applied, and the interval "
+                             "is widened by it")
+                curve["left_out"] = float(curve.get("left_out", 0.0)) + shift
+                shift = 0.0
+            curve["shift_applied"] = shift
             estimate += shift
             half_data = float(student.ppf(0.5 + level / 2, df_data)) * sd_data
             curve["interval_from"] = "data" if half_data > half else "model"
             half = max(half, half_data)
+    # the power-law population itself, tested: the observed spectrum's bend over the window (about the expected
+    # one) against the simulated samples' bends; where it is beyond them, the curved alternative's window slope
+    # says how far the model's error can move alpha, and the interval is widened by it
+    bend = bend_test(bend_of(y[win] - f_final[win]), bends, level=level)
+    if not bend["fits"]:
+        grid_b = _Grid()
+
+        def f_bent(ab: np.ndarray) -> np.ndarray:
+            a = float(np.clip(ab[0], *ALPHA_BOUNDS))
+            beta = float(np.clip(ab[1], -a / bend_of.span, a / bend_of.span))  # (kept monotone over the window)
+            tau = population_spectrum(0.0, a, np.clip(ab[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
+            return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid_b)[ranks - 1],
+                                     1e-300))
+
+        # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
+        # moved (the bend and the tail kept) until its expected slope is the observed one
+        ab_b, fb, more = _gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
+                                       max_iter=BEND_ITERATIONS)
+        evals += more
+        a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
+        beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))
+        for _ in range(3):
+            fb = f_bent(np.r_[a_b, beta, ab_b[2:]])
+            s_b = _slope_of(fb[win], k0)
+            evals += 1
+            move = (naive - s_b) / gain
+            a_b = float(np.clip(a_b + move, *ALPHA_BOUNDS))
+            if abs(move) < 1e-5:
+                break
+        tau_b = population_spectrum(0.0, a_b, np.clip(ab_b[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
+        curved = _slope_of(np.log(tau_b[k0 - 1:k1]), k0)
+        error = curved - alpha
+        bend.update({"curved_alpha": curved, "curvature": beta, "model_error": error,
+                     "curved_match_rms": float(np.sqrt(np.mean((y - float(np.mean(y - fb)) - fb) ** 2)))})
+        notes.append(f"the power-law population does not fit over ranks {k0}..{k1}: the spectrum bends there beyond "
+                     f"what sampling makes of a power law (p = {bend['p_value']:.2g}); a population curved over the "
+                     f"window has slope {curved:.4g} there, and the interval is widened either side by the "
+                     f"{abs(error):.3g} between them")
     low, high = estimate - half, estimate + half
     left_out = float(curve.get("left_out", 0.0))  # a spread ratio past its bound: the correction it leaves out
     low, high = min(low, low + left_out), max(high, high + left_out)
+    model_error = abs(float(bend.get("model_error", 0.0)))  # (either side: the curved alternative is itself a model)
+    low, high = low - model_error, high + model_error
     if low < ALPHA_BOUNDS[0] or high > ALPHA_BOUNDS[1]:
         notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
                      f"{low:.4g}..{high:.4g}): the window says little about alpha")
         low, high = max(low, ALPHA_BOUNDS[0]), min(high, ALPHA_BOUNDS[1])
+    # (the estimate lies inside the model's range, so the cut interval is ordered and holds it)
+    low, high = min(low, estimate), max(high, estimate)
     return PopulationFit(
         alpha=estimate, low=low, high=high, naive_alpha=naive,
         segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c + math.log(top), n_over_d=n / d,
         n_effective=float(n if n_effective is None else n_effective),
         window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
         bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, replicates=replicates, seed=seed,
-        scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve,
+        scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
         cost={"evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms, "fit_s": t_fit,
               "bootstrap_s": time.perf_counter() - t0 - t_fit})

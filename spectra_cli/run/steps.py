@@ -170,7 +170,8 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     if scales is not None and main.top is None:
         factor = (first.n_rows - ddof) / first.n_rows if centered and not first.weighted else 1.0
         pr = participation_ratio_population(main.eigenvalues, scales, scale_to_population=factor,
-                                            uncentered_offset=offset, mean_quadratic=quad)
+                                            uncentered_offset=offset, mean_quadratic=quad,
+                                            dimension=main.n_features)
     # the population lives in the directions the data span: null directions (below the floor, or LayerNorm's
     # near-null ones) are left out of it; the sample's own zeros (n < d) are not
     d = main.n_features
@@ -199,6 +200,14 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
         except FitError as exc:
             warnings.append(f"--population over ranks {f.window.k_min}..{f.window.k_max}: {exc}")
             return f
+        if not pop.power_law_fits:
+            b = pop.bend
+            curved, straight = b["curved_alpha"], b["curved_alpha"] - b["model_error"]
+            warnings.append(f"--population over ranks {pop.window[0]}..{pop.window[1]}: the population is not a power "
+                            f"law there (the spectrum bends beyond sampling noise, p = {b['p_value']:.2g}); a "
+                            f"population curved over the window gives {curved:.4g}, the power law {straight:.4g}, and "
+                            "the interval is widened by the difference (fit.population.bend). Read alpha as the "
+                            "window's average slope, or fit a narrower window")
         return fit_with_population(f, pop)
 
     fits = tuple(one(f) for f in suite.fits)
@@ -234,7 +243,13 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         warnings.append(f"--population: {why}: the estimate rests on the row model alone, unchecked against the "
                         "data's own sampling curve")
         return None
-    keep = subsample_design(G, seed=seed)
+    sizes = None if first.moments is None else np.array([g.n_positive for g in first.groups], dtype=np.float64)
+    keep = subsample_design(G, seed=seed, sizes=sizes)
+    if keep is None:
+        warnings.append(f"--population: the {G} row groups are too unequal in size to leave out about a quarter of "
+                        "the rows at a time (one holds more than 3/8 of them): the estimate rests on the row model "
+                        "alone, unchecked against the data's own sampling curve")
+        return None
     R, m = keep.shape[:2]
     flat = keep.reshape(R * m, G)
     from spectra_cli.stages import stage

@@ -141,8 +141,15 @@ def iter_selected(
         return
     rng = np.random.default_rng(spec.seed)
     chosen = np.sort(rng.choice(stop - start, size=spec.sample, replace=False)) + start
+    # The source is read in larger blocks (about SAMPLE_READ_BYTES of float64 rows); the picked rows are handed
+    # on in blocks of exactly ``block_rows``, as a range would be: the first pass plans its bootstrap groups and
+    # the row norms' blocks on that count (one picked row a block had put every row's norm at 0 and nearly every
+    # row into one group).
+    read_rows = max(block_rows, SAMPLE_READ_BYTES // max(8 * source.info.n_features, 1))
+    pending: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+    held = 0
     pos = start
-    for X, w in source.iter_blocks(start, stop, block_rows):
+    for X, w in source.iter_blocks(start, stop, read_rows):
         lo, hi = pos, pos + len(X)
         pos = hi
         a, b = np.searchsorted(chosen, [lo, hi])
@@ -150,11 +157,38 @@ def iter_selected(
             continue
         ids = chosen[a:b]
         local = ids - lo
-        Xs = X[local]
         ws = w[local] if w is not None else None
-        if weights is not None:
-            ws = weights.take(ids)
-        yield Block(Xs, ws, int(ids[0]), ids)
+        pending.append((X[local], weights.take(ids) if weights is not None else ws, ids))
+        held += len(ids)
+        while held >= block_rows:
+            yield _take_block(pending, block_rows)
+            held -= block_rows
+    while pending:
+        yield _take_block(pending, block_rows)
+
+
+#: Bytes of float64 rows read at a time while picking a sample out of a source.
+SAMPLE_READ_BYTES = 16 << 20
+
+
+def _take_block(pending: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]], size: int) -> Block:
+    """The first ``size`` picked rows held in ``pending`` (fewer at the end), as one block; the rest stay."""
+    parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+    need = size
+    while pending and need:
+        X, w, ids = pending[0]
+        if len(ids) <= need:
+            parts.append(pending.pop(0))
+            need -= len(ids)
+        else:
+            parts.append((X[:need], None if w is None else w[:need], ids[:need]))
+            pending[0] = (X[need:], None if w is None else w[need:], ids[need:])
+            need = 0
+    ids = np.concatenate([p[2] for p in parts])
+    X = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+    ws = [p[1] for p in parts]
+    w = None if ws[0] is None else (ws[0] if len(ws) == 1 else np.concatenate(ws))  # type: ignore[arg-type]
+    return Block(X, w, int(ids[0]), ids)
 
 
 class LogitsWeights:

@@ -10,8 +10,10 @@ from scipy import integrate
 
 import spectra_cli as spectra
 from spectra_cli.analysis.population import (
+    BendStatistic,
     RowScales,
     Subsamples,
+    bend_test,
     expected_eigenvalues,
     participation_ratio_population,
     population_fit,
@@ -341,12 +343,13 @@ def test_rows_of_zero_weight_are_no_rows_of_the_sampling_curve():
     b = spectra.fit(X[1::2], population=True).fit.population
     assert a.sampling_curve["rows"] == b.sampling_curve["rows"]
     assert a.alpha == pytest.approx(b.alpha, abs=1e-9)
-    # every weight in one row-block group: the sub-samples that leave it out hold no row; the row model alone
+    # every weight in one row-block group: no partition leaves out about a quarter of the rows; the row model alone
     Y = np.random.default_rng(1).standard_normal((2048, 32)) * np.arange(1, 33) ** -0.5
     v = np.zeros(2048)
     v[:64] = 1.0
-    pop = spectra.fit(Y, weights=v, population=True).fit.population
-    assert not pop.sampling_curve and any("fewer than 4 rows of positive weight" in t for t in pop.notes)
+    rep = spectra.fit(Y, weights=v, population=True)
+    assert not rep.fit.population.sampling_curve
+    assert any("row groups are too unequal in size" in t for t in rep.warnings)
 
 
 def test_a_spread_ratio_past_its_bound_widens_the_interval_by_what_it_leaves_out():
@@ -402,3 +405,97 @@ def test_the_steps_are_halved_as_often_as_halving_one_at_a_time_would():
     got_step, got_new = step.copy(), ea - step
     P._halve_into_upper_half_plane(ea, got_step, got_new, np.flatnonzero(got_new.imag < 0))
     assert np.array_equal(got_step, want_step) and np.array_equal(got_new, want_new)
+
+
+def test_a_sampled_file_gives_the_population_of_the_same_rows_as_an_array(tmp_path):
+    # fit layer.npy --population --sample N put nearly every sampled row into one row group: sub-samples of 25 rows
+    # resolved 20 ranks, the row norms were 0, and the interval ran from 0 to 8.6 (or past its own estimate)
+    X = np.random.default_rng(5).standard_normal((6000, 48)) * np.arange(1, 49) ** -0.6
+    np.save(tmp_path / "x.npy", X)
+    a = spectra.fit(str(tmp_path / "x.npy"), window="4:24", population=True, sample=400, seed=2).fit.population
+    rows = np.sort(np.random.default_rng(2).choice(6000, size=400, replace=False))
+    b = spectra.fit(X[rows], window="4:24", population=True, seed=2).fit.population
+    assert a.sampling_curve["ranks"] == b.sampling_curve["ranks"] == [4, 24]
+    assert a.alpha == pytest.approx(b.alpha, abs=1e-9) and a.low == pytest.approx(b.low, abs=1e-9)
+    assert 0 < a.low <= a.alpha <= a.high < 12 and a.high - a.low < 0.5
+
+
+def test_the_subsample_design_balances_unequal_groups_by_rows():
+    even = subsample_design(32, seed=4)
+    assert np.array_equal(subsample_design(32, seed=4, sizes=np.full(32, 94.0)), even)  # (equal groups: unchanged)
+    sizes = np.r_[np.full(8, 200.0), np.full(24, 10.0)]  # merged moment files: 8 large groups, 24 small ones
+    keep = subsample_design(32, seed=4, sizes=sizes)
+    for r in range(keep.shape[0]):
+        left_out = np.array([sizes[~keep[r, q]].sum() for q in range(keep.shape[1])]) / sizes.sum()
+        assert np.all(np.abs(left_out * 4 - 1) <= 0.5)
+        assert np.array_equal(keep[r].sum(axis=0), np.full(32, 3))  # each group left out once a partition
+    assert subsample_design(32, seed=4, sizes=np.r_[1000.0, np.ones(31)]) is None  # one group holds most rows
+
+
+def test_the_bend_statistic_reads_a_parabola_and_ignores_level_and_slope():
+    ranks = np.arange(11, 257)
+    b = BendStatistic(ranks)
+    x = np.log(ranks)
+    m = 0.5 * (x[0] + x[-1])
+    for beta in (0.3, -0.1):
+        assert b(-beta * (x - m) ** 2 + 2.0 - 1.3 * x) == pytest.approx(beta, rel=1e-10)
+    assert b(5.0 - 0.7 * x) == pytest.approx(0.0, abs=1e-12)
+    assert b.span == pytest.approx(np.log(256 / 11))
+    # p-value: Student's t with B - 1 degrees of freedom on the simulated bends, the observed one inside them fits
+    sims = np.random.default_rng(0).normal(0.01, 0.002, 40)
+    assert bend_test(0.011, sims)["fits"] and not bend_test(0.05, sims)["fits"]
+    assert bend_test(0.05, sims)["p_value"] < 1e-10
+    assert bend_test(0.05, sims[:2])["p_value"] is None  # too few simulations: no test, no verdict against the model
+
+
+def test_the_bent_population_is_the_power_law_at_zero_and_monotone():
+    d = 200
+    np.testing.assert_array_equal(population_spectrum(0.0, 0.9, (1.2,), d, (80,), bend=(0.0, 8)),
+                                  population_spectrum(0.0, 0.9, (1.2,), d, (80,)))
+    tau = population_spectrum(0.0, 0.9, (1.2,), d, (80,), bend=(0.25, 8))
+    lt = np.log(tau)
+    j = np.log(np.arange(1, d + 1))
+    lo, hi = np.log(8), np.log(80)
+    np.testing.assert_allclose(lt[7:80], -0.9 * j[7:80] - 0.25 * (j[7:80] - 0.5 * (lo + hi)) ** 2, rtol=1e-12)
+    assert np.all(np.diff(lt) < 0)
+    np.testing.assert_allclose(np.diff(lt[79:]), -1.2 * np.diff(j[79:]), rtol=1e-9)  # the tail, continuous
+
+
+def test_a_population_that_bends_in_the_window_is_flagged_and_a_power_law_is_not():
+    d, n = 128, 512
+    j = np.arange(1, d + 1.0)
+    broken = np.where(j <= 20, j ** -0.6, 20 ** -0.6 * (j / 20) ** -1.6)
+    truth = -np.polyfit(np.log(j[5:64]), np.log(broken[5:64]), 1)[0]
+    X = np.random.default_rng(0).standard_normal((n, d)) * np.sqrt(broken)
+    rep = spectra.fit(X, window="6:64", population=True)
+    pop = rep.fit.population
+    assert not pop.power_law_fits and pop.bend["p_value"] < 1e-6
+    assert pop.bend["curvature"] > 0  # steeper with rank: a concave bend
+    assert any("the population is not a power law there" in w for w in rep.warnings)
+    assert pop.high - pop.low >= 2 * abs(pop.bend["model_error"]) > 0  # widened either side by the model's error
+    assert pop.low <= truth <= pop.high or any("not a power law" in w for w in rep.warnings)
+    X = np.random.default_rng(0).standard_normal((n, d)) * np.sqrt(j ** -1.0)
+    rep = spectra.fit(X, window="6:64", population=True)
+    assert rep.fit.population.power_law_fits and rep.fit.population.bend["p_value"] > 0.01
+    assert not any("not a power law" in w for w in rep.warnings)
+    assert rep.to_dict()["fit"]["population"]["bend"]["fits"] is True
+
+
+def test_the_participation_ratio_of_the_population_can_exceed_the_rows():
+    # n < d: the sample has at most n non-zero eigenvalues (the n x n route keeps n), but the population's
+    # participation ratio is not bounded by n (it was cut to n: 128.00 at d = 256, n = 128, where it is 152.6)
+    d, n = 256, 128
+    tau = np.arange(1, d + 1) ** -0.5
+    truth = tau.sum() ** 2 / (tau ** 2).sum()
+    est = []
+    for seed in range(6):
+        X = np.random.default_rng(seed).standard_normal((n, d)) * np.sqrt(tau)
+        m = Moments.from_block(X)
+        lam = np.linalg.eigvalsh(m.m2 / (n - 1))[::-1][:n]
+        sc = RowScales.of(m.norms, weight_sum=n, weight_sq_sum=n, source="test")
+        est.append(participation_ratio_population(lam, sc, scale_to_population=(n - 1) / n, dimension=d))
+        assert participation_ratio_population(lam, sc, scale_to_population=(n - 1) / n) <= n  # (without d: cut)
+    assert truth > n and np.median(est) == pytest.approx(truth, rel=0.05)
+    # through fit, on the n x n route: 32 rows of 64 features (the population's ratio is 41.5)
+    small = spectra.fit(X[:32, :64], population=True, window="3:12").rank.participation_ratio_population
+    assert small is not None and small > 32

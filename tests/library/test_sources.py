@@ -65,6 +65,25 @@ def test_rows_and_sample_select_the_right_rows(tmp_path):
     assert [int(r) for b in blocks for r in b.rows] == expect.tolist()
 
 
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_a_sample_is_handed_on_in_blocks_of_the_asked_size(tmp_path, fmt):
+    # The first pass plans its bootstrap groups and the row norms' blocks on the rows per block: a sample picked one
+    # row a block had put nearly every row into the last group and every row's norm about its block's mean at 0.
+    X = np.random.default_rng(4).standard_normal((20_000, 3))
+    path = tmp_path / "x.npy"
+    np.save(path, X)
+    if fmt == "parquet":
+        path = _parquet(tmp_path, pa.table({"emb": pa.array([list(r) for r in X])}), row_group_size=777)
+    _, got, blocks = _read_all(path, spec=RowSpec.parse(None, 384, 1), block_rows=12)
+    expect = np.sort(np.random.default_rng(1).choice(20_000, size=384, replace=False))
+    np.testing.assert_array_equal(got, X[expect])
+    assert [len(b.X) for b in blocks] == [12] * 32
+    assert [int(r) for b in blocks for r in b.rows] == expect.tolist()
+    assert [b.first_row for b in blocks] == [int(b.rows[0]) for b in blocks]
+    _, got, blocks = _read_all(path, spec=RowSpec.parse(None, 50, 2), block_rows=16)
+    assert [len(b.X) for b in blocks] == [16, 16, 16, 2]
+
+
 def _parquet(tmp_path, table, name="d.parquet", **kw):
     p = tmp_path / name
     pq.write_table(table, p, **kw)

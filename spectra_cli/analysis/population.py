@@ -58,6 +58,8 @@ class RowScales:
         weight_sq_sum: ``sum w^2``; ``sum p^2 = weight_sq_sum / W^2`` with ``p = w / W``.
         rows: rows of positive weight.
         source: where the norms come from, for the report.
+        coordinates: ``(sum_k E (x_k - mu_k)^4, sum_k sigma_k^4)`` in the data's units (the features' fourth
+            central moments and squared variances, summed), or None (weighted rows, uncentred, or not gathered).
     """
 
     values: np.ndarray
@@ -66,11 +68,20 @@ class RowScales:
     weight_sq_sum: float
     rows: int
     source: str
+    coordinates: tuple[float, float] | None = None
 
     @classmethod
-    def of(cls, hist: NormHistogram, *, weight_sum: float, weight_sq_sum: float, source: str) -> RowScales:
+    def of(cls, hist: NormHistogram, *, weight_sum: float, weight_sq_sum: float, source: str,
+           variances: np.ndarray | None = None) -> RowScales:
+        """``variances``: each feature's variance, which with the histogram's fourth moments gives
+        :attr:`coordinates`."""
         v, c = hist.values()
-        return cls(v, c, float(weight_sum), float(weight_sq_sum), int(round(hist.rows)), source)
+        coords = None
+        f4 = hist.coordinate_fourth
+        if f4 is not None and variances is not None:
+            s4 = float(np.dot(variances, variances))
+            coords = (f4, s4) if math.isfinite(s4) and s4 > 0 else None
+        return cls(v, c, float(weight_sum), float(weight_sq_sum), int(round(hist.rows)), source, coords)
 
     @property
     def sum_p2(self) -> float:
@@ -399,7 +410,13 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
     the shape of the scales (a long lower tail sets the lowest sample eigenvalues when ``n <= d``), which a
     moment match alone does not. Its spread in log space is then scaled (``log_spread``, by bisection) until
     its second moment is the deconvolved one, ``E[s^2] / E[s]^2 = E[obs^2] / E[obs]^2 / (1 + 2 t2)``, exact in
-    expectation whatever the law of ``q``. None: no spread beyond what ``q`` makes (Gaussian rows)."""
+    expectation whatever the law of ``q``. None: no spread beyond what ``q`` makes (Gaussian rows).
+
+    With the features' fourth moments (``scales.coordinates``), the second moment is also read with independent
+    coordinates of any kurtosis in place of Gaussian directions, ``E[s^2] = (E[obs^2] - sum_k E x_k^4) / ((tr)^2 -
+    sum_k sigma_k^4)`` (``tr = E[obs]``), and the smaller of the two is kept (``scales_from``): each over-states
+    ``E[s^2]`` where its assumption fails, so heavy-tailed coordinates (Laplace, say) are not read as row scales,
+    which would spread the model's spectrum where the data's is not."""
     from scipy.special import gammainc
 
     from spectra_cli.stream.norms import BINS_PER_OCTAVE
@@ -430,6 +447,23 @@ def deconvolved_scales(scales: RowScales, t2: float, offset: float = 0.0) -> tup
     m2_obs = float(p @ (v * v))
     m2_s = m2_obs / (1.0 + 2.0 * t2)
     info.update({"cv2_observed": m2_obs - 1.0})
+    if scales.coordinates is not None and offset == 0.0:
+        # the same second moment read through the coordinates instead of Gaussian directions: with x = sqrt(s) y, y
+        # of independent coordinates, E h^2 = E s^2 ((tr)^2 - sum sigma^4) + sum_k E x_k^4, whatever each
+        # coordinate's kurtosis (exact for elliptical rows in their eigenbasis too). Each reading over-states E s^2
+        # where its assumption fails (Gaussian directions: heavy-tailed coordinates; independent coordinates:
+        # rotated Gaussian directions, as sum sigma_k^4 <= tr Sigma^2), so the smaller one is kept.
+        raw_mean = mean * top  # the mean squared norm in the data's units
+        f4, s4 = scales.coordinates
+        tr2 = raw_mean * raw_mean
+        if s4 < tr2:
+            m2_c = (m2_obs - f4 / tr2) / (1.0 - s4 / tr2)
+            info.update({"cv2_scales_coordinates": m2_c - 1.0, "coordinate_kurtosis": f4 / s4 - 3.0})
+            if m2_c < m2_s:
+                m2_s = max(m2_c, 1.0)
+                info["scales_from"] = "coordinates"
+            else:
+                info["scales_from"] = "directions"
     if m2_s - 1.0 <= 1e-6:
         info["cv2_scales"] = 0.0
         return None, info

@@ -155,7 +155,14 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     hist = first.norm_histogram()
     where = "squared row norms about each block's mean, gathered in the pass" if m is not None else \
         "squared row norms about the mean"
-    scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where)
+    variances = None  # each feature's variance: with the pass's fourth moments, the norms' coordinate reading
+    if centered and not first.weighted:
+        if m is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                variances = np.diag(m.m2) * (m.scale * m.scale) / max(m.n - 1, 1)
+        elif first.rows is not None:
+            variances = first.rows.var(axis=0, ddof=1)
+    scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where, variances=variances)
               if hist is not None and hist.rows else None)
     if scales is None:
         warnings.append("--population: these moments carry no histogram of row norms (a moment file made before "

@@ -285,11 +285,11 @@ def moment_file_sizes(path: str) -> tuple[dict[str, int], int]:
 
 def is_moment_member(key: str) -> bool:
     """An array a moment file holds: ``format``, ``meta``, the moments, the cosine sums and groups."""
-    base = {"format", "meta", "scalars", "mean_rel", "m2", "origin", "norms", "cos_unit_sum", "cos_scalars"}
+    base = {"format", "meta", "scalars", "mean_rel", "m2", "origin", "norms", "fourth", "cos_unit_sum", "cos_scalars"}
     if key in base:
         return True
     head, _, tail = key.partition("_")
-    return head[:1] == "g" and head[1:].isdigit() and tail in ("scalars", "mean_rel", "m2", "origin", "norms")
+    return head[:1] == "g" and head[1:].isdigit() and tail in ("scalars", "mean_rel", "m2", "origin", "norms", "fourth")
 
 
 def read_npz_arrays(path: str) -> dict[str, np.ndarray]:

@@ -264,6 +264,8 @@ def _moments_arrays(prefix: str, m: Moments) -> dict[str, np.ndarray]:
         out[f"{prefix}origin"] = m.origin
     if m.norms is not None:
         out[f"{prefix}norms"] = np.concatenate([[m.norms.lo, m.norms.zeros], m.norms.counts])
+        if m.norms.fourth is not None:
+            out[f"{prefix}fourth"] = np.array([m.norms.fourth, m.norms.fourth_rows], dtype=np.float64)
     return out
 
 
@@ -349,6 +351,8 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
     level = float(np.max(np.abs(mean_rel + (origin if origin is not None else 0.0)))) if d else 0.0
     _check_m2(m2, path, f"{prefix}m2", uncentred=weight_sum * level * level)
     norms = _norms_from(arrays, f"{prefix}norms", n_positive, path) if f"{prefix}norms" in arrays else None
+    if norms is not None and f"{prefix}fourth" in arrays:
+        norms = norms.with_fourth(*_fourth_from(arrays, f"{prefix}fourth", 0 if weighted else n_positive, path))
     if norms is not None and not weighted and norms.counts.size:
         # each block's norms about its own mean sum to at most the trace about the global one, and the
         # unshrinking 1 / (1 - 1/b) at most doubles them (b >= 2), the bins' centres add 1.1 %
@@ -381,6 +385,20 @@ def _norms_from(arrays: dict[str, np.ndarray], name: str, rows: int, path: str) 
         raise InputError(f"{path}: array {name} counts {float(a[1:].sum()):g} rows but its moments {rows} rows of "
                          "positive weight; the histogram counts each of them once.")
     return NormHistogram(int(lo), a[2:], float(a[1]))
+
+
+def _fourth_from(arrays: dict[str, np.ndarray], name: str, rows: int, path: str) -> tuple[float, float]:
+    """The sum of the features' fourth central moments and the rows it covers: ``[sum, rows]``, finite, the rows a
+    whole number of at most the unweighted rows (none for weighted moments)."""
+    a = arrays[name]
+    if a.dtype.kind not in "fiu" or a.shape != (2,):
+        raise InputError(f"{path}: array {name} is not the sum of fourth moments (a 1-D array [sum, rows] of 2 "
+                         "numbers).")
+    a = np.asarray(a, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or not 0 <= a[1] <= rows or a[1] != round(a[1]):
+        raise InputError(f"{path}: array {name} holds [{a[0]:g}, {a[1]:g}]: a finite sum over a whole number of rows "
+                         f"from 0 to {rows} (the unweighted rows; weighted moments have none) is required.")
+    return float(a[0]), float(a[1])
 
 
 def _check_groups_total(groups: list[Moments], m: Moments, path: str) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from spectra_cli import threads
 from spectra_cli.errors import InputError
-from spectra_cli.stream.norms import NormHistogram
+from spectra_cli.stream.norms import NormHistogram, coordinate_fourth
 from spectra_cli.validate import product_dtype
 
 # A block whose largest centred second moment falls outside [2^-900, finite) is rescaled.
@@ -137,6 +137,10 @@ class Moments:
         _sub_outer(m2, root, root)  # in place (m2 is ours), as u u^T: exactly symmetric, as the product is
         q = unshrunk(np.einsum("ij,ij->i", xc, xc), w)
         norms = NormHistogram.of(q if w is None else q[w > 0], log2_scale=2 * int(np.log2(scale)))
+        if w is None:  # (in the data's units, as the norms are; past float64's range it is not kept)
+            f4, b4 = coordinate_fourth(xc)
+            with np.errstate(over="ignore", invalid="ignore"):
+                norms = norms.with_fourth(float(np.float64(f4) * np.float64(scale) ** 4), b4)
         return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64), norms)
 
     @classmethod
@@ -235,6 +239,8 @@ class Moments:
                 W, npos = float(w.sum()), int(np.count_nonzero(w))
             origin = np.asarray(first[0], dtype=np.float64)
             zeros = NormHistogram(0, np.zeros(0), float(n if w is None else np.count_nonzero(w)))
+            if w is None:  # (every row its block's mean: every fourth moment is 0)
+                zeros = zeros.with_fourth(0.0, n if n >= 4 else 0)
             return cls(n, W, npos, np.zeros(d), np.zeros((d, d)), 1.0, w is not None, n, origin, zeros)
         return cls.from_block(X, w, precision=precision, out=out)
 
@@ -312,7 +318,10 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> Norm
     else:
         q += w * dd - 2.0 * np.sqrt(w) * cross
     q = unshrunk(np.clip(q, 0.0, None), w)
-    return NormHistogram.of(q if w is None else q[w > 0])
+    if w is not None:
+        return NormHistogram.of(q[w > 0])
+    f4, b4 = coordinate_fourth(A - delta.astype(A.dtype))
+    return NormHistogram.of(q).with_fourth(f4, b4)
 
 
 def unshrunk(q: np.ndarray, w: np.ndarray | None) -> np.ndarray:

@@ -9,10 +9,16 @@ shrink against the true mean (``1 - 1/b`` for a block of ``b`` unweighted rows, 
 weighted), and binned on a fixed grid of ``BINS_PER_OCTAVE`` bins per factor of two so that
 histograms of any split of the rows (blocks, files, Dask workers) add exactly. A block of one row
 (a shard of one embedding) has no norm about its own mean: it counts as a zero.
+
+Beside the histogram, unweighted rows keep the sum over features of each feature's fourth central moment
+(:func:`coordinate_fourth`, unbiased within each block of at least 4 rows): it tells the norms' spread that
+the coordinates' own heavy tails make (independent Laplace coordinates, say) from the spread of a scale that
+every coordinate of a row shares, which only the latter spreads the spectrum further.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +44,26 @@ class NormHistogram:
     lo: int
     counts: np.ndarray
     zeros: float = 0.0
+    fourth: float | None = None
+    fourth_rows: float = 0.0
 
     @classmethod
     def empty(cls) -> NormHistogram:
-        return cls(0, np.zeros(0), 0.0)
+        return cls(0, np.zeros(0), 0.0, 0.0, 0.0)
+
+    def with_fourth(self, fourth: float | None, rows: float) -> NormHistogram:
+        """The same histogram with the sum of the features' fourth central moments over ``rows`` rows (see
+        :func:`coordinate_fourth`; None: not gathered, e.g. weighted rows; a non-finite sum counts as None)."""
+        ok = fourth is not None and math.isfinite(fourth)
+        return NormHistogram(self.lo, self.counts, self.zeros, float(fourth) if ok else None,  # type: ignore[arg-type]
+                             float(rows) if ok else 0.0)
+
+    @property
+    def coordinate_fourth(self) -> float | None:
+        """An unbiased estimate of ``sum_k E (x_k - mu_k)^4`` (None where not gathered, or no block had 4 rows)."""
+        if self.fourth is None or not self.fourth_rows > 0:
+            return None
+        return self.fourth / self.fourth_rows
 
     @classmethod
     def of(cls, squared_norms: np.ndarray, *, log2_scale: int = 0) -> NormHistogram:
@@ -63,16 +85,18 @@ class NormHistogram:
         return float(self.counts.sum()) + self.zeros
 
     def merge(self, other: NormHistogram) -> NormHistogram:
+        fourth = None if self.fourth is None or other.fourth is None else self.fourth + other.fourth
+        rows = self.fourth_rows + other.fourth_rows if fourth is not None else 0.0
         if not other.counts.size:
-            return NormHistogram(self.lo, self.counts, self.zeros + other.zeros)
+            return NormHistogram(self.lo, self.counts, self.zeros + other.zeros, fourth, rows)
         if not self.counts.size:
-            return NormHistogram(other.lo, other.counts, self.zeros + other.zeros)
+            return NormHistogram(other.lo, other.counts, self.zeros + other.zeros, fourth, rows)
         lo = min(self.lo, other.lo)
         hi = max(self.lo + self.counts.size, other.lo + other.counts.size)
         out = np.zeros(hi - lo)
         out[self.lo - lo: self.lo - lo + self.counts.size] += self.counts
         out[other.lo - lo: other.lo - lo + other.counts.size] += other.counts
-        return NormHistogram(lo, out, self.zeros + other.zeros)
+        return NormHistogram(lo, out, self.zeros + other.zeros, fourth, rows)
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """``(squared norms, counts)``: each non-empty bin at its geometric centre, zeros first."""
@@ -82,3 +106,26 @@ class NormHistogram:
         if self.zeros:
             v, c = np.concatenate([[0.0], v]), np.concatenate([[self.zeros], c])
         return v, c
+
+
+def coordinate_fourth(Y: np.ndarray) -> tuple[float, int]:
+    """``(b sum_k mu4_k, b)`` for a block of ``b`` unweighted rows ``Y`` about the block's own mean: ``mu4_k`` the
+    unbiased estimate of feature ``k``'s fourth central moment from ``S2 = sum_i y_ik^2`` and ``S4 = sum_i y_ik^4``,
+    solving ``E S4 = a1 mu4 + a2 sigma^4`` and ``E S2^2 = c1 mu4 + c2 sigma^4`` for independent rows
+    (``a1 = (b-1)(b^2-3b+3)/b^2``, ``a2 = 3(b-1)(2b-3)/b^2``, ``c1 = (b-1)^2/b``, ``c2 = (b-1)(b^2-2b+3)/b``: the
+    moments of the sample's central moments, Kendall & Stuart). ``(0, 0)`` for fewer than 4 rows (no unbiased
+    estimate); the sum over features is formed one column block at a time, in float64."""
+    b = int(Y.shape[0])
+    if b < 4 or not Y.shape[1]:
+        return 0.0, 0
+    a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
+    c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
+    det = a1 * c2 - a2 * c1
+    total = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(0, Y.shape[1], 256):
+            y2 = np.square(Y[:, j:j + 256], dtype=np.float64)
+            s2 = y2.sum(axis=0)
+            s4 = np.einsum("ij,ij->j", y2, y2)
+            total += float(np.sum(c2 * s4 - a2 * s2 * s2)) / det
+    return b * total, b

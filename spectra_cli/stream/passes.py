@@ -25,7 +25,7 @@ from spectra_cli.sources.rows import RowSpec, WeightsArray
 from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
-from spectra_cli.stream.norms import NormHistogram
+from spectra_cli.stream.norms import NormHistogram, coordinate_fourth
 from spectra_cli.stream.states import MomentsState, RowGuard, RowsState, State
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
@@ -163,8 +163,8 @@ class Accumulated:
         y = self.rows - self.mean()
         q = np.einsum("ij,ij->i", y, y)
         if self.weights is not None:
-            q = (self.weights * q)[self.weights > 0]
-        return NormHistogram.of(q)
+            return NormHistogram.of((self.weights * q)[self.weights > 0])
+        return NormHistogram.of(q).with_fourth(*coordinate_fourth(y))
 
     def centred_quadratic(self, v: np.ndarray) -> float:
         """``v^T C v`` with ``C = sum_i p_i (x_i - mean)(x_i - mean)^T`` (``p = w / sum w``)."""

@@ -126,6 +126,10 @@ CASES = {
                                                                          "moments 400 rows of positive weight"),
     "norms too large": (_array("norms", lambda a: np.r_[a[0] + 64 * 10, a[1:]]), "array norms holds squared row norms "
                                                                                "summing to"),
+    "fourth shape": (_array("fourth", lambda a: np.r_[a, 1.0]), "array fourth is not the sum of fourth moments"),
+    "fourth nan": (_array("fourth", lambda a: np.r_[np.nan, a[1]]), "array fourth holds [nan, 400]: a finite sum"),
+    "fourth rows above": (_array("fourth", lambda a: np.r_[a[0], 401.0]), "a whole number of rows from 0 to 400"),
+    "fourth fractional rows": (_array("fourth", lambda a: np.r_[a[0], 10.5]), "a whole number of rows from 0 to 400"),
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import spectra_cli as spectra
 from spectra_cli.stream.moments import Moments
-from spectra_cli.stream.norms import BINS_PER_OCTAVE, NormHistogram
+from spectra_cli.stream.norms import BINS_PER_OCTAVE, NormHistogram, coordinate_fourth
 from tests.conftest import powerlaw_matrix
 
 
@@ -137,3 +137,37 @@ def test_large_blocks_near_the_shift_skip_the_cross_term_within_a_few_percent():
     got = np.repeat(v, c.astype(int))
     ratio = np.sort(got) / np.sort(q)
     assert np.all(np.abs(ratio - 1) < 0.06) and abs(np.mean(got) / np.mean(q) - 1) < 0.003
+
+
+@pytest.mark.parametrize("b", [4, 7, 64])
+def test_the_coordinates_fourth_moments_are_unbiased_about_each_blocks_mean(b):
+    # Gaussian coordinates: mu4 = 3 sigma^4; unit-variance Laplace: 6. Rows about their block's own mean.
+    rng = np.random.default_rng(b)
+    for draw, mu4 in ((rng.standard_normal, 3.0), (lambda s: rng.laplace(size=s) / np.sqrt(2), 6.0)):
+        total = rows = 0.0
+        for _ in range(60_000 // b):
+            Y = draw((b, 4)) * np.array([1.0, 2.0, 0.5, 1.0])
+            f, r = coordinate_fourth(Y - Y.mean(axis=0))
+            total, rows = total + f, rows + r
+        assert total / rows / (1 + 16 + 1 / 16 + 1) == pytest.approx(mu4, rel=0.04)
+    assert coordinate_fourth(np.ones((3, 2))) == (0.0, 0)  # (fewer than 4 rows: no unbiased estimate)
+
+
+def test_the_fourth_moments_are_gathered_by_every_route_and_kept_in_a_moment_file(tmp_path):
+    X = powerlaw_matrix(3000, 16, 1.0, seed=2, offset=20.0)
+    one = Moments.from_block(X).norms
+    shifted = Moments.from_block(X[:1000])
+    shifted = shifted.merge(Moments.from_block_shifted(X[1000:], shifted.mean)).norms
+    ref = np.sum(np.mean((X - X.mean(axis=0)) ** 4, axis=0))
+    for h in (one, shifted):
+        assert h is not None and h.fourth_rows == 3000
+        assert h.coordinate_fourth == pytest.approx(ref, rel=0.01)
+    # weighted rows: not gathered (None), and so not for a merge with them
+    assert Moments.from_block(X, np.ones(3000)).norms.fourth is None
+    assert one.merge(Moments.from_block(X, np.ones(3000)).norms).coordinate_fourth is None
+    path = spectra.accumulate(X).save(tmp_path / "m.npz")
+    loaded = spectra.Accumulator.load(path).moments.norms
+    assert loaded.coordinate_fourth == pytest.approx(ref, rel=0.01) and loaded.fourth_rows == 3000
+    with np.load(path) as z:  # a file written before they were gathered: no coordinate reading, nothing refused
+        np.savez(tmp_path / "old.npz", **{k: z[k] for k in z.files if k != "fourth"})
+    assert spectra.Accumulator.load(tmp_path / "old.npz").moments.norms.coordinate_fourth is None

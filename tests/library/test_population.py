@@ -159,7 +159,8 @@ def test_a_moment_file_without_row_norms_falls_back_to_gaussian_rows_and_says_so
     assert rep.fit.population.scales["model"].startswith("Gaussian rows")
     assert rep.rank.participation_ratio_population is None
     assert any("carry no histogram of row norms" in w for w in rep.warnings)
-    assert spectra.fit(path, window="11:24", population=True).fit.population.scales["model"].startswith("separable")
+    rows = spectra.fit(path, window="11:24", population=True).fit.population.scales
+    assert "cv2_observed" in rows and rows["source"].startswith("squared row norms")  # (read: Gaussian rows here)
 
 
 def test_ci_at_small_n_over_d_points_to_population():
@@ -499,3 +500,20 @@ def test_the_participation_ratio_of_the_population_can_exceed_the_rows():
     # through fit, on the n x n route: 32 rows of 64 features (the population's ratio is 41.5)
     small = spectra.fit(X[:32, :64], population=True, window="3:12").rank.participation_ratio_population
     assert small is not None and small > 32
+
+
+def test_heavy_tailed_coordinates_are_not_read_as_row_scales():
+    # independent Laplace coordinates spread the norms (kurtosis) but not the spectrum beyond a Gaussian's: their
+    # norms read through Gaussian directions gave row scales of cv2 0.17-0.32, and an over-corrected exponent
+    d, n = 96, 384
+    tau = np.arange(1, d + 1) ** -1.0
+    L = np.random.default_rng(3).laplace(size=(n, d)) / np.sqrt(2)
+    rows = spectra.fit(L * np.sqrt(tau), window="4:40", population=True).fit.population.scales
+    assert rows["scales_from"] == "coordinates" and rows["coordinate_kurtosis"] > 1.5
+    assert rows["cv2_scales"] < 0.5 * rows["cv2_observed"]
+    # elliptical rows in a random rotation: the coordinates cannot tell (each over-states), the directions' reading
+    Q = np.linalg.qr(np.random.default_rng(4).standard_normal((d, d)))[0]
+    s = np.random.default_rng(5).gamma(1.0, 1.0, n)
+    Z = np.random.default_rng(6).standard_normal((n, d)) * np.sqrt(tau) @ Q.T * np.sqrt(s)[:, None]
+    rows = spectra.fit(Z, window="4:40", population=True).fit.population.scales
+    assert rows["scales_from"] == "directions" and rows["cv2_scales"] == pytest.approx(1.0, abs=0.35)

@@ -320,7 +320,7 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> Norm
     q = unshrunk(np.clip(q, 0.0, None), w)
     if w is not None:
         return NormHistogram.of(q[w > 0])
-    f4, b4 = coordinate_fourth(A - delta.astype(A.dtype))
+    f4, b4 = coordinate_fourth(A, delta)
     return NormHistogram.of(q).with_fourth(f4, b4)
 
 

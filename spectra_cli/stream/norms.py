@@ -108,24 +108,31 @@ class NormHistogram:
         return v, c
 
 
-def coordinate_fourth(Y: np.ndarray) -> tuple[float, int]:
-    """``(b sum_k mu4_k, b)`` for a block of ``b`` unweighted rows ``Y`` about the block's own mean: ``mu4_k`` the
-    unbiased estimate of feature ``k``'s fourth central moment from ``S2 = sum_i y_ik^2`` and ``S4 = sum_i y_ik^4``,
-    solving ``E S4 = a1 mu4 + a2 sigma^4`` and ``E S2^2 = c1 mu4 + c2 sigma^4`` for independent rows
-    (``a1 = (b-1)(b^2-3b+3)/b^2``, ``a2 = 3(b-1)(2b-3)/b^2``, ``c1 = (b-1)^2/b``, ``c2 = (b-1)(b^2-2b+3)/b``: the
-    moments of the sample's central moments, Kendall & Stuart). ``(0, 0)`` for fewer than 4 rows (no unbiased
-    estimate); the sum over features is formed one column block at a time, in float64."""
+def coordinate_fourth(Y: np.ndarray, mean: np.ndarray | None = None) -> tuple[float, int]:
+    """``(b sum_k mu4_k, b)`` for a block of ``b`` unweighted rows ``Y - mean`` about the block's own mean
+    (``mean``: that mean, when ``Y`` is not yet centred on it): ``mu4_k`` the unbiased estimate of feature ``k``'s
+    fourth central moment from ``S2 = sum_i y_ik^2`` and ``S4 = sum_i y_ik^4``, solving ``E S4 = a1 mu4 + a2
+    sigma^4`` and ``E S2^2 = c1 mu4 + c2 sigma^4`` for independent rows (``a1 = (b-1)(b^2-3b+3)/b^2``, ``a2 =
+    3(b-1)(2b-3)/b^2``, ``c1 = (b-1)^2/b``, ``c2 = (b-1)(b^2-2b+3)/b``: the moments of the sample's central moments,
+    Kendall & Stuart). ``(0, 0)`` for fewer than 4 rows (no unbiased estimate). Formed 256 rows at a time in the
+    rows' own precision (float32 blocks: about 4 % of a block's product at d = 768), summed in float64."""
     b = int(Y.shape[0])
     if b < 4 or not Y.shape[1]:
         return 0.0, 0
     a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
     c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
-    det = a1 * c2 - a2 * c1
-    total = 0.0
+    s2 = np.zeros(Y.shape[1])
+    s4 = np.zeros(Y.shape[1])
+    dt = Y.dtype if Y.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    m = None if mean is None else np.asarray(mean).astype(dt, copy=False)
     with np.errstate(over="ignore", invalid="ignore"):
-        for j in range(0, Y.shape[1], 256):
-            y2 = np.square(Y[:, j:j + 256], dtype=np.float64)
-            s2 = y2.sum(axis=0)
-            s4 = np.einsum("ij,ij->j", y2, y2)
-            total += float(np.sum(c2 * s4 - a2 * s2 * s2)) / det
+        for i in range(0, b, 256):
+            if m is None:
+                y = np.square(Y[i:i + 256], dtype=dt)  # (a new array: the caller's rows are left as they are)
+            else:
+                y = np.subtract(Y[i:i + 256], m, dtype=dt)
+                np.square(y, out=y)
+            s2 += y.sum(axis=0)
+            s4 += np.einsum("ij,ij->j", y, y)
+        total = float(np.sum(c2 * s4 - a2 * s2 * s2)) / (a1 * c2 - a2 * c1)
     return b * total, b

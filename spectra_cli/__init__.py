@@ -32,6 +32,8 @@ _EXPORTS = {
     "report": "spectra_cli.run.report",
     "info": "spectra_cli.run.info",
     "synth": "spectra_cli.run.synth",
+    "capture": "spectra_cli.run.capture",
+    "Capture": "spectra_cli.stream.hooks",
     "Dataset": "spectra_cli.sources.dataset",
     "resolve": "spectra_cli.sources.dataset",
     "Accumulator": "spectra_cli.stream.accumulator",
@@ -47,10 +49,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Accumulator", "Dataset", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions", "Report",
-    "SpectraError", "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "batch", "check", "compare",
-    "fit", "info", "isotropy", "moments", "plot", "report", "resolve", "sequence", "spectrum", "synth", "trend",
-    "whiten",
+    "Accumulator", "Capture", "Dataset", "FitError", "InputError", "OptionError", "OutputError", "ReadOptions",
+    "Report", "SpectraError", "SpectraWarning", "WhiteningTransform", "__version__", "accumulate", "batch", "capture",
+    "check", "compare", "fit", "info", "isotropy", "moments", "plot", "report", "resolve", "sequence", "spectrum",
+    "synth", "trend", "whiten",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
     from spectra_cli.run.batch import batch
+    from spectra_cli.run.capture import capture
     from spectra_cli.run.check import check
     from spectra_cli.run.compare import compare
     from spectra_cli.run.info import info
@@ -71,6 +74,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.run.whiten import whiten
     from spectra_cli.sources.dataset import Dataset, resolve
     from spectra_cli.stream.accumulator import Accumulator
+    from spectra_cli.stream.hooks import Capture
 
 
 def __getattr__(name: str) -> Any:

@@ -294,3 +294,62 @@ def moments(
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         acc = api.moments(paths, out=out, groups=groups, progress=progress, **reading)
     sys.stderr.write(f"wrote {out}: moments of {acc.n} rows x {acc.d} features ({acc.precision})\n")
+
+
+@app.command()
+def capture(
+    model: Annotated[str, typer.Argument(metavar="MODEL_DIR", help="A local Hugging Face model folder (config, "
+                                          "weights, tokenizer); nothing is downloaded.")],
+    texts: Annotated[str, typer.Option("--texts", metavar="FILE", help="The texts: .txt (one a line), .jsonl "
+                                       "(--column field) or Parquet (--column column).")],
+    modules: Annotated[str, typer.Option("--modules", metavar="PATTERN", help="Which modules: a glob of their "
+                                         "names ('encoder.layer.*': * is one dotted part) or a regular "
+                                         "expression.")],
+    out: Annotated[str, typer.Option("-o", "--output", metavar="DIR", help="Folder of the moment files, one per "
+                                     "module (made when missing).")],
+    step: Annotated[int | None, typer.Option("--step", metavar="N", help="Write DIR/step_N/<module>.npz: a "
+                                             "snapshot of a run.")] = None,
+    groups: Annotated[int, typer.Option("--groups", metavar="G", help="Row groups kept for --ci and --population "
+                                        "(32 serve both).")] = 32,
+    precision: Annotated[str, typer.Option("--precision", metavar="P", help="float64 | float32 products.")
+                         ] = "float64",
+    positions: Annotated[str | None, typer.Option("--positions", metavar="K1:K2", help="Only these positions "
+                                                  "('1:' leaves out CLS).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", metavar="B", help="Texts per forward pass.")] = 32,
+    max_length: Annotated[int, typer.Option("--max-length", metavar="L", help="Tokens per text at most.")] = 512,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="N", help="Stop after about N "
+                                                   "tokens.")] = None,
+    column: Annotated[str, typer.Option("--column", metavar="NAME", help="The text field or column.")] = "text",
+    device: Annotated[str, typer.Option("--device", metavar="DEV", help="cpu, cuda, cuda:1, ...")] = "cpu",
+    json: Json = False,
+) -> None:
+    """Run a model over texts and keep every matching module's activations as moment files (padding left out).
+
+    \b
+    Examples:
+      spectra capture ./my-model --texts corpus.txt --modules 'encoder.layer.*' -o moments/
+      spectra batch moments/ --jsonl layers.jsonl && spectra report layers.jsonl -o layers.html
+    """
+    from spectra_cli.render.progress import LazyProgress
+    from spectra_cli.run.capture import capture as run_capture
+
+    with LazyProgress(f"capturing {model}") as progress:
+        cap = run_capture(model, modules=modules, texts=texts, out=out, step=step, groups=groups,
+                          precision=precision, positions=positions, batch_size=batch_size, max_length=max_length,
+                          max_tokens=max_tokens, column=column, device=device, progress=progress)
+    rows = [{"module": name, "rows": cap.rows(name), "file": path}
+            for name, path in zip([n for n in cap.modules if cap.rows(n)], cap.saved, strict=True)]
+    doc = {"model": model, "texts": cap.texts_read, "tokens": cap.tokens_read, "output": out, "step": step,
+           "modules": rows}
+
+    def render(d: dict, console: object) -> None:
+        from rich.table import Table
+
+        t = Table(title=f"{d['texts']:,} texts, {d['tokens']:,} tokens through {d['model']}")
+        for c in ("module", "rows", "file"):
+            t.add_column(c, justify="right" if c == "rows" else "left", overflow="fold")
+        for r in d["modules"]:
+            t.add_row(r["module"], f"{r['rows']:,}", r["file"])
+        console.print(t)  # type: ignore[attr-defined]
+
+    emit(doc, json, render)

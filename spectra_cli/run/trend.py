@@ -33,6 +33,10 @@ class Point:
     intervals: dict[str, tuple[float, float] | None] | None = None
 
 
+#: A path part that names a step: ``step_100``, ``step-100`` or ``step100`` (a folder, or a file's stem).
+STEP_PART = re.compile(r"(?:^|[/\\])step[_-]?(\d{1,18})(?=[/\\.]|$)", re.IGNORECASE)
+
+
 def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
     if pattern is not None:
         m = pattern.search(item)
@@ -45,6 +49,10 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
                              "number.") from None
         return step, item[: m.start(1)] + "*" + item[m.end(1):]
     file, sep, tensor = item.partition("::")
+    named = list(STEP_PART.finditer(file))  # a path part step_N (a capture's snapshot folder, say) names the step
+    if named:
+        m = named[-1]
+        return float(m.group(1)), file[: m.start(1)] + "*" + file[m.end(1):] + (sep + tensor if sep else "")
     stem = os.path.splitext(os.path.basename(file))[0]
     runs = list(re.finditer(r"\d+", stem))
     if not runs:
@@ -111,7 +119,8 @@ def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict
     return json_safe({
         "schema": TREND_SCHEMA,
         "metrics": metrics,
-        "step_rule": "last run of digits in the item's file name, or --step-regex group 1",
+        "step_rule": "the last path part step_N, else the last run of digits in the item's file name, or "
+                     "--step-regex group 1",
         "interval": "each metric's interval in its report: the bootstrap interval of an alpha fitted with --ci, "
                     "else the value +- its standard error; null when the report has neither",
         "series": [{"series": name, "points": [{"step": p.step, "item": p.item, **p.values,

@@ -1,0 +1,62 @@
+"""Training-loop adapters of :func:`spectra_cli.capture`: a snapshot of every matching module's moments every
+``every`` steps, written as ``folder/step_<N>/<module>.npz`` (a run that ``batch``, ``trend`` and ``report``
+read by its step). Importing this module needs transformers (the ``capture`` extra)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from transformers import TrainerCallback
+
+from spectra_cli.errors import OptionError, param
+from spectra_cli.stream.hooks import Capture
+from spectra_cli.validate import check_int
+
+
+class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
+    """A Hugging Face ``Trainer`` callback: ``Trainer(..., callbacks=[SpectraTrainerCallback("moments",
+    modules="encoder.layer.*", every=500)])``.
+
+    Parameters
+    ----------
+    folder : path
+        Where the snapshots go (``folder/step_<global step>/<module>.npz``); rank 0 writes under
+        ``torch.distributed``, every rank takes part.
+    modules : str
+        Which modules (as :func:`spectra_cli.capture`).
+    every : int
+        Steps between snapshots (and one at the end of training).
+    reset : bool
+        True (default): each snapshot holds the rows since the last one; False: every row since the start.
+    **options
+        Further keywords of :func:`spectra_cli.capture` (``groups``, ``precision``, ``positions``, ...).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
+                 **options: Any) -> None:
+        self.folder, self.modules, self.reset, self.options = folder, modules, bool(reset), options
+        self.every = check_int("every", every, minimum=1)
+        if "texts" in options or "out" in options:
+            raise OptionError(f"{param('texts')} and {param('out')} are for spectra capture; the Trainer runs "
+                              "the model here.")
+        self.capture: Capture | None = None
+        self.saved: list[str] = []
+        self._last = -1
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self.capture = Capture(model, modules=self.modules, **self.options)
+
+    def _snapshot(self, step: int) -> None:
+        if self.capture is not None and step != self._last and any(self.capture.rows(n) for n in self.capture):
+            self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
+            self._last = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every == 0:
+            self._snapshot(int(state.global_step))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._snapshot(int(state.global_step))
+        if self.capture is not None:
+            self.capture.close()

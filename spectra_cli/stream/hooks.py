@@ -1,0 +1,282 @@
+"""Capture a model's activations as they are made: forward hooks that stream every matching module's output
+into mergeable moments on the activations' own device (:mod:`spectra_cli.stream.device`).
+
+Which modules: ``modules`` is a glob when it has no regular-expression syntax (``*`` one dotted part of a name,
+``?`` one character; matched against the whole qualified name or a dotted tail of it, so ``encoder.layer.*``
+takes each layer and none of their sub-modules), else a regular expression searched in the name (``re.search``,
+as ``batch --tensors``). Which tensor: the output itself, the first element of a tuple, or the
+``last_hidden_state`` of a model output; ``output=`` names another attribute or an index. Which rows: every
+position of a ``(batch, positions, d)`` output whose attention mask is non-zero (the mask is read from the
+model call's ``attention_mask`` keyword by a forward pre-hook on the model, or given by ``mask=`` as a function
+of the call's arguments), optionally only ``positions`` (``"1:"`` leaves out a CLS token); a ``(rows, d)``
+output is taken whole. Hooks are removed when the ``with`` block ends, also on an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from spectra_cli.errors import InputError, OptionError, OutputError, param
+from spectra_cli.stream.accumulator import Accumulator
+from spectra_cli.stream.device import DeviceMoments
+from spectra_cli.validate import PRECISIONS, check_bool, check_choice, check_int, check_path
+
+_REGEX_SYNTAX = set("\\^$+(){}|")
+#: The most row groups a capture keeps (each a d x d float64 matrix on the device).
+MAX_GROUPS = 256
+
+
+def module_matcher(pattern: str) -> Callable[[str], bool]:
+    """The test a qualified module name must pass (see the module docstring: a glob, else a regex)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise OptionError(f"{param('modules', pattern, show=True)} must be a non-empty glob or regular expression "
+                          "of module names (e.g. 'encoder.layer.*').")
+    if not (_REGEX_SYNTAX & set(pattern)):
+        body = "".join("[^.]*" if ch == "*" else "[^.]" if ch == "?" else re.escape(ch) for ch in pattern)
+        rx = re.compile(rf"(?:^|\.){body}$")
+        return lambda name: rx.search(name) is not None
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise OptionError(f"{param('modules', pattern)} is not a valid regular expression: {exc}.") from None
+    return lambda name: rx.search(name) is not None
+
+
+def _positions(spec: str | None) -> slice | None:
+    if spec is None:
+        return None
+    m = re.fullmatch(r"\s*(-?\d{1,9})?\s*:\s*(-?\d{1,9})?\s*", str(spec))
+    if not m:
+        raise OptionError(f"{param('positions', spec)} must be a range of positions 'K1:K2' (either end may be "
+                          "left out, e.g. '1:' to leave out a CLS token).")
+    a, b = (int(v) if v is not None else None for v in m.groups())
+    return slice(a, b)
+
+
+class Capture:
+    """The moments of every matching module's output, fed by forward hooks (made by :func:`spectra_cli.capture`).
+
+    ``cap[name]`` is a module's :class:`~spectra_cli.stream.accumulator.Accumulator` (every rank's, merged);
+    :meth:`save` writes one moment file per module. Under ``torch.distributed`` both are collective: every rank
+    calls them, in the same order.
+    """
+
+    def __init__(self, model: Any, *, modules: str, groups: int = 0, precision: str = "float64",
+                 mask: str | Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = "auto",
+                 output: str | int | None = None, positions: str | None = None,
+                 drop_nonfinite: bool = False) -> None:
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - the capture extra is not installed
+            raise InputError("capture needs PyTorch: pip install 'spectra-cli[capture]' (the CPU wheel: pip install "
+                             "torch --index-url https://download.pytorch.org/whl/cpu).") from None
+        if not isinstance(model, torch.nn.Module):
+            raise OptionError(f"{param('model')} must be a torch.nn.Module (got {type(model).__name__}).")
+        groups = check_int("groups", groups, minimum=0)
+        if groups > MAX_GROUPS:
+            raise OptionError(f"{param('groups', groups)} must be at most {MAX_GROUPS} (each keeps a d x d matrix on "
+                              "the device; 32 serve --ci and --population).")
+        precision = check_choice("precision", precision, PRECISIONS)
+        drop_nonfinite = check_bool("drop_nonfinite", drop_nonfinite)
+        if not (mask is None or mask == "auto" or callable(mask)):
+            raise OptionError(f"{param('mask', mask, show=True)} must be 'auto' (the call's attention_mask), None, or "
+                              "a function of the call's (args, kwargs) that returns the mask.")
+        if output is not None and not isinstance(output, str | int):
+            raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
+        match = module_matcher(modules)
+        names = [n for n, _ in model.named_modules() if n and match(n)]
+        if not names:
+            every = [n for n, _ in model.named_modules() if n]
+            raise InputError(f"{param('modules', modules)} matches none of the model's {len(every)} modules (e.g. "
+                             f"{', '.join(every[:6]) or 'none'}); a glob such as 'encoder.layer.*' takes each layer.")
+        self.model_name = type(model).__name__
+        self.modules = tuple(names)
+        self.groups, self.precision, self.output = groups, precision, output
+        self.positions = _positions(positions)
+        self.drop_nonfinite = drop_nonfinite
+        self.n_dropped = {n: 0 for n in names}
+        self.calls = 0
+        self.saved: list[str] = []  # the files the last save wrote (rank 0)
+        self.texts_read = self.tokens_read = 0  # (a capture that ran the model over texts itself)
+        self._mask_rule = mask
+        self._mask: Any = None
+        self._states: dict[str, DeviceMoments] = {}
+        self._handles: list[Any] = []
+        self._since: int | None = None
+        mods = dict(model.named_modules())
+        if mask is not None:
+            self._handles.append(model.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+        for n in names:
+            self._handles.append(mods[n].register_forward_hook(self._hook(n)))
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def _pre_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls += 1
+        rule = self._mask_rule
+        self._mask = kwargs.get("attention_mask") if rule == "auto" else rule(args, kwargs)  # type: ignore[operator,misc]
+
+    def _tensor(self, name: str, out: Any) -> Any:
+        import torch
+
+        if self.output is not None:
+            try:
+                out = out[self.output] if isinstance(self.output, int) else getattr(out, self.output)
+            except (AttributeError, IndexError, KeyError, TypeError):
+                raise InputError(f"module {name!r}: its output ({type(out).__name__}) has no "
+                                 f"{param('output', self.output)}.") from None
+        elif not isinstance(out, torch.Tensor):
+            hidden = getattr(out, "last_hidden_state", None)
+            if isinstance(hidden, torch.Tensor):
+                out = hidden
+            elif isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+                out = out[0]
+        if not isinstance(out, torch.Tensor):
+            raise InputError(f"module {name!r} returns {type(out).__name__}, not a tensor: choose one with "
+                             f"{param('output')} (an attribute name or an index), or a module that returns a tensor.")
+        if not (out.is_floating_point() and out.ndim >= 2):
+            raise InputError(f"module {name!r} returns a tensor of shape {tuple(out.shape)} and dtype {out.dtype}; "
+                             "rows of floating-point features (2 or more dimensions) are required.")
+        return out
+
+    def _rows(self, name: str, out: Any) -> Any:
+        import torch
+
+        t = self._tensor(name, out)
+        if t.ndim == 3:
+            mask = self._mask
+            if self.positions is not None:
+                t = t[:, self.positions]
+                mask = mask[:, self.positions] if mask is not None and getattr(mask, "ndim", 0) == 2 else mask
+            if mask is not None:
+                mask = torch.as_tensor(mask, device=t.device)
+                if tuple(mask.shape) != tuple(t.shape[:2]):
+                    raise InputError(f"module {name!r}: the attention mask has shape {tuple(mask.shape)}, its output "
+                                     f"{tuple(t.shape)}; a mask of shape (batch, positions) = {tuple(t.shape[:2])} "
+                                     "is required.")
+                return t[mask != 0]
+            return t.reshape(-1, t.shape[-1])
+        return t.reshape(-1, t.shape[-1])
+
+    def _hook(self, name: str) -> Callable[[Any, Any, Any], None]:
+        def hook(module: Any, args: Any, out: Any) -> None:
+            import torch
+
+            with torch.no_grad():
+                X = self._rows(name, out)
+                finite = torch.isfinite(X).all(dim=1)
+                if not bool(finite.all()):
+                    if not self.drop_nonfinite:
+                        bad = int((~finite).sum())
+                        raise InputError(f"module {name!r} produced {bad} row(s) with NaN or infinite values (call "
+                                         f"{self.calls}); pass drop_nonfinite=True to leave such rows out.")
+                    self.n_dropped[name] += int((~finite).sum())
+                    X = X[finite]
+                st = self._states.get(name)
+                if st is None:
+                    st = self._states[name] = DeviceMoments(X.shape[1], device=X.device, groups=self.groups,
+                                                            precision=self.precision, name=name)
+                elif X.shape[1] != st.d:
+                    raise InputError(f"module {name!r} returned rows of {X.shape[1]} features after {st.d} in earlier "
+                                     "calls; the width of a captured module must not change.")
+                st.update(X)
+
+        return hook
+
+    # -- context -----------------------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every hook (the moments are kept)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._mask = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self._handles)
+
+    # -- results ------------------------------------------------------------------------------------
+    def rows(self, name: str) -> int:
+        """Rows captured from ``name`` on this process (since the last reset)."""
+        st = self._states.get(name)
+        return st.n if st is not None else 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.modules)
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __getitem__(self, name: str) -> Accumulator:
+        return self.accumulator(name)
+
+    def accumulator(self, name: str, *, step: int | None = None) -> Accumulator:
+        """Module ``name``'s moments as a host accumulator: every rank's merged (collective under
+        ``torch.distributed``)."""
+        if name not in self.modules:
+            raise OptionError(f"{name!r} is not a captured module; these are: {', '.join(self.modules[:8])}"
+                              f"{', ...' if len(self.modules) > 8 else ''}.")
+        st = self._states.get(name)
+        if st is None:
+            raise InputError(f"module {name!r} saw no rows: nothing to read (no forward call reached it).")
+        src = {"capture": name, "model": self.model_name, "step": step, "since_step": self._since,
+               "dropped_nonfinite": self.n_dropped[name]}
+        acc = st.accumulator(sources=[src])
+        acc.n_dropped = self.n_dropped[name]
+        return acc
+
+    def save(self, folder: str | os.PathLike[str], *, step: int | None = None, reset: bool = False) -> list[str]:
+        """One moment file per module: ``folder/<module>.npz``, or with ``step``, ``folder/step_<step>/<module>.npz``
+        (a run that ``batch``, ``trend``, ``report`` and ``check --baseline`` read by that step). Collective under
+        ``torch.distributed``: every rank calls it; rank 0 writes, the others write nothing (their list is
+        empty). ``reset``: the next snapshot holds only the rows since this one (else they are cumulative)."""
+        if step is not None:
+            step = check_int("step", step, minimum=0)
+        reset = check_bool("reset", reset)
+        root = check_path("folder", folder)
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise OutputError(f"{param('folder', root)} exists and is not a directory; name a folder for the moment "
+                              "files (it is made when missing).")
+        target = os.path.join(root, f"step_{step}") if step is not None else root
+        writer = _rank() == 0
+        written: list[str] = []
+        for name in self.modules:
+            if name not in self._states:
+                continue
+            acc = self.accumulator(name, step=step)
+            if writer:
+                os.makedirs(target, exist_ok=True)
+                written.append(acc.save(os.path.join(target, f"{_file_name(name)}.npz")))
+        if not written and writer and not self._states:
+            raise InputError("no captured module saw a row yet: nothing to save (run the model inside the capture).")
+        if reset:
+            for st in self._states.values():
+                st.reset()
+            self._since = step
+        return written
+
+    def __repr__(self) -> str:
+        return (f"Capture({self.model_name}, {len(self.modules)} modules, groups={self.groups}, "
+                f"precision={self.precision!r}, {'active' if self.active else 'closed'})")
+
+
+def _file_name(module: str) -> str:
+    """A module's file name: its qualified name, any character outside letters, digits, '.', '_' and '-' as '_'."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", module)[:200]
+    return name if name.strip(".") else "module"
+
+
+def _rank() -> int:
+    import torch
+
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+

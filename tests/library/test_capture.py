@@ -1,0 +1,256 @@
+"""Capture from a model (spectra_cli.capture): the moments of hooked activations against np.cov of the same tokens
+(padding dropped), against the host accumulator, across two gloo processes, snapshots, and every refusal."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the capture extra (torch) is installed by the test extras")
+transformers = pytest.importorskip("transformers")
+
+import spectra_cli as spectra  # noqa: E402
+from spectra_cli.errors import InputError, OptionError  # noqa: E402
+from spectra_cli.stream.hooks import module_matcher  # noqa: E402
+
+
+def _bert(seed: int = 0, width: int = 32):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=120, hidden_size=width, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=2 * width, max_position_embeddings=64)
+    return transformers.BertModel(cfg).eval()
+
+
+def _batches(seed: int = 1, n: int = 4, b: int = 3, length: int = 10):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(1, 120, (b, length), generator=g)
+        mask = torch.ones(b, length, dtype=torch.long)
+        for i in range(b):
+            mask[i, int(torch.randint(3, length + 1, (1,), generator=g)):] = 0
+        out.append({"input_ids": ids, "attention_mask": mask})
+    return out
+
+
+def test_captured_moments_are_the_covariance_of_the_unpadded_tokens():
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.*", groups=4) as cap:
+        with torch.no_grad():
+            for kw in batches:
+                model(**kw)
+    assert cap.modules == ("encoder.layer.0", "encoder.layer.1") and not cap.active
+    for k, name in enumerate(cap.modules):
+        with torch.no_grad():
+            H = np.concatenate([model(**kw, output_hidden_states=True).hidden_states[k + 1][kw["attention_mask"] > 0]
+                                .double().numpy() for kw in batches])
+        acc = cap[name]
+        assert acc.n == len(H) == sum(int(kw["attention_mask"].sum()) for kw in batches)
+        ref = np.sort(np.linalg.eigvalsh(np.cov(H.T)))[::-1]
+        got = spectra.fit(acc, window="3:12").spectrum.eigenvalues
+        np.testing.assert_allclose(got[:31], ref[:31], rtol=1e-10, atol=1e-12 * ref[0])
+        np.testing.assert_allclose(acc.moments.mean, H.mean(axis=0), rtol=1e-12, atol=1e-12)
+        assert len(acc.groups) == 4 and sum(g.n for g in acc.groups) == acc.n
+        # the same blocks through the host accumulator: the same moments, histogram and fourth moments
+        host = spectra.Accumulator(H.shape[1], groups=4, block_rows=10**6)
+        start = 0
+        for kw in batches:
+            rows = int(kw["attention_mask"].sum())
+            host.update(H[start:start + rows])
+            start += rows
+        np.testing.assert_allclose(acc.moments.m2, host.moments.m2, rtol=1e-12, atol=1e-12 * host.moments.m2.max())
+        assert acc.moments.norms.rows == host.moments.norms.rows
+        assert acc.moments.norms.coordinate_fourth == pytest.approx(host.moments.norms.coordinate_fourth, rel=1e-9)
+        assert acc.cosine.mean_cosine() == pytest.approx(host.cosine.mean_cosine(), rel=1e-10)
+
+
+def test_module_patterns_are_globs_of_dotted_parts_or_regular_expressions():
+    names = ["encoder.layer.0", "encoder.layer.0.output", "bert.encoder.layer.11", "encoder.layer.10.attention"]
+    assert [n for n in names if module_matcher("encoder.layer.*")(n)] == ["encoder.layer.0", "bert.encoder.layer.11"]
+    assert [n for n in names if module_matcher(r"layer\.\d+$")(n)] == ["encoder.layer.0", "bert.encoder.layer.11"]
+    assert [n for n in names if module_matcher("encoder.layer.?")(n)] == ["encoder.layer.0"]
+    with pytest.raises(OptionError, match="modules='layer\\(' is not a valid regular expression"):
+        module_matcher("layer(")
+
+
+def test_snapshots_are_moment_files_a_run_reads_by_step(tmp_path):
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.1", groups=2) as cap:
+        with torch.no_grad():
+            model(**batches[0])
+            first = cap.save(tmp_path / "run", step=100, reset=True)
+            model(**batches[1])
+            second = cap.save(tmp_path / "run", step=200)
+    assert first == [str(tmp_path / "run" / "step_100" / "encoder.layer.1.npz")]
+    a, b = (spectra.Accumulator.load(p) for p in (first[0], second[0]))
+    assert a.n == int(batches[0]["attention_mask"].sum()) and b.n == int(batches[1]["attention_mask"].sum())
+    assert a.sources[0]["capture"] == "encoder.layer.1" and b.sources[0]["step"] == 200
+    assert b.sources[0]["since_step"] == 100
+    results = tmp_path / "results.jsonl"
+    spectra.batch([str(tmp_path / "run" / "step_100"), str(tmp_path / "run" / "step_200")], window="3:12",
+                  jsonl=results)
+    trend = spectra.trend(results, metric="rank.participation_ratio")  # the step from step_<N>, no --step-regex
+    assert sorted(p.step for p in trend.points) == [100.0, 200.0]
+    assert len({p.series for p in trend.points}) == 1
+
+
+class _Odd(torch.nn.Module):
+    """A module whose output is not a tensor, or changes width, or is not finite, as asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Identity()
+        self.width = 4
+        self.kind = "tensor"
+
+    def forward(self, x):
+        y = self.inner(x[..., : self.width])
+        if self.kind == "dict":
+            return {"a": 1}
+        if self.kind == "nan":
+            y = y.clone()
+            y[0, 0] = float("nan")
+        return y
+
+
+class _Root(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Odd()
+
+    def forward(self, x, attention_mask=None):
+        return self.block(x)
+
+
+def _no_hooks(model) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("dict", "module 'block' returns dict, not a tensor: choose one with output"),
+    ("width", "module 'block' returned rows of 3 features after 4 in earlier calls"),
+    ("nan", "module 'block' produced 1 row(s) with NaN or infinite values (call 2)"),
+    ("mask", "module 'block': the attention mask has shape (2, 5), its output (2, 6, 4)"),
+])
+def test_bad_activations_are_one_error_naming_the_module_and_the_hooks_are_gone(kind, message):
+    root = _Root()
+    x = torch.randn(2, 6, 8)
+    with pytest.raises(InputError) as err:
+        with spectra.capture(root, modules="block") as cap:
+            root(x)
+            if kind == "width":
+                root.block.width = 3
+            elif kind == "mask":
+                root(x, attention_mask=torch.ones(2, 5))
+            else:
+                root.block.kind = kind
+            root(x)
+    assert message in str(err.value)
+    assert _no_hooks(root) and not cap.active
+
+
+def test_refusals_before_any_call(tmp_path):
+    root = _Root()
+    with pytest.raises(InputError, match="modules='nothing' matches none of the model's 2 modules"):
+        spectra.capture(root, modules="nothing")
+    with pytest.raises(OptionError, match="must be a torch.nn.Module"):
+        spectra.capture(np.zeros(3), modules="block")
+    with pytest.raises(OptionError, match="groups=100000 must be at most 256"):
+        spectra.capture(root, modules="block", groups=100000)
+    cap = spectra.capture(root, modules="block", drop_nonfinite=True)
+    x = torch.randn(2, 6, 8)
+    x[1, 2, 0] = float("inf")
+    root(x)
+    cap.close()
+    assert _no_hooks(root) and cap.rows("block") == 11 and cap["block"].n_dropped == 1
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(spectra.OutputError, match="exists and is not a directory"):
+        cap.save(tmp_path / "f")
+    with pytest.raises(InputError, match="saw no rows"):
+        spectra.capture(root, modules="block")["block"]
+
+
+def _ranked(rank: int, world: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
+    try:
+        model = _Root()
+        torch.manual_seed(7)
+        xs = [torch.randn(3, 6, 8, dtype=torch.float64) for _ in range(4)]
+        with spectra.capture(model, modules="block", groups=4) as cap:
+            for x in xs[rank::world]:
+                model(x)
+        cap.save(out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_on_two_halves_save_what_one_process_saves_on_all(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ranked, args=(2, str(tmp_path / "store"), str(tmp_path / "two")), nprocs=2, join=True)
+    model = _Root()  # one process on every batch, no process group
+    torch.manual_seed(7)
+    with spectra.capture(model, modules="block", groups=4) as cap:
+        for x in [torch.randn(3, 6, 8, dtype=torch.float64) for _ in range(4)]:
+            model(x)
+    cap.save(tmp_path / "one")
+    assert sorted(os.listdir(tmp_path / "two")) == ["block.npz"]  # rank 0 wrote, rank 1 wrote nothing else
+    two, one = (spectra.Accumulator.load(tmp_path / d / "block.npz") for d in ("two", "one"))
+    assert two.n == one.n == 72
+    np.testing.assert_allclose(two.moments.m2, one.moments.m2, rtol=1e-12, atol=1e-12 * one.moments.m2.max())
+    np.testing.assert_allclose(two.moments.mean, one.moments.mean, rtol=1e-12, atol=1e-14)
+    assert len(two.groups) == len(one.groups) == 4
+    assert two.moments.norms.rows == one.moments.norms.rows == 72
+
+
+def test_the_trainer_callback_writes_a_snapshot_every_n_steps(tmp_path):
+    from types import SimpleNamespace
+
+    from spectra_cli.run.callbacks import SpectraTrainerCallback
+
+    model, batches = _bert(), _batches()
+    cb = SpectraTrainerCallback(tmp_path / "run", modules="encoder.layer.1", every=2, groups=2)
+    cb.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    for step, kw in enumerate(batches, 1):
+        with torch.no_grad():
+            model(**kw)
+        cb.on_step_end(None, SimpleNamespace(global_step=step), None)
+    cb.on_train_end(None, SimpleNamespace(global_step=4), None)
+    assert sorted(os.listdir(tmp_path / "run")) == ["step_2", "step_4"] and _no_hooks(model)
+    rows = [spectra.Accumulator.load(tmp_path / "run" / s / "encoder.layer.1.npz").n for s in ("step_2", "step_4")]
+    assert rows == [sum(int(kw["attention_mask"].sum()) for kw in batches[a:a + 2]) for a in (0, 2)]  # (reset)
+
+
+def _model_folder(tmp_path):
+    """A tiny BERT and its tokenizer saved as a local Hugging Face folder."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"the a cat dog sat on mat ran far and".split()]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    tok = transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    folder = tmp_path / "model"
+    _bert().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_the_command_runs_a_model_folder_over_texts(cli, tmp_path):
+    import json
+
+    folder = _model_folder(tmp_path)
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat on the mat\n\nthe dog ran far\na cat and a dog\n")
+    r = cli("capture", str(folder), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(tmp_path / "m"),
+            "--groups", "0", "--batch-size", "2", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["texts"] == 3 and doc["tokens"] == 6 + 2 + 5 + 2 + 4 + 2  # words, CLS and SEP of each
+    assert [m["module"] for m in doc["modules"]] == ["encoder.layer.0", "encoder.layer.1"]
+    assert spectra.Accumulator.load(tmp_path / "m" / "encoder.layer.0.npz").n == doc["tokens"]
+    r = cli("capture", str(tmp_path), "--texts", str(texts), "--modules", "x", "-o", str(tmp_path / "m"))
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith(f"error: {tmp_path}: transformers cannot load")
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli("capture", str(folder), "--texts", str(tmp_path / "none.txt"), "--modules", "x", "-o", str(tmp_path / "m"))
+    assert r.exit_code == 2 and "is not a file" in r.stderr

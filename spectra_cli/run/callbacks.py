@@ -1,6 +1,7 @@
-"""Training-loop adapters of :func:`spectra_cli.capture`: a snapshot of every matching module's moments every
-``every`` steps, written as ``folder/step_<N>/<module>.npz`` (a run that ``batch``, ``trend`` and ``report``
-read by its step). Importing this module needs transformers (the ``capture`` extra)."""
+"""The Hugging Face ``Trainer`` adapter of :func:`spectra_cli.capture`: a snapshot of every matching module's
+moments every ``every`` steps, written as ``folder/step_<N>/<module>.npz`` (a run that ``batch``, ``trend`` and
+``report`` read by its step). Importing this module needs transformers (the ``capture`` extra); the Lightning one
+is :mod:`spectra_cli.run.lightning_callback`."""
 
 from __future__ import annotations
 

@@ -54,8 +54,8 @@ class DeviceMoments:
         self.n = 0
         self.blocks = 0
         self.block_rows = 0
-        self.s = torch.zeros(d, dtype=f64, device=device)
-        self.G = torch.zeros(d, d, dtype=f64, device=device)
+        self.s = torch.zeros(d if not groups else 0, dtype=f64, device=device)  # (with groups: their sum)
+        self.G = torch.zeros((d, d) if not groups else (0, 0), dtype=f64, device=device)
         self.gn = torch.zeros(groups, dtype=f64, device=device)
         self.gs = torch.zeros(groups, d, dtype=f64, device=device)
         self.gG = torch.zeros(groups, d, d, dtype=f64, device=device)
@@ -71,41 +71,43 @@ class DeviceMoments:
         b = int(X.shape[0])
         if b == 0:
             return
-        X64 = X.detach().to(torch.float64)
+        f64 = torch.float64
+        Xp = X.detach().to(self.dtype)
         if self.shift is None:
-            self.shift = X64.mean(dim=0)
-        A = (X64 - self.shift).to(self.dtype)
-        G_b = (A.T @ A).to(torch.float64)
-        s_b = A.sum(dim=0, dtype=torch.float64)
-        self.G += G_b
-        self.s += s_b
+            self.shift = Xp.to(f64).mean(dim=0)
+        A = Xp - self.shift.to(self.dtype)
+        G_b = A.T @ A
+        s_b = A.sum(dim=0, dtype=f64)
         if self.groups:  # (ranks interleave: rank r's block i is the (i world + r)-th block of the whole run)
             g = (self.blocks * self.world + self.rank) % self.groups
-            self.gG[g] += G_b
+            self.gG[g] += G_b  # (the whole is the groups' sum: one d x d addition a block, not two)
             self.gs[g] += s_b
             self.gn[g] += b
+        else:
+            self.G += G_b
+            self.s += s_b
         self.n += b
         self.blocks += 1
         self.block_rows = max(self.block_rows, b)
-        self._norms(X64, s_b / b, b)
+        self._norms(A, Xp, (s_b / b).to(self.dtype), b)
 
-    def _norms(self, X64: Any, mean_rel: Any, b: int) -> None:
+    def _norms(self, A: Any, X: Any, mean_rel: Any, b: int) -> None:
         """The block's share of the histogram of unbiased squared norms about its mean, of the features' fourth
-        moments and of the mean-cosine sums, in chunks of rows."""
+        moments and of the mean-cosine sums: in chunks of rows, in the products' precision, summed in float64."""
         import torch
 
-        mean = self.shift + mean_rel
-        q_parts, s2, s4 = [], torch.zeros(self.d, dtype=torch.float64, device=self.device), None
+        f64 = torch.float64
+        q_parts, s2, s4 = [], torch.zeros(self.d, dtype=f64, device=self.device), None
         for i in range(0, b, _CHUNK):
-            x = X64[i:i + _CHUNK]
-            y = x - mean
+            y = A[i:i + _CHUNK] - mean_rel
             y2 = y * y
-            q_parts.append(y2.sum(dim=1))
-            s2 += y2.sum(dim=0)
-            s4 = (y2 * y2).sum(dim=0) if s4 is None else s4 + (y2 * y2).sum(dim=0)
-            norms = torch.linalg.vector_norm(x, dim=1)
+            q_parts.append(y2.sum(dim=1, dtype=f64))
+            s2 += y2.sum(dim=0, dtype=f64)
+            s4 = (y2 * y2).sum(dim=0, dtype=f64) if s4 is None else s4 + (y2 * y2).sum(dim=0, dtype=f64)
+            x = X[i:i + _CHUNK]
+            norms = torch.linalg.vector_norm(x, dim=1, dtype=f64)
             nz = norms > 0
-            self.unit_sum += (x[nz] / norms[nz, None]).sum(dim=0)
+            self.unit_sum += (x[nz] / norms[nz, None].to(x.dtype)).sum(dim=0, dtype=f64)
             self.scalars[3] += nz.sum()
             self.scalars[4] += norms.sum()
             self.scalars[5] += (~nz).sum()
@@ -117,8 +119,8 @@ class DeviceMoments:
             e = u / (1.0 - 1.0 / b) if b > 1 else torch.zeros_like(u)
         pos = e > 0
         k = torch.floor(torch.log2(e[pos]) * BINS_PER_OCTAVE).to(torch.int64).clamp(LOWEST, HIGHEST) - LOWEST
-        self.hist.index_add_(0, k, torch.ones(k.numel(), dtype=torch.float64, device=self.device))
-        self.scalars[0] += (~pos).sum().to(torch.float64)
+        self.hist.index_add_(0, k, torch.ones(k.numel(), dtype=f64, device=self.device))
+        self.scalars[0] += (~pos).sum().to(f64)
         if b >= 4:
             a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
             c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
@@ -135,7 +137,8 @@ class DeviceMoments:
         shift = self.shift if self.shift is not None else torch.zeros(self.d, dtype=torch.float64, device=self.device)
         head = torch.tensor([float(self.n), float(self.blocks), float(self.block_rows)], dtype=torch.float64,
                             device=self.device)
-        return torch.cat([head, shift, self.s, self.G.reshape(-1), self.gn, self.gs.reshape(-1), self.gG.reshape(-1),
+        G, s = (self.gG.sum(dim=0), self.gs.sum(dim=0)) if self.groups else (self.G, self.s)
+        return torch.cat([head, shift, s, G.reshape(-1), self.gn, self.gs.reshape(-1), self.gG.reshape(-1),
                           self.hist, self.scalars, self.unit_sum])
 
     def accumulator(self, *, sources: list[dict[str, Any]]) -> Accumulator:

@@ -254,3 +254,55 @@ def test_the_command_runs_a_model_folder_over_texts(cli, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     r = cli("capture", str(folder), "--texts", str(tmp_path / "none.txt"), "--modules", "x", "-o", str(tmp_path / "m"))
     assert r.exit_code == 2 and "is not a file" in r.stderr
+
+
+def test_float32_products_are_within_their_floor_and_said_so():
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.0", precision="float32", groups=2) as cap, torch.no_grad():
+        hidden = [model(**kw, output_hidden_states=True).hidden_states[1][kw["attention_mask"] > 0] for kw in batches]
+    H = torch.cat(hidden).double().numpy()
+    ref = np.sort(np.linalg.eigvalsh(np.cov(H.T)))[::-1]
+    rep = spectra.fit(cap["encoder.layer.0"], window="3:12")
+    np.testing.assert_allclose(rep.spectrum.eigenvalues[:10], ref[:10], rtol=1e-5)
+    assert rep.to_dict()["options"]["precision"] == "float32"  # (the moments' own precision, reported)
+
+
+def test_the_lightning_callback_writes_a_snapshot_every_n_steps(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from spectra_cli.run.lightning_callback import SpectraLightningCallback
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Linear(8, 6)
+            self.head = torch.nn.Linear(6, 1)
+
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            return self.head(torch.tanh(self.body(x))).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 8)), batch_size=10)
+    cb = SpectraLightningCallback(tmp_path / "run", modules="body", every=2)
+    trainer = pl.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                         default_root_dir=str(tmp_path))
+    trainer.fit(Net(), data)
+    assert sorted(os.listdir(tmp_path / "run")) == ["step_2", "step_4"]
+    assert [spectra.Accumulator.load(tmp_path / "run" / s / "body.npz").n for s in ("step_2", "step_4")] == [20, 20]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine (CI has none)")
+def test_on_a_gpu_the_moments_are_the_cpu_ones():
+    model, batches = _bert(), _batches()
+    on = {}
+    for device in ("cpu", "cuda"):
+        m = model.to(device)
+        with spectra.capture(m, modules="encoder.layer.1", groups=2) as cap, torch.no_grad():
+            for kw in batches:
+                m(**{k: v.to(device) for k, v in kw.items()})
+        on[device] = cap["encoder.layer.1"].moments
+    np.testing.assert_allclose(on["cuda"].m2, on["cpu"].m2, rtol=1e-5, atol=1e-6 * on["cpu"].m2.max())

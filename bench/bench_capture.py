@@ -41,14 +41,14 @@ def main() -> None:
     batches = [tok(texts[i:i + args.batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt")
                for i in range(0, len(texts), args.batch_size)]
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
-    with spectra.capture(model, modules="encoder.layer.*", groups=0) as cap, torch.no_grad():
+    with spectra.capture(model, modules="encoder.layer.*", groups=0, precision="float64") as cap, torch.no_grad():
         hidden = [model(**b, output_hidden_states=True).hidden_states for b in batches]
     worst = 0.0
     for k, name in enumerate(cap.modules):
         H = np.concatenate([h[k + 1][b["attention_mask"] > 0].double().numpy() for h, b in zip(hidden, batches,
                                                                                                strict=True)])
         ref = np.sort(np.linalg.eigvalsh(np.cov(H.T)))[::-1]
-        got = spectra.spectrum(cap[name]).eigenvalues
+        got = spectra.spectrum(cap[name]).spectrum.eigenvalues
         keep = ref > 1e-6 * ref[0]
         worst = max(worst, float(np.max(np.abs(got[keep] - ref[keep]) / ref[keep])))
     print(f"captured spectra against np.cov of the unpadded hidden states ({tokens:,} tokens, 6 layers): largest "

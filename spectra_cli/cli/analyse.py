@@ -311,8 +311,8 @@ def capture(
                                              "snapshot of a run.")] = None,
     groups: Annotated[int, typer.Option("--groups", metavar="G", help="Row groups kept for --ci and --population "
                                         "(32 serve both).")] = 32,
-    precision: Annotated[str, typer.Option("--precision", metavar="P", help="float64 | float32 products.")
-                         ] = "float64",
+    precision: Annotated[str, typer.Option("--precision", metavar="P", help="float32 (each block's product added "
+                                           "in float64) | float64 products.")] = "float32",
     positions: Annotated[str | None, typer.Option("--positions", metavar="K1:K2", help="Only these positions "
                                                   "('1:' leaves out CLS).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", metavar="B", help="Texts per forward pass.")] = 32,

@@ -64,7 +64,7 @@ class Capture:
     calls them, in the same order.
     """
 
-    def __init__(self, model: Any, *, modules: str, groups: int = 0, precision: str = "float64",
+    def __init__(self, model: Any, *, modules: str, groups: int = 0, precision: str = "float32",
                  mask: str | Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = "auto",
                  output: str | int | None = None, positions: str | None = None,
                  drop_nonfinite: bool = False) -> None:

@@ -37,7 +37,7 @@ def _batches(seed: int = 1, n: int = 4, b: int = 3, length: int = 10):
 
 def test_captured_moments_are_the_covariance_of_the_unpadded_tokens():
     model, batches = _bert(), _batches()
-    with spectra.capture(model, modules="encoder.layer.*", groups=4) as cap:
+    with spectra.capture(model, modules="encoder.layer.*", groups=4, precision="float64") as cap:
         with torch.no_grad():
             for kw in batches:
                 model(**kw)
@@ -180,7 +180,7 @@ def _ranked(rank: int, world: int, store: str, out: str) -> None:
         model = _Root()
         torch.manual_seed(7)
         xs = [torch.randn(3, 6, 8, dtype=torch.float64) for _ in range(4)]
-        with spectra.capture(model, modules="block", groups=4) as cap:
+        with spectra.capture(model, modules="block", groups=4, precision="float64") as cap:
             for x in xs[rank::world]:
                 model(x)
         cap.save(out)
@@ -194,7 +194,7 @@ def test_two_gloo_ranks_on_two_halves_save_what_one_process_saves_on_all(tmp_pat
     mp.spawn(_ranked, args=(2, str(tmp_path / "store"), str(tmp_path / "two")), nprocs=2, join=True)
     model = _Root()  # one process on every batch, no process group
     torch.manual_seed(7)
-    with spectra.capture(model, modules="block", groups=4) as cap:
+    with spectra.capture(model, modules="block", groups=4, precision="float64") as cap:
         for x in [torch.randn(3, 6, 8, dtype=torch.float64) for _ in range(4)]:
             model(x)
     cap.save(tmp_path / "one")

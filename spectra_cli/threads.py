@@ -58,6 +58,10 @@ def env_threads() -> int | None:
     return min(values) if values else None
 
 
+#: The most BLAS threads a run may be given (no machine has more cores; the pools would refuse far fewer).
+MAX_THREADS = 4096
+
+
 def set_threads(threads: int | None) -> None:
     """Fix every BLAS call at ``threads`` threads (None: the policy decides again)."""
     global _override
@@ -65,6 +69,12 @@ def set_threads(threads: int | None) -> None:
         from spectra_cli.errors import OptionError, param
 
         raise OptionError(f"{param('threads', threads, show=True)} must be a positive number of threads.")
+    if threads is not None and threads > MAX_THREADS:
+        from spectra_cli.errors import OptionError, param
+
+        shown = str(threads) if len(str(threads)) <= 20 else f"{str(threads)[:17]}... ({len(str(threads))} digits)"
+        raise OptionError(f"{param('threads', show=False)} {shown} is more than {MAX_THREADS} threads; give at most "
+                          "the cores the run may use.")
     _override = threads
 
 

@@ -16,6 +16,21 @@ from spectra_cli.errors import OptionError, describe_choices, param
 PRECISIONS = ("float64", "float32")
 
 
+#: The most digits a whole number written in an option may have (int64's range; Python refuses to convert a
+#: string of more than 4,300 digits, and no rank, row or position needs more than this).
+MAX_DIGITS = 18
+
+
+def int_of(name: str, digits: str, text: str) -> int:
+    """The integer ``digits`` (a regex group of ``text``, the value of option ``name``), refused when longer than
+    :data:`MAX_DIGITS` digits (the value shown cut to 40 characters)."""
+    if len(digits.lstrip("+-")) > MAX_DIGITS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise OptionError(f"{param(name, shown)} holds a number of {len(digits.lstrip('+-')):,} digits; at most "
+                          f"{MAX_DIGITS} are allowed.")
+    return int(digits)
+
+
 def product_dtype(precision: str) -> np.dtype:
     """The dtype of the products for a precision: where ``precision`` becomes a dtype, the one place."""
     return np.dtype(np.float32 if check_choice("precision", precision, PRECISIONS) == "float32" else np.float64)

@@ -30,6 +30,7 @@ import numpy as np
 
 from spectra_cli.analysis import unique_sorted
 from spectra_cli.errors import FitError, OptionError, describe_choices, param
+from spectra_cli.validate import int_of
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.population import PopulationFit
@@ -185,7 +186,7 @@ def parse_window(text: str) -> tuple[int, int] | None:
     m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
     if not m:
         raise OptionError(f"{param('window', text)} is not K_MIN:K_MAX with 1-based ranks (e.g. 11:200) or 'auto'.")
-    k1, k2 = int(m.group(1)), int(m.group(2))
+    k1, k2 = int_of("window", m.group(1), text), int_of("window", m.group(2), text)
     if k1 < 1:
         raise OptionError(f"{param('window', text)}: ranks are 1-based; K_MIN must be at least 1.")
     if k1 > k2:

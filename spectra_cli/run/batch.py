@@ -492,7 +492,7 @@ def run_batch(
         yield from _run_on_dask(items, options, workers=workers, scheduler=scheduler, on_result=on_result,
                                 connect_timeout=connect_timeout, verbose=verbose)
         return
-    if workers == 1 or len(items) == 1:
+    if workers == 1 or len(items) <= 1:  # (none left, after --resume: no pool to start)
         for it in items:
             doc = run_item(it.name, it.fingerprint, options, it.error)
             if on_result:

@@ -11,6 +11,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.base import Source
+from spectra_cli.validate import int_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,8 @@ class RowSpec:
             m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", rows)
             if not m:
                 raise OptionError(f"{param('rows', rows)} is not START:STOP (e.g. 0:10000, :5000, 1000:).")
-            start = int(m.group(1)) if m.group(1) else None
-            stop = int(m.group(2)) if m.group(2) else None
+            start = int_of("rows", m.group(1), rows) if m.group(1) else None
+            stop = int_of("rows", m.group(2), rows) if m.group(2) else None
             if start is not None and stop is not None and stop <= start:
                 raise OptionError(f"{param('rows', rows)} selects no rows (STOP must be greater than START).")
         if sample is not None and sample < 1:

@@ -20,7 +20,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
 from spectra_cli.sources.base import Source, SourceInfo
-from spectra_cli.validate import check_int
+from spectra_cli.validate import check_int, int_of
 
 POOLS = ("tokens", "mean", "first", "last")
 
@@ -35,15 +35,20 @@ def parse_positions(text: str | list[int] | tuple[int, ...] | None, length: int)
         t = str(text).strip()
         m = re.fullmatch(r"(-?\d*)\s*:\s*(-?\d*)(?:\s*:\s*(\d+))?", t)
         if m:
-            start = int(m.group(1)) if m.group(1) else None
-            stop = int(m.group(2)) if m.group(2) else None
-            step = int(m.group(3)) if m.group(3) else None
+            if "-" in (m.group(1), m.group(2)):
+                raise OptionError(f"{param('positions', text)} is not a slice (1:, 0:16) or a list (0,2,5) of "
+                                  "positions.")
+            start = int_of("positions", m.group(1), t) if m.group(1) else None
+            stop = int_of("positions", m.group(2), t) if m.group(2) else None
+            step = int_of("positions", m.group(3), t) if m.group(3) else None
             if step == 0:
                 raise OptionError(f"{param('positions', text)}: the step must be positive.")
             items = list(range(length))[slice(start, stop, step)]
         else:
             try:
-                items = [int(v) for v in t.split(",") if v.strip()]
+                items = [int_of("positions", v.strip(), t) for v in t.split(",") if v.strip()]
+            except OptionError:
+                raise
             except ValueError:
                 raise OptionError(f"{param('positions', text)} is not a slice (1:, 0:16) or a list (0,2,5) of "
                                   "positions.") from None

@@ -100,6 +100,8 @@ def test_resume_reruns_nothing_when_nothing_changed(cli, tmp_path):
     r = cli("batch", tmp_path, "--jsonl", out, "--resume")
     assert r.exit_code == 0 and "--resume kept 3 item(s)" in r.stderr
     assert out.read_text() == first
+    r = cli("batch", tmp_path, "--jsonl", out, "--resume", "--workers", "2")  # nothing left: no pool of 0 workers
+    assert r.exit_code == 0 and "--resume kept 3 item(s)" in r.stderr and out.read_text() == first
     # change one file: only that one runs again
     time.sleep(0.01)
     np.save(tmp_path / "m_1.npy", powerlaw_matrix(200, 8, 2.0, seed=1))

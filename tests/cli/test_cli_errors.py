@@ -238,3 +238,29 @@ def test_unwritable_outputs_exit_2_with_one_line(cli, tmp_path):
     r = cli("batch", tmp_path / "x.npy", "--jsonl", missing / "r.jsonl")
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr == f"error: --jsonl '{missing / 'r.jsonl'}': directory {missing} does not exist.\n"
+
+
+_BIG = "1" * 5000  # past Python's 4,300-digit limit on int(str): it was a ValueError, exit 3
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("fit", ["--window", f"11:{_BIG}"], "error: --window '11:" + "1" * 34 + "...' holds a number of 5,000 digits; at "
+                                         "most 18 are allowed."),
+    ("fit", ["--rows", f"{_BIG}:"], "error: --rows '" + "1" * 37 + "...' holds a number of 5,000 digits; at most 18 "
+                                    "are allowed."),
+    ("fit", ["--positions", f"1:{_BIG}"], "holds a number of 5,000 digits; at most 18 are allowed."),
+    ("fit", ["--positions", f"0,{_BIG}"], "holds a number of 5,000 digits; at most 18 are allowed."),
+    ("fit", ["--positions", "-:3"], "is not a slice (1:, 0:16) or a list (0,2,5) of positions."),
+    ("sequence", ["--window", f"1:{_BIG}"], "error: --window '1:" + "1" * 35 + "...' holds a number of 5,000 digits"),
+    ("fit", ["--window", "11:1234567890123456789"], "holds a number of 19 digits; at most 18 are allowed."),
+    ("fit", ["--threads", "99999999999999999999999"], "error: --threads 99999999999999999... (23 digits) is more "
+                                                      "than 4096 threads; give at most the cores the run may use."),
+    ("batch", ["--threads", "5000"], "error: --threads 5000 is more than 4096 threads"),
+])
+def test_numbers_too_long_to_be_numbers_are_one_line_not_a_traceback(cli, tmp_path, command, args, message):
+    X = np.random.default_rng(0).standard_normal((64, 8, 6)) if "--positions" in args or command == "sequence" else \
+        np.random.default_rng(0).standard_normal((64, 6))
+    np.save(tmp_path / "x.npy", X)
+    r = cli(command, tmp_path / "x.npy", *args)
+    assert r.exit_code == 2, r.stderr
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and message in r.stderr, r.stderr

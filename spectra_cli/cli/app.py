@@ -180,8 +180,39 @@ def emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
         render(doc, console)
 
 
+#: What a stream that cannot encode a character writes instead (an ASCII terminal, PYTHONIOENCODING=ascii).
+ASCII_FOR = {"·": ".", "•": "*", "—": "-", "–": "-", "…": "...", "×": "x", "≥": ">=", "≤": "<=", "≈": "~",
+             "±": "+-", "→": "->", "←": "<-", "α": "alpha", "β": "beta", "λ": "lambda", "τ": "tau", "σ": "sigma",
+             "μ": "mu", "²": "^2", "³": "^3", "½": "1/2", "‖": "||", "−": "-", "’": "'", "‘": "'", "“": '"', "”": '"',
+             "✓": "ok", "✗": "x", "█": "#", "━": "-", "─": "-", "│": "|", "°": " deg"}
+
+
+def _ascii_fallback(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(ASCII_FOR.get(ch, "?") for ch in bad), err.end
+
+
+def ascii_safe_streams() -> None:
+    """Where stdout or stderr cannot encode the characters spectra prints (``LANG=C``, ``PYTHONIOENCODING=ascii``),
+    they write ASCII stand-ins (``alpha`` for the letter, ``-`` for a dash, ``?`` otherwise) instead of failing."""
+    import codecs
+
+    codecs.register_error("spectra-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        enc = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "·•—…×≥α²".encode(enc)
+        except (UnicodeEncodeError, LookupError):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="spectra-ascii")
+
+
 def main() -> None:
     """Console-script entry point."""
+    ascii_safe_streams()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
     # Typer builds every registered command's parameters at each start (~10 ms a command); a run of

@@ -527,3 +527,18 @@ def test_after_sigkill_the_next_write_of_the_output_removes_what_was_left(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "w.npy"]
     for name in left:
         assert f"note: removed {tmp_path / name}, a temporary file left by an interrupted run" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["fit"], ["isotropy"], ["fit", "--population", "--window", "4:12"]])
+def test_an_ascii_terminal_gets_ascii_not_a_traceback(tmp_path, command):
+    # LANG=C with PYTHONIOENCODING=ascii: the bullet of a table note was a UnicodeEncodeError, exit 3
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((300, 40)))
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "spectra_cli", command[0], str(tmp_path / "x.npy"), *command[1:]],
+                       capture_output=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr.decode("ascii", "replace")
+    assert r.stdout and all(b < 128 for b in r.stdout + r.stderr)
+    assert b"alpha" in r.stdout or b"isotropy" in r.stdout

@@ -68,6 +68,9 @@ RANKME_AUTO_D = 1024
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
+MAX_CI_REPLICATES = 20_000
+
 
 def keywords_checked(func: F) -> F:
     """An unknown keyword is a TypeError that names the closest valid one and lists them all (the
@@ -227,6 +230,10 @@ def fit(
                           "all of them; drop one or the other.")
     if ci:
         ci_replicates = check_int("ci_replicates", ci_replicates, minimum=10)
+        if ci_replicates > MAX_CI_REPLICATES:
+            raise OptionError(f"{param('ci_replicates', ci_replicates)} is more than {MAX_CI_REPLICATES:,} "
+                              "replicates (each one a decomposition; a 95 % percentile interval settles within a "
+                              "few thousand).")
     if population and model != "power-law":
         raise OptionError(f"{param('population')} estimates the exponent of a power-law population; it does not "
                           f"apply to {param('model', model)} (drop one or the other).")

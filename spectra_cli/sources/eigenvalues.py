@@ -51,6 +51,9 @@ def read_eigenvalues(path: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
         raise InputError(f"{path} has {bad.size} non-finite eigenvalue(s) (first at index {bad[0]}).")
+    if not np.any(values > 0):
+        raise InputError(f"{path} holds no positive eigenvalue ({values.size} values, the largest {values.max():.4g}): "
+                         "a spectrum of a covariance or second-moment matrix has at least one.")
     return values
 
 

@@ -264,3 +264,11 @@ def test_numbers_too_long_to_be_numbers_are_one_line_not_a_traceback(cli, tmp_pa
     r = cli(command, tmp_path / "x.npy", *args)
     assert r.exit_code == 2, r.stderr
     assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and message in r.stderr, r.stderr
+
+
+def test_bootstrap_replicates_have_a_bound(cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((300, 6)))
+    r = cli("fit", tmp_path / "x.npy", "--ci", "--ci-replicates", "1000000000")  # ran forever, before
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == ("error: --ci-replicates 1000000000 is more than 20,000 replicates (each one a decomposition; "
+                        "a 95 % percentile interval settles within a few thousand).\n")

@@ -103,6 +103,16 @@ def test_eigenvalue_input_with_nonfinite_values(cli, tmp_path):
     assert r.stderr == f"error: {tmp_path / 'e.npy'} has 1 non-finite eigenvalue(s) (first at index 1).\n"
 
 
+@pytest.mark.parametrize("values, largest", [(np.zeros(50), "0"), (-np.linspace(1, 2, 50), "-1")])
+def test_eigenvalues_with_none_positive_are_refused_and_draw_nothing(cli, tmp_path, values, largest):
+    # all zero or all negative: exit 0 with a figure, before
+    np.save(tmp_path / "e.npy", values)
+    r = cli("fit", tmp_path / "e.npy", "--eigenvalues", "--density", "--plot", tmp_path / "f.png")
+    assert r.exit_code == 2 and r.stdout == "" and not (tmp_path / "f.png").exists()
+    assert r.stderr == (f"error: {tmp_path / 'e.npy'} holds no positive eigenvalue (50 values, the largest {largest}): "
+                        "a spectrum of a covariance or second-moment matrix has at least one.\n")
+
+
 def test_counting_and_capacity(cli, tmp_path, validate):
     lam = np.array([4.0, 2.0, 1.0, 0.5])
     np.save(tmp_path / "e.npy", lam)

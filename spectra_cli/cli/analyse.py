@@ -14,6 +14,7 @@ from spectra_cli.cli.flags import (
     Convention,
     Json,
     Key,
+    MaxMemory,
     Paths,
     Plot,
     Top,
@@ -218,6 +219,7 @@ def synth(
     input_dim: Annotated[int | None, typer.Option("--input-dim", metavar="V", help="Input width v of "
                                                   "random-features (default 4d).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="float32 | float64 | float16.")] = "float32",
+    max_memory: MaxMemory = None,
 ) -> None:
     """Write a seeded synthetic matrix with a known spectrum (for calibration and tests).
 
@@ -238,7 +240,7 @@ def synth(
     from spectra_cli.run.synth import synth as run_synth
 
     done = run_synth(kind, out=out, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
-                     input_dim=input_dim, dtype=dtype)
+                     input_dim=input_dim, dtype=dtype, max_memory=max_memory)
     sys.stderr.write(f"wrote {done['path']}: {n} x {d} {dtype} ({kind}, seed {seed})\n")
     expect = {"powerlaw": f"covariance eigenvalues j^-{alpha:g}",
               "random-features": {"linear": f"about j^-{alpha:g} over the head",

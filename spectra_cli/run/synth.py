@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import OptionError, describe_choices, param
+from spectra_cli.options import memory_budget, parse_bytes, refuse_over_budget
 from spectra_cli.sinks import write_matrix
 from spectra_cli.validate import check_int, check_number
 
@@ -112,6 +113,7 @@ def synth(
     activation: str = "linear",
     input_dim: int | None = None,
     dtype: str = "float32",
+    max_memory: int | str | None = None,
 ) -> dict[str, Any]:
     """Write a seeded synthetic ``n x d`` matrix with a known spectrum to ``out`` (``.npy`` or
     ``.parquet``, atomically) and return what was written (path, shape, dtype, kind, seed).
@@ -119,7 +121,8 @@ def synth(
     ``kind``: ``powerlaw`` (Gaussian rows with covariance eigenvalues ``j^-alpha`` in a random rotation,
     plus ``offset`` sqrt(lambda_1) along a random unit vector), ``isotropic`` (standard normal rows),
     ``cone`` (a narrow cone around one direction) or ``random-features`` (``activation(x W) / sqrt(d)``
-    of Gaussian inputs of width ``input_dim``, default 4d, with input spectrum ``j^-alpha``)."""
+    of Gaussian inputs of width ``input_dim``, default 4d, with input spectrum ``j^-alpha``). ``max_memory``: bytes
+    (or ``"8GB"``) its matrices may take (default half the physical memory), checked before any is made."""
     n, d = check_int("n", n, minimum=1), check_int("d", d, minimum=1)
     seed = check_int("seed", seed, minimum=0)
     alpha, offset = check_number("alpha", alpha), check_number("offset", offset)
@@ -128,6 +131,13 @@ def synth(
     path = os.fspath(out)
     if not path:
         raise OptionError(f"synth needs {param('out')} FILE (.npy or .parquet).")
+    # the rotation (d x d, and QR's copies of it) or the random features' v x d weights, and a block of rows: all
+    # float64, made before the first row is written
+    v = (input_dim or 4 * d) if kind == "random-features" else 0
+    need = 8.0 * (3.0 * d * d + float(v) * d + 2.0 * min(n, BLOCK) * max(d, v))
+    refuse_over_budget(f"synth {kind}", f"d = {d}" + (f", input width {v}" if v else ""), need,
+                       "the rotation or the random features' weights, and a block of rows, in float64",
+                       memory_budget(parse_bytes(max_memory)))
     write(path, generate(kind, n=n, d=d, seed=seed, alpha=alpha, offset=offset, activation=activation,
                          input_dim=input_dim), n=n, d=d, dtype=dtype)
     return {"path": path, "n": n, "d": d, "dtype": dtype, "kind": kind, "seed": seed}

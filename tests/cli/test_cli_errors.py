@@ -272,3 +272,13 @@ def test_bootstrap_replicates_have_a_bound(cli, tmp_path):
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr == ("error: --ci-replicates 1000000000 is more than 20,000 replicates (each one a decomposition; "
                         "a 95 % percentile interval settles within a few thousand).\n")
+
+
+@pytest.mark.parametrize("args, needs", [(["powerlaw", "-n", "10", "-d", "1000000000"], "d = 1000000000 needs about"),
+                                         (["random-features", "-d", "4000", "--max-memory", "100MB"],
+                                          "d = 4000, input width 16000 needs about 2.79 GiB")])
+def test_synth_checks_its_matrices_against_the_memory_budget_first(cli, tmp_path, args, needs):
+    r = cli("synth", *args, "-o", tmp_path / "s.npy")
+    assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    assert needs in r.stderr and "the memory budget is" in r.stderr and "--max-memory" in r.stderr
+    assert not any(tmp_path.iterdir())

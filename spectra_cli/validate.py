@@ -6,6 +6,7 @@ command line), then what it must be."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,45 @@ def check_numbers(name: str, value: Any) -> tuple[float, ...]:
         raise OptionError(f"{param(name, value, show=True)} must be a number or a list of numbers, not "
                           f"{type(value).__name__}.")
     return tuple(check_number(f"{name}[{i}]", v) for i, v in enumerate(items))
+
+
+def check_regex(name: str, pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, refused (naming ``name``) when it is not a regular expression, or when it nests an
+    unbounded repetition inside another (``(a+)+``, ``(\\w*)*``): such patterns backtrack exponentially on a long
+    name that almost matches, and Python's ``re`` has no time limit."""
+    import re._parser as sre
+
+    if not isinstance(pattern, str):
+        raise OptionError(f"{param(name, pattern, show=True)} must be a string (a regular expression).")
+    try:
+        compiled = re.compile(pattern)
+        tree = sre.parse(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise OptionError(f"{param(name, pattern[:80])} is not a valid regular expression: {exc}.") from None
+    repeats = (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None))
+
+    def nested(items: Any, inside: bool) -> bool:
+        for op, av in items:
+            if op in repeats:
+                lo, hi, sub = av
+                unbounded = hi == sre.MAXREPEAT or hi > 100
+                if inside and unbounded:
+                    return True
+                if nested(sub, inside or unbounded):
+                    return True
+            elif op is sre.SUBPATTERN:
+                if nested(av[-1], inside):
+                    return True
+            elif op is sre.BRANCH:
+                if any(nested(b, inside) for b in av[1]):
+                    return True
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                if nested(av[1], inside):
+                    return True
+        return False
+
+    if nested(tree, False):
+        raise OptionError(f"{param(name, pattern[:80])} repeats a group that itself repeats (as in (a+)+): on a "
+                          "long name that almost matches it can run for hours; write it with one repetition (e.g. "
+                          "a+ for (a+)+).")
+    return compiled

@@ -26,7 +26,7 @@ from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.threads import ENV_VARS, worker_threads
-from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths
+from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths, check_regex
 
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 
@@ -191,10 +191,7 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
 def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], Listing]:
     """Items in a stable order, and what was skipped (vectors, integer buffers, ...) with notes. A file
     that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch."""
-    try:
-        pattern = re.compile(tensors) if tensors else None
-    except re.error as exc:
-        raise OptionError(f"{param('tensors', tensors)} is not a valid regular expression: {exc}.") from None
+    pattern = check_regex("tensors", tensors) if tensors else None
     items: list[Item] = []
     listing = Listing([], [])
     seen: set[str] = set()

@@ -33,7 +33,7 @@ from typing import Any
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
-from spectra_cli.validate import check_path, check_paths
+from spectra_cli.validate import check_path, check_paths, check_regex
 
 PAGE_SCHEMA = "spectra.page/1"
 KINDS = ("auto", "model", "run", "report")
@@ -527,10 +527,7 @@ def report(
     if isinstance(worst, bool) or not isinstance(worst, int) or not 0 <= worst <= 100:
         raise OptionError(f"{param('worst', worst, show=True)} must be a whole number from 0 to 100.")
     if step_regex is not None:
-        try:
-            re.compile(step_regex)
-        except re.error as exc:
-            raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
+        check_regex("step_regex", step_regex)
     target = None
     if out is not None:
         target = check_path("out", out)

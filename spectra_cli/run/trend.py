@@ -18,7 +18,7 @@ from typing import Any
 from spectra_cli.drawable import LINEAR_LIMIT
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import lookup, uncertainty
-from spectra_cli.validate import check_path, check_strings
+from spectra_cli.validate import check_path, check_regex, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -67,10 +67,7 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
 def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
     if not metrics:
         raise OptionError(f"trend needs at least one {param('metric')} (e.g. {param('metric')} fit.alpha).")
-    try:
-        pattern = re.compile(step_regex) if step_regex else None
-    except re.error as exc:
-        raise OptionError(f"{param('step_regex', step_regex)} is not a valid regular expression: {exc}.") from None
+    pattern = check_regex("step_regex", step_regex) if step_regex else None
     from spectra_cli.run.summary import iter_results
 
     points: list[Point] = []

@@ -22,7 +22,7 @@ from typing import Any
 from spectra_cli.errors import InputError, OptionError, OutputError, param
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.device import DeviceMoments
-from spectra_cli.validate import PRECISIONS, check_bool, check_choice, check_int, check_path
+from spectra_cli.validate import PRECISIONS, check_bool, check_choice, check_int, check_path, check_regex
 
 _REGEX_SYNTAX = set("\\^$+(){}|")
 #: The most row groups a capture keeps (each a d x d float64 matrix on the device).
@@ -38,10 +38,7 @@ def module_matcher(pattern: str) -> Callable[[str], bool]:
         body = "".join("[^.]*" if ch == "*" else "[^.]" if ch == "?" else re.escape(ch) for ch in pattern)
         rx = re.compile(rf"(?:^|\.){body}$")
         return lambda name: rx.search(name) is not None
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise OptionError(f"{param('modules', pattern)} is not a valid regular expression: {exc}.") from None
+    rx = check_regex("modules", pattern)
     return lambda name: rx.search(name) is not None
 
 

@@ -282,3 +282,17 @@ def test_synth_checks_its_matrices_against_the_memory_budget_first(cli, tmp_path
     assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
     assert needs in r.stderr and "the memory budget is" in r.stderr and "--max-memory" in r.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command, flag", [("trend", "--step-regex"), ("batch", "--tensors")])
+def test_a_regex_that_can_backtrack_for_hours_is_refused_before_it_runs(cli, tmp_path, command, flag):
+    # '(a+)+$' against a long name of a's that ends in b took exponential time, unbounded
+    np.save(tmp_path / ("a" * 40 + "b.npy"), np.random.default_rng(0).standard_normal((40, 4)))
+    target = tmp_path / "r.jsonl"
+    if command == "trend":
+        assert cli("batch", tmp_path, "--jsonl", target).exit_code == 0
+    extra = ["--metric", "fit.alpha"] if command == "trend" else []
+    r = cli(command, target if command == "trend" else tmp_path, flag, "(a+)+$", *extra)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == (f"error: {flag} '(a+)+$' repeats a group that itself repeats (as in (a+)+): on a long name "
+                        "that almost matches it can run for hours; write it with one repetition (e.g. a+ for (a+)+).\n")

@@ -106,7 +106,7 @@ def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
     plot = tmp_path / "f.png"
     # a run long enough to interrupt: thousands of bootstrap replicates, then a figure
     proc = subprocess.Popen([sys.executable, "-c", "from spectra_cli.cli import main; main()", "fit", str(X),
-                             "--window", "3:40", "--ci", "--ci-replicates", "100000", "--plot", str(plot)],
+                             "--window", "3:40", "--ci", "--ci-replicates", "20000", "--plot", str(plot)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
     time.sleep(1.0)  # past the start (the handler is installed first thing)
     proc.send_signal(signal.SIGINT)

@@ -161,17 +161,39 @@ def _remove_stale(parent: str, name: str) -> None:
         pid_text = entry[len(".spectra-"):].split("-", 1)[0]
         if not pid_text.isdigit():
             continue
+        full = os.path.join(parent, entry)
         try:
-            os.kill(int(pid_text), 0)
-            continue  # its writer still runs
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+            if _writer_alive(int(pid_text), os.stat(full).st_mtime):
+                continue
+        except OSError:
             continue
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(parent, entry))
             sys.stderr.write(f"note: removed {os.path.join(parent, entry)}, a temporary file left by an interrupted "
                              "run\n")
+
+
+def _writer_alive(pid: int, mtime: float) -> bool:
+    """Whether the process that named a temporary file may still be writing it: a process of that id exists,
+    is not a zombie (a killed writer whose parent has not reaped it), and started before the file was last
+    written (else the id was reused). Where /proc cannot tell, a process of that id counts as the writer."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        if fields[0] in (b"Z", b"X"):
+            return False
+        with open("/proc/stat", "rb") as fh:
+            boot = next(float(line.split()[1]) for line in fh if line.startswith(b"btime"))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return started <= mtime + 2.0  # (clock ticks and the boot time are rounded to the second)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
 
 
 @contextlib.contextmanager

@@ -268,14 +268,28 @@ def natural_key(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
+#: A drawn label keeps at most this many characters (its middle cut to an ellipsis): a name of 20 MB in a results
+#: file was drawn whole (minutes, gigabytes).
+MAX_LABEL = 80
+
+
+def short_label(name: str, limit: int = MAX_LABEL) -> str:
+    """``name``, or its head and tail around an ellipsis when longer than ``limit`` characters."""
+    if len(name) <= limit:
+        return name
+    keep = limit - 1
+    return name[: keep - keep // 2] + "…" + name[len(name) - keep // 2:]
+
+
 def layer_names(items: Sequence[str]) -> list[str]:
     """The part of each item name that differs: the longest common prefix (cut at a separator)
-    dropped, the rest whole."""
+    dropped, the rest whole (up to :data:`MAX_LABEL` characters)."""
+    items = [i if len(i) <= 4 * MAX_LABEL else short_label(i, 4 * MAX_LABEL) for i in items]  # (bounded work below)
     if len(items) < 2:
-        return [i.partition("::")[2] or os.path.basename(i) or i for i in items]
+        return [short_label(i.partition("::")[2] or os.path.basename(i) or i) for i in items]
     prefix = os.path.commonprefix(list(items))
     cut = max(prefix.rfind(c) for c in ":./_-") + 1 if prefix else 0
-    return [i[cut:] or i for i in items]
+    return [short_label(i[cut:] or i) for i in items]
 
 
 def finite(x: Any) -> float | None:

@@ -37,7 +37,7 @@ __all__ = [
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
-from spectra_cli.drawable import finite, layer_names, natural_key, predict  # noqa: E402  (re-exported)
+from spectra_cli.drawable import finite, item_name, layer_names, natural_key, predict  # noqa: E402  (re-exported)
 from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
 
 #: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
@@ -264,8 +264,9 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     if isinstance(pop, dict) and finite(pop.get("alpha")) is not None:
         ci = pop.get("ci") or [None, None]
         iv = f", 95% CI {ci[0]:.3f}–{ci[1]:.3f}" if finite(ci[0]) is not None and finite(ci[1]) is not None else ""
-        ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv}\n(finite-n corrected, n/d = "
-                                   f"{pop.get('n_over_d', 0):.2g})")
+        nd = finite(pop.get("n_over_d"))
+        ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv}\n(finite-n corrected"
+                                   f"{f', n/d = {nd:.2g}' if nd is not None else ''})")
     control = doc.get("control")
     if isinstance(control, dict) and isinstance(control.get("eigenvalues"), list):
         c = np.asarray([np.nan if v is None else v for v in control["eigenvalues"]], dtype=float)
@@ -282,8 +283,13 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     n_zero = max(lam.size - int(spec.get("sampling_rank") or lam.size), 0)
     _excluded_marks(ax, ranks[rest], [(n_near, "near-null"), (n_floor, "at the floor"),
                                        (n_zero, "sampling zero" if n_zero == 1 else "sampling zeros")])
-    pad = (hi / lo) ** 0.06 if hi > lo else 2.0
-    ax.set_ylim(lo / pad, hi * pad ** 2.2)
+    # in logs: a spectrum from 1e-300 to 1e300 keeps finite limits (hi * pad^2.2 overflowed: "Axis limits cannot be
+    # NaN or Inf")
+    # (and within 1e-300..1e300: a subnormal eigenvalue's log limits were not finite either)
+    llo, lhi = math.log(max(lo, 1e-300)), math.log(min(max(hi, lo, 1e-300), 1e300))
+    span = lhi - llo if lhi > llo else math.log(4.0)
+    bottom, top = max(llo - 0.06 * span, -690.0), min(lhi + 0.132 * span, 690.0)
+    ax.set_ylim(math.exp(bottom), math.exp(max(top, bottom + math.log(10.0))))
     ax.set_xlim(0.8, lam.size * 1.25 if spec.get("top_k") is None else lam.size * 1.25)
     _major_labels_only(ax)
     ax.set_xlabel("rank j")
@@ -346,6 +352,9 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     lam = lam[: _usable(spec, lam.size)]
     lam = lam[np.isfinite(lam) & (lam > 0)]
     n = lam.size
+    if n == 0 or finite(dens.get("xmin")) is None or not float(dens["xmin"]) > 0:
+        raise OptionError("this report's density fit has no positive usable eigenvalue (or no positive x_min) to "
+                          "draw.")
     nb = bins or int(np.clip(2 * round(n ** (1 / 3)) + 8, 12, 60))
     edges = np.geomspace(lam.min(), lam.max() * (1 + 1e-9), nb + 1) if lam.min() < lam.max() else \
         np.array([lam.min() / 1.1, lam.max() * 1.1])
@@ -441,8 +450,13 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     from spectra_cli.results import lookup
 
     require_matplotlib()
+    docs = list(docs) if not isinstance(docs, dict) else [docs]
+    bad = next((i for i, d in enumerate(docs) if not isinstance(d, dict)), None)
+    if bad is not None:
+        raise OptionError(f"{param('docs')} must be reports (dicts: a batch's JSON lines); item {bad} is a "
+                          f"{type(docs[bad]).__name__}.")
     rows = [d for d in docs if "skipped" not in d and "error" not in d]
-    items = [str(d.get("item") or (d.get("source") or {}).get("path") or i) for i, d in enumerate(rows)]
+    items = [item_name(d, str(i)) for i, d in enumerate(rows)]
     order = sorted(range(len(rows)), key=lambda i: natural_key(items[i]))
     labels = layer_names([items[i] for i in order])
     ys = [finite(lookup(rows[i], metric)) for i in order]

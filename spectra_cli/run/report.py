@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectra_cli.drawable import finite, item_name
-from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
 from spectra_cli.validate import check_path, check_paths, check_regex
 
@@ -296,10 +296,14 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     for doc, why in chosen:
         def draw_one(doc: dict[str, Any] = doc) -> Any:
             fig = figure(3.4, 2.6, margins={"left": 0.55, "bottom": 0.42, "top": 0.1, "right": 0.1})
+            ax = fig.add_subplot()
             if has_density and finite(lookup(doc, "density.alpha")) is not None:
-                density(doc, ax=fig.add_subplot(), title=False)
-            else:
-                spectrum(doc, ax=fig.add_subplot(), title=False)
+                try:
+                    density(doc, ax=ax, title=False)
+                    return fig
+                except SpectraError:  # (no positive usable eigenvalue to histogram: the spectrum instead)
+                    ax.clear()
+            spectrum(doc, ax=ax, title=False)
             return fig
 
         worst_figs.append({"item": _item(doc), "name": short.get(_item(doc), _item(doc)), "why": why,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import spectra_cli as spectra
@@ -236,3 +236,91 @@ def test_reports_of_any_shape_where_spectra_reads_reports(doc, schema):
         spectra.check(path, require=["fit.alpha > 0"], baseline=path, max_change=["fit.alpha=1%"])
 
     _only_spectra_errors(write, run, ".json")
+
+
+_BASE = None
+
+
+def _valid_report() -> dict[str, Any]:
+    global _BASE
+    if _BASE is None:
+        X = np.random.default_rng(2).standard_normal((300, 12)) * np.arange(1, 13) ** -0.5
+        _BASE = spectra.fit(X, window="2:8", density=True, ci=True, ci_replicates=20).to_dict()
+    return json.loads(json.dumps(_BASE))
+
+
+EIGEN = st.one_of(st.floats(min_value=-1e300, max_value=1e300), st.just(0.0), st.none(), st.just(1e300),
+                  st.just(1e-300))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(eig=[0.0] * 12, usable=None, low=None, high=None, drop="", n_over_d=None, xmin=1.0, source={})
+@example(eig=[1e300] + [1.0 / j for j in range(1, 12)], usable=None, low=0.5, high=0.7, drop="", n_over_d=2.0,
+         xmin=0.2, source={"path": "x"})
+@example(eig=[1.0 / j for j in range(1, 13)], usable=0, low=0.5, high=None, drop="high", n_over_d=None, xmin=0.2,
+         source={"path": "a" * 5000})
+@example(eig=[-1.0] * 6 + [None] * 6, usable=3, low=None, high=None, drop="ci", n_over_d=1.0, xmin=0.2, source={})
+@given(eig=st.lists(EIGEN, min_size=0, max_size=14), usable=st.one_of(st.none(), st.integers(0, 14)),
+       low=st.one_of(st.none(), st.floats(-1e6, 1e6)), high=st.one_of(st.none(), st.floats(-1e6, 1e6)),
+       drop=st.sampled_from(["", "low", "high", "ci"]), n_over_d=st.one_of(st.none(), st.floats(-1e6, 1e6)),
+       xmin=st.floats(1e-300, 1e100), source=st.sampled_from([{"path": "x"}, {}, {"path": "a" * 5000}]))
+def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usable, low, high, drop, n_over_d,
+                                                                       xmin, source):
+    """Reports written elsewhere that pass the report checks (drawable.check_report): each figure draws them or
+    refuses with a SpectraError; none crashes (null interval bounds, n_over_d null, no positive eigenvalue,
+    1e300, usable_rank 0 each crashed one before)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from spectra_cli import plot
+    from spectra_cli.drawable import check_report
+
+    doc = _valid_report()
+    doc["spectrum"]["eigenvalues"] = eig
+    doc["spectrum"]["usable_rank"] = None if usable is None else min(usable, len(eig))
+    doc["fit"]["ci"] = {"level": 0.95, "low": low, "high": high} if drop != "ci" else None
+    if drop in ("low", "high") and doc["fit"]["ci"] is not None:
+        doc["fit"]["ci"].pop(drop)
+    doc["fit"]["population"] = {"alpha": 0.9, "ci": [0.8, 1.0], "n_over_d": n_over_d, "window": [2, 8]}
+    doc["density"]["xmin"] = xmin
+    doc["density"]["n_tail"] = min(doc["density"]["n_tail"], len(eig))
+    doc["source"] = {**doc["source"], **source}
+    doc["item"] = source.get("path") or "item"
+    try:
+        check_report(doc, "the drawn report")
+    except SpectraError:
+        return  # (refused at the door: the figures never see it)
+    for draw in (plot.spectrum, plot.density, plot.local_slope, plot.report_figure,
+                 lambda d: plot.layers([d, d], "fit.alpha"), lambda d: plot.layers([d], "rank.participation_ratio")):
+        try:
+            out = draw(doc)
+        except SpectraError:
+            continue
+        fig = out.figure if hasattr(out, "figure") else out
+        fig.canvas.draw()
+        plt.close(fig)
+
+
+def test_the_page_draws_or_refuses_edge_reports_and_long_names_in_bounded_time(tmp_path):
+    """The report page from results lines that pass the checks: no positive eigenvalue with a density fit, one of
+    1e300, usable_rank 0, interval bounds missing, n_over_d null, and an item name of 2 MB (its label was drawn
+    whole: a 20 MB name ran past 300 s at 3.7 GB)."""
+    lines = []
+    for k, change in enumerate([
+        lambda d: d["spectrum"].update(eigenvalues=[0.0] * 12, usable_rank=None),
+        lambda d: d["spectrum"]["eigenvalues"].__setitem__(0, 1e300),
+        lambda d: d["spectrum"].update(usable_rank=0),
+        lambda d: d["fit"].update(ci={"level": 0.95, "low": None}),
+        lambda d: d["fit"].update(population={"alpha": 0.9, "ci": [0.8, 1.0], "n_over_d": None, "window": [2, 8]}),
+        lambda d: d.update(item="layer." + "x" * 2_000_000),
+    ]):
+        doc = _valid_report()
+        change(doc)
+        doc.setdefault("item", f"model.safetensors::layer.{k}.weight")
+        lines.append(json.dumps(doc))
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    spectra.report(str(tmp_path / "r.jsonl"), out=str(tmp_path / "page.html"))
+    page = (tmp_path / "page.html").read_text()
+    assert page.count("x" * 2_000_000) <= 3  # (the long name: as text in the tables, never drawn whole in a figure)

@@ -350,7 +350,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     ax = _new_axes(ax)
     lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
     lam = lam[: _usable(spec, lam.size)]
-    lam = lam[np.isfinite(lam) & (lam > 0)]
+    lam = lam[np.isfinite(lam) & (lam >= 1e-300)]  # (what log axes can hold: a subnormal's density overflows)
     n = lam.size
     if n == 0 or finite(dens.get("xmin")) is None or not float(dens["xmin"]) > 0:
         raise OptionError("this report's density fit has no positive usable eigenvalue (or no positive x_min) to "
@@ -364,8 +364,10 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
               label=f"eigenvalues ({n:,})")
     alpha, xmin = float(dens["alpha"]), float(dens["xmin"])
     n_tail = int(dens.get("n_tail") or 0)
-    x = np.geomspace(xmin, lam.max(), 50)
-    tail = (n_tail / n) * (alpha - 1) / xmin * (x / xmin) ** (-alpha)
+    x = np.geomspace(xmin, max(lam.max(), xmin), 50)
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        tail = (n_tail / n) * (alpha - 1) / xmin * (x / xmin) ** (-alpha)
+    tail = np.where(np.isfinite(tail) & (tail > 0), tail, np.nan)
     ax.loglog(x, tail, color=PALETTE[1], ls="--", lw=1.5, label="fitted tail")
     ax.axvline(xmin, color=PALETTE[2], ls=":", lw=1.2, label=f"x_min = {_fmt(xmin)}")
     se = finite(dens.get("stderr"))
@@ -374,8 +376,8 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
             f"KS distance = {ks:.3f}" if ks is not None else "", f"tail: {n_tail} of {n} eigenvalues"]
     ax.text(0.97, 0.97, "\n".join(t for t in text if t), transform=ax.transAxes, ha="right", va="top",
             fontsize=7, bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#bbbbbb", "lw": 0.5})
-    positive = dens_vals[counts > 0]
-    if positive.size:
+    positive = dens_vals[(counts > 0) & np.isfinite(dens_vals) & (dens_vals > 0)]
+    if positive.size and np.isfinite(positive.max() * 3) and positive.min() / 3 > 0:
         ax.set_ylim(positive.min() / 3, positive.max() * 3)
     log_ticks(ax)
     ax.set_xlabel("eigenvalue λ")

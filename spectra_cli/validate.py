@@ -133,8 +133,9 @@ def check_numbers(name: str, value: Any) -> tuple[float, ...]:
 
 def check_regex(name: str, pattern: str) -> re.Pattern[str]:
     """``pattern`` compiled, refused (naming ``name``) when it is not a regular expression, or when it nests an
-    unbounded repetition inside another (``(a+)+``, ``(\\w*)*``): such patterns backtrack exponentially on a long
-    name that almost matches, and Python's ``re`` has no time limit."""
+    unbounded repetition inside another (``(a+)+``, ``(\\w*)*``) or repeats alternatives wider than one character
+    (``(ab|a)*``): such patterns backtrack exponentially on a long name that almost matches, and Python's ``re``
+    has no time limit."""
     import re._parser as sre
 
     if not isinstance(pattern, str):
@@ -159,6 +160,10 @@ def check_regex(name: str, pattern: str) -> re.Pattern[str]:
                 if nested(av[-1], inside):
                     return True
             elif op is sre.BRANCH:
+                # alternatives inside a repetition that are not single characters can overlap ((ab|a)*): the same
+                # exponential backtracking
+                if inside and any(sre.SubPattern(sre.State(), b).getwidth() != (1, 1) for b in av[1]):
+                    return True
                 if any(nested(b, inside) for b in av[1]):
                     return True
             elif op in (sre.ASSERT, sre.ASSERT_NOT):
@@ -167,7 +172,7 @@ def check_regex(name: str, pattern: str) -> re.Pattern[str]:
         return False
 
     if nested(tree, False):
-        raise OptionError(f"{param(name, pattern[:80])} repeats a group that itself repeats (as in (a+)+): on a "
-                          "long name that almost matches it can run for hours; write it with one repetition (e.g. "
-                          "a+ for (a+)+).")
+        raise OptionError(f"{param(name, pattern[:80])} repeats a group that itself repeats, or alternatives of "
+                          "more than one character (as in (a+)+ or (ab|a)*): on a long name that almost matches it "
+                          "can run for hours; write it with one repetition (e.g. a+ for (a+)+).")
     return compiled

@@ -5,14 +5,15 @@ is :mod:`spectra_cli.run.lightning_callback`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
 from transformers import TrainerCallback
 
-from spectra_cli.errors import OptionError, param
-from spectra_cli.stream.hooks import Capture
-from spectra_cli.validate import check_int
+from spectra_cli.errors import InputError
+from spectra_cli.stream.hooks import Capture, check_capture_options, module_matcher
+from spectra_cli.validate import check_bool, check_int
 
 
 class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
@@ -36,21 +37,23 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
 
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  **options: Any) -> None:
-        self.folder, self.modules, self.reset, self.options = folder, modules, bool(reset), options
+        self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
+        self.reset = check_bool("reset", reset)
         self.every = check_int("every", every, minimum=1)
-        if "texts" in options or "out" in options:
-            raise OptionError(f"{param('texts')} and {param('out')} are for spectra capture; the Trainer runs "
-                              "the model here.")
+        module_matcher(modules)
         self.capture: Capture | None = None
         self.saved: list[str] = []
         self._last = -1
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.capture is not None:  # (a train() run again after a failure: the old hooks go first)
+            self.capture.close()
         self.capture = Capture(model, modules=self.modules, **self.options)
 
     def _snapshot(self, step: int) -> None:
-        if self.capture is not None and step != self._last and any(self.capture.rows(n) for n in self.capture):
-            self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
+        if self.capture is not None and step != self._last:
+            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
+                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
             self._last = step
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.stages import reports_progress, stage
 from spectra_cli.stream.hooks import Capture
 from spectra_cli.validate import check_int, check_path
@@ -95,7 +95,10 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         raise InputError(f"{param('texts', texts)} is not a file.")
     if out is not None:
         out = check_path("out", out)
-    net, tokenizer = _load(model, device)
+        if os.path.lexists(out) and not os.path.isdir(out):
+            raise OutputError(f"{param('out', out)} exists and is not a directory; name a folder for the moment files "
+                              "(it is made when missing).")
+    net, tokenizer, max_length = _load(model, device, max_length)
     cap = Capture(net, **options)
     try:
         _run(cap, net, tokenizer, _texts(texts, column), batch_size=batch_size, max_length=max_length,
@@ -103,13 +106,15 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
     finally:
         cap.close()
     if out is not None:
-        cap.saved = cap.save(out, step=step)
+        cap.save(out, step=step)
     return cap
 
 
-def _load(model: Any, device: str) -> tuple[Any, Any]:
-    """The model (eval mode, on ``device``) and its tokenizer, from a local folder; a module given as it is needs
-    a tokenizer in its folder, so only a path is accepted with ``texts``."""
+def _load(model: Any, device: str, max_length: int) -> tuple[Any, Any, int]:
+    """The model (eval mode, on ``device``), its tokenizer (padding with its end-of-sequence token where it has
+    no padding token) and the tokens a text may keep (``max_length``, at most the model's positions), from a
+    local folder; a module given as it is needs a tokenizer in its folder, so only a path is accepted with
+    ``texts``."""
     if not isinstance(model, str | os.PathLike):
         raise OptionError(f"{param('texts')} runs a model loaded from a local Hugging Face folder: give its path as "
                           f"{param('model')} (with a module, run it yourself inside the capture).")
@@ -133,11 +138,31 @@ def _load(model: Any, device: str) -> tuple[Any, Any]:
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: transformers cannot load a model and tokenizer from it ({first[:300]}).") from None
+    cfg = getattr(net, "config", None)
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise InputError(f"{path} holds an encoder-decoder model ({type(net).__name__}): spectra capture runs "
+                         "encoder-only and decoder-only models over texts; capture its modules with "
+                         "spectra_cli.capture, running the model yourself.")
+    vocab = getattr(cfg, "vocab_size", None)
+    if isinstance(vocab, int) and vocab > 0 and len(tokenizer) < vocab // 2:
+        raise InputError(f"{path}: its tokenizer has {len(tokenizer):,} tokens for a model of {vocab:,} (are the "
+                         "tokenizer's files missing?); every word would be an unknown token.")
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise InputError(f"{path}: its tokenizer has neither a padding nor an end-of-sequence token to pad a "
+                             "batch with; use --batch-size 1.")
+        tokenizer.pad_token = tokenizer.eos_token  # (the mask leaves the padding out whatever token it is)
+    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if isinstance(positions, int) and positions > 0:
+        max_length = min(max_length, positions)
+    if str(device).strip().lower().startswith("meta"):
+        raise OptionError(f"{param('device', device)}: the meta device holds no values to capture.")
     try:
         net = net.to(torch.device(device)).eval()
-    except (RuntimeError, ValueError) as exc:
-        raise OptionError(f"{param('device', device)} is not a device this torch can use ({exc}).") from None
-    return net, tokenizer
+    except Exception as exc:  # noqa: BLE001 - torch says AssertionError, RuntimeError or ValueError for a device
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OptionError(f"{param('device', device)} is not a device this torch can use ({first[:200]}).") from None
+    return net, tokenizer, max_length
 
 
 def _texts(path: str, column: str) -> Iterator[str]:
@@ -207,8 +232,14 @@ def _run(cap: Capture, net: Any, tokenizer: Any, texts: Iterator[str], *, batch_
     def flush() -> int:
         enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
         enc = {k: v.to(net.device) for k, v in enc.items()}
-        with torch.no_grad():
-            net(**enc)
+        try:
+            with torch.no_grad():
+                net(**enc)
+        except SpectraError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the model's own failure on these inputs, said in one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InputError(f"the model failed on a batch of texts ({type(exc).__name__}: {first[:300]}).") from None
         m = enc.get("attention_mask")
         return int(m.sum()) if m is not None else int(enc["input_ids"].numel())
 

@@ -4,14 +4,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from spectra_cli.errors import OptionError, param
-from spectra_cli.stream.hooks import Capture
-from spectra_cli.validate import check_int
+from spectra_cli.errors import InputError
+from spectra_cli.stream.hooks import Capture, check_capture_options, module_matcher
+from spectra_cli.validate import check_bool, check_int
 
 
 class SpectraLightningCallback(Callback):  # type: ignore[misc]
@@ -34,21 +35,27 @@ class SpectraLightningCallback(Callback):  # type: ignore[misc]
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  **options: Any) -> None:
         super().__init__()
-        self.folder, self.modules, self.reset, self.options = folder, modules, bool(reset), options
+        self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
+        self.reset = check_bool("reset", reset)
         self.every = check_int("every", every, minimum=1)
-        if "texts" in options or "out" in options:
-            raise OptionError(f"{param('texts')} and {param('out')} are for spectra capture; Lightning runs the "
-                              "model here.")
+        module_matcher(modules)
         self.capture: Capture | None = None
         self.saved: list[str] = []
         self._last = -1
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.capture is not None:
+            self.capture.close()
         self.capture = Capture(pl_module, modules=self.modules, **self.options)
 
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self.capture is not None:  # (the hooks never outlive the run)
+            self.capture.close()
+
     def _snapshot(self, step: int) -> None:
-        if self.capture is not None and step != self._last and any(self.capture.rows(n) for n in self.capture):
-            self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
+        if self.capture is not None and step != self._last:
+            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
+                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
             self._last = step
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -14,6 +14,7 @@ output is taken whole. Hooks are removed when the ``with`` block ends, also on a
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -27,6 +28,10 @@ from spectra_cli.validate import PRECISIONS, check_bool, check_choice, check_int
 _REGEX_SYNTAX = set("\\^$+(){}|")
 #: The most row groups a capture keeps (each a d x d float64 matrix on the device).
 MAX_GROUPS = 256
+#: The longest module pattern taken.
+MAX_PATTERN = 1000
+#: The largest step a snapshot may be named for.
+MAX_STEP = 10**15
 
 
 def module_matcher(pattern: str) -> Callable[[str], bool]:
@@ -34,12 +39,35 @@ def module_matcher(pattern: str) -> Callable[[str], bool]:
     if not isinstance(pattern, str) or not pattern:
         raise OptionError(f"{param('modules', pattern, show=True)} must be a non-empty glob or regular expression "
                           "of module names (e.g. 'encoder.layer.*').")
+    if len(pattern) > MAX_PATTERN:
+        raise OptionError(f"{param('modules', pattern[:40] + '...')} is a pattern of {len(pattern):,} characters; at "
+                          f"most {MAX_PATTERN:,} are allowed.")
     if not (_REGEX_SYNTAX & set(pattern)):
-        body = "".join("[^.]*" if ch == "*" else "[^.]" if ch == "?" else re.escape(ch) for ch in pattern)
-        rx = re.compile(rf"(?:^|\.){body}$")
+        rx = re.compile(rf"(?:^|\.){_glob_body(pattern)}$")
         return lambda name: rx.search(name) is not None
     rx = check_regex("modules", pattern)
     return lambda name: rx.search(name) is not None
+
+
+def _glob_body(pattern: str) -> str:
+    """A glob as a regex: ``*`` any run within one dotted part, ``?`` one character of it, ``[...]`` a class."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        close = pattern.find("]", i + 2) if ch == "[" else -1
+        if ch == "*":
+            out.append("[^.]*")
+        elif ch == "?":
+            out.append("[^.]")
+        elif close > 0:
+            inner = pattern[i + 1:close]
+            out.append("[" + ("^" + re.escape(inner[1:]) if inner.startswith("!") else
+                              re.escape(inner).replace("\\-", "-")) + "]")
+            i = close
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
 
 
 def _positions(spec: str | None) -> slice | None:
@@ -50,7 +78,22 @@ def _positions(spec: str | None) -> slice | None:
         raise OptionError(f"{param('positions', spec)} must be a range of positions 'K1:K2' (either end may be "
                           "left out, e.g. '1:' to leave out a CLS token).")
     a, b = (int(v) if v is not None else None for v in m.groups())
+    if a is not None and b is not None and (a >= 0) == (b >= 0) and a >= b:
+        raise OptionError(f"{param('positions', spec)} selects no position (K2 must be past K1).")
     return slice(a, b)
+
+
+#: The keywords a training callback passes on to :class:`Capture`.
+CAPTURE_OPTIONS = ("groups", "precision", "mask", "output", "positions", "drop_nonfinite")
+
+
+def check_capture_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A callback's further keywords, refused at once when :class:`Capture` takes no such keyword."""
+    unknown = sorted(set(options) - set(CAPTURE_OPTIONS))
+    if unknown:
+        raise OptionError(f"{', '.join(param(k) for k in unknown)}: not a keyword of spectra_cli.capture in a "
+                          f"training callback (these are: {', '.join(CAPTURE_OPTIONS)}).")
+    return dict(options)
 
 
 class Capture:
@@ -81,13 +124,13 @@ class Capture:
         if not (mask is None or mask == "auto" or callable(mask)):
             raise OptionError(f"{param('mask', mask, show=True)} must be 'auto' (the call's attention_mask), None, or "
                               "a function of the call's (args, kwargs) that returns the mask.")
-        if output is not None and not isinstance(output, str | int):
+        if output is not None and (isinstance(output, bool) or not isinstance(output, str | int)):
             raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
         match = module_matcher(modules)
         names = [n for n, _ in model.named_modules() if n and match(n)]
         if not names:
             every = [n for n, _ in model.named_modules() if n]
-            raise InputError(f"{param('modules', modules)} matches none of the model's {len(every)} modules (e.g. "
+            raise InputError(f"{param('modules', modules[:80])} matches none of the model's {len(every)} modules (e.g. "
                              f"{', '.join(every[:6]) or 'none'}); a glob such as 'encoder.layer.*' takes each layer.")
         self.model_name = type(model).__name__
         self.modules = tuple(names)
@@ -104,21 +147,61 @@ class Capture:
         self._handles: list[Any] = []
         self._since: int | None = None
         mods = dict(model.named_modules())
+        param_ = next(model.parameters(), None)
+        self._device = param_.device if param_ is not None else torch.device("cpu")
+        self._depth = 0
         if mask is not None:
-            self._handles.append(model.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            # the mask is read where the model is called, whichever ancestor of the captured modules that is (the
+            # model itself, or the model inside a LightningModule), at the outermost hooked call, and forgotten when
+            # that call returns (also on an exception): a captured module called directly gets no mask
+            ancestors = {".".join(n.split(".")[:k]) for n in names for k in range(len(n.split(".")))}
+            for a in sorted(ancestors):
+                if a in mods:
+                    self._handles.append(mods[a].register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+                    self._handles.append(mods[a].register_forward_hook(self._post_hook, always_call=True))
         for n in names:
             self._handles.append(mods[n].register_forward_hook(self._hook(n)))
 
     # -- hooks -----------------------------------------------------------------------------------
     def _pre_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls += 1
+        self._depth += 1
         rule = self._mask_rule
-        self._mask = kwargs.get("attention_mask") if rule == "auto" else rule(args, kwargs)  # type: ignore[operator,misc]
+        if rule == "auto":
+            # the first (batch, positions) mask of this outermost call, from whichever hooked ancestor takes it (the
+            # model inside a wrapper; an inner module's 4-D additive mask is not one)
+            if self._depth == 1:
+                self.calls += 1
+            if self._mask is not None:
+                return
+            m = kwargs.get("attention_mask")
+            if m is None and args:  # (passed by position: bound to the call's signature)
+                try:
+                    m = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments.get("attention_mask")
+                except (TypeError, ValueError):
+                    m = None
+            if m is not None and getattr(m, "ndim", 2) == 2:
+                self._mask = m
+        elif self._depth == 1:
+            self.calls += 1
+            try:
+                self._mask = rule(args, kwargs)  # type: ignore[operator,misc]
+            except Exception as exc:  # noqa: BLE001 - the user's function: its failure is theirs, said in one line
+                self._depth -= 1  # (the call does not happen: no post-hook comes)
+                raise InputError(f"the {param('mask')} function failed on call {self.calls}: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+    def _post_hook(self, module: Any, args: Any, out: Any) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if self._depth == 0:
+            self._mask = None
 
     def _tensor(self, name: str, out: Any) -> Any:
         import torch
 
         if self.output is not None:
+            if isinstance(out, torch.Tensor) and isinstance(self.output, int):
+                raise InputError(f"module {name!r} returns a tensor: {param('output', self.output)} would index its "
+                                 "batch; output= picks from a tuple or a model output (leave it out here).")
             try:
                 out = out[self.output] if isinstance(self.output, int) else getattr(out, self.output)
             except (AttributeError, IndexError, KeyError, TypeError):
@@ -148,12 +231,16 @@ class Capture:
                 t = t[:, self.positions]
                 mask = mask[:, self.positions] if mask is not None and getattr(mask, "ndim", 0) == 2 else mask
             if mask is not None:
-                mask = torch.as_tensor(mask, device=t.device)
+                try:
+                    mask = torch.as_tensor(mask, device=t.device)
+                except (TypeError, ValueError, RuntimeError) as exc:
+                    raise InputError(f"module {name!r}: the attention mask ({type(self._mask).__name__}) is not a "
+                                     f"tensor of numbers: {exc}") from None
                 if tuple(mask.shape) != tuple(t.shape[:2]):
                     raise InputError(f"module {name!r}: the attention mask has shape {tuple(mask.shape)}, its output "
                                      f"{tuple(t.shape)}; a mask of shape (batch, positions) = {tuple(t.shape[:2])} "
                                      "is required.")
-                return t[mask != 0]
+                return t[mask > 0.5 if mask.is_floating_point() else mask != 0]  # (a NaN is no token)
             return t.reshape(-1, t.shape[-1])
         return t.reshape(-1, t.shape[-1])
 
@@ -163,6 +250,9 @@ class Capture:
 
             with torch.no_grad():
                 X = self._rows(name, out)
+                if X.is_meta:
+                    raise InputError(f"module {name!r} runs on the meta device: its outputs hold no values to "
+                                     "capture (load the weights first).")
                 finite = torch.isfinite(X).all(dim=1)
                 if not bool(finite.all()):
                     if not self.drop_nonfinite:
@@ -219,45 +309,80 @@ class Capture:
         """Module ``name``'s moments as a host accumulator: every rank's merged (collective under
         ``torch.distributed``)."""
         if name not in self.modules:
-            raise OptionError(f"{name!r} is not a captured module; these are: {', '.join(self.modules[:8])}"
+            raise OptionError(f"{name[:80]!r} is not a captured module; these are: {', '.join(self.modules[:8])}"
                               f"{', ...' if len(self.modules) > 8 else ''}.")
-        st = self._states.get(name)
-        if st is None:
+        if name not in self._seen()[0]:
             raise InputError(f"module {name!r} saw no rows: nothing to read (no forward call reached it).")
+        return self._accumulator(name, step)
+
+    def _accumulator(self, name: str, step: int | None) -> Accumulator:
         src = {"capture": name, "model": self.model_name, "step": step, "since_step": self._since,
                "dropped_nonfinite": self.n_dropped[name]}
-        acc = st.accumulator(sources=[src])
+        acc = self._states[name].accumulator(sources=[src])
         acc.n_dropped = self.n_dropped[name]
         return acc
 
+    def _seen(self) -> tuple[list[str], dict[str, int]]:
+        """The modules that saw a row on any rank, and their widths (one collective under ``torch.distributed``,
+        so that every rank then gathers the same modules); a rank where such a module saw nothing takes part with
+        an empty state."""
+        import torch
+
+        rows = torch.tensor([[float(self.rows(n)), float(self._states[n].d if n in self._states else 0)]
+                             for n in self.modules], dtype=torch.float64, device=self._device)
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            total = rows[:, 0].clone()
+            width = rows[:, 1].clone()
+            dist.all_reduce(total)
+            dist.all_reduce(width, op=dist.ReduceOp.MAX)
+        else:
+            total, width = rows[:, 0], rows[:, 1]
+        seen = [n for n, t in zip(self.modules, total.tolist(), strict=True) if t > 0]
+        widths = {n: int(w) for n, w in zip(self.modules, width.tolist(), strict=True)}
+        for n in seen:
+            if n not in self._states:
+                self._states[n] = DeviceMoments(widths[n], device=self._device, groups=self.groups,
+                                                precision=self.precision, name=n)
+        return seen, widths
+
     def save(self, folder: str | os.PathLike[str], *, step: int | None = None, reset: bool = False) -> list[str]:
-        """One moment file per module: ``folder/<module>.npz``, or with ``step``, ``folder/step_<step>/<module>.npz``
-        (a run that ``batch``, ``trend``, ``report`` and ``check --baseline`` read by that step). Collective under
-        ``torch.distributed``: every rank calls it; rank 0 writes, the others write nothing (their list is
-        empty). ``reset``: the next snapshot holds only the rows since this one (else they are cumulative)."""
+        """One moment file per module that saw rows: ``folder/<module>.npz``, or with ``step``,
+        ``folder/step_<step>/<module>.npz`` (a run that ``batch``, ``trend``, ``report`` and ``check --baseline`` read
+        by that step); a module that saw no row since the last reset (a conditional branch, an idle expert) is left
+        out. Collective under ``torch.distributed``: every rank calls it; rank 0 writes, the others write nothing
+        (their list is empty). ``reset``: the next snapshot holds only the rows since this one (else they are
+        cumulative). Refused when no module saw a row."""
         if step is not None:
             step = check_int("step", step, minimum=0)
+            if step > MAX_STEP:
+                raise OptionError(f"{param('step', step if len(str(step)) < 20 else str(step)[:17] + '...')} is past "
+                                  f"{MAX_STEP:,}, no training step.")
         reset = check_bool("reset", reset)
         root = check_path("folder", folder)
         if os.path.lexists(root) and not os.path.isdir(root):
             raise OutputError(f"{param('folder', root)} exists and is not a directory; name a folder for the moment "
                               "files (it is made when missing).")
         target = os.path.join(root, f"step_{step}") if step is not None else root
+        seen, _ = self._seen()
+        if not seen:
+            raise InputError("no captured module saw a row since the last snapshot: nothing to save (run the model "
+                             "inside the capture).")
         writer = _rank() == 0
+        accs = [(name, self._accumulator(name, step)) for name in seen]  # (every rank: collective)
         written: list[str] = []
-        for name in self.modules:
-            if name not in self._states:
-                continue
-            acc = self.accumulator(name, step=step)
-            if writer:
+        if writer:
+            try:
                 os.makedirs(target, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"{param('folder', root)}: cannot make {target} ({exc.strerror}).") from None
+            for name, acc in accs:
                 written.append(acc.save(os.path.join(target, f"{_file_name(name)}.npz")))
-        if not written and writer and not self._states:
-            raise InputError("no captured module saw a row yet: nothing to save (run the model inside the capture).")
         if reset:
             for st in self._states.values():
                 st.reset()
             self._since = step
+        self.saved = written
         return written
 
     def __repr__(self) -> str:

@@ -294,5 +294,6 @@ def test_a_regex_that_can_backtrack_for_hours_is_refused_before_it_runs(cli, tmp
     extra = ["--metric", "fit.alpha"] if command == "trend" else []
     r = cli(command, target if command == "trend" else tmp_path, flag, "(a+)+$", *extra)
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == (f"error: {flag} '(a+)+$' repeats a group that itself repeats (as in (a+)+): on a long name "
-                        "that almost matches it can run for hours; write it with one repetition (e.g. a+ for (a+)+).\n")
+    assert r.stderr == (f"error: {flag} '(a+)+$' repeats a group that itself repeats, or alternatives of more than "
+                        "one character (as in (a+)+ or (ab|a)*): on a long name that almost matches it can run for "
+                        "hours; write it with one repetition (e.g. a+ for (a+)+).\n")

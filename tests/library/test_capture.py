@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -16,9 +17,9 @@ from spectra_cli.errors import InputError, OptionError  # noqa: E402
 from spectra_cli.stream.hooks import module_matcher  # noqa: E402
 
 
-def _bert(seed: int = 0, width: int = 32):
+def _bert(seed: int = 0, width: int = 32, vocab: int = 120):
     torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=120, hidden_size=width, num_hidden_layers=2, num_attention_heads=4,
+    cfg = transformers.BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=2, num_attention_heads=4,
                                   intermediate_size=2 * width, max_position_embeddings=64)
     return transformers.BertModel(cfg).eval()
 
@@ -228,10 +229,10 @@ def test_the_trainer_callback_writes_a_snapshot_every_n_steps(tmp_path):
 def _model_folder(tmp_path):
     """A tiny BERT and its tokenizer saved as a local Hugging Face folder."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"the a cat dog sat on mat ran far and".split()]
-    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
-    tok = transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    tok = transformers.BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+    assert tok("the cat sat")["input_ids"] == [2, 5, 7, 9, 3]  # (no word is unknown)
     folder = tmp_path / "model"
-    _bert().save_pretrained(folder)
+    _bert(vocab=len(words)).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
@@ -306,3 +307,106 @@ def test_on_a_gpu_the_moments_are_the_cpu_ones():
                 m(**{k: v.to(device) for k, v in kw.items()})
         on[device] = cap["encoder.layer.1"].moments
     np.testing.assert_allclose(on["cuda"].m2, on["cpu"].m2, rtol=1e-5, atol=1e-6 * on["cpu"].m2.max())
+
+
+def _unpadded(batches) -> int:
+    return sum(int(kw["attention_mask"].sum()) for kw in batches)
+
+
+def test_the_mask_is_read_where_the_model_is_called_and_forgotten_after(tmp_path):
+    model, batches = _bert(), _batches()
+
+    class Wrapper(torch.nn.Module):  # (a LightningModule holding the model: the mask reaches the inner call)
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, kw):
+            return self.model(**kw)
+
+    wrapper = Wrapper()
+    with spectra.capture(wrapper, modules="model.encoder.layer.0") as cap, torch.no_grad():
+        for kw in batches:
+            wrapper(kw)
+    assert cap.rows("model.encoder.layer.0") == _unpadded(batches)
+    with spectra.capture(model, modules="encoder.layer.0") as cap, torch.no_grad():  # the mask by position
+        for kw in batches:
+            model(kw["input_ids"], kw["attention_mask"])
+    assert cap.rows("encoder.layer.0") == _unpadded(batches)
+    with spectra.capture(model, modules="encoder.layer.0") as cap, torch.no_grad():
+        model(**batches[0])
+        h = torch.randn(*batches[0]["input_ids"].shape, 32)
+        model.encoder.layer[0](h)  # a direct call of the module: no mask from the model's last call
+    assert cap.rows("encoder.layer.0") == _unpadded(batches[:1]) + h.shape[0] * h.shape[1]
+    float_mask = batches[0]["attention_mask"].double()
+    float_mask[0, 0] = float("nan")  # (a NaN is no token)
+    with spectra.capture(model, modules="encoder.layer.0") as cap, torch.no_grad():
+        model(input_ids=batches[0]["input_ids"], attention_mask=batches[0]["attention_mask"])
+    with pytest.raises(InputError, match="returns a tensor: output=0 would index its batch"):
+        with spectra.capture(model, modules="encoder.layer.0", output=0), torch.no_grad():
+            model(**batches[0])
+    assert _no_hooks(model)
+
+
+def test_a_module_that_saw_no_row_is_left_out_of_a_snapshot_and_the_reset_holds(tmp_path):
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.*") as cap, torch.no_grad():
+        model(**batches[0])
+        cap.save(tmp_path, step=1, reset=True)
+        model.encoder.layer[0](torch.randn(2, 5, 32))  # only layer 0 runs: layer 1 is idle in this window
+        written = cap.save(tmp_path, step=2, reset=True)
+        assert [os.path.basename(p) for p in written] == ["encoder.layer.0.npz"]
+        assert cap.rows("encoder.layer.0") == 0
+        with pytest.raises(InputError, match="no captured module saw a row since the last snapshot"):
+            cap.save(tmp_path, step=3)
+    assert spectra.Accumulator.load(tmp_path / "step_2" / "encoder.layer.0.npz").n == 10
+
+
+def test_callbacks_check_their_keywords_at_once_and_never_leave_hooks(tmp_path):
+    from types import SimpleNamespace
+
+    from spectra_cli.run.callbacks import SpectraTrainerCallback
+
+    with pytest.raises(OptionError, match="foo: not a keyword of spectra_cli.capture in a training callback"):
+        SpectraTrainerCallback(tmp_path, modules="encoder.layer.*", foo=1)
+    with pytest.raises(OptionError, match="reset='no' must be"):
+        SpectraTrainerCallback(tmp_path, modules="encoder.layer.*", reset="no")
+    model = _bert()
+    cb = SpectraTrainerCallback(tmp_path, modules="encoder.layer.*")
+    cb.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)
+    cb.on_train_begin(None, SimpleNamespace(global_step=0), None, model=model)  # train() again after a failure
+    assert sum(len(m._forward_hooks) for m in model.modules()) == 2 + 3  # layers, and the model and encoder's
+    cb.on_train_end(None, SimpleNamespace(global_step=0), None)  # (no row seen: no snapshot, no error)
+    assert _no_hooks(model) and not os.listdir(tmp_path)
+
+
+def test_the_command_refuses_what_it_cannot_run_in_one_line(cli, tmp_path):
+    folder = _model_folder(tmp_path)
+    texts = tmp_path / "t.txt"
+    texts.write_text(("the cat sat on the mat " * 40).strip() + "\nthe dog\n")  # 240 words: past the 64 positions
+    out = tmp_path / "m"
+    r = cli("capture", str(folder), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(out), "--json")
+    assert r.exit_code == 0, r.stderr  # (--max-length 512 is cut to the model's 64 positions)
+    assert json.loads(r.stdout)["tokens"] == 64 + 4
+    for args, message in [
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "cuda:999"],
+         "is not a device this torch can use"),
+        (["--device", "meta"], "the meta device holds no values to capture"),
+        (["--modules", "([\\w.][\\w.]|[\\w.])*X"], "repeats a group that itself repeats, or alternatives"),
+        (["--positions", "5:2"], "--positions '5:2' selects no position"),
+    ]:
+        base = ["capture", str(folder), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(out)]
+        if args[0] == "--modules":
+            base = base[:5] + [args[1]] + base[6:]
+            args = []
+        r = cli(*base, *args)
+        assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (args, r.stderr)
+        assert message in r.stderr, r.stderr
+    (tmp_path / "file").write_text("x")
+    r = cli("capture", str(folder), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(tmp_path / "file"))
+    assert r.exit_code == 2 and r.stderr.startswith("error: -o ") and "exists and is not a directory" in r.stderr
+    big = tmp_path / "big"
+    _bert(vocab=120).save_pretrained(big)  # a model of 120 token ids with the 15-token tokenizer beside it
+    transformers.AutoTokenizer.from_pretrained(folder).save_pretrained(big)
+    r = cli("capture", str(big), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(out))
+    assert r.exit_code == 2 and "its tokenizer has 15 tokens for a model of 120" in r.stderr

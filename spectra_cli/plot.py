@@ -290,7 +290,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     span = lhi - llo if lhi > llo else math.log(4.0)
     bottom, top = max(llo - 0.06 * span, -690.0), min(lhi + 0.132 * span, 690.0)
     ax.set_ylim(math.exp(bottom), math.exp(max(top, bottom + math.log(10.0))))
-    ax.set_xlim(0.8, lam.size * 1.25 if spec.get("top_k") is None else lam.size * 1.25)
+    ax.set_xlim(0.8, max(lam.size * 1.25, 2.0))
     _major_labels_only(ax)
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue λⱼ")
@@ -373,7 +373,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     se = finite(dens.get("stderr"))
     ks = finite(dens.get("ks_distance"))
     text = [f"α = {alpha:.2f}" + (f" ± {se:.2f} (SE)" if se is not None else ""),
-            f"KS distance = {ks:.3f}" if ks is not None else "", f"tail: {n_tail} of {n} eigenvalues"]
+            f"KS distance = {ks:.3f}" if ks is not None else "", f"tail: {n_tail:,} of {n:,} eigenvalues"]
     ax.text(0.97, 0.97, "\n".join(t for t in text if t), transform=ax.transAxes, ha="right", va="top",
             fontsize=7, bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#bbbbbb", "lw": 0.5})
     positive = dens_vals[(counts > 0) & np.isfinite(dens_vals) & (dens_vals > 0)]

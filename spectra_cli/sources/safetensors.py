@@ -37,6 +37,9 @@ def read_header(path: str) -> tuple[dict[str, Any], int]:
     from spectra_cli.sources.base import open_regular
 
     with open_regular(path) as f:
+        key = _file_key(f)
+        if key is not None and key in _HEADERS:  # (a batch opens every tensor of a checkpoint: parse its header once)
+            return _HEADERS[key]
         raw = f.read(8)
         if len(raw) != 8:
             raise InputError(f"{path} is not a safetensors file (shorter than 8 bytes).")
@@ -79,7 +82,26 @@ def read_header(path: str) -> tuple[dict[str, Any], int]:
     if end != data_size:
         raise InputError(f"{path}: the tensors cover {end} of the {data_size} data bytes; the file has bytes no "
                          "tensor describes (corrupt, or not a safetensors file).")
+    if key is not None and n <= _CACHED_HEADER:
+        while len(_HEADERS) >= _CACHED_FILES:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        _HEADERS[key] = (header, 8 + n)
     return header, 8 + n
+
+
+#: Checked headers kept (read-only) by the file's identity: device, inode, size and modification time, taken from
+#: the open file itself. Each of the 3,000 tensors of a checkpoint parsed the whole header again (quadratic).
+_HEADERS: dict[tuple[int, int, int, int], tuple[dict[str, Any], int]] = {}
+_CACHED_FILES = 4
+_CACHED_HEADER = 16 << 20
+
+
+def _file_key(f: Any) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.fstat(f.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _count(v: object) -> bool:

@@ -100,7 +100,11 @@ def fit(
         from spectra_cli.render.figures import plot_report
 
         plot_report(report, plot)
-    emit(report.to_dict(), json)
+    emit(report.to_dict(), json, written=(plot,) if plot else ())
+    if plot is not None:
+        from spectra_cli.render.figures import wrote
+
+        wrote(plot)
 
 
 @app.command()
@@ -195,10 +199,10 @@ def whiten(
             partition_isotropy=partition_isotropy, scale=scale, progress=progress, **reading)
     from spectra_cli.render.figures import wrote
 
+    emit(report.to_dict(), json, written=(out, *((save_transform,) if save_transform else ())))
     wrote(out)
     if save_transform:
         wrote(save_transform)
-    emit(report.to_dict(), json)
 
 
 @app.command()

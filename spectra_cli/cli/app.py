@@ -157,9 +157,27 @@ def _root(
     """spectra: covariance spectra, power laws and effective ranks of embedding matrices."""
 
 
-def emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
+def emit(doc: dict[str, Any], as_json: bool, render: Any = None, *, written: tuple[str, ...] = ()) -> None:
     """One strict JSON document on stdout (and each report warning as a stderr line), or the
-    tables ``render(doc, console)`` draws (the report tables by default)."""
+    tables ``render(doc, console)`` draws (the report tables by default). ``written``: the files this run
+    wrote, removed when stdout refuses the result (a full disk: the run failed, so it leaves nothing)."""
+    try:
+        _emit(doc, as_json, render)
+    except (BrokenPipeError, _PipeClosed):
+        raise
+    except OSError as exc:
+        import contextlib
+
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        from spectra_cli.errors import OutputError
+
+        raise OutputError(f"cannot write the result to stdout ({exc.strerror or exc})"
+                          f"{'; ' + ', '.join(written) + ' removed' if written else ''}.") from None
+
+
+def _emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
     if as_json:
         from spectra_cli.jsonio import dumps
 

@@ -55,4 +55,8 @@ def sequence(
         plot_sequence(doc, plot)
     from spectra_cli.render.context_view import print_sequence
 
-    emit(doc, json, print_sequence)
+    emit(doc, json, print_sequence, written=(plot,) if plot else ())
+    if plot is not None:
+        from spectra_cli.render.figures import wrote
+
+        wrote(plot)

@@ -266,7 +266,12 @@ def trend(
         sys.stderr.write(f"note: {note}\n")
     from spectra_cli.render.screens import print_trend
 
-    emit(result.to_dict(), json, lambda d, console: print_trend(jsonl, list(result.points), metrics, console))
+    emit(result.to_dict(), json, lambda d, console: print_trend(jsonl, list(result.points), metrics, console),
+         written=(plot,) if plot else ())
+    if plot is not None:
+        from spectra_cli.render.figures import wrote
+
+        wrote(plot)
 
 
 @app.command()
@@ -304,7 +309,7 @@ def report(
                           progress=progress)
     for note in page.notes:
         sys.stderr.write(f"note: {note}\n")
-    wrote(out)
     from spectra_cli.render.screens import print_page
 
-    emit(page.to_dict(), json, print_page)
+    emit(page.to_dict(), json, print_page, written=(out,))
+    wrote(out)

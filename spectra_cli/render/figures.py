@@ -36,10 +36,10 @@ def wrote(path: str) -> None:
 
 
 def _write(fig: Any, path: str) -> None:
+    """Save a figure (the command says ``wrote`` once its result is out: a failed run leaves no figure)."""
     from spectra_cli.plot import save
 
     save(fig, path)
-    wrote(path)
 
 
 def plot_report(report: Any, path: str) -> None:

@@ -587,3 +587,26 @@ def test_a_temporary_file_whose_process_id_was_reused_is_stale(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     if sinks._unnamed(str(tmp_path)) is None:  # (with O_TMPFILE nothing is ever named, and nothing is swept)
         assert names == [mine.name, "out.npy"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [
+    ["report", "{t}/r.json", "-o", "{t}/page.html", "--json"],
+    ["report", "{t}/r.json", "-o", "{t}/page.html"],
+    ["whiten", "{t}/x.npy", "-o", "{t}/w.npy", "--save-transform", "{t}/t.npz"],
+    ["fit", "{t}/x.npy", "--plot", "{t}/f.png", "--json"],
+])
+def test_a_result_stdout_refuses_leaves_no_file_and_one_line(tmp_path, command):
+    # report -o page.html --json > /dev/full exited 2 but left the page and a 'wrote' line beside the error
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((300, 12)))
+    r0 = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "x.npy"), "--json"],
+                        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    (tmp_path / "r.json").write_text(r0.stdout)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "spectra_cli", *[a.format(t=tmp_path) for a in command]],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: cannot write the result to stdout (No space left on device)")
+    assert len(r.stderr.splitlines()) == 1 and "wrote" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

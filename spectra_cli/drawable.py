@@ -274,11 +274,14 @@ MAX_LABEL = 80
 
 
 def short_label(name: str, limit: int = MAX_LABEL) -> str:
-    """``name``, or its head and tail around an ellipsis when longer than ``limit`` characters."""
-    if len(name) <= limit:
-        return name
-    keep = limit - 1
-    return name[: keep - keep // 2] + "…" + name[len(name) - keep // 2:]
+    """``name`` as a figure may draw it: its head and tail around an ellipsis when longer than ``limit``
+    characters, control characters (a NUL in a tensor name) as ``?``, and ``$`` escaped (matplotlib would read
+    the text between two as mathematics: warnings on stderr, or an error)."""
+    if len(name) > limit:
+        keep = limit - 1
+        name = name[: keep - keep // 2] + "…" + name[len(name) - keep // 2:]
+    name = "".join("?" if ord(ch) < 32 or ord(ch) == 127 else ch for ch in name)
+    return name.replace("$", r"\$")
 
 
 def layer_names(items: Sequence[str]) -> list[str]:

@@ -37,7 +37,14 @@ __all__ = [
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
-from spectra_cli.drawable import finite, item_name, layer_names, natural_key, predict  # noqa: E402  (re-exported)
+from spectra_cli.drawable import (  # noqa: E402  (re-exported)
+    finite,
+    item_name,
+    layer_names,
+    natural_key,
+    predict,
+    short_label,
+)
 from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
 
 #: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
@@ -54,13 +61,16 @@ FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.
 FORMATS = (".png", ".svg", ".pdf")
 
 
-def require_matplotlib() -> Any:
+def require_matplotlib(needed_by: str | None = None, extra: str = "plot") -> Any:
+    """matplotlib, or an error naming what needs it (``needed_by``: default the ``plot`` option) and the extra
+    that brings it."""
     try:
         import matplotlib
     except ImportError:
+        who = needed_by if needed_by is not None else param("plot")
         raise OptionError(
-            f"{param('plot')} needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
-            "(from a checkout: pip install '.[plot]')."
+            f"{who} needs matplotlib, the optional extra '{extra}': pip install 'spectra-cli[{extra}]' "
+            f"(from a checkout: pip install '.[{extra}]')."
         ) from None
     return matplotlib
 
@@ -98,7 +108,7 @@ def data_name(doc: dict[str, Any]) -> str:
     src: dict[str, Any] = doc["source"] if isinstance(doc.get("source"), dict) else {}
     path = str(src.get("path") or doc.get("item") or "data")
     file, sep, tensor = path.partition("::")
-    return tensor if sep else os.path.basename(file.rstrip("/")) or file
+    return short_label(tensor if sep else os.path.basename(file.rstrip("/")) or file)
 
 
 def title_of(doc: dict[str, Any]) -> str:

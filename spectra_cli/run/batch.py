@@ -252,6 +252,11 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     except MemoryError:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": "out of memory while analysing this item (fewer workers, or --max-memory, may help)"}
+    except ImportError as exc:  # (a package of spectra's install is missing or broken: the environment's, no bug)
+        missing = getattr(exc, "name", None) or str(exc)
+        return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
+                "error": f"the package {missing!r} that this analysis needs cannot be imported ({exc}); reinstall "
+                         "spectra's dependencies (pip install 'spectra-cli') in this environment"}
     except Exception as exc:  # noqa: BLE001 - one broken item must not stop the batch
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"unexpected {type(exc).__name__}: {exc} (a bug; please report it)"}

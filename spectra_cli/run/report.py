@@ -543,7 +543,7 @@ def report(
     jinja2 = _jinja()
     from spectra_cli.plot import require_matplotlib
 
-    require_matplotlib()
+    require_matplotlib("the report page", extra="report")
     seen: dict[str, str] = {}
     for p in args:
         real = os.path.realpath(p)

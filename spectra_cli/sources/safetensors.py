@@ -123,12 +123,20 @@ def shard_files(directory: str) -> list[str]:
     listing = _names_in(directory)
     index = sorted(f for f in listing if f.endswith(".safetensors.index.json"))
     if index:
-        p = _inside(directory, index[0])
-        doc = read(p, "safetensors index")
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise InputError(f"{p} is not a valid safetensors index: 'weight_map' must map tensor names to "
-                             "shard file names.")
+        maps = []
+        for name in index:
+            p = _inside(directory, name)
+            doc = read(p, "safetensors index")
+            weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise InputError(f"{p} is not a valid safetensors index: 'weight_map' must map tensor names to "
+                                 "shard file names.")
+            maps.append((p, weight_map))
+        p, weight_map = maps[0]
+        for other, other_map in maps[1:]:  # (two indexes that disagree: which one is the checkpoint is unknown)
+            if other_map != weight_map:
+                raise InputError(f"{p} and {other} are two safetensors indexes that map the tensors differently; "
+                                 "keep the checkpoint's one in the folder.")
         names = sorted(set(weight_map.values()))
         for name in names:
             if (not name or os.path.isabs(name) or "/" in name or "\\" in name or name in (".", "..")
@@ -139,6 +147,8 @@ def shard_files(directory: str) -> list[str]:
         missing = [f for f in files if not _is_file(f)]
         if missing:
             raise InputError(f"{p} names shard {missing[0]}, which does not exist.")
+        for f in files:
+            check_link_inside(f, directory)
         check_weight_map(p, weight_map, directory)
         beside = sorted(f for f in listing if f.endswith(".safetensors") and f not in names
                         and not f.startswith((".", "_")))
@@ -147,8 +157,30 @@ def shard_files(directory: str) -> list[str]:
             raise InputError(f"{p} does not name the shard {beside[0]} beside it{more}; its tensors would be left "
                              "out. Add them to the index, or move the file.")
         return files
-    return sorted(_inside(directory, f) for f in listing
-                  if f.endswith(".safetensors") and not f.startswith((".", "_")) and _is_file(_inside(directory, f)))
+    found = sorted(_inside(directory, f) for f in listing
+                   if f.endswith(".safetensors") and not f.startswith((".", "_")) and _is_file(_inside(directory, f)))
+    for f in found:
+        check_link_inside(f, directory)
+    return found
+
+
+def check_link_inside(path: str, directory: str) -> None:
+    """A shard that is a symbolic link must lead inside the model folder, or, in a Hugging Face cache
+    (``.../models--org--name/snapshots/<rev>/``), inside that repository's ``blobs`` folder: a folder must not
+    make spectra read files elsewhere."""
+    from spectra_cli.sources.remote import is_url
+
+    if is_url(path) or not os.path.islink(path):
+        return
+    target = os.path.realpath(path)
+    root = os.path.realpath(directory)
+    allowed = [root]
+    parts = root.split(os.sep)
+    if len(parts) >= 3 and parts[-2] == "snapshots":
+        allowed.append(os.path.join(os.sep.join(parts[:-2]), "blobs"))
+    if not any(os.path.commonpath([target, a]) == a for a in allowed):
+        raise InputError(f"shard {path} is a link to {target}, outside the model folder {directory}; copy the file "
+                         "into the folder (a folder must not make spectra read files elsewhere).")
 
 
 def _names_in(directory: str) -> list[str]:

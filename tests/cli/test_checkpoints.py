@@ -204,3 +204,58 @@ def test_resume_after_a_killed_batch_leaves_one_whole_line_per_item(tmp_path):
     lines = out.read_text().splitlines()
     items = [json.loads(x)["item"] for x in lines]  # every line is whole JSON
     assert sorted(items) == sorted(str(p) for p in data.iterdir())
+
+
+def test_a_shard_linked_from_outside_the_folder_is_refused_but_a_hub_cache_is_read(cli, tmp_path):
+    from safetensors.numpy import save_file
+
+    w = {"a.w": np.random.default_rng(0).standard_normal((16, 12)).astype(np.float32)}
+    outside = tmp_path / "elsewhere" / "secret.safetensors"
+    outside.parent.mkdir()
+    save_file(w, str(outside))
+    model = tmp_path / "model"
+    model.mkdir()
+    os.symlink(outside, model / "model.safetensors")
+    r = cli("batch", model)
+    assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    assert f"shard {model / 'model.safetensors'} is a link to {outside}, outside the model folder" in r.stderr
+    # the Hugging Face cache: snapshots/<rev>/model.safetensors -> ../../blobs/<sha>
+    repo = tmp_path / "hub" / "models--org--m"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    save_file(w, str(repo / "blobs" / "0123"))
+    os.symlink("../../blobs/0123", repo / "snapshots" / "abc" / "model.safetensors")
+    assert cli("batch", repo / "snapshots" / "abc", "--window", "2:6").exit_code == 0
+
+
+def test_two_indexes_that_disagree_are_refused(cli, tmp_path):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(1)
+    save_file({"a.w": rng.standard_normal((16, 12)).astype(np.float32)}, str(tmp_path / "s1.safetensors"))
+    save_file({"b.w": rng.standard_normal((16, 12)).astype(np.float32)}, str(tmp_path / "s2.safetensors"))
+    index = {"weight_map": {"a.w": "s1.safetensors", "b.w": "s2.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "pytorch.safetensors.index.json").write_text(json.dumps(index))
+    assert cli("batch", tmp_path, "--window", "2:6").exit_code == 0  # (the same map twice: read)
+    index["weight_map"]["b.w"] = "s1.safetensors"
+    (tmp_path / "pytorch.safetensors.index.json").write_text(json.dumps(index))
+    r = cli("batch", tmp_path, "--window", "2:6")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "are two safetensors indexes that map the tensors differently" in r.stderr
+
+
+def test_a_tensor_name_with_control_characters_and_dollars_draws_without_warnings(tmp_path):
+    # a NUL in a tensor name put raw multi-line matplotlib warnings on stderr; '$...$' would be read as mathematics
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    save_file({"bad\x00name\nx$a$.w": rng.standard_normal((30, 20)).astype(np.float32),
+               "ok.w": rng.standard_normal((30, 20)).astype(np.float32)}, str(tmp_path / "m.safetensors"))
+    run = [sys.executable, "-m", "spectra_cli"]
+    r = subprocess.run([*run, "batch", str(tmp_path / "m.safetensors"), "--jsonl", str(tmp_path / "r.jsonl")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*run, "report", str(tmp_path / "r.jsonl"), "-o", str(tmp_path / "p.html")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == f"wrote {tmp_path / 'p.html'}\n", r.stderr

@@ -87,3 +87,14 @@ def test_synth_says_what_spectrum_to_expect(cli, tmp_path):
     assert r.stderr.splitlines()[-1] == ("expected spectrum: (log(j+1)/j)^1.31: fit it with --model log-corrected "
                                          "--degree 2 (a plain power-law fit gives a lower slope)")
     assert "(log(j+1) / j)^alpha" in cli("synth", "--help").stdout
+
+
+def test_report_without_matplotlib_names_the_page_and_its_extra(cli, tmp_path, without):
+    # it named a --plot flag report does not have, and the 'plot' extra (the page needs 'report')
+    r0 = cli("fit", SAMPLE / "minilm_sentence_embeddings_1k.npy", "--json")
+    (tmp_path / "r.json").write_text(r0.stdout)
+    without("matplotlib")
+    r = cli("report", tmp_path / "r.json", "-o", tmp_path / "p.html")
+    assert r.exit_code == 2 and not (tmp_path / "p.html").exists()
+    assert r.stderr == ("error: the report page needs matplotlib, the optional extra 'report': pip install "
+                        "'spectra-cli[report]' (from a checkout: pip install '.[report]').\n")

@@ -139,3 +139,12 @@ def test_a_checkpoint_header_is_parsed_once_for_all_its_tensors(tmp_path, monkey
     save_file({"only.w": rng.standard_normal((12, 10)).astype(np.float32)}, str(tmp_path / "m.safetensors"))
     assert spectra.info(str(tmp_path / "m.safetensors"))  # (a rewritten file is read afresh)
     assert sum("safetensors header" in w for w in parsed) == 2
+
+
+def test_a_missing_dependency_is_said_as_such_not_as_a_bug(tmp_path, without):
+    # with scipy missing, an item was reported as "unexpected ModuleNotFoundError ... (a bug)"
+    np.save(tmp_path / "a.npy", powerlaw_matrix(300, 12, 1.0, seed=0))
+    without("scipy")
+    res = spectra.batch(str(tmp_path / "a.npy"), window="2:6", density=True)
+    errors = [line["error"] for line in res.results if "error" in line]
+    assert errors and "cannot be imported" in errors[0] and "scipy" in errors[0] and "a bug" not in errors[0]

@@ -253,19 +253,21 @@ EIGEN = st.one_of(st.floats(min_value=-1e300, max_value=1e300), st.just(0.0), st
                   st.just(1e-300))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(eig=[0.0] * 12, usable=None, low=None, high=None, drop="", n_over_d=None, xmin=1.0, source={})
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(eig=[0.0] * 12, usable=None, low=None, high=None, drop="", n_over_d=None, xmin=1.0, source={}, page=True)
 @example(eig=[1e300] + [1.0 / j for j in range(1, 12)], usable=None, low=0.5, high=0.7, drop="", n_over_d=2.0,
-         xmin=0.2, source={"path": "x"})
+         xmin=0.2, source={"path": "x"}, page=True)
 @example(eig=[1.0 / j for j in range(1, 13)], usable=0, low=0.5, high=None, drop="high", n_over_d=None, xmin=0.2,
-         source={"path": "a" * 5000})
-@example(eig=[-1.0] * 6 + [None] * 6, usable=3, low=None, high=None, drop="ci", n_over_d=1.0, xmin=0.2, source={})
+         source={"path": "a" * 5000}, page=False)
+@example(eig=[-1.0] * 6 + [None] * 6, usable=3, low=None, high=None, drop="ci", n_over_d=1.0, xmin=0.2, source={},
+         page=False)
 @given(eig=st.lists(EIGEN, min_size=0, max_size=14), usable=st.one_of(st.none(), st.integers(0, 14)),
        low=st.one_of(st.none(), st.floats(-1e6, 1e6)), high=st.one_of(st.none(), st.floats(-1e6, 1e6)),
        drop=st.sampled_from(["", "low", "high", "ci"]), n_over_d=st.one_of(st.none(), st.floats(-1e6, 1e6)),
-       xmin=st.floats(1e-300, 1e100), source=st.sampled_from([{"path": "x"}, {}, {"path": "a" * 5000}]))
+       xmin=st.floats(1e-300, 1e100), source=st.sampled_from([{"path": "x"}, {}, {"path": "a" * 5000}]),
+       page=st.sampled_from([False, False, False, True]))
 def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usable, low, high, drop, n_over_d,
-                                                                       xmin, source):
+                                                                       xmin, source, page):
     """Reports written elsewhere that pass the report checks (drawable.check_report): each figure draws them or
     refuses with a SpectraError; none crashes (null interval bounds, n_over_d null, no positive eigenvalue,
     1e300, usable_rank 0 each crashed one before)."""
@@ -301,6 +303,16 @@ def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usab
         fig = out.figure if hasattr(out, "figure") else out
         fig.canvas.draw()
         plt.close(fig)
+    if page:  # the report page of a batch of such lines (a model page: its worst layers' figures too)
+        with tempfile.TemporaryDirectory() as tmp:
+            lines = os.path.join(tmp, "r.jsonl")
+            with open(lines, "w") as fh:
+                for k in range(3):
+                    fh.write(json.dumps({**doc, "item": f"m.safetensors::layer.{k}.w"}) + "\n")
+            try:
+                spectra.report(lines, out=os.path.join(tmp, "p.html"))
+            except SpectraError:
+                pass
 
 
 def test_the_page_draws_or_refuses_edge_reports_and_long_names_in_bounded_time(tmp_path):

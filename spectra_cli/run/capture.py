@@ -25,6 +25,7 @@ MAX_TEXT_CHARS = 100_000
 def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "float32",
             mask: str | Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = "auto",
             output: str | int | None = None, positions: str | None = None, drop_nonfinite: bool = False,
+            weights: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None,
             texts: str | os.PathLike[str] | None = None, out: str | os.PathLike[str] | None = None,
             step: int | None = None, batch_size: int = 32, max_length: int = 512, max_tokens: int | None = None,
             column: str = "text", device: str = "cpu",
@@ -56,6 +57,10 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         Only these positions of a ``(batch, positions, d)`` output, ``"K1:K2"`` (``"1:"`` leaves out CLS).
     drop_nonfinite : bool
         Leave out rows with NaN or infinite values (counted) instead of refusing them.
+    weights : callable, optional
+        Each token's weight (a count, a probability), a function of the model call's ``(args, kwargs)`` that returns
+        a tensor shaped like the attention mask (finite, >= 0): the moments are then the weighted covariance
+        ``E^T (diag p - p p^T) E``, ``p = w / sum w``, as ``fit(..., weights=)`` computes it.
     texts : path, optional
         Run the model over these texts: a ``.txt`` file (one text a line), ``.jsonl`` (the ``column`` field) or
         Parquet (the ``column`` column), ``batch_size`` at a time, each cut to ``max_length`` tokens, until
@@ -80,7 +85,8 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         module's :class:`~spectra_cli.stream.accumulator.Accumulator`, ``cap.saved`` the files written.
     """
     options: dict[str, Any] = {"modules": modules, "groups": groups, "precision": precision, "mask": mask,
-                               "output": output, "positions": positions, "drop_nonfinite": drop_nonfinite}
+                               "output": output, "positions": positions, "drop_nonfinite": drop_nonfinite,
+                               "weights": weights}
     if texts is None:
         for name, value in (("out", out), ("step", step), ("max_tokens", max_tokens)):
             if value is not None:

@@ -84,7 +84,7 @@ def _positions(spec: str | None) -> slice | None:
 
 
 #: The keywords a training callback passes on to :class:`Capture`.
-CAPTURE_OPTIONS = ("groups", "precision", "mask", "output", "positions", "drop_nonfinite")
+CAPTURE_OPTIONS = ("groups", "precision", "mask", "weights", "output", "positions", "drop_nonfinite")
 
 
 def check_capture_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +107,8 @@ class Capture:
     def __init__(self, model: Any, *, modules: str, groups: int = 0, precision: str = "float32",
                  mask: str | Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = "auto",
                  output: str | int | None = None, positions: str | None = None,
-                 drop_nonfinite: bool = False) -> None:
+                 drop_nonfinite: bool = False,
+                 weights: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None) -> None:
         try:
             import torch
         except ImportError:  # pragma: no cover - the capture extra is not installed
@@ -124,6 +125,9 @@ class Capture:
         if not (mask is None or mask == "auto" or callable(mask)):
             raise OptionError(f"{param('mask', mask, show=True)} must be 'auto' (the call's attention_mask), None, or "
                               "a function of the call's (args, kwargs) that returns the mask.")
+        if weights is not None and not callable(weights):
+            raise OptionError(f"{param('weights', weights, show=True)} must be a function of the model call's (args, "
+                              "kwargs) that returns each token's weight, shaped like the attention mask.")
         if output is not None and (isinstance(output, bool) or not isinstance(output, str | int)):
             raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
         match = module_matcher(modules)
@@ -143,6 +147,8 @@ class Capture:
         self.texts_read = self.tokens_read = 0  # (a capture that ran the model over texts itself)
         self._mask_rule = mask
         self._mask: Any = None
+        self._weight_rule = weights
+        self._weights: Any = None
         self._states: dict[str, DeviceMoments] = {}
         self._handles: list[Any] = []
         self._since: int | None = None
@@ -150,7 +156,7 @@ class Capture:
         param_ = next(model.parameters(), None)
         self._device = param_.device if param_ is not None else torch.device("cpu")
         self._depth = 0
-        if mask is not None:
+        if mask is not None or weights is not None:
             # the mask is read where the model is called, whichever ancestor of the captured modules that is (the
             # model itself, or the model inside a LightningModule), at the outermost hooked call, and forgotten when
             # that call returns (also on an exception): a captured module called directly gets no mask
@@ -165,7 +171,18 @@ class Capture:
     # -- hooks -----------------------------------------------------------------------------------
     def _pre_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._depth += 1
+        if self._depth == 1 and self._weight_rule is not None:
+            try:
+                self._weights = self._weight_rule(args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's function: its failure is theirs, said in one line
+                self._depth -= 1
+                raise InputError(f"the {param('weights')} function failed on a call of the model: "
+                                 f"{type(exc).__name__}: {exc}") from None
         rule = self._mask_rule
+        if rule is None:
+            if self._depth == 1:
+                self.calls += 1
+            return
         if rule == "auto":
             # the first (batch, positions) mask of this outermost call, from whichever hooked ancestor takes it (the
             # model inside a wrapper; an inner module's 4-D additive mask is not one)
@@ -193,7 +210,7 @@ class Capture:
     def _post_hook(self, module: Any, args: Any, out: Any) -> None:
         self._depth = max(self._depth - 1, 0)
         if self._depth == 0:
-            self._mask = None
+            self._mask = self._weights = None
 
     def _tensor(self, name: str, out: Any) -> Any:
         import torch
@@ -221,15 +238,33 @@ class Capture:
                              "rows of floating-point features (2 or more dimensions) are required.")
         return out
 
-    def _rows(self, name: str, out: Any) -> Any:
+    def _rows(self, name: str, out: Any) -> tuple[Any, Any]:
+        """The rows of a module's output (masked, the positions kept) and their weights (None unweighted)."""
         import torch
 
         t = self._tensor(name, out)
+        w = None
+        if self._weight_rule is not None:
+            if self._weights is None:
+                raise InputError(f"module {name!r} ran outside a call of the model: its rows have no {param('weights')}"
+                                 " (they are read at each call of the model).")
+            try:
+                w = torch.as_tensor(self._weights, device=t.device).to(torch.float64)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise InputError(f"module {name!r}: the weights are not a tensor of numbers: {exc}") from None
+            want = tuple(t.shape[:2]) if t.ndim == 3 else (t.reshape(-1, t.shape[-1]).shape[0],)
+            if tuple(w.shape) != want:
+                raise InputError(f"module {name!r}: the weights have shape {tuple(w.shape)}, its output "
+                                 f"{tuple(t.shape)}; weights of shape {want} are required.")
+            if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+                raise InputError(f"module {name!r}: the weights hold a negative, NaN or infinite value; they must be "
+                                 "finite and >= 0.")
         if t.ndim == 3:
             mask = self._mask
             if self.positions is not None:
                 t = t[:, self.positions]
                 mask = mask[:, self.positions] if mask is not None and getattr(mask, "ndim", 0) == 2 else mask
+                w = w[:, self.positions] if w is not None else None
             if mask is not None:
                 try:
                     mask = torch.as_tensor(mask, device=t.device)
@@ -240,16 +275,17 @@ class Capture:
                     raise InputError(f"module {name!r}: the attention mask has shape {tuple(mask.shape)}, its output "
                                      f"{tuple(t.shape)}; a mask of shape (batch, positions) = {tuple(t.shape[:2])} "
                                      "is required.")
-                return t[mask > 0.5 if mask.is_floating_point() else mask != 0]  # (a NaN is no token)
-            return t.reshape(-1, t.shape[-1])
-        return t.reshape(-1, t.shape[-1])
+                keep = mask > 0.5 if mask.is_floating_point() else mask != 0  # (a NaN is no token)
+                return t[keep], (w[keep] if w is not None else None)
+            return t.reshape(-1, t.shape[-1]), (w.reshape(-1) if w is not None else None)
+        return t.reshape(-1, t.shape[-1]), w
 
     def _hook(self, name: str) -> Callable[[Any, Any, Any], None]:
         def hook(module: Any, args: Any, out: Any) -> None:
             import torch
 
             with torch.no_grad():
-                X = self._rows(name, out)
+                X, w = self._rows(name, out)
                 if X.is_meta:
                     raise InputError(f"module {name!r} runs on the meta device: its outputs hold no values to "
                                      "capture (load the weights first).")
@@ -261,14 +297,16 @@ class Capture:
                                          f"{self.calls}); pass drop_nonfinite=True to leave such rows out.")
                     self.n_dropped[name] += int((~finite).sum())
                     X = X[finite]
+                    w = w[finite] if w is not None else None
                 st = self._states.get(name)
                 if st is None:
                     st = self._states[name] = DeviceMoments(X.shape[1], device=X.device, groups=self.groups,
-                                                            precision=self.precision, name=name)
+                                                            precision=self.precision, name=name,
+                                                            weighted=self._weight_rule is not None)
                 elif X.shape[1] != st.d:
                     raise InputError(f"module {name!r} returned rows of {X.shape[1]} features after {st.d} in earlier "
                                      "calls; the width of a captured module must not change.")
-                st.update(X)
+                st.update(X, w)
 
         return hook
 
@@ -343,7 +381,8 @@ class Capture:
         for n in seen:
             if n not in self._states:
                 self._states[n] = DeviceMoments(widths[n], device=self._device, groups=self.groups,
-                                                precision=self.precision, name=n)
+                                                precision=self.precision, name=n,
+                                                weighted=self._weight_rule is not None)
         return seen, widths
 
     def save(self, folder: str | os.PathLike[str], *, step: int | None = None, reset: bool = False) -> list[str]:

@@ -126,7 +126,9 @@ class _Root(torch.nn.Module):
 
 
 def _no_hooks(model) -> bool:
-    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    """No hook of a capture is left (transformers adds hooks of its own for output_hidden_states)."""
+    hooks = [h for m in model.modules() for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
+    return not any("Capture" in getattr(h, "__qualname__", "") for h in hooks)
 
 
 @pytest.mark.parametrize("kind, message", [
@@ -410,3 +412,42 @@ def test_the_command_refuses_what_it_cannot_run_in_one_line(cli, tmp_path):
     transformers.AutoTokenizer.from_pretrained(folder).save_pretrained(big)
     r = cli("capture", str(big), "--texts", str(texts), "--modules", "encoder.layer.*", "-o", str(out))
     assert r.exit_code == 2 and "its tokenizer has 15 tokens for a model of 120" in r.stderr
+
+
+def test_weighted_capture_is_the_weighted_covariance_and_the_host_accumulators(tmp_path):
+    # weights per token (counts, probabilities): E^T (diag p - p p^T) E with p = w / sum w, as fit(weights=) has it
+    model, batches = _bert(), _batches()
+    g = torch.Generator().manual_seed(3)
+    token_w = [torch.rand(kw["input_ids"].shape, generator=g, dtype=torch.float64) * 3 for kw in batches]
+    token_w[1][0, :4] = 0.0  # (rows of weight 0: counted, never weighed)
+    calls = iter(token_w)
+    with spectra.capture(model, modules="encoder.layer.1", precision="float64", groups=2,
+                         weights=lambda args, kwargs: next(calls)) as cap, torch.no_grad():
+        hidden = [model(**kw, output_hidden_states=True).hidden_states[2] for kw in batches]
+    rows = [h[kw["attention_mask"] > 0].double().numpy() for h, kw in zip(hidden, batches, strict=True)]
+    ws = [w[kw["attention_mask"] > 0].numpy() for w, kw in zip(token_w, batches, strict=True)]
+    X, w = np.concatenate(rows), np.concatenate(ws)
+    acc = cap["encoder.layer.1"]
+    p = w / w.sum()
+    mu = p @ X
+    ref = (X - mu).T @ ((X - mu) * p[:, None])
+    got = acc.moments.second_moment_matrix()
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    assert acc.moments.weighted and acc.moments.n == len(X) and acc.moments.n_positive == int((w > 0).sum())
+    assert acc.weight_sq_sum == pytest.approx(float(w @ w), rel=1e-12)
+    host = spectra.Accumulator(X.shape[1], groups=2, block_rows=10**6)
+    for r, ww in zip(rows, ws, strict=True):
+        host.update(r, ww)
+    np.testing.assert_allclose(acc.moments.m2, host.moments.m2, rtol=1e-10, atol=1e-12 * np.abs(host.moments.m2).max())
+    assert acc.moments.norms.rows == host.moments.norms.rows and acc.moments.norms.coordinate_fourth is None
+    assert acc.cosine.mean_cosine() == pytest.approx(host.cosine.mean_cosine(), rel=1e-9)
+    np.testing.assert_allclose(spectra.fit(acc, window="3:12").spectrum.eigenvalues,
+                               spectra.fit(X, weights=w, window="3:12").spectrum.eigenvalues, rtol=1e-9, atol=1e-12)
+    with pytest.raises(InputError, match="the weights have shape"):
+        with spectra.capture(model, modules="encoder.layer.1", weights=lambda a, k: torch.ones(2)), torch.no_grad():
+            model(**batches[0])
+    with pytest.raises(InputError, match="the weights hold a negative, NaN or infinite value"):
+        with spectra.capture(model, modules="encoder.layer.1",
+                             weights=lambda a, k: -torch.ones(k["input_ids"].shape)), torch.no_grad():
+            model(**batches[0])
+    assert _no_hooks(model)

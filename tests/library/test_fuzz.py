@@ -253,7 +253,7 @@ EIGEN = st.one_of(st.floats(min_value=-1e300, max_value=1e300), st.just(0.0), st
                   st.just(1e-300))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(eig=[0.0] * 12, usable=None, low=None, high=None, drop="", n_over_d=None, xmin=1.0, source={}, page=True)
 @example(eig=[1e300] + [1.0 / j for j in range(1, 12)], usable=None, low=0.5, high=0.7, drop="", n_over_d=2.0,
          xmin=0.2, source={"path": "x"}, page=True)

@@ -5,15 +5,12 @@ is :mod:`spectra_cli.run.lightning_callback`."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
 from transformers import TrainerCallback
 
-from spectra_cli.errors import InputError
-from spectra_cli.stream.hooks import Capture, check_capture_options, module_matcher
-from spectra_cli.validate import check_bool, check_int
+from spectra_cli.stream.hooks import Snapshots
 
 
 class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
@@ -37,30 +34,18 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
 
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  **options: Any) -> None:
-        self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
-        self.reset = check_bool("reset", reset)
-        self.every = check_int("every", every, minimum=1)
-        module_matcher(modules)
-        self.capture: Capture | None = None
-        self.saved: list[str] = []
-        self._last = -1
+        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
+
+    @property
+    def saved(self) -> list[str]:
+        return self.schedule.saved
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.capture is not None:  # (a train() run again after a failure: the old hooks go first)
-            self.capture.close()
-        self.capture = Capture(model, modules=self.modules, **self.options)
-
-    def _snapshot(self, step: int) -> None:
-        if self.capture is not None and step != self._last:
-            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
-                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
-            self._last = step
+        self.schedule.start(model)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.global_step % self.every == 0:
-            self._snapshot(int(state.global_step))
+        self.schedule.step(int(state.global_step))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._snapshot(int(state.global_step))
-        if self.capture is not None:
-            self.capture.close()
+        self.schedule.snapshot(int(state.global_step))
+        self.schedule.stop()

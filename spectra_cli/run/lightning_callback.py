@@ -4,15 +4,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from spectra_cli.errors import InputError
-from spectra_cli.stream.hooks import Capture, check_capture_options, module_matcher
-from spectra_cli.validate import check_bool, check_int
+from spectra_cli.stream.hooks import Snapshots
 
 
 class SpectraLightningCallback(Callback):  # type: ignore[misc]
@@ -35,35 +32,21 @@ class SpectraLightningCallback(Callback):  # type: ignore[misc]
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  **options: Any) -> None:
         super().__init__()
-        self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
-        self.reset = check_bool("reset", reset)
-        self.every = check_int("every", every, minimum=1)
-        module_matcher(modules)
-        self.capture: Capture | None = None
-        self.saved: list[str] = []
-        self._last = -1
+        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
+
+    @property
+    def saved(self) -> list[str]:
+        return self.schedule.saved
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.capture is not None:
-            self.capture.close()
-        self.capture = Capture(pl_module, modules=self.modules, **self.options)
-
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if self.capture is not None:  # (the hooks never outlive the run)
-            self.capture.close()
-
-    def _snapshot(self, step: int) -> None:
-        if self.capture is not None and step != self._last:
-            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
-                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
-            self._last = step
+        self.schedule.start(pl_module)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = int(trainer.global_step)
-        if step and step % self.every == 0:
-            self._snapshot(step)
+        self.schedule.step(int(trainer.global_step))
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.schedule.stop()  # (the hooks never outlive the run)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
-        self._snapshot(int(trainer.global_step))
-        if self.capture is not None:
-            self.capture.close()
+        self.schedule.snapshot(int(trainer.global_step))
+        self.schedule.stop()

@@ -14,6 +14,7 @@ output is taken whole. Hooks are removed when the ``with`` block ends, also on a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -441,3 +442,37 @@ def _rank() -> int:
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
+
+class Snapshots:
+    """What a training callback does (the Hugging Face ``Trainer``'s and Lightning's adapters share it): a
+    :class:`Capture` from the start of training, a snapshot every ``every`` steps and at the end
+    (``folder/step_<step>/<module>.npz``; none when no module saw a row since the last), the hooks removed at
+    the end, on an exception, or when training starts again. Its keywords are checked at once."""
+
+    def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
+                 **options: Any) -> None:
+        self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
+        self.reset = check_bool("reset", reset)
+        self.every = check_int("every", every, minimum=1)
+        module_matcher(modules)
+        self.capture: Capture | None = None
+        self.saved: list[str] = []
+        self._last = -1
+
+    def start(self, model: Any) -> None:
+        self.stop()  # (training started again after a failure: the old hooks go first)
+        self.capture = Capture(model, modules=self.modules, **self.options)
+
+    def step(self, step: int) -> None:
+        if step and step % self.every == 0:
+            self.snapshot(step)
+
+    def snapshot(self, step: int) -> None:
+        if self.capture is not None and step != self._last:
+            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
+                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
+            self._last = step
+
+    def stop(self) -> None:
+        if self.capture is not None:
+            self.capture.close()

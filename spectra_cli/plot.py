@@ -645,7 +645,8 @@ def save(fig: Any, path: str | os.PathLike[str], *, dpi: int = 200) -> str:
     if ext not in FORMATS:
         raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
     mpl = require_matplotlib()
-    with mpl.rc_context(FONT), atomic_file(path, flag="plot") as f:
+    # (a spectrum reaching 1e300 overflows matplotlib's tick arithmetic: numpy's warnings never reach stderr)
+    with mpl.rc_context(FONT), atomic_file(path, flag="plot") as f, np.errstate(over="ignore", under="ignore"):
         fig.savefig(f, format=ext[1:], dpi=dpi, metadata=_metadata(ext))
     return path
 

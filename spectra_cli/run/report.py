@@ -30,6 +30,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
@@ -159,7 +161,7 @@ class Figures:
         from spectra_cli.plot import FONT
 
         buf = io.StringIO()
-        with matplotlib.rc_context(FONT):
+        with matplotlib.rc_context(FONT), np.errstate(over="ignore", under="ignore"):  # (1e300: tick arithmetic)
             fig.savefig(buf, format="svg", metadata={"Date": None})
         self.count += 1
         if self.progress is not None:

@@ -329,7 +329,7 @@ class Point:
 
 
 def _run_points(sources: list[Source], step_regex: str | None, notes: list[str]) -> list[Point]:
-    from spectra_cli.run.trend import step_of
+    from spectra_cli.run.trend import doc_step
 
     pattern = re.compile(step_regex) if step_regex else None
     points: list[Point] = []
@@ -350,7 +350,7 @@ def _run_points(sources: list[Source], step_regex: str | None, notes: list[str])
         if "skipped" in doc or "error" in doc:
             continue
         try:
-            step, series = step_of(_item(doc), pattern)
+            step, series = doc_step(doc, _item(doc), pattern)
         except InputError as exc:
             if pattern is not None:  # asked for: every item must match it
                 raise

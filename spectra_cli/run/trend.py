@@ -64,6 +64,21 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
     return float(last.group()), series_file + (sep + tensor if sep else "")
 
 
+def doc_step(doc: dict[str, Any], item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
+    """A result's step and series: a captured snapshot's own (``source.capture``: the step ``save(step=N)``
+    recorded, the module as the series; a snapshot saved without a step is no point of a run), else
+    :func:`step_of` of its item name (``--step-regex`` overrides both)."""
+    source = doc.get("source")
+    cap = source.get("capture") if isinstance(source, dict) else None
+    if pattern is None and isinstance(cap, dict) and isinstance(cap.get("module"), str):
+        step = cap.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InputError(f"item {item!r} is a capture of module {cap['module']!r} saved without a step; it is "
+                             "no point of a run (capture.save(folder, step=N) records one).")
+        return float(step), cap["module"]
+    return step_of(item, pattern)
+
+
 def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
     if not metrics:
         raise OptionError(f"trend needs at least one {param('metric')} (e.g. {param('metric')} fit.alpha).")
@@ -92,7 +107,7 @@ def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple
                                  f"{LINEAR_LIMIT:g}): the results file is corrupt.")
             values[m] = None if v is None else float(v)
         try:
-            step, series = step_of(item, pattern)
+            step, series = doc_step(doc, item, pattern)
         except InputError as exc:
             notes.append(f"skipped {item}: {exc}")
             continue

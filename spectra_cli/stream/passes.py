@@ -459,6 +459,9 @@ class Input:
         out["fingerprint"] = self.fingerprint()
         if self.dataset is not None:
             out["members"] = self.dataset.members_report()
+        captured = captured_from(self.accumulator.sources if self.accumulator is not None else [])
+        if captured is not None:
+            out["capture"] = captured
         return out
 
     def fingerprint(self) -> str | None:
@@ -480,3 +483,23 @@ class Input:
                 out["weights"] = {"accumulated": True, "normalised": "p = w / sum w"}
                 out["ddof"] = None
         return out
+
+
+def captured_from(sources: list[Any]) -> dict[str, Any] | None:
+    """Where moments captured from a model came from (``spectra_cli.capture``'s snapshot: one module, its step),
+    when every source says so with the same module and step; None otherwise (the sources of a file written
+    elsewhere are taken only when they have the types a capture writes)."""
+    caps = [s for s in sources if isinstance(s, dict) and isinstance(s.get("capture"), str)]
+    if not caps or len(caps) != len(sources):
+        return None
+    modules = {s["capture"] for s in caps}
+    steps = {s.get("step") for s in caps}
+    models = {s.get("model") for s in caps}
+    step = next(iter(steps)) if len(steps) == 1 else None
+    if isinstance(step, bool) or not (step is None or isinstance(step, int)):
+        step = None
+    model = next(iter(models)) if len(models) == 1 else None
+    if len(modules) != 1:
+        return None
+    return {"module": str(next(iter(modules)))[:1000], "step": step,
+            "model": str(model)[:200] if isinstance(model, str) else None}

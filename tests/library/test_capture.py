@@ -451,3 +451,24 @@ def test_weighted_capture_is_the_weighted_covariance_and_the_host_accumulators(t
                              weights=lambda a, k: -torch.ones(k["input_ids"].shape)), torch.no_grad():
             model(**batches[0])
     assert _no_hooks(model)
+
+
+def test_a_snapshot_without_a_step_is_a_model_page_and_with_steps_a_run(tmp_path):
+    # its moment files are named for the modules (encoder.layer.5.npz): the layers' digits were read as steps
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.*") as cap, torch.no_grad():
+        model(**batches[0])
+        cap.save(tmp_path / "m")
+        cap.save(tmp_path / "run", step=10, reset=True)
+        model(**batches[1])
+        cap.save(tmp_path / "run", step=20)
+    spectra.batch(str(tmp_path / "m"), window="3:12", jsonl=tmp_path / "layers.jsonl")
+    page = spectra.report(str(tmp_path / "layers.jsonl"), out=str(tmp_path / "layers.html"))
+    assert page.kind == "model"
+    spectra.batch([str(tmp_path / "run" / "step_10"), str(tmp_path / "run" / "step_20")], window="3:12",
+                  jsonl=tmp_path / "run.jsonl")
+    page = spectra.report(str(tmp_path / "run.jsonl"), out=str(tmp_path / "run.html"))
+    assert page.kind == "run"
+    lines = [json.loads(x) for x in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert {(d["source"]["capture"]["module"], d["source"]["capture"]["step"]) for d in lines} == {
+        (m, s) for m in ("encoder.layer.0", "encoder.layer.1") for s in (10, 20)}

@@ -472,3 +472,20 @@ def test_a_snapshot_without_a_step_is_a_model_page_and_with_steps_a_run(tmp_path
     lines = [json.loads(x) for x in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert {(d["source"]["capture"]["module"], d["source"]["capture"]["step"]) for d in lines} == {
         (m, s) for m in ("encoder.layer.0", "encoder.layer.1") for s in (10, 20)}
+
+
+def test_check_gates_a_snapshot_against_an_earlier_one(tmp_path):
+    model, batches = _bert(), _batches()
+    with spectra.capture(model, modules="encoder.layer.1", precision="float64") as cap, torch.no_grad():
+        model(**batches[0])
+        model(**batches[1])
+        cap.save(tmp_path / "run", step=1)
+        model(**batches[2])
+        cap.save(tmp_path / "run", step=2)
+    first, second = (tmp_path / "run" / f"step_{s}" / "encoder.layer.1.npz" for s in (1, 2))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(spectra.fit(str(first), window="3:12").to_dict()))
+    same = spectra.check(str(first), baseline=str(base), max_change=["rank.participation_ratio=1e-9"], window="3:12")
+    moved = spectra.check(str(second), baseline=str(base), max_change=["rank.participation_ratio=1e-9"],
+                          window="3:12")
+    assert same.passed and not moved.passed

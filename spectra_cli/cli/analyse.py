@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -351,11 +352,14 @@ def capture(
     def render(d: dict, console: object) -> None:
         from rich.table import Table
 
-        t = Table(title=f"{d['texts']:,} texts, {d['tokens']:,} tokens through {d['model']}")
+        folder = os.path.dirname(d["modules"][0]["file"]) if d["modules"] else d["output"]
+        console.print(f"{d['texts']:,} texts, {d['tokens']:,} tokens through {d['model']}", soft_wrap=True)  # type: ignore[attr-defined]
+        console.print(f"moment files in {folder}", soft_wrap=True)  # type: ignore[attr-defined]
+        t = Table()
         for c in ("module", "rows", "file"):
             t.add_column(c, justify="right" if c == "rows" else "left", overflow="fold")
-        for r in d["modules"]:
-            t.add_row(r["module"], f"{r['rows']:,}", r["file"])
+        for r in d["modules"]:  # (the folder said once, in the title)
+            t.add_row(r["module"], f"{r['rows']:,}", os.path.basename(r["file"]))
         console.print(t)  # type: ignore[attr-defined]
 
     emit(doc, json, render)

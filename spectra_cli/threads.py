@@ -65,13 +65,11 @@ MAX_THREADS = 4096
 def set_threads(threads: int | None) -> None:
     """Fix every BLAS call at ``threads`` threads (None: the policy decides again)."""
     global _override
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        from spectra_cli.errors import OptionError, param
+    from spectra_cli.errors import OptionError, param
 
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise OptionError(f"{param('threads', threads, show=True)} must be a positive number of threads.")
     if threads is not None and threads > MAX_THREADS:
-        from spectra_cli.errors import OptionError, param
-
         shown = str(threads) if len(str(threads)) <= 20 else f"{str(threads)[:17]}... ({len(str(threads))} digits)"
         raise OptionError(f"{param('threads', show=False)} {shown} is more than {MAX_THREADS} threads; give at most "
                           "the cores the run may use.")

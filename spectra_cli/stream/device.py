@@ -25,7 +25,7 @@ from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.errors import InputError
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.moments import Moments
-from spectra_cli.stream.norms import BINS_PER_OCTAVE, HIGHEST, LOWEST, NormHistogram
+from spectra_cli.stream.norms import BINS_PER_OCTAVE, HIGHEST, LOWEST, NormHistogram, fourth_coefficients
 
 #: Rows of a block whose norms and fourth moments are formed at a time (a temporary of this many rows x d).
 _CHUNK = 4096
@@ -148,10 +148,9 @@ class DeviceMoments:
         self.hist.index_add_(0, k, torch.ones(k.numel(), dtype=f64, device=self.device))
         self.scalars[0] += (keep & ~pos).sum().to(f64)
         if b >= 4 and w is None:
-            a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
-            c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
+            c2, a2, det = fourth_coefficients(b)
             assert s4 is not None
-            self.scalars[1] += b * (c2 * s4 - a2 * s2 * s2).sum() / (a1 * c2 - a2 * c1)
+            self.scalars[1] += b * (c2 * s4 - a2 * s2 * s2).sum() / det
             self.scalars[2] += b
 
     # -- to the host -----------------------------------------------------------------------------

@@ -119,8 +119,7 @@ def coordinate_fourth(Y: np.ndarray, mean: np.ndarray | None = None) -> tuple[fl
     b = int(Y.shape[0])
     if b < 4 or not Y.shape[1]:
         return 0.0, 0
-    a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
-    c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
+    c2, a2, det = fourth_coefficients(b)
     s2 = np.zeros(Y.shape[1])
     s4 = np.zeros(Y.shape[1])
     dt = Y.dtype if Y.dtype in (np.float32, np.float64) else np.dtype(np.float64)
@@ -134,5 +133,13 @@ def coordinate_fourth(Y: np.ndarray, mean: np.ndarray | None = None) -> tuple[fl
                 np.square(y, out=y)
             s2 += y.sum(axis=0)
             s4 += np.einsum("ij,ij->j", y, y)
-        total = float(np.sum(c2 * s4 - a2 * s2 * s2)) / (a1 * c2 - a2 * c1)
+        total = float(np.sum(c2 * s4 - a2 * s2 * s2)) / det
     return b * total, b
+
+
+def fourth_coefficients(b: int) -> tuple[float, float, float]:
+    """``(c2, a2, a1 c2 - a2 c1)`` for a block of ``b >= 4`` rows: ``mu4 = (c2 S4 - a2 S2^2) / det`` (see
+    :func:`coordinate_fourth`; the device's states use the same)."""
+    a1, a2 = (b - 1) * (b * b - 3 * b + 3) / b ** 2, 3 * (b - 1) * (2 * b - 3) / b ** 2
+    c1, c2 = (b - 1) ** 2 / b, (b - 1) * (b * b - 2 * b + 3) / b
+    return c2, a2, a1 * c2 - a2 * c1

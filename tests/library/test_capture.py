@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the capture extra (torch) is installed by the test extras")
 transformers = pytest.importorskip("transformers")
+torch.set_num_threads(1)  # (the tests' tiny models: two spinning intra-op threads only wait on a busy machine)
 
 import spectra_cli as spectra  # noqa: E402
 from spectra_cli.errors import InputError, OptionError  # noqa: E402
@@ -178,6 +179,7 @@ def test_refusals_before_any_call(tmp_path):
 def _ranked(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
     try:
         model = _Root()

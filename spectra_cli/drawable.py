@@ -26,12 +26,6 @@ LINEAR_LIMIT = 1e100
 #: Largest eigenvalue drawn on a log axis (float64's range, less headroom for the axis padding).
 LOG_LIMIT = 1e300
 MODELS = ("power-law", "log-corrected", "broken")
-#: Per-layer metrics the page plots and tabulates (dotted fields).
-LAYER_FIELDS = (
-    "weightwatcher.alpha", "weightwatcher.alpha_weighted", "weightwatcher.log_norm", "weightwatcher.log_spectral_norm",
-    "weightwatcher.stable_rank", "weightwatcher.mp_spikes", "fit.alpha", "fit.stderr", "rank.participation_ratio",
-    "rank.entropy_rank", "density.alpha", "density.stderr",
-)
 
 
 class _Check:

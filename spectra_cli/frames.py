@@ -15,17 +15,11 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from spectra_cli import metrics as registry
 from spectra_cli.errors import OptionError
 
-#: A batch row's report fields (dotted), in this order.
-FIELDS = (
-    "source.n_rows", "source.n_features", "fit.alpha", "fit.stderr", "fit.r2", "fit.window", "fit.ci.low",
-    "fit.ci.high", "fit.population.alpha", "rank.participation_ratio", "rank.entropy_rank", "rank.rankme",
-    "rank.stable_rank", "rank.numerical_rank", "spectrum.usable_rank", "spectrum.near_null", "density.alpha",
-    "density.xmin", "density.ks_distance", "density.n_tail", "weightwatcher.alpha", "weightwatcher.alpha_weighted",
-    "weightwatcher.log_norm", "weightwatcher.log_spectral_norm", "weightwatcher.stable_rank",
-    "weightwatcher.mp_spikes", "weightwatcher.verdict", "isotropy.mean_cosine", "isotropy.top_pc_share",
-)
+#: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
+FIELDS = tuple(m.path.removesuffix(".*") for m in registry.view("batch"))
 #: WeightWatcher's ``analyze()`` details columns (0.7.7, default and ``mp_fit=True``), in its order of interest.
 WW_COLUMNS = (
     "layer_id", "name", "longname", "N", "M", "Q", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm",

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli import metrics
 from spectra_cli.errors import OptionError, param
 
 __all__ = [
@@ -412,15 +413,6 @@ def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[t
     return ax.errorbar(xs, ys, yerr=yerr.reshape(2, -1), capsize=1.5, elinewidth=0.7, **style)
 
 
-#: What a reader calls the report fields the trend and layer figures plot most.
-METRIC_LABELS = {
-    "fit.alpha": "α (rank fit)", "fit.population.alpha": "α (population)", "density.alpha": "α (density)",
-    "weightwatcher.alpha": "α (density, WW)", "weightwatcher.alpha_weighted": "α weighted",
-    "weightwatcher.log_norm": "log norm", "weightwatcher.log_spectral_norm": "log spectral norm",
-    "weightwatcher.stable_rank": "stable rank", "weightwatcher.mp_spikes": "MP spikes",
-    "rank.participation_ratio": "participation ratio", "rank.entropy_rank": "entropy rank",
-    "rank.stable_rank": "stable rank", "rank.rankme": "RankMe", "isotropy.mean_cosine": "mean cosine",
-}
 
 
 def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> Any:
@@ -443,7 +435,7 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
         errs = [(p.intervals or {}).get(metric) for p in ps]
         errorbar(ax, [p.step for p in ps], [p.values[metric] for p in ps], errs, **style)
     ax.set_xlabel("step")
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_ylabel(metrics.label(metric))
     ax.grid(True, alpha=0.25, lw=0.5)
     if 1 < len(series) <= max_series:
         _legend(ax, frameon=False)
@@ -487,7 +479,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     else:
         ax.tick_params(labelbottom=False)
     ax.set_xlim(-0.7, len(labels) - 0.3)
-    ax.set_ylabel(label or METRIC_LABELS.get(metric, metric))
+    ax.set_ylabel(label or metrics.label(metric))
     ax.grid(True, axis="y", alpha=0.25, lw=0.5)
     return _style(ax)
 

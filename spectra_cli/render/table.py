@@ -8,6 +8,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from spectra_cli import metrics as registry
+from spectra_cli.metrics import Metric, label
+
 
 def _fmt(x: Any, digits: int = 4) -> str:
     if x is None:
@@ -119,11 +122,11 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     dens = doc.get("density")
     if dens:
         parts.append(_kv("Density exponent (p(lambda) ~ lambda^-a, Hill MLE, KS x_min)", [
-            ("a", f"{dens['alpha']:.4f} ± {dens['stderr']:.2g}"),
-            ("x_min", dens["xmin"]),
-            ("tail size", dens["n_tail"]),
-            ("KS distance", dens["ks_distance"]),
-            ("rank-exponent equivalent", dens["rank_exponent_equivalent"]),
+            (label("density.alpha"), f"{dens['alpha']:.4f} ± {dens['stderr']:.2g} (SE)"),
+            (label("density.xmin"), f"{_fmt(dens['xmin'])} (on spectra's eigenvalue scale, 1/n)"),
+            (label("density.n_tail"), dens["n_tail"]),
+            (label("density.ks_distance"), dens["ks_distance"]),
+            (label("density.rank_exponent_equivalent"), dens["rank_exponent_equivalent"]),
         ]))
     cap = doc.get("capacity")
     if cap:
@@ -142,18 +145,15 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     if rank:
         bounds, exact = rank.get("bounds") or {}, rank.get("exactness") or {}
 
-        def shown(name: str) -> Any:
-            if name in bounds:
-                lo, hi = bounds[name]
-                return f"{_fmt(lo)} .. {_fmt(hi)} ({exact.get(name, 'bounded')})"
-            value = rank[name]
-            status = exact.get(name, "exact")
-            return value if status == "exact" else f"{_fmt(value)} ({status})"
+        def shown(m: Metric) -> str:
+            if m.name in bounds:
+                lo, hi = bounds[m.name]
+                return f"{m.format(lo)} .. {m.format(hi)} ({exact.get(m.name, 'bounded')})"
+            status = exact.get(m.name, "exact")
+            return m.format(rank[m.name]) + ("" if status == "exact" else f" ({status})")
 
-        names = ("participation_ratio", *(("participation_ratio_population",)
-                                          if rank.get("participation_ratio_population") is not None else ()),
-                 "entropy_rank", "rankme", "stable_rank", "numerical_rank")
-        parts.append(_kv("Effective rank", [(name, shown(name)) for name in names]))
+        parts.append(_kv("Effective rank", [(m.label, shown(m)) for m in registry.section("rank", "table")
+                                            if rank.get(m.name) is not None or m.name in bounds or m.name in exact]))
     iso = doc.get("isotropy")
     wh = doc.get("whitening")
     if iso and wh:
@@ -162,10 +162,9 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
                    title_justify="left", box=None, pad_edge=False)
         for c in ("", "before", "after"):
             it.add_column(c, justify="left" if not c else "right")
-        for key in ("partition_isotropy", "partition_isotropy_symmetric", "mean_cosine", "top_pc_share",
-                    "mean_norm_ratio", "isoscore"):
-            if iso.get(key) is not None or after.get(key) is not None:
-                it.add_row(key, _fmt(iso.get(key)), _fmt(after.get(key)))
+        for m in registry.section("isotropy", "table"):
+            if iso.get(m.name) is not None or after.get(m.name) is not None:
+                it.add_row(m.label, m.format(iso.get(m.name)), m.format(after.get(m.name)))
         sa = wh["spectrum_after"]
         it.add_row("lambda_1", _fmt(sp["eigenvalues"][0]), _fmt(sa["eigenvalues"][0]))
         it.add_row("lambda_min resolved", _fmt(sp["eigenvalues"][sp["numerical_rank"] - 1]),
@@ -175,8 +174,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         parts.append(Text(f"wrote {o['rows']} rows to {o['path']} ({o['format']}, {o['dtype']})"
                           + (f"; transform saved to {wh['saved_to']}" if wh["saved_to"] else ""), style="dim"))
     elif iso:
-        rows_ = [(k, iso[k]) for k in ("partition_isotropy", "partition_isotropy_symmetric", "mean_cosine",
-                                       "top_pc_share", "mean_norm_ratio", "isoscore") if iso.get(k) is not None]
+        rows_ = [(m.label, m.format(iso[m.name])) for m in registry.section("isotropy", "table")
+                 if iso.get(m.name) is not None]
         if iso.get("zero_rows"):
             rows_.append(("zero rows (excluded)", iso["zero_rows"]))
         if iso.get("scale"):

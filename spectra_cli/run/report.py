@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli import metrics as registry
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
@@ -39,18 +40,9 @@ from spectra_cli.validate import check_path, check_paths, check_regex
 
 PAGE_SCHEMA = "spectra.page/1"
 KINDS = ("auto", "model", "run", "report")
-#: (field, column heading, format) of the per-layer table and figures, in this order.
-LAYER_METRICS = (
-    ("weightwatcher.alpha", "α (density)", ".3f"),
-    ("weightwatcher.alpha_weighted", "α weighted", ".3f"),
-    ("weightwatcher.log_norm", "log norm", ".3f"),
-    ("weightwatcher.log_spectral_norm", "log spectral norm", ".3f"),
-    ("weightwatcher.stable_rank", "stable rank", ".2f"),
-    ("weightwatcher.mp_spikes", "MP spikes", "d"),
-    ("fit.alpha", "α (rank fit)", ".3f"),
-    ("rank.participation_ratio", "participation ratio", ".1f"),
-    ("rank.entropy_rank", "entropy rank", ".1f"),
-)
+#: (field, column heading, format) of the per-layer table and figures, in this order: the registry's
+#: ``layer`` view.
+LAYER_METRICS = tuple((m.path, m.label, "d" if m.type == "integer" else m.fmt) for m in registry.view("layer"))
 WORST = 5
 MOVED = 8
 
@@ -239,8 +231,6 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     from spectra_cli.run.summary import summarize
 
     summary = summarize(lines).to_dict()
-    labels = {f: lb for f, lb, _ in LAYER_METRICS}
-    summary["metrics"] = [{**m, "label": labels.get(m["field"], m["label"])} for m in summary["metrics"]]
     summary["verdicts"] = {v: n for v, n in (summary.get("verdicts") or {}).items() if n}
     ordered = sorted((_item(d) for d in docs), key=natural_key)
     short = dict(zip(ordered, layer_names(ordered), strict=True))

@@ -10,23 +10,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli import metrics as registry
 from spectra_cli.drawable import finite
 from spectra_cli.errors import InputError
 from spectra_cli.results import RESULT_SCHEMAS, check_report_schema, lookup
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
-#: (report field, label) of the metrics summarised.
-METRICS = (
-    ("weightwatcher.alpha", "alpha (density, WeightWatcher)"),
-    ("weightwatcher.alpha_weighted", "alpha_weighted"),
-    ("weightwatcher.log_norm", "log_norm"),
-    ("weightwatcher.log_spectral_norm", "log_spectral_norm"),
-    ("weightwatcher.stable_rank", "stable_rank"),
-    ("weightwatcher.mp_spikes", "mp_spikes"),
-    ("fit.alpha", "alpha (rank fit)"),
-    ("rank.participation_ratio", "participation_ratio"),
-    ("rank.entropy_rank", "entropy_rank"),
-)
+#: (report field, label) of the metrics summarised: the registry's ``layer`` view.
+METRICS = tuple((m.path, m.label) for m in registry.view("layer"))
 WORST = 5
 #: WeightWatcher's get_summary(): the plain mean of these columns over the layers analysed
 #: (weightwatcher.py 0.7.7 ``get_summary``; mp_softrank is there with ``mp_fit=True``).

@@ -81,8 +81,11 @@ def test_float32_precision_is_reported(cli, validate):
 def test_fit_table_names_every_figure(cli):
     r = cli("fit", NPY)
     assert r.exit_code == 0, r.stderr
-    for word in ("alpha", "window", "R^2", "participation_ratio", "entropy_rank", "rankme", "stable_rank",
-                 "numerical rank", "numerical floor", "k90", "float64", "near-null direction(s) past it"):
+    from spectra_cli import metrics
+
+    for word in ("alpha", "window", "R^2", "numerical rank", "numerical floor", "k90", "float64",
+                 "near-null direction(s) past it", *(m.label for m in metrics.section("rank", "table")
+                                                     if m.name != "participation_ratio_population")):
         assert word in r.stdout, word
     assert r.stderr == ""
     r = cli("fit", NPY, "--window", "11:384")  # a window that runs into the near-null direction says so

@@ -181,7 +181,7 @@ def test_the_cli_reports_the_population_in_json_and_tables(cli, tmp_path, valida
     assert doc["rank"]["participation_ratio_population"] > 0
     assert doc["options"]["population"]["replicates"] == 40
     r = cli("fit", tmp_path / "x.npy", "--window", "11:32", "--population")
-    assert "population exponent over 11..32" in r.stdout and "participation_ratio_population" in r.stdout
+    assert "population exponent over 11..32" in r.stdout and "participation ratio (population)" in r.stdout
     r = cli("fit", tmp_path / "x.npy", "--population", "--model", "broken")
     assert r.exit_code == 2 and r.stderr.startswith("error: --population estimates the exponent of a power-law")
 

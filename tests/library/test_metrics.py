@@ -1,0 +1,99 @@
+"""The registry of reported numbers (spectra_cli.metrics): every number of every report kind is
+known, labels are one per number, and every view reads the registry."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli import metrics
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    tmp = tmp_path_factory.mktemp("kinds")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((900, 48)) * np.arange(1, 49) ** -0.6
+    np.save(tmp / "a_step_1.npy", X)
+    np.save(tmp / "a_step_2.npy", X[::-1].copy())
+    np.save(tmp / "ctx.npy", rng.standard_normal((40, 8, 16)).astype(np.float32))
+    W = (rng.standard_normal((96, 48)) / 7).astype(np.float32)
+    docs: dict[str, dict] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        docs["fit everything"] = spectra.fit(
+            X, window=["5:30", "3:20"], ci=True, ci_replicates=20, population=True, density=True, capacity=[0.1],
+            counting=[0.01], shuffled_control=True, partition_isotropy=True, isoscore=True).to_dict()
+        docs["fit broken"] = spectra.fit(X, model="broken", window="3:40").to_dict()
+        docs["fit log-corrected"] = spectra.fit(X, model="log-corrected", window="3:40").to_dict()
+        docs["weightwatcher"] = spectra.fit(W, convention="weightwatcher").to_dict()
+        docs["spectrum top"] = spectra.spectrum(X, top=8).to_dict()
+        docs["isotropy"] = spectra.isotropy(X).to_dict()
+        docs["whiten"] = spectra.whiten(X, out=str(tmp / "w.npy")).to_dict()
+        docs["sequence"] = spectra.sequence(str(tmp / "ctx.npy")).to_dict()
+        docs["compare"] = spectra.compare(str(tmp / "a_step_1.npy"), str(tmp / "a_step_2.npy")).to_dict()
+        res = spectra.batch([str(tmp / "a_step_1.npy"), str(tmp / "a_step_2.npy")], jsonl=str(tmp / "r.jsonl"))
+        docs["batch line"] = res.results[0]
+        docs["summary"] = res.summary()
+        docs["trend"] = spectra.trend(str(tmp / "r.jsonl"), metric=["fit.alpha", "rank.participation_ratio"]).to_dict()
+        docs["check"] = spectra.check(str(tmp / "a_step_1.npy"), require=["fit.alpha >= 0.1"]).to_dict()
+        docs["check results"] = spectra.check(str(tmp / "r.jsonl"), require=["fit.alpha >= 0.1"]).to_dict()
+    return docs
+
+
+def test_every_number_of_every_report_kind_is_in_the_registry(documents: dict[str, dict]) -> None:
+    unknown = {kind: metrics.unknown_numbers(doc) for kind, doc in documents.items()}
+    assert not {k: v for k, v in unknown.items() if v}
+
+
+def test_a_number_the_registry_does_not_know_is_found() -> None:
+    assert metrics.unknown_numbers({"rank": {"participation_ratio": 3.0, "brand_new_rank": 2.0}}) == [
+        "rank.brand_new_rank"]
+
+
+def test_two_numbers_never_share_a_label_and_one_number_has_one() -> None:
+    by_label: dict[str, set[str]] = {}
+    for m in metrics.METRICS:
+        same = frozenset((m.path, *m.same_as))
+        by_label.setdefault(re.sub(r"[\s_]+", " ", m.label.lower()), set()).add(min(same))
+    shared = {label: paths for label, paths in by_label.items() if len(paths) > 1}
+    assert not shared
+    for m in metrics.METRICS:  # an alias is the same number: the same label
+        for other in m.same_as:
+            assert metrics.label(other) == m.label, (m.path, other)
+
+
+def test_sub_reports_read_the_root_entries() -> None:
+    assert metrics.canonical("fits.2.alpha") == "fit.alpha"
+    assert metrics.canonical("models.models.broken.alpha_2") == "fit.alpha_2"
+    assert metrics.canonical("context.rank.participation_ratio") == "rank.participation_ratio"
+    assert metrics.canonical("whitening.isotropy_after.mean_cosine") == "isotropy.mean_cosine"
+    assert metrics.get("controls.shuffled.fits.0.r2") is metrics.get("fit.r2")
+    with pytest.raises(KeyError, match="no reported number is named 'rank.nope'"):
+        metrics.get("rank.nope")
+
+
+def test_the_weightwatcher_spikes_and_spectras_edge_are_two_names() -> None:
+    ww = metrics.get("weightwatcher.columns.num_spikes")
+    ours = metrics.get("weightwatcher.mp_spikes")
+    assert ww.label == "WW num_spikes" and ww.ww_name == "num_spikes"
+    assert ours.label != ww.label and ours.ww_name is None
+    assert metrics.get("density.xmin").scale == metrics.SPECTRA_SCALE
+    assert metrics.get("weightwatcher.columns.xmin").scale == metrics.WW_SCALE
+
+
+def test_entries_are_well_formed() -> None:
+    paths = [m.path for m in metrics.METRICS]
+    assert len(paths) == len(set(paths))
+    for m in metrics.METRICS:
+        assert m.kind in metrics.KINDS and m.views <= set(metrics.VIEWS), m.path
+        assert m.label and m.definition and "SPEC" not in m.definition, m.path
+        assert m.se is None or metrics.find(m.se) is not None, m.path
+        format(1.5, m.fmt)
+    assert metrics.get("rank.participation_ratio").format(12.345) == "12.3"
+    assert metrics.get("rank.numerical_rank").format(7) == "7"
+    assert metrics.get("fit.alpha").format(None) == "—"

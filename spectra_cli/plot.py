@@ -380,7 +380,11 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
         tail = (n_tail / n) * (alpha - 1) / xmin * (x / xmin) ** (-alpha)
     tail = np.where(np.isfinite(tail) & (tail > 0), tail, np.nan)
     ax.loglog(x, tail, color=PALETTE[1], ls="--", lw=1.5, label="fitted tail")
-    ax.axvline(xmin, color=PALETTE[2], ls=":", lw=1.2, label=f"x_min = {_fmt(xmin)}")
+    ww = doc.get("weightwatcher")
+    cols = ww.get("columns") if isinstance(ww, dict) else None
+    ww_xmin = finite(cols.get("xmin")) if isinstance(cols, dict) else None
+    ax.axvline(xmin, color=PALETTE[2], ls=":", lw=1.2, label=f"x_min = {_fmt(xmin)}" + (
+        f" (WW xmin {_fmt(ww_xmin)} on W^T W)" if ww_xmin is not None else ""))
     se = finite(dens.get("stderr"))
     ks = finite(dens.get("ks_distance"))
     text = [f"α = {alpha:.2f}" + (f" ± {se:.2f} (SE)" if se is not None else ""),
@@ -391,7 +395,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     if positive.size and np.isfinite(positive.max() * 3) and positive.min() / 3 > 0:
         ax.set_ylim(positive.min() / 3, positive.max() * 3)
     log_ticks(ax)
-    ax.set_xlabel("eigenvalue λ")
+    ax.set_xlabel("eigenvalue λ (spectra's scale, 1/n)")
     ax.set_ylabel("density p(λ)")
     legend_box = {"frameon": True, "framealpha": 0.85, "edgecolor": "none", "facecolor": "white"}
     if title:

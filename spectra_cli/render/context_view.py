@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from spectra_cli.metrics import label
+
 
 def _num(x: Any, fmt: str = ".4g") -> str:
     return "—" if x is None else format(x, fmt)
@@ -16,13 +18,14 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     src = doc["source"]
     console.print(f"[bold]{src['path']}[/]: {src['layout']}; positions used {len(src['positions_used'])}, "
                   f"{src['windows_in_context']} windows in the context")
-    t = Table("position", "tokens", "alpha", "part. ratio", "mean cosine", title="Per position",
-              title_justify="left")
+    t = Table("position", "tokens", label("fit.alpha"), label("rank.participation_ratio"),
+              label("isotropy.mean_cosine"), title="Per position", title_justify="left")
     for row in doc["per_position"]:
         t.add_row(str(row["position"]), str(row["n"]), _num(row["alpha"]), _num(row["participation_ratio"]),
                   _num(row["mean_cosine"], ".3f"))
     console.print(t)
-    s = Table("spectrum", "n", "features", "alpha", "window", "part. ratio", "entropy rank",
+    s = Table("spectrum", "n", "features", label("fit.alpha"), "window", label("rank.participation_ratio"),
+              label("rank.entropy_rank"),
               title="Spectra", title_justify="left")
     parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]

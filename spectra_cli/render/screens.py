@@ -9,9 +9,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from spectra_cli.metrics import find, label
 
-def _num(x: float | None) -> str:
-    return "—" if x is None else f"{x:.6g}"
+
+def _num(x: float | None, fmt: str = ".6g") -> str:
+    return "—" if x is None else format(x, fmt)
 
 
 def print_info(path: str, doc: dict[str, Any], console: Console) -> None:
@@ -76,7 +78,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
         cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
                 "mp_softrank", "warning")
         for col in ("N x M (N >= M)", *cols):
-            t.add_column(col, no_wrap=True)
+            t.add_column(label(f"weightwatcher.columns.{col}") if find(f"weightwatcher.columns.{col}") else col,
+                         no_wrap=True)
         for name, r in zip(names, rows, strict=True):
             if "error" in r:
                 t.add_row(name, "", *([""] * (len(cols) - 1)), f"[red]error: {r['error']}[/]")
@@ -89,8 +92,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
     t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
     t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
-    for name in ("shape", "alpha (rank fit)", "R^2", "part. ratio",
-                 *(("alpha (density, WW)", "verdict") if with_ww else ())):
+    for name in ("shape", label("fit.alpha"), label("fit.r2"), label("rank.participation_ratio"),
+                 *((label("weightwatcher.alpha"), label("weightwatcher.verdict")) if with_ww else ())):
         t.add_column(name, no_wrap=True)
     t.add_column("status", overflow="fold")
     for name, r in zip(names, rows, strict=True):
@@ -105,8 +108,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
                   f"{r['rank']['participation_ratio']:.2f}", *extra, "ok")
     console.print(t)
     if any(str(r["item"]).partition("::")[0].endswith(".safetensors") for r in rows) and not with_ww:
-        console.print("[dim]alpha (rank fit) is the rank-window exponent of the centred rows; WeightWatcher's alpha "
-                      "and its 2..6 guidance: --convention weightwatcher[/]")
+        console.print(f"[dim]{label('fit.alpha')} is the rank-window exponent of the centred rows; WeightWatcher's "
+                      "alpha and its 2..6 guidance: --convention weightwatcher[/]")
 
 
 HEADLINE = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meets_at_rank")
@@ -126,7 +129,7 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
 
 
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:
-    t = Table("series", "step", *metrics, title=jsonl, title_justify="left")
+    t = Table("series", "step", *(label(m) for m in metrics), title=jsonl, title_justify="left")
     for p in points:
         t.add_row(p.series, f"{p.step:g}", *(_num(p.values[m]) for m in metrics))
     console.print(t)
@@ -156,11 +159,14 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     m = Table("metric", "layers", "mean", "median", "weighted mean", "weighted median",
               title="Metrics (plain, and weighted by parameters)", title_justify="left")
     for row in doc["metrics"]:
-        m.add_row(row["label"], str(row["layers"]), _num(row["mean"]), _num(row["median"]),
-                  _num(row["weighted_mean"]), _num(row["weighted_median"]))
+        entry = find(str(row["field"]))
+        fmt = entry.fmt if entry is not None and entry.type != "integer" else ".4g"
+        m.add_row(row["label"], str(row["layers"]), *(_num(row[k], fmt) for k in ("mean", "median", "weighted_mean",
+                                                                                   "weighted_median")))
     console.print(m)
     if doc.get("worst"):
-        w = Table("item", "alpha", "verdict", "outside by", title="Furthest outside the alpha range",
+        w = Table("item", label("weightwatcher.alpha"), "verdict", "outside by",
+                  title="Furthest outside the alpha range",
                   title_justify="left")
         names = shorten_names([str(x["item"]) for x in doc["worst"]])
         for name, row in zip(names, doc["worst"], strict=True):

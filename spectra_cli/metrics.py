@@ -57,6 +57,8 @@ class Metric:
     same_as: tuple[str, ...] = ()
     #: The path of its standard error, where the report carries one.
     se: str | None = None
+    #: The schema of the documents that hold it (``report``: spectra.report/1; ``sequence``).
+    document: str = "report"
 
     @property
     def section(self) -> str:
@@ -186,6 +188,14 @@ METRICS: tuple[Metric, ...] = (
     _m("spectrum.n_features", "d", "features", kind="count", type="integer"),
     _m("spectrum.n_samples", "n", "rows used", kind="count", type="integer"),
     _m("spectrum.n_over_d", "n/d", "rows per feature", kind="count", fmt=".3g"),
+    _m("spectrum.top_k.k", "eigenvalues computed", "the leading k of d eigenvalues computed (--top)", kind="count",
+       type="integer"),
+    _m("spectrum.top_k.relative_error_bound", "top-k error bound", "the block Lanczos bound on each computed "
+       "eigenvalue's relative error", kind="diagnostic"),
+    _m("spectrum.top_k.trace", "trace (top-k)", "tr C, exact from the moments: the sum of all d eigenvalues",
+       kind="diagnostic", scale=SPECTRA_SCALE),
+    _m("spectrum.top_k.**", "top-k route", "the block Lanczos run: block size, Krylov dimension, seed",
+       kind="input"),
     _m("control.eigenvalues.*", "shuffled eigenvalue", "eigenvalues with each column permuted independently",
        kind="diagnostic", scale=SPECTRA_SCALE),
     _m("control.meets_at_rank", "control meets data at rank", "the first rank where the shuffled control's "
@@ -320,22 +330,28 @@ METRICS: tuple[Metric, ...] = (
     _m("whitening.zeroed_directions", "zeroed directions", "directions at or below the floor, set to 0",
        kind="count", type="integer"),
     _m("whitening.output.rows", "rows written", "rows of the whitened output", kind="count", type="integer"),
-    # -- the sequence report ------------------------------------------------------------------------
-    _m("per_position.*.position", "position", "the token position", kind="count", type="integer"),
-    _m("per_position.*.n", "windows at the position", "unmasked windows at the position", kind="count",
-       type="integer"),
-    _m("per_position.*.participation_ratio", "participation ratio (position)", "the participation ratio of the "
-       "rows at one position"),
-    _m("per_position.*.alpha", "alpha (position)", "the rank-fit exponent of the rows at one position"),
-    _m("per_position.*.mean_cosine", "mean cosine (position)", "the mean cosine of the rows at one position"),
-    _m("pooled.mean_cosine", "mean cosine (pooled)", "the mean cosine of all positions' rows together"),
-    _m("lag_energy.lags.*", "lag", "the lag in positions", kind="count", type="integer"),
-    _m("lag_energy.data.*", "lag energy", "||C_lag||_F^2 / ||C_0||_F^2 of the data, per lag"),
-    _m("lag_energy.shuffled.*", "lag energy (shuffled)", "the same with the windows shuffled", kind="diagnostic"),
+    # -- the sequence report (spectra.sequence/1) ----------------------------------------------------
+    *(_m(path, lb, text, document="sequence", **kw) for path, lb, text, kw in (
+        ("per_position.*.position", "position", "the token position", {"kind": "count", "type": "integer"}),
+        ("per_position.*.n", "windows at the position", "unmasked windows at the position",
+         {"kind": "count", "type": "integer"}),
+        ("per_position.*.participation_ratio", "participation ratio (position)", "the participation ratio of the "
+         "rows at one position", {}),
+        ("per_position.*.alpha", "alpha (position)", "the rank-fit exponent of the rows at one position", {}),
+        ("per_position.*.mean_cosine", "mean cosine (position)", "the mean cosine of the rows at one position", {}),
+        ("pooled.mean_cosine", "mean cosine (pooled)", "the mean cosine of all positions' rows together", {}),
+        ("lag_energy.lags.*", "lag", "the lag in positions", {"kind": "count", "type": "integer"}),
+        ("lag_energy.data.*", "lag energy", "||C_lag||_F^2 / ||C_0||_F^2 of the data, per lag", {}),
+        ("lag_energy.shuffled.*", "lag energy (shuffled)", "the same with the windows shuffled",
+         {"kind": "diagnostic"}),
+        ("controls.shuffled.seed", "shuffled-windows seed", "the shuffled control's seed",
+         {"kind": "input", "type": "integer"}),
+    )),
+    # -- check's verdicts ---------------------------------------------------------------------------
     _m("checks.results.*.value", "checked value", "the field's value in the report checked"),
+    _m("checks.results.*.baseline", "baseline value", "the field's value in the baseline report"),
     _m("checks.results.*.bound.**", "check bound", "the bound of the check (LO and HI, or the limit)",
        kind="input"),
-    _m("controls.shuffled.seed", "shuffled-windows seed", "the shuffled control's seed", kind="input", type="integer"),
     # -- what was read, how, and at what cost ------------------------------------------------------
     _m("source.**", "source", "what was read: shapes, files, rows used or dropped", kind="count"),
     _m("options.**", "options", "the options that change a number, echoed", kind="input"),
@@ -373,6 +389,7 @@ DERIVED: dict[str, tuple[Metric, ...]] = {
     ),
     "spectra.check-results/1": (
         _m("items.*.results.*.value", "checked value", "the field's value in the item", kind="metric"),
+        _m("items.*.results.*.baseline", "baseline value", "the field's value in the baseline report"),
         _m("items.*.results.*.bound.**", "check bound", "the bound of the check (LO and HI, or the limit)",
            kind="input"),
     ),

@@ -212,11 +212,62 @@ def json_safe(obj: Any) -> Any:
 
 
 def report_schema(name: str = "report") -> dict[str, Any]:
-    """The JSON Schema that every ``Report.to_dict()`` satisfies (``sequence``: ``SequenceReport``)."""
+    """The JSON Schema that every ``Report.to_dict()`` satisfies (``sequence``: ``SequenceReport``).
+
+    Its structure is ``schema/<name>.schema.json``; each reported number's property (its type and its
+    ``description``: label, definition, scale) is filled from the registry :mod:`spectra_cli.metrics`,
+    so a new metric needs no edit here."""
     import json
     from importlib.resources import files
 
-    return json.loads(files("spectra_cli").joinpath(f"schema/{name}.schema.json").read_text())
+    schema = json.loads(files("spectra_cli").joinpath(f"schema/{name}.schema.json").read_text())
+    from spectra_cli import metrics
+
+    for m in metrics.METRICS:
+        if "*" not in m.path and m.document == name:
+            _fill_property(schema, m)
+    return schema
+
+
+def schema_node(schema: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The object schema that holds the last part of ``path`` (``$ref`` and ``oneOf`` with null followed);
+    None where the schema has no such object."""
+    node: Any = schema
+    for part in path.split(".")[:-1]:
+        node = _object_of(schema, node)
+        props = node.get("properties") if node is not None else None
+        if not isinstance(props, dict) or part not in props:
+            return None
+        node = props[part]
+    return _object_of(schema, node)
+
+
+def _object_of(schema: dict[str, Any], node: Any) -> dict[str, Any] | None:
+    for _ in range(8):
+        if not isinstance(node, dict):
+            return None
+        if "$ref" in node:
+            node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        elif "oneOf" in node or "anyOf" in node:
+            options = node.get("oneOf") or node.get("anyOf") or []
+            objects = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+            node = objects[0] if len(objects) == 1 else None
+        else:
+            return node if "properties" in node else None
+    return None
+
+
+def _fill_property(schema: dict[str, Any], m: Any) -> None:
+    node = schema_node(schema, m.path)
+    if node is None:
+        return
+    props = node["properties"]
+    prop = props.get(m.name)
+    if prop is None:
+        kind = {"integer": "integer", "string": "string"}.get(m.type, "number")
+        prop = props[m.name] = {"type": [kind, "null"] if m.nullable else kind}
+    description = f"{m.label}: {m.definition}" + (f" (scale: {m.scale})" if m.scale else "")
+    props[m.name] = {**prop, "description": description}
 
 
 def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:

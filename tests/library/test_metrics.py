@@ -97,3 +97,56 @@ def test_entries_are_well_formed() -> None:
     assert metrics.get("rank.participation_ratio").format(12.345) == "12.3"
     assert metrics.get("rank.numerical_rank").format(7) == "7"
     assert metrics.get("fit.alpha").format(None) == "—"
+
+
+def _schema_numbers(schema: dict, node: dict, prefix: str = "", depth: int = 0) -> set[str]:
+    """The dotted paths of the schema's numeric properties (``$ref``, ``oneOf`` and arrays followed)."""
+    from spectra_cli.results import _object_of
+
+    out: set[str] = set()
+    if depth > 12:
+        return out
+    items = node.get("items") if isinstance(node, dict) else None
+    if isinstance(items, dict):
+        return _schema_numbers(schema, items, prefix + ".*", depth + 1)
+    obj = _object_of(schema, node)
+    if obj is not None:
+        for k, v in obj["properties"].items():
+            out |= _schema_numbers(schema, v, f"{prefix}.{k}".lstrip("."), depth + 1)
+        return out
+    target = node
+    while isinstance(target, dict) and "$ref" in target:
+        target = schema["$defs"][target["$ref"].rsplit("/", 1)[-1]]
+    types = target.get("type") if isinstance(target, dict) else None
+    types = types if isinstance(types, list) else [types]
+    if "number" in types or "integer" in types:
+        out.add(prefix)
+    return out
+
+
+def test_the_schema_is_filled_from_the_registry_and_knows_no_other_number() -> None:
+    from spectra_cli.results import report_schema, schema_node
+
+    schema = report_schema()
+    unknown = sorted(p for p in _schema_numbers(schema, schema) if metrics.find(p) is None)
+    assert not unknown
+    for m in metrics.METRICS:
+        if "*" in m.path or m.path.startswith(("options.", "timings.", "source.")) or m.document != "report":
+            continue
+        node = schema_node(schema, m.path)
+        assert node is not None, m.path
+        assert node["properties"][m.name]["description"].startswith(m.label + ": "), m.path
+
+
+def test_a_new_metric_needs_no_schema_edit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jsonschema
+
+    from spectra_cli.results import report_schema
+
+    new = metrics.Metric("rank.brand_new_rank", "brand-new rank", "a rank for this test", type="number")
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    schema = report_schema()
+    assert schema["properties"]["rank"]["properties"]["brand_new_rank"]["type"] == ["number", "null"]
+    doc = spectra.fit(np.random.default_rng(1).standard_normal((200, 12))).to_dict()
+    doc["rank"]["brand_new_rank"] = 3.5
+    jsonschema.validate(doc, schema)

@@ -278,9 +278,9 @@ METRICS: tuple[Metric, ...] = (
        views="batch layer", fmt=".2f", same_as=("weightwatcher.columns.stable_rank",)),
     _m("weightwatcher.mp_spikes", "spikes over the MP edge", "eigenvalues above the Marchenko-Pastur edge "
        "(sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; WeightWatcher fits sigma by kernel "
-       "density, its num_spikes)", views="batch layer", type="integer", nullable=False),
-    _m("weightwatcher.verdict", "verdict", "over-trained if WW alpha < lo, under-trained if > hi, else ok "
-       "(WeightWatcher's guidance, alpha_range)", views="batch", type="string"),
+       "density)", views="batch layer", type="integer", nullable=False),
+    _m("weightwatcher.verdict", "verdict", "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
+       views="batch", type="string"),
     _m("weightwatcher.mp_bulk_edge", "MP edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
        kind="diagnostic", scale=WW_SCALE),
     _m("weightwatcher.alpha_range.*", "healthy alpha range", "WeightWatcher's guidance for its alpha (2..6)",
@@ -457,8 +457,9 @@ def view(name: str) -> tuple[Metric, ...]:
 
 
 def section(name: str, view_name: str | None = None) -> tuple[Metric, ...]:
-    """The entries of one report section (``rank``, ``isotropy``), optionally only those of a view."""
-    return tuple(m for m in METRICS if m.section == name and "*" not in m.path
+    """The entries directly in one report section (``rank``, ``isotropy``), optionally only those of a
+    view."""
+    return tuple(m for m in METRICS if m.section == name and m.path.count(".") == 1 and "*" not in m.path
                  and (view_name is None or view_name in m.views))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli import metrics as registry
 from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.stream.moments import Moments
 
@@ -262,17 +263,7 @@ class Isotropy:
             "mean_norm_ratio": self.mean_norm_ratio,
             "isoscore": self.isoscore,
             "directions": self.directions,
-            "definitions": {
-                "partition_isotropy": "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i / s), c the eigenvectors "
-                "of sum w x x^T / s^2 as numpy.linalg.eigh returns them (Mu & Viswanath 2018); s = std of all entries "
-                "('seed') or 1 ('none'); log-sum-exp accumulation",
-                "partition_isotropy_symmetric": "the same over c and -c (independent of eigenvector signs)",
-                "mean_cosine": "exact mean cosine over pairs i != j, (||sum w u||^2 - sum w^2) / ((sum w)^2 - "
-                "sum w^2), u = x/||x||; zero rows excluded",
-                "top_pc_share": "lambda_1 / sum lambda of the covariance",
-                "mean_norm_ratio": "||mean|| / mean ||x_i||",
-                "isoscore": "Rudman et al. 2022 from the d covariance eigenvalues",
-            },
+            "definitions": registry.definitions("isotropy"),
         }
 
 

@@ -1,4 +1,5 @@
-"""Effective ranks of a spectrum, each under its own name and definition (SPEC.md)."""
+"""Effective ranks of a spectrum, each under its own name; their labels and definitions are in the registry
+(:mod:`spectra_cli.metrics`)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli import metrics as registry
+
 RANKME_EPS = 1e-7
 
+#: The definitions a report's ``rank`` section carries: each rank's from the registry, and the rules.
 DEFINITIONS = {
-    "participation_ratio": "(sum lambda)^2 / sum lambda^2 (Gao et al. 2017)",
-    "entropy_rank": "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
-    "rankme": "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values "
-    "of the uncentred matrix (Garrido et al. 2023)",
-    "stable_rank": "sum lambda / lambda_1 = tr C / ||C|| (Rudelson & Vershynin 2007)",
-    "participation_ratio_population": "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 "
-    "|y_i|^4): the ratio of unbiased estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong "
-    "2010; p = w / sum w, y_i the rows about the mean), from the moments and the histogram of squared row norms",
-    "numerical_rank": "eigenvalues above the numerical floor",
-    "k90": "smallest k whose cumulative explained variance reaches 0.90 (k95, k99 likewise)",
+    **registry.definitions("rank"),
     "floors": "eigenvalues at or below the numerical floor count as 0 in every rank",
     "top_k": "with only the leading k of d eigenvalues (--top): the participation ratio and stable rank are "
     "exact (from tr C and ||C||_F^2); the entropy rank is bounded: the other d - k eigenvalues hold the rest of "

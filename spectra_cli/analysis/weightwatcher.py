@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli import metrics as registry
+
 DEFAULT_ALPHA_RANGE = (2.0, 6.0)
 VERDICTS = ("over-trained", "ok", "under-trained")
 
@@ -236,14 +238,7 @@ class WeightMetrics:
             "parameters": self.parameters,
             **({"columns": self.columns} if self.columns is not None else {}),
             "definitions": {
-                "alpha": "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): WeightWatcher's alpha",
-                "alpha_weighted": "alpha * log10(lambda_max)",
-                "log_norm": "log10(sum lambda) = log10 ||W||_F^2",
-                "log_spectral_norm": "log10(lambda_max) = log10 ||W||_2^2",
-                "stable_rank": "sum lambda / lambda_max",
-                "mp_spikes": "eigenvalues above the Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, "
-                "N >= M, Q = N/M (closed form; WeightWatcher fits sigma by kernel density)",
-                "verdict": "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
+                **registry.definitions("weightwatcher"),
                 "columns": f"WeightWatcher {WW_VERSION}'s analyze() columns by its names, from the eigenvalues of "
                 "W^T W (num_spikes, sigma_mp, mp_softrank, bulk_max: its MP fit, mp_fit=True; warning: '' when "
                 "alpha is in range)",

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli import metrics as registry
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import MISSING, lookup, scalar_fields
 from spectra_cli.validate import check_path, check_strings
@@ -88,10 +89,8 @@ def parse_max_change(text: str) -> Check:
 def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
     v = lookup(doc, field)
     if v is MISSING or isinstance(v, dict | list | str | bool):
-        names = sorted(k for k in scalar_fields(doc)
-                       if k.split(".")[0] in ("fit", "rank", "spectrum", "isotropy", "density", "control")
-                       and not k.startswith(("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.",
-                                             "control.eigenvalues.", "fit.window.")))
+        names = sorted(k for k in scalar_fields(doc) if (m := registry.find(k)) is not None and k == m.path
+                       and m.kind in ("metric", "diagnostic") and not m.path.endswith(".**"))
         kind = "not a number" if v is not MISSING else "not a field"
         raise OptionError(
             f"{what} field {field!r} is {kind} of the report; valid fields: {', '.join(names)} "

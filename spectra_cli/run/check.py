@@ -242,7 +242,8 @@ def evaluate_results(lines: list[dict[str, Any]], checks: list[Check],
 class CheckResult:
     """What :func:`check` found: ``passed`` (the CLI exits 1 when False), the verdicts of one report
     (or, for a batch's results, one entry per item in ``document["items"]``), and the JSON document
-    ``spectra check --json`` prints (``to_dict()``)."""
+    ``spectra check --json`` prints (``to_dict()``), whose ``passed`` is at the top for every input (a
+    report also carries its verdicts in ``checks``)."""
 
     passed: bool
     document: dict[str, Any]
@@ -312,4 +313,6 @@ def check(
     passed = all(v.passed for v in verdicts)
     report["checks"] = {"passed": passed, "baseline": base_path, "option_mismatch": mismatch,
                         "results": [v.to_dict() for v in verdicts]}
+    # the verdict at the top, where a results file's check has it too (``jq -e .passed`` for every input)
+    report = {"schema": report["schema"], "passed": passed, **{k: v for k, v in report.items() if k != "schema"}}
     return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch))

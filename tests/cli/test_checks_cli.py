@@ -80,3 +80,16 @@ def test_config_file(cli, tmp_path):
     (tmp_path / "broken.toml").write_text("[check\n")
     r = cli("check", NPY, "--config", tmp_path / "broken.toml")
     assert r.exit_code == 2 and r.stderr.startswith(f"error: {tmp_path / 'broken.toml'} is not valid TOML")
+
+
+@pytest.mark.parametrize("spec, verdict", [("fit.alpha > 0", True), ("fit.alpha > 50", False)])
+def test_the_verdict_is_at_the_top_for_every_input_kind(cli, tmp_path, spec, verdict):
+    """``spectra check ... --json | jq -e .passed`` works for a data file, a report and a results file."""
+    report = tmp_path / "r.json"
+    report.write_text(cli("fit", NPY, "--json").stdout)
+    results = tmp_path / "r.jsonl"
+    assert cli("batch", NPY, "--jsonl", results).exit_code == 0
+    for data in (NPY, report, results):
+        r = cli("check", data, "--require", spec, "--json")
+        assert r.exit_code == (0 if verdict else 1), (data, r.stderr)
+        assert r.json()["passed"] is verdict, data

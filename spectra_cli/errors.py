@@ -48,8 +48,29 @@ def _render(message: str, *, cli: bool) -> str:
 
 
 def flag_text(message: str) -> str:
-    """A message with its parameters named as command-line flags (for the command line's own lines)."""
-    return _render(message, cli=True)
+    """A message with its parameters named as command-line flags (for the command line's own lines); a
+    :class:`Message` by its marked text."""
+    return _render(getattr(message, "raw", message), cli=True)
+
+
+class Message(str):
+    """A note or warning that names parameters (:func:`param`): as a ``str`` it reads as the library's
+    (``step_regex``), :func:`flag_text` renders it as the command line's (``--step-regex``); ``raw``
+    keeps the marks, for a message built from it."""
+
+    raw: str
+
+    def __new__(cls, raw: str) -> Message:
+        obj = super().__new__(cls, _render(raw, cli=False))
+        obj.raw = getattr(raw, "raw", raw)
+        return obj
+
+
+def raw(message: object) -> str:
+    """The marked text of a message, an exception or a note (to build another message from it)."""
+    if isinstance(message, SpectraError):
+        return message.raw_message
+    return getattr(message, "raw", str(message))
 
 
 class SpectraError(Exception):

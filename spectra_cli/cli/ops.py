@@ -27,6 +27,7 @@ from spectra_cli.cli.flags import (
     Top,
     Uncentered,
 )
+from spectra_cli.errors import flag_text
 
 FitWindow = Annotated[list[str] | None, typer.Option("--window", metavar="K1:K2",
                                                      help="Fit window K1:K2 or auto (repeatable).")]
@@ -166,7 +167,7 @@ def batch(
         _print_summary(result.summary(), json)
         return
     for note in result.notes:
-        sys.stderr.write(f"note: {note}\n")
+        sys.stderr.write(f"note: {flag_text(note)}\n")
     if result.skip_note:
         sys.stderr.write(f"note: {result.skip_note}\n")
     if verbose:
@@ -235,8 +236,9 @@ def compare(
 
 @app.command()
 def trend(
-    jsonl: Annotated[str, typer.Argument(metavar="RESULTS.jsonl", help="JSON Lines from spectra batch.",
-                                         show_default=False)],
+    paths: Annotated[list[str], typer.Argument(metavar="RESULTS.jsonl...", help="JSON Lines from spectra batch; "
+                                               "several results files are the steps of a run (as for spectra "
+                                               "report).", show_default=False)],
     metric: Annotated[list[str] | None, typer.Option("--metric", metavar="FIELD", help="Report field, e.g. "
                                                      "fit.alpha (repeatable).")] = None,
     step_regex: Annotated[str | None, typer.Option("--step-regex", metavar="REGEX",
@@ -250,6 +252,7 @@ def trend(
     Examples:
       spectra trend results.jsonl --metric fit.alpha --plot alpha.png
       spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
+      spectra trend runs/step_*/results.jsonl --metric fit.alpha
     """
     from spectra_cli.render.figures import plot_trend
     from spectra_cli.run.trend import trend as run_trend
@@ -259,14 +262,15 @@ def trend(
         from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
-    result = run_trend(jsonl, metric=metrics, step_regex=step_regex)
+    result = run_trend(paths, metric=metrics, step_regex=step_regex)
     if plot is not None:
         plot_trend(list(result.points), metrics, plot)
     for note in result.notes:
-        sys.stderr.write(f"note: {note}\n")
+        sys.stderr.write(f"note: {flag_text(note)}\n")
     from spectra_cli.render.screens import print_trend
 
-    emit(result.to_dict(), json, lambda d, console: print_trend(jsonl, list(result.points), metrics, console),
+    emit(result.to_dict(), json, lambda d, console: print_trend(", ".join(paths), list(result.points), metrics,
+                                                               console),
          written=(plot,) if plot else ())
     if plot is not None:
         from spectra_cli.render.figures import wrote
@@ -308,7 +312,7 @@ def report(
         page = run_report(paths, out=out, kind=kind, title=title, worst=worst, step_regex=step_regex,
                           progress=progress)
     for note in page.notes:
-        sys.stderr.write(f"note: {note}\n")
+        sys.stderr.write(f"note: {flag_text(note)}\n")
     from spectra_cli.render.screens import print_page
 
     emit(page.to_dict(), json, print_page, written=(out,))

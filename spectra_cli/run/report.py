@@ -130,11 +130,6 @@ def _item(doc: dict[str, Any]) -> str:
     return item_name(doc, "?")
 
 
-def _file_step(path: str) -> float | None:
-    runs = re.findall(r"\d+", os.path.splitext(path)[0])
-    return float(runs[-1]) if runs else None
-
-
 # ---------------------------------------------------------------------------------------------------
 # figures
 
@@ -319,35 +314,11 @@ class Point:
 
 
 def _run_points(sources: list[Source], step_regex: str | None, notes: list[str]) -> list[Point]:
-    from spectra_cli.run.trend import doc_step
+    from spectra_cli.run.trend import run_steps
 
     pattern = re.compile(step_regex) if step_regex else None
-    points: list[Point] = []
-    if len(sources) > 1:
-        steps = [_file_step(s.path) for s in sources]
-        if any(s is None for s in steps) or len(set(steps)) != len(steps):
-            notes.append("the results files' paths do not each carry a distinct step number: their order is the step")
-            steps = [float(i) for i in range(len(sources))]
-        for s, step in zip(sources, steps, strict=True):
-            for doc in s.lines:
-                if "skipped" in doc or "error" in doc:
-                    continue
-                item = _item(doc)
-                file, sep, tensor = item.partition("::")
-                points.append(Point(tensor if sep else os.path.basename(file), float(step or 0.0), doc))
-        return points
-    for doc in sources[0].lines:
-        if "skipped" in doc or "error" in doc:
-            continue
-        try:
-            step, series = doc_step(doc, _item(doc), pattern)
-        except InputError as exc:
-            if pattern is not None:  # asked for: every item must match it
-                raise
-            notes.append(f"left out {_item(doc)}: {exc}")
-            continue
-        points.append(Point(series, step, doc))
-    return points
+    return [Point(series, step, doc) for series, step, doc in
+            run_steps([(s.path, list(s.lines)) for s in sources], pattern, notes)]
 
 
 def _is_run(sources: list[Source], pts: list[Point]) -> bool:

@@ -15,10 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.drawable import LINEAR_LIMIT
-from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.drawable import LINEAR_LIMIT, item_name
+from spectra_cli.errors import InputError, Message, OptionError, param, raw
 from spectra_cli.results import lookup, uncertainty
-from spectra_cli.validate import check_path, check_regex, check_strings
+from spectra_cli.validate import check_paths, check_regex, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -79,45 +79,87 @@ def doc_step(doc: dict[str, Any], item: str, pattern: re.Pattern[str] | None) ->
     return step_of(item, pattern)
 
 
-def load_points(jsonl: str, metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
+def file_step(path: str) -> float | None:
+    """The step of a results file: the last run of digits in its path (``runs/step_100/results.jsonl``)."""
+    runs = re.findall(r"\d+", os.path.splitext(path)[0])
+    return float(runs[-1]) if runs else None
+
+
+def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: re.Pattern[str] | None,
+              notes: list[str]) -> list[tuple[str, float, dict[str, Any]]]:
+    """The (series, step, report) of a run, the one rule ``trend`` and ``report`` share: several results
+    files are the steps of a run (each file's step from its path, the series its items' tensor or file
+    names); in one file, each item's step (:func:`doc_step`; with ``pattern``, every item must match it).
+    Skipped tensors are left out; failed items too, with a note."""
+    out: list[tuple[str, float, dict[str, Any]]] = []
+    usable = [[d for d in lines if _usable(d, notes)] for _, lines in files]
+    if len(files) > 1:
+        steps = [file_step(path) for path, _ in files]
+        if any(s is None for s in steps) or len(set(steps)) != len(steps):
+            notes.append("the results files' paths do not each carry a distinct step number: their order is the step")
+            steps = [float(i) for i in range(len(files))]
+        for docs, step in zip(usable, steps, strict=True):
+            for doc in docs:
+                file, sep, tensor = item_name(doc, "?").partition("::")
+                out.append((tensor if sep else os.path.basename(file), float(step or 0.0), doc))
+        return out
+    for doc in usable[0]:
+        try:
+            step, series = doc_step(doc, item_name(doc, "?"), pattern)
+        except InputError as exc:
+            if pattern is not None:  # asked for: every item must match it
+                raise
+            notes.append(Message(f"left out {item_name(doc, '?')}: {raw(exc)}"))
+            continue
+        out.append((series, step, doc))
+    return out
+
+
+def _usable(doc: dict[str, Any], notes: list[str]) -> bool:
+    if "skipped" in doc:
+        return False  # not a weight matrix (spectra batch records why)
+    if "error" in doc:
+        notes.append(f"{item_name(doc, '?')}: failed in the batch ({str(doc['error'])[:200]})")
+        return False
+    return True
+
+
+def load_points(paths: list[str], metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
     if not metrics:
         raise OptionError(f"trend needs at least one {param('metric')} (e.g. {param('metric')} fit.alpha).")
     pattern = check_regex("step_regex", step_regex) if step_regex else None
     from spectra_cli.run.summary import iter_results
 
-    points: list[Point] = []
+    files: list[tuple[str, list[dict[str, Any]]]] = []
+    for path in paths:
+        lines = []
+        for i, doc in iter_results(path):
+            source = doc.get("source")
+            item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
+            if not isinstance(item, str) or not item:
+                raise InputError(f"{path} line {i} has no item name.")
+            lines.append({**doc, "_line": i})
+        files.append((path, lines))
     notes: list[str] = []
-    for i, doc in iter_results(jsonl):
-        source = doc.get("source")
-        item = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
-        if not isinstance(item, str) or not item:
-            raise InputError(f"{jsonl} line {i} has no item name.")
-        if "skipped" in doc:
-            continue  # not a weight matrix (spectra batch records why)
-        if "error" in doc:
-            notes.append(f"{item}: failed in the batch ({str(doc['error'])[:200]})")
-            continue
+    points: list[Point] = []
+    for series, step, doc in run_steps(files, pattern, notes):
+        where = f"{paths[0] if len(paths) == 1 else item_name(doc, '?')} line {doc['_line']}"
         values: dict[str, float | None] = {}
         for m in metrics:
             v = lookup(doc, m)
             if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
-                raise OptionError(f"{param('metric', m)} is not a number in the reports (line {i}).")
+                raise OptionError(f"{param('metric', m)} is not a number in the reports ({where}).")
             if v is not None and not abs(float(v)) <= LINEAR_LIMIT:  # (nan too) beyond what a figure can draw
-                raise InputError(f"{jsonl} line {i}: {m} is {v!r}, not a number a report holds (|x| <= "
-                                 f"{LINEAR_LIMIT:g}): the results file is corrupt.")
+                raise InputError(f"{where}: {m} is {v!r}, not a number a report holds (|x| <= {LINEAR_LIMIT:g}): the "
+                                 "results file is corrupt.")
             values[m] = None if v is None else float(v)
-        try:
-            step, series = doc_step(doc, item, pattern)
-        except InputError as exc:
-            notes.append(f"skipped {item}: {exc}")
-            continue
         intervals = {m: uncertainty(doc, m) for m in metrics}
         intervals = {m: iv if iv is not None and all(abs(x) <= LINEAR_LIMIT for x in iv) else None
                      for m, iv in intervals.items()}
-        points.append(Point(series, step, item, values, intervals))
+        points.append(Point(series, step, item_name(doc, "?"), values, intervals))
     if not points:
-        why = f" ({notes[0]})" if notes else ""
-        raise InputError(f"{jsonl} holds no successful report with a step{why}.")
+        why = f" ({raw(notes[0])})" if notes else ""
+        raise InputError(f"{', '.join(paths)} hold(s) no successful report with a step{why}.")
     points.sort(key=lambda p: (p.series, p.step))
     return points, notes
 
@@ -158,15 +200,24 @@ class TrendResult:
         return dict(self.document)
 
 
-def trend(jsonl: str | os.PathLike[str], *, metric: str | list[str] | tuple[str, ...] = (),
-          step_regex: str | None = None) -> TrendResult:
-    """Each ``metric`` (a dotted report field, e.g. ``fit.alpha``) of a batch's results against the step
-    number of each item: the last run of digits in its file name, or group 1 of ``step_regex``. Items
-    of different names (``run-a/step_100.npy``, ``run-b/step_100.npy``) are separate series; failed
-    and skipped items are left out with a note."""
-    jsonl = check_path("jsonl", jsonl)
+def trend(paths: str | os.PathLike[str] | list[str] | tuple[str, ...], *,
+          metric: str | list[str] | tuple[str, ...] = (), step_regex: str | None = None) -> TrendResult:
+    """Each ``metric`` (a dotted report field, e.g. ``fit.alpha``) of a run's results against the step,
+    by the rule :func:`spectra_cli.report` has: several results files (``paths``) are the steps of a run,
+    each file's step the last number in its path; in one file, each item's step is the last run of
+    digits in its file name, or group 1 of ``step_regex``. Items of different names
+    (``run-a/step_100.npy``, ``run-b/step_100.npy``) are separate series; failed and skipped items are
+    left out with a note."""
+    files = check_paths("paths", paths)
     metrics = check_strings("metric", metric)
     if step_regex is not None and not isinstance(step_regex, str):
         raise OptionError(f"{param('step_regex', step_regex, show=True)} must be a string.")
-    points, notes = load_points(jsonl, metrics, step_regex)
+    seen: dict[str, str] = {}
+    for p in files:
+        real = os.path.realpath(p)
+        if real in seen:
+            raise OptionError(f"{p} is given twice ({seen[real]} is the same file): each results file is one step "
+                              "of a run.")
+        seen[real] = p
+    points, notes = load_points(files, metrics, step_regex)
     return TrendResult(trend_doc(points, metrics, notes), tuple(points), tuple(metrics), tuple(notes))

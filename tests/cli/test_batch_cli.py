@@ -185,3 +185,23 @@ def test_batch_takes_top(cli, tmp_path):
     r = cli("batch", tmp_path, "--top", "-3", "--jsonl", tmp_path / "out.jsonl")
     assert r.exit_code == 2 and r.stderr.startswith("error: --top -3 must be 0 (every eigenvalue) or a positive")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_trend_takes_the_paths_report_takes(cli, tmp_path):
+    """Several results files are the steps of a run, as for spectra report (the step from each path)."""
+    for step in (100, 20):
+        (tmp_path / f"step_{step}").mkdir()
+        np.save(tmp_path / f"step_{step}" / "acts.npy", powerlaw_matrix(1000, 20, 0.5 + step / 100, seed=step))
+        assert cli("batch", tmp_path / f"step_{step}" / "acts.npy", "--window", "2:15", "--jsonl",
+                   tmp_path / f"step_{step}" / "results.jsonl").exit_code == 0
+    files = [tmp_path / "step_100" / "results.jsonl", tmp_path / "step_20" / "results.jsonl"]
+    r = cli("trend", *files, "--metric", "fit.alpha", "--json")
+    assert r.exit_code == 0, r.stderr
+    (series,) = r.json()["series"]
+    assert series["series"] == "acts.npy" and [p["step"] for p in series["points"]] == [20, 100]
+    r = cli("trend", files[0], files[0], "--metric", "fit.alpha")
+    assert r.exit_code == 2 and "is given twice" in r.stderr
+    np.save(tmp_path / "acts.npy", powerlaw_matrix(500, 20, 1.0, seed=1))
+    assert cli("batch", tmp_path / "acts.npy", "--jsonl", tmp_path / "r.jsonl").exit_code == 0
+    r = cli("trend", tmp_path / "r.jsonl", "--metric", "fit.alpha")  # one item without a number in its name
+    assert r.exit_code == 2 and "--step-regex" in r.stderr and "step_regex" not in r.stderr, r.stderr

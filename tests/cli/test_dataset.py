@@ -368,7 +368,7 @@ def test_the_budget_of_several_moment_files_is_their_running_total(cli, tmp_path
     (lambda: spectra.fit(["a.npy", 3]), r"^data\[1\]=3 must be a path \(str or os.PathLike\), not int\.$"),
     (lambda: spectra.batch(["a.npy", 3]), r"^paths\[1\]=3 must be a path"),
     (lambda: spectra.moments(X, out=3), r"^out=3 must be a path"),
-    (lambda: spectra.trend(3, metric="fit.alpha"), r"^jsonl=3 must be a path"),
+    (lambda: spectra.trend(3, metric="fit.alpha"), r"^paths=3 must be a path"),
 ])
 def test_library_arguments_of_the_wrong_type_are_named(call, message):
     with pytest.raises(spectra.SpectraError, match=message):

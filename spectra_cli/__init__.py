@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from spectra_cli.version import __version__
 
 _EXPORTS = {
     "fit": "spectra_cli.run.matrix",

@@ -26,6 +26,11 @@ LINEAR_LIMIT = 1e100
 #: Largest eigenvalue drawn on a log axis (float64's range, less headroom for the axis padding).
 LOG_LIMIT = 1e300
 MODELS = ("power-law", "log-corrected", "broken")
+SCHEMA_VERSION = "spectra.report/1"
+#: The other records of a batch's results file: an item that failed, a tensor that is not a matrix.
+ERROR_SCHEMA = "spectra.batch-error/1"
+SKIP_SCHEMA = "spectra.batch-skipped/1"
+RESULT_SCHEMAS = (SCHEMA_VERSION, ERROR_SCHEMA, SKIP_SCHEMA)
 
 
 class _Check:
@@ -321,3 +326,22 @@ def item_name(doc: dict[str, Any], default: str = "") -> str:
     src = doc.get("source")
     item = doc.get("item") or (src.get("path") if isinstance(src, dict) else None)
     return str(item) if item else default
+
+
+def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> None:
+    """Refuse a document that is not a report of the schema this spectra reads (``spectra.report/1``),
+    naming the schema it has; ``also``: other record schemas accepted there (a batch's error and skip
+    lines)."""
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise InputError(f"{where} is not a spectra report (it has no 'schema'; this spectra reads {SCHEMA_VERSION}).")
+    schema = doc["schema"]
+    if schema != SCHEMA_VERSION and schema not in also:
+        if isinstance(schema, str) and schema.startswith("spectra.report/"):
+            raise InputError(f"{where} has schema {schema!r}; this spectra reads {SCHEMA_VERSION}.")
+        raise InputError(f"{where} is not a spectra report (schema {schema!r}; this spectra reads {SCHEMA_VERSION}).")
+    if schema == SCHEMA_VERSION:
+        missing = [k for k in ("source", "options", "spectrum") if not isinstance(doc.get(k), dict)]
+        if missing:
+            raise InputError(f"{where} is a {SCHEMA_VERSION} report without its {', '.join(missing)} section"
+                             f"{'s' if len(missing) > 1 else ''} (every report has them; the options say which "
+                             "numbers are comparable).")

@@ -648,7 +648,7 @@ def save(fig: Any, path: str | os.PathLike[str], *, dpi: int = 200) -> str:
 
 
 def _metadata(ext: str) -> dict[str, Any]:
-    from spectra_cli import __version__
+    from spectra_cli.version import __version__
 
     creator = f"spectra {__version__}"
     if ext == ".png":

@@ -9,10 +9,18 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spectra_cli import __version__
-from spectra_cli.drawable import MISSING, finite, lookup  # noqa: F401  (lookup and MISSING: re-exported)
+from spectra_cli.drawable import (  # noqa: F401  (re-exported: lookup, MISSING, the schema names and their check)
+    ERROR_SCHEMA,
+    MISSING,
+    RESULT_SCHEMAS,
+    SCHEMA_VERSION,
+    SKIP_SCHEMA,
+    check_report_schema,
+    finite,
+    lookup,
+)
 from spectra_cli.eigen.decomposition import Spectrum
-from spectra_cli.errors import InputError
+from spectra_cli.version import __version__
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
@@ -21,11 +29,6 @@ if TYPE_CHECKING:
     from spectra_cli.analysis.weightwatcher import WeightMetrics
     from spectra_cli.analysis.whitening import WhiteningResult
 
-SCHEMA_VERSION = "spectra.report/1"
-#: The other records of a batch's results file: an item that failed, a tensor that is not a matrix.
-ERROR_SCHEMA = "spectra.batch-error/1"
-SKIP_SCHEMA = "spectra.batch-skipped/1"
-RESULT_SCHEMAS = (SCHEMA_VERSION, ERROR_SCHEMA, SKIP_SCHEMA)
 
 
 class Section(dict[str, Any]):
@@ -286,25 +289,6 @@ def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-
-
-def check_report_schema(doc: Any, where: str, *, also: tuple[str, ...] = ()) -> None:
-    """Refuse a document that is not a report of the schema this spectra reads (``spectra.report/1``),
-    naming the schema it has; ``also``: other record schemas accepted there (a batch's error and skip
-    lines)."""
-    if not isinstance(doc, dict) or "schema" not in doc:
-        raise InputError(f"{where} is not a spectra report (it has no 'schema'; this spectra reads {SCHEMA_VERSION}).")
-    schema = doc["schema"]
-    if schema != SCHEMA_VERSION and schema not in also:
-        if isinstance(schema, str) and schema.startswith("spectra.report/"):
-            raise InputError(f"{where} has schema {schema!r}; this spectra reads {SCHEMA_VERSION}.")
-        raise InputError(f"{where} is not a spectra report (schema {schema!r}; this spectra reads {SCHEMA_VERSION}).")
-    if schema == SCHEMA_VERSION:
-        missing = [k for k in ("source", "options", "spectrum") if not isinstance(doc.get(k), dict)]
-        if missing:
-            raise InputError(f"{where} is a {SCHEMA_VERSION} report without its {', '.join(missing)} section"
-                             f"{'s' if len(missing) > 1 else ''} (every report has them; the options say which "
-                             "numbers are comparable).")
 
 
 def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:

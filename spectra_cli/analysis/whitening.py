@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import __version__
 from spectra_cli.analysis.isotropy import Isotropy
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
+from spectra_cli.version import __version__
 
 METHODS = ("zca", "pca", "abtt")
 # Required when loading; "zeroed" (directions given scale 0) is saved too but optional.

@@ -19,8 +19,8 @@ try:  # typer >= 0.20 vendors click as typer._click; older releases use click it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as _cx  # type: ignore[no-redef]
 
-from spectra_cli import __version__
 from spectra_cli.errors import SpectraError
+from spectra_cli.version import __version__
 
 EXIT_OK, EXIT_CHECK, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 

@@ -18,7 +18,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli import __version__
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
@@ -27,6 +26,7 @@ from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.threads import ENV_VARS, worker_threads
 from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths, check_regex
+from spectra_cli.version import __version__
 
 MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
 

@@ -571,7 +571,7 @@ def report(
         figs.total = len(docs)
         context["reports"] = [_report_section(d, figs) for d in docs]
         default_title = context["reports"][0]["title"] if len(docs) == 1 else f"{len(docs)} reports"
-    from spectra_cli import __version__
+    from spectra_cli.version import __version__
 
     page_title = title or default_title
     context.update(title=page_title, version=__version__,

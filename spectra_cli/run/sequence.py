@@ -19,8 +19,6 @@ from typing import Any, Unpack
 
 import numpy as np
 
-from spectra_cli import __version__
-from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.analysis.lags import (
     CONTROLS,
     GRAM_STACK_BYTES,
@@ -40,10 +38,12 @@ from spectra_cli.run.assemble import Stopwatch, emit_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sources.windows import SequenceSource
 from spectra_cli.stages import reports_progress
+from spectra_cli.stream.isotropy_sums import CosineAccumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input
 from spectra_cli.validate import check_int, check_strings
+from spectra_cli.version import __version__
 
 SCHEMA = "spectra.sequence/1"
 

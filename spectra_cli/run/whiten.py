@@ -15,7 +15,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import DIRECTIONS_DXD, CosineAccumulator, LogZAccumulator, check_scale, directions
+from spectra_cli.analysis.isotropy import DIRECTIONS_DXD, check_scale, directions
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.whitening import WhiteningResult, WhiteningTransform, fit_transform
 from spectra_cli.eigen.decomposition import Spectrum, describe, floor_for, spectrum_from_moments
@@ -26,6 +26,7 @@ from spectra_cli.run.assemble import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
 from spectra_cli.stages import reports_progress
+from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.passes import Input, as_dataset, input_paths

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import __version__, jsonio
-from spectra_cli.analysis.isotropy import CosineAccumulator
+from spectra_cli import jsonio
 from spectra_cli.errors import InputError, OptionError, OutputError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.stream.isotropy_sums import CosineAccumulator
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import HIGHEST, LOWEST, NormHistogram
 from spectra_cli.stream.states import MomentsState, RowGuard
 from spectra_cli.validate import PRECISIONS, check_bool, check_int, check_path, product_dtype
+from spectra_cli.version import __version__
 
 #: The budget of an accumulator whose size was checked elsewhere (a loaded moment file).
 UNBOUNDED = 1 << 62

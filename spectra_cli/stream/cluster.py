@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator
 from spectra_cli.errors import OptionError, SpectraError, param
 from spectra_cli.options import memory_budget
 from spectra_cli.sources.rows import RowSpec
+from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.states import MomentsState, RowGuard
 from spectra_cli.validate import product_dtype
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import CosineAccumulator
 from spectra_cli.errors import InputError
 from spectra_cli.stream.accumulator import Accumulator
+from spectra_cli.stream.isotropy_sums import CosineAccumulator
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import BINS_PER_OCTAVE, HIGHEST, LOWEST, NormHistogram, fourth_coefficients
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.isotropy import CosineAccumulator, LogZAccumulator
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions, refuse_over_budget
 from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, iter_selected, open_dataset
@@ -23,6 +22,7 @@ from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
 from spectra_cli.sources.in_memory import as_array
 from spectra_cli.sources.rows import RowSpec, WeightsArray
 from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
+from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import NormHistogram, coordinate_fourth

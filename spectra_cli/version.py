@@ -1,0 +1,3 @@
+"""spectra's version, in a leaf module every floor may import (pyproject.toml reads it too)."""
+
+__version__ = "0.1.0"

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spectra_cli.analysis import unique_sorted
-from spectra_cli.errors import FitError, OptionError, describe_choices, param
-from spectra_cli.validate import int_of
+from spectra_cli.errors import FitError, OptionError, param
+from spectra_cli.validate import check_choice, int_of
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.population import PopulationFit
@@ -192,12 +192,6 @@ def parse_window(text: str) -> tuple[int, int] | None:
     if k1 > k2:
         raise OptionError(f"{param('window', text)}: K_MIN {k1} is greater than K_MAX {k2}.")
     return k1, k2
-
-
-def check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise OptionError(f"{param(kind)} {describe_choices(value, allowed)}.")
-    return value
 
 
 def resolve_window(

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
+from spectra_cli.analysis.suite import FitKeywords
 from spectra_cli.cli.app import app, emit
 from spectra_cli.cli.flags import (
     Column,
     Columns,
-    Convention,
     Json,
     Key,
     MaxMemory,
@@ -20,6 +20,7 @@ from spectra_cli.cli.flags import (
     Plot,
     Top,
     describe_paths,
+    fit_options,
     one_path,
     reading_options,
     split_columns,
@@ -29,47 +30,16 @@ from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, WHITEN_REF
 
 @app.command()
 @reading_options()
+@fit_options()
 def fit(
     paths: Paths,
-    window: Annotated[list[str] | None, typer.Option(
-        "--window", metavar="K1:K2", help="Fit ranks K1:K2 (1-based, inclusive) or 'auto'; repeat for several "
-        "windows. Default 11:floor(d/10).")] = None,
-    method: Annotated[str, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank.")] = "ols",
-    model: Annotated[str, typer.Option("--model", metavar="MODEL",
-                                       help="power-law | log-corrected | broken.")] = "power-law",
-    degree: Annotated[int, typer.Option("--degree", metavar="P", help="p of the log-corrected model.")] = 2,
-    ci: Annotated[bool, typer.Option("--ci", help="95% bootstrap interval of alpha over row-block groups.")] = False,
-    ci_replicates: Annotated[int, typer.Option("--ci-replicates", metavar="B", help="Bootstrap replicates.")] = 200,
-    ci_seed: Annotated[int, typer.Option("--ci-seed", metavar="S", help="Seed of the bootstrap (and of "
-                                         "--population's).")] = 0,
-    population: Annotated[bool, typer.Option("--population", help="Also the population exponent behind each "
-                                             "fit (corrects the finite-sample bias of the slope at small n/d, "
-                                             "with a 95% interval) and the bias-corrected participation "
-                                             "ratio.")] = False,
-    density: Annotated[bool, typer.Option("--density", help="Density exponent: Hill MLE with KS x_min "
-                                          "(WeightWatcher convention; add --uncentered to compare).")] = False,
     eigenvalues: Annotated[bool, typer.Option("--eigenvalues", help="PATH is a 1-D list of eigenvalues "
                                               "(.npy, .json, .csv/.txt), not a data matrix.")] = False,
-    shuffled_control: Annotated[bool, typer.Option("--shuffled-control", help="Also compute the spectrum with "
-                                                   "each column permuted independently.")] = False,
-    auto_tolerance: Annotated[float, typer.Option("--auto-tolerance", metavar="T", help="Residual RMS of log "
-                                                  "lambda allowed by --window auto.")] = 0.05,
     plot: Plot = None,
-    convention: Convention = "spectra",
-    partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy "
-                                                     "(a second streamed pass).")] = False,
-    isoscore: Annotated[bool, typer.Option("--isoscore", help="Also IsoScore (Rudman et al. 2022).")] = False,
-    rankme: Annotated[bool | None, typer.Option(
-        "--rankme/--no-rankme", help="RankMe's second (uncentred) eigendecomposition: default only when cheap "
-        "(the matrix decomposed at most 1024 wide).", show_default=False)] = None,
-    top: Top = None,
-    counting: Annotated[list[float] | None, typer.Option("--counting", metavar="EPS", help="N(eps) = "
-                                                         "#{lambda_j >= eps} (repeatable).")] = None,
-    capacity: Annotated[list[float] | None, typer.Option("--capacity", metavar="TAU", help="N(tau) = "
-                                                         "sum lambda/(lambda + tau) (repeatable).")] = None,
     json: Json = False,
     *,
     reading: ReadKeywords,
+    fitting: FitKeywords,
 ) -> None:
     """Spectrum, power-law fit and effective ranks of a matrix (the main job).
 
@@ -86,17 +56,11 @@ def fit(
         from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
-    if convention == "weightwatcher" and reading.get("centered") is True:
+    if fitting.get("convention") == "weightwatcher" and reading.get("centered") is True:
         reading.pop("centered")  # (the flag's default: the convention sets it)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
-        report = api.fit(
-            one_path(paths, "eigenvalues") if eigenvalues else paths, window=window, method=method, model=model,
-            degree=degree, density=density,
-            counting=counting or (), capacity=capacity or (),
-            auto_tolerance=auto_tolerance, ci=ci, ci_replicates=ci_replicates, ci_seed=ci_seed,
-            population=population,
-            eigenvalues=eigenvalues, shuffled_control=shuffled_control, partition_isotropy=partition_isotropy,
-            isoscore=isoscore, rankme=rankme, top=top, convention=convention, progress=progress, **reading)
+        report = api.fit(one_path(paths, "eigenvalues") if eigenvalues else paths, eigenvalues=eigenvalues,
+                         progress=progress, **fitting, **reading)
     if plot is not None:
         from spectra_cli.render.figures import plot_report
 

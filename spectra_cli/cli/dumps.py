@@ -6,13 +6,16 @@ from typing import Annotated
 
 import typer
 
+from spectra_cli.analysis.suite import FitKeywords
 from spectra_cli.cli.app import app, emit
-from spectra_cli.cli.flags import Json, Paths, Plot, describe_paths, reading_options
+from spectra_cli.cli.flags import Json, Paths, Plot, describe_paths, fit_options, reading_options
 from spectra_cli.options import SEQUENCE_REFUSES, SOURCE_KEYWORDS, SourceKeywords
+from spectra_cli.run.sequence import SEQUENCE_FIT
 
 
 @app.command()
 @reading_options(only=tuple(k for k in SOURCE_KEYWORDS if k not in SEQUENCE_REFUSES))
+@fit_options(only=SEQUENCE_FIT)
 def sequence(
     paths: Paths,
     project: Annotated[int | None, typer.Option("--project", metavar="K", help="Map each token to K features "
@@ -22,13 +25,11 @@ def sequence(
                                       "control.")] = 0,
     controls: Annotated[str, typer.Option("--controls", metavar="LIST", help="block-diagonal,shuffled (default), "
                                           "one of them, or none.")] = "block-diagonal,shuffled",
-    window: Annotated[list[str] | None, typer.Option("--window", metavar="K1:K2", help="Fit window(s) of the "
-                                                     "context spectrum and its controls, e.g. 50:500.")] = None,
-    method: Annotated[str, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank.")] = "ols",
     plot: Plot = None,
     json: Json = False,
     *,
     reading: SourceKeywords,
+    fitting: FitKeywords,
 ) -> None:
     """Per-position summary, pooled and context spectra, controls and lag energies of a sequence dump.
 
@@ -47,7 +48,7 @@ def sequence(
         check_plot_target(plot)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = run(paths, project=project, seed=seed, controls=[c.strip() for c in controls.split(",") if c.strip()],
-                     window=window, method=method, progress=progress, **reading)
+                     progress=progress, **fitting, **reading)
     doc = report.to_dict()
     if plot is not None:
         from spectra_cli.render.figures import plot_sequence

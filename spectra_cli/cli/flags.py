@@ -9,6 +9,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from spectra_cli.analysis.suite import FIT_DEFAULTS
+
 Paths = Annotated[list[str], typer.Argument(
     metavar="PATH...", help="Input: .npy, .npz, .parquet, a directory or a glob of .npy or Parquet files, a "
     "file.safetensors::tensor, or moment files. Several PATHs are one matrix: .npy shards, Parquet files or moment "
@@ -100,6 +102,90 @@ READ_OPTIONS: dict[str, tuple[Any, Any]] = {
     "threads": (Threads, None),
 }
 _FLAG_NAME = {"centered": "uncentered"}  # the parameter name Typer sees where it differs from the keyword
+
+
+def _opt(flag: str, help: str, metavar: str | None = None) -> Any:
+    """A fit option: its default is None on the command line (not given: the library's default, or a
+    config's value, applies); the help states the library's default (:data:`FIT_DEFAULTS`)."""
+    default = FIT_DEFAULTS[flag.removeprefix("--").replace("-", "_")]
+    if isinstance(default, tuple) and len(default) == 2 and all(isinstance(x, float) for x in default):
+        default = f"{default[0]:g}:{default[1]:g}"  # the alpha range as the flag takes it
+    shown = default not in (None, False, ()) and not isinstance(default, bool)
+    return typer.Option(flag, metavar=metavar, help=help + (f" Default: {default}." if shown else ""),
+                        show_default=False)
+
+
+#: Every fit option of the command line, declared once, under its library keyword
+#: (:class:`~spectra_cli.analysis.suite.FitKeywords`; a test holds the two to the same names and the
+#: help to the library's defaults). A command takes them with :func:`fit_options`.
+FIT_OPTIONS: dict[str, Any] = {
+    "window": Annotated[list[str] | None, _opt("--window", "Fit ranks K1:K2 (1-based, inclusive) or 'auto'; repeat "
+                                               "for several windows. Default 11:floor(d/10).", "K1:K2")],
+    "method": Annotated[str | None, _opt("--method", "ols | logspaced | inv-rank.", "METHOD")],
+    "model": Annotated[str | None, _opt("--model", "power-law | log-corrected | broken.", "MODEL")],
+    "degree": Annotated[int | None, _opt("--degree", "p of the log-corrected model.", "P")],
+    "density": Annotated[bool | None, _opt("--density", "Density exponent: Hill MLE with KS x_min (WeightWatcher's "
+                                           "alpha; add --uncentered to compare).")],
+    "auto_tolerance": Annotated[float | None, _opt("--auto-tolerance", "Residual RMS of log lambda allowed by "
+                                                   "--window auto.", "T")],
+    "counting": Annotated[list[float] | None, _opt("--counting", "N(eps) = #{lambda_j >= eps} (repeatable).",
+                                                   "EPS")],
+    "capacity": Annotated[list[float] | None, _opt("--capacity", "N(tau) = sum lambda/(lambda + tau) "
+                                                   "(repeatable).", "TAU")],
+    "alpha_range": Annotated[str | None, _opt("--alpha-range", "Density alpha of a healthy layer: below LO "
+                                              "over-trained, above HI under-trained (WeightWatcher's).", "LO:HI")],
+    "convention": Annotated[str | None, _opt("--convention", "spectra (its own defaults) | weightwatcher "
+                                             "(WeightWatcher's analyze(): uncentred W^T W, density alpha, its "
+                                             "layers, columns and verdicts).", "NAME")],
+    "ci": Annotated[bool | None, _opt("--ci", "95% bootstrap interval of alpha over row-block groups.")],
+    "ci_replicates": Annotated[int | None, _opt("--ci-replicates", "Bootstrap replicates.", "B")],
+    "ci_seed": Annotated[int | None, _opt("--ci-seed", "Seed of the bootstrap (and of --population's).", "S")],
+    "population": Annotated[bool | None, _opt("--population", "Also the population exponent behind each fit "
+                                              "(corrects the finite-sample bias of the slope at small n/d, with a "
+                                              "95% interval) and the bias-corrected participation ratio.")],
+    "shuffled_control": Annotated[bool | None, _opt("--shuffled-control", "Also compute the spectrum with each "
+                                                    "column permuted independently.")],
+    "control_seed": Annotated[int | None, _opt("--control-seed", "Seed of --shuffled-control.", "S")],
+    "partition_isotropy": Annotated[bool | None, _opt("--partition-isotropy", "Also partition isotropy (a second "
+                                                      "streamed pass).")],
+    "isoscore": Annotated[bool | None, _opt("--isoscore", "Also IsoScore (Rudman et al. 2022).")],
+    "scale": Annotated[str | None, _opt("--scale", "seed | none: the scale s of partition isotropy's Z(c) (the "
+                                        "std of all entries, or 1).", "NAME")],
+    "rankme": Annotated[bool | None, typer.Option(
+        "--rankme/--no-rankme", help="RankMe's second (uncentred) eigendecomposition: default only when cheap "
+        "(the matrix decomposed at most 1024 wide).", show_default=False)],
+    "top": Top,
+}
+
+
+def fit_options(*, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Give a command the fit options (all of :data:`FIT_OPTIONS`, or ``only`` these, less ``exclude``):
+    added to its signature after its own parameters; the command receives those given on the command
+    line as one ``fitting`` dict of library keywords, ready for ``**fitting``."""
+    names = [n for n in (only or tuple(FIT_OPTIONS)) if n not in exclude]
+    unknown = [n for n in names if n not in FIT_OPTIONS]
+    if unknown:
+        raise ValueError(f"not a fit option: {unknown[0]}")
+
+    def decorate(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "fitting"]
+        keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=FIT_OPTIONS[n], default=None)
+                 for n in names]
+
+        @functools.wraps(func)
+        def command(**values: Any) -> Any:
+            fitting = {n: v for n in names if (v := values.pop(n)) is not None}
+            return func(**values, fitting=fitting)
+
+        params = positional + added + keyword_only
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command  # type: ignore[return-value]
+
+    return decorate
 
 F = TypeVar("F", bound=Callable[..., Any])
 

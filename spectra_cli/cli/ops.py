@@ -8,12 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
+from spectra_cli.analysis.suite import FitKeywords
 from spectra_cli.cli.app import EXIT_CHECK, app, emit
 from spectra_cli.cli.flags import (
     BlockRows,
     Column,
     ConnectTimeout,
-    Convention,
     Ddof,
     Json,
     Key,
@@ -24,20 +24,17 @@ from spectra_cli.cli.flags import (
     Rows,
     Sample,
     Threads,
-    Top,
     Uncentered,
+    fit_options,
 )
 from spectra_cli.errors import flag_text
 
-FitWindow = Annotated[list[str] | None, typer.Option("--window", metavar="K1:K2",
-                                                     help="Fit window K1:K2 or auto (repeatable).")]
-FitMethod = Annotated[str, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank.")]
-FitModel = Annotated[str, typer.Option("--model", metavar="MODEL", help="power-law | log-corrected | broken.")]
 AllowMismatch = Annotated[bool, typer.Option("--allow-option-mismatch", help="Compare reports made with different "
                                              "number-changing options (stated in the output).")]
 
 
 @app.command()
+@fit_options()
 def check(
     path: Annotated[str, typer.Argument(metavar="PATH", help="Input matrix, a spectra JSON report (.json; - reads "
                                         "it from stdin), or a batch's results .jsonl (every item checked).",
@@ -51,11 +48,6 @@ def check(
                                                  help="A previous JSON report to compare with.")] = None,
     max_change: Annotated[list[str] | None, typer.Option("--max-change", metavar="FIELD=LIMIT", help="FIELD=LIMIT "
                                                          "or FIELD=PCT% against the baseline (repeatable).")] = None,
-    window: FitWindow = None,
-    method: Annotated[str | None, typer.Option("--method", metavar="METHOD", help="ols | logspaced | inv-rank "
-                                               "(default ols).")] = None,
-    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="power-law | log-corrected | broken "
-                                              "(default power-law).")] = None,
     uncentered: Annotated[bool | None, typer.Option("--uncentered", help="Second moment X^T X / n instead of the "
                                                     "covariance.", show_default=False)] = None,
     key: Key = None, column: Column = None, rows: Rows = None, sample: Sample = None,
@@ -64,6 +56,8 @@ def check(
                                                   help="Arithmetic of the products (default float64).")] = None,
     allow_option_mismatch: AllowMismatch = False,
     json: Json = False,
+    *,
+    fitting: FitKeywords,
 ) -> None:
     """Evaluate thresholds on a report: exit 0 when all pass, 1 when any fails, 2 on bad input or spec.
 
@@ -78,9 +72,9 @@ def check(
     from spectra_cli.run.check import check as run_check
 
     result = run_check(path, require=require, config=config, baseline=baseline, max_change=max_change,
-                       window=window, method=method, model=model,
                        centered=None if uncentered is None else not uncentered, key=key, column=column, rows=rows,
-                       sample=sample, seed=seed, precision=precision, allow_option_mismatch=allow_option_mismatch)
+                       sample=sample, seed=seed, precision=precision, allow_option_mismatch=allow_option_mismatch,
+                       **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
     if result.items:
@@ -92,6 +86,7 @@ def check(
 
 
 @app.command()
+@fit_options()
 def batch(
     paths: Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, directories, globs; .safetensors "
                                                "give one item per 2-D tensor.", show_default=False)],
@@ -104,29 +99,24 @@ def batch(
                                          "fingerprint; repair a cut last line, retry failed items.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results already in --jsonl (without "
                                             "it or --resume, an existing results file is refused).")] = False,
-    window: FitWindow = None, method: FitMethod = "ols", model: FitModel = "power-law",
     uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
-    density: Annotated[bool, typer.Option("--density", help="Also the density exponent (WeightWatcher's alpha).")
-                       ] = False,
-    block_rows: BlockRows = None, positions: Positions = None, pool: Pool = "tokens", top: Top = None,
+    block_rows: BlockRows = None, positions: Positions = None, pool: Pool = "tokens",
     engine: Annotated[str, typer.Option("--engine", metavar="local|dask", help="Worker processes here (local) or "
                                         "Dask tasks: --workers N starts a LocalCluster, --scheduler uses a "
                                         "cluster (the 'dask' extra).")] = "local",
     scheduler: Annotated[str | None, typer.Option("--scheduler", metavar="ADDRESS", help="An existing Dask "
                                                   "scheduler (--engine dask).")] = None,
     connect_timeout: ConnectTimeout = 5.0,
-    alpha_range: Annotated[str, typer.Option("--alpha-range", metavar="LO:HI", help="Density alpha of a healthy "
-                                             "layer: below LO over-trained, above HI under-trained "
-                                             "(WeightWatcher's 2:6).")] = "2:6",
     summary: Annotated[bool, typer.Option("--summary", help="A model-level summary: layers per verdict, mean and "
                                           "median of each metric (plain and parameter-weighted), the worst "
                                           "layers. PATH may be a results .jsonl.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="List every skipped tensor.")] = False,
     allow_option_mismatch: AllowMismatch = False,
-    convention: Convention = "spectra",
     threads: Threads = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON Lines on stdout instead of the summary table.")
                     ] = False,
+    *,
+    fitting: FitKeywords,
 ) -> None:
     """Analyse many matrices or checkpoint tensors in parallel: JSON Lines and a summary table.
 
@@ -156,13 +146,12 @@ def batch(
                 sys.stdout.flush()
 
         result = run_batch(paths, jsonl=jsonl, resume=resume, overwrite=overwrite, workers=workers, tensors=tensors,
-                           window=window, method=method, model=model, centered=False if uncentered else None,
-                           ddof=ddof, precision=precision, density=True if density else None, block_rows=block_rows,
-                           positions=positions,
-                           pool=pool, top=top, alpha_range=alpha_range, engine=engine, scheduler=scheduler,
+                           centered=False if uncentered else None, ddof=ddof, precision=precision,
+                           block_rows=block_rows, positions=positions, pool=pool, engine=engine, scheduler=scheduler,
                            connect_timeout=connect_timeout, verbose=verbose,
-                           allow_option_mismatch=allow_option_mismatch, convention=convention, on_result=on_result,
-                           progress=lambda done, total: bar.update(task, completed=done, total=total), threads=threads)
+                           allow_option_mismatch=allow_option_mismatch, on_result=on_result,
+                           progress=lambda done, total: bar.update(task, completed=done, total=total), threads=threads,
+                           **fitting)
     if not result.items:  # results files, summarised
         _print_summary(result.summary(), json)
         return
@@ -211,11 +200,13 @@ def _print_summary(doc: dict[str, Any], as_json: bool) -> None:
 
 
 @app.command()
+@fit_options()
 def compare(
     a: Annotated[str, typer.Argument(metavar="A", help="A report (.json) or an input.", show_default=False)],
     b: Annotated[str, typer.Argument(metavar="B", help="Another report (.json) or input.", show_default=False)],
-    window: FitWindow = None, method: FitMethod = "ols", uncentered: Uncentered = False,
-    allow_option_mismatch: AllowMismatch = False, json: Json = False,
+    uncentered: Uncentered = False, allow_option_mismatch: AllowMismatch = False, json: Json = False,
+    *,
+    fitting: FitKeywords,
 ) -> None:
     """Two reports (or inputs) side by side: each metric, the difference and the relative difference.
 
@@ -227,8 +218,7 @@ def compare(
     from spectra_cli.render.screens import print_compare
     from spectra_cli.run.compare import compare as run_compare
 
-    result = run_compare(a, b, window=window, method=method, centered=not uncentered,
-                         allow_option_mismatch=allow_option_mismatch)
+    result = run_compare(a, b, centered=not uncentered, allow_option_mismatch=allow_option_mismatch, **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
     emit(result.to_dict(), json, lambda d, console: print_compare(a, b, list(result.rows), console))

@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
+from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords, resolve_convention
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
@@ -555,14 +556,11 @@ def _died(it: Item) -> dict[str, Any]:
 
 def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     """The report ``options`` section a line made with ``options`` (keywords of ``fit``) carries."""
-    from spectra_cli.analysis.suite import FitOptions
+    from spectra_cli.analysis.suite import FIT_KEYWORDS, FitOptions
     from spectra_cli.options import ReadOptions
-    from spectra_cli.run.matrix import check_top
 
-    read_keys = {"centered", "ddof", "precision", "block_rows", "positions", "pool"}
-    read = ReadOptions.create(**{k: v for k, v in options.items() if k in read_keys})
-    fit = FitOptions.create(**{k: v for k, v in options.items() if k not in read_keys | {"top"}})
-    check_top(options.get("top"))  # checked once, before any item runs (the route is in each line's spectrum)
+    read = ReadOptions.create(**{k: v for k, v in options.items() if k not in FIT_KEYWORDS})
+    fit = FitOptions.create(**{k: v for k, v in options.items() if k in FIT_KEYWORDS})  # (top checked there once)
     return {"options": {**read.to_report(), **fit.to_report()}}
 
 
@@ -705,27 +703,21 @@ def batch(
     overwrite: bool = False,
     workers: int = 1,
     tensors: str | None = None,
-    window: str | list[str] | tuple[str, ...] | None = None,
-    method: str = "ols",
-    model: str = "power-law",
     centered: bool | None = None,
     ddof: int = 1,
     precision: str = "float64",
-    density: bool | None = None,
     block_rows: int | None = None,
     positions: str | None = None,
     pool: str = "tokens",
-    top: int | None = None,
-    alpha_range: str = "2:6",
     engine: str = "local",
     scheduler: str | None = None,
     connect_timeout: float = 5.0,
     verbose: bool = False,
     allow_option_mismatch: bool = False,
-    convention: str = "spectra",
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     threads: int | None = None,
+    **fitting: Unpack[FitKeywords],
 ) -> BatchResult:
     """Analyse many matrices with :func:`spectra_cli.fit`: files, directories and globs; a
     ``.safetensors`` checkpoint (or a sharded folder) gives one item per 2-D tensor (``tensors``: a
@@ -737,9 +729,10 @@ def batch(
     retried); an existing results file is never replaced silently: give ``resume`` or ``overwrite``.
     ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``connect_timeout``: seconds to
     wait for ``scheduler`` to answer; ``verbose``: Dask's own logs) (``workers`` a
-    LocalCluster, or ``scheduler``). The fit options (``window``, ``method``, ``model``, ``centered``,
-    ``ddof``, ``precision``, ``density``, ``alpha_range``, ``block_rows``, ``positions``, ``pool``,
-    ``top``) are those of ``fit``. ``convention="weightwatcher"``: WeightWatcher's ``analyze()``: its layer
+    LocalCluster, or ``scheduler``). Every fit keyword of ``fit`` (``window``, ``method``, ``model``,
+    ``density``, ``alpha_range``, ``top``, ``ci``, ``population``, ...: :class:`FitKeywords`) is taken
+    as ``fit`` takes it, for every item; so are ``centered``, ``ddof``, ``precision``, ``block_rows``,
+    ``positions`` and ``pool``. ``convention="weightwatcher"``: WeightWatcher's ``analyze()``: its layer
     selection (a checkpoint tensor with fewer than 8 or more than 15,000 eigenvalues, or a side above
     50,000, is skipped with the reason), uncentred ``W^T W``, the density exponent, its columns by its names
     (``to_pandas()``) and ``summary()`` as its ``get_summary()``. ``on_result(line)`` is called with each
@@ -755,21 +748,9 @@ def batch(
         raise OptionError(f"{param('tensors', tensors, show=True)} must be a string (a regular expression).")
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
-    from spectra_cli.analysis.suite import CONVENTIONS, check_choice
-
-    check_choice("convention", convention, CONVENTIONS)
-    if convention == "weightwatcher":  # its own choices: refused when asked otherwise, never overridden silently
-        for name, value, wanted in (("centered", centered, False), ("density", density, True)):
-            if value is not None and value is not wanted:
-                raise OptionError(f"{param('convention', 'weightwatcher')} sets {param(name, wanted)} "
-                                  f"(WeightWatcher's uncentred W^T W and its density alpha); leave out "
-                                  f"{param(name, value)}.")
-        if top not in (None, 0):
-            raise OptionError(f"{param('convention', 'weightwatcher')} needs every eigenvalue (its norms, its MP "
-                              f"fit); leave out {param('top', top)}.")
-        centered, density = False, True
+    given, centered = resolve_convention(dict(fitting), centered)
+    convention = check_fit_keywords(given)["convention"]
     centered = True if centered is None else centered
-    density = False if density is None else density
     results_files = [p for p in args if p.lower().endswith(".jsonl")]
     if results_files:
         if len(results_files) != len(args):
@@ -807,12 +788,9 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
-    options = dict(window=window, method=method, model=model, centered=centered, ddof=ddof,
-                   precision=precision, density=density, block_rows=block_rows, alpha_range=alpha_range,
-                   **({"convention": convention} if convention != "spectra" else {}),
+    options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, **given,
                    **({"positions": positions} if positions is not None else {}),
-                   **({"pool": pool} if pool != "tokens" else {}),
-                   **({"top": top} if top is not None else {}))
+                   **({"pool": pool} if pool != "tokens" else {}))
     out = os.fspath(jsonl) if jsonl is not None else None
     run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,
                        scheduler=scheduler, allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,

@@ -13,9 +13,10 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from spectra_cli import metrics as registry
+from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import MISSING, lookup, scalar_fields
 from spectra_cli.validate import check_path, check_strings
@@ -136,10 +137,11 @@ def _judge(c: Check, value: float | None, base: float | None) -> Verdict:
 
 
 #: The [fit] keys of a spectra.toml and the type each must have.
+#: The reading keys of a config's ``[fit]`` table (with their TOML types); every fit keyword is allowed
+#: too, checked by its own constraint (:data:`~spectra_cli.analysis.suite.FIT_CONSTRAINTS`).
 FIT_CONFIG: dict[str, tuple[type, ...]] = {
-    "window": (str, list), "method": (str,), "model": (str,), "degree": (int,), "uncentered": (bool,),
-    "ddof": (int,), "precision": (str,), "density": (bool,), "rows": (str,), "sample": (int,), "seed": (int,),
-    "column": (str,), "key": (str,), "block_rows": (int,), "partition_isotropy": (bool,), "isoscore": (bool,),
+    "uncentered": (bool,), "ddof": (int,), "precision": (str,), "rows": (str,), "sample": (int,), "seed": (int,),
+    "column": (str,), "key": (str,), "block_rows": (int,),
 }
 _TYPE_NAMES = {str: "a string", list: "a list of strings", int: "an integer", bool: "true or false"}
 
@@ -189,12 +191,19 @@ def load_config(path: str) -> dict[str, Any]:
     fit = doc.get("fit", {})
     if not isinstance(fit, dict):
         raise OptionError(f"{path}: [fit] must be a table.")
-    unknown = sorted(set(fit) - set(FIT_CONFIG))
+    allowed = {*FIT_CONFIG, *FIT_KEYWORDS}
+    unknown = sorted(set(fit) - allowed)
     if unknown:
         raise OptionError(f"{path}: unknown key(s) in [fit]: {', '.join(unknown)} "
-                          f"(allowed: {', '.join(sorted(FIT_CONFIG))}).")
+                          f"(allowed: {', '.join(sorted(allowed))}).")
     for k, v in fit.items():
-        _typed(v, FIT_CONFIG[k], f"{path}: [fit] {k}")
+        if k in FIT_CONFIG:
+            _typed(v, FIT_CONFIG[k], f"{path}: [fit] {k}")
+        else:
+            try:
+                FIT_CONSTRAINTS[k](k, v)
+            except OptionError as exc:
+                raise OptionError(f"{path}: [fit] {exc}") from None
     return {
         "require": require,
         "baseline": baseline,
@@ -262,9 +271,6 @@ def check(
     config: str | os.PathLike[str] | None = None,
     baseline: str | os.PathLike[str] | None = None,
     max_change: str | list[str] | tuple[str, ...] | None = None,
-    window: str | list[str] | tuple[str, ...] | None = None,
-    method: str | None = None,
-    model: str | None = None,
     centered: bool | None = None,
     key: str | None = None,
     column: str | None = None,
@@ -273,6 +279,7 @@ def check(
     seed: int | None = None,
     precision: str | None = None,
     allow_option_mismatch: bool = False,
+    **fitting: Unpack[FitKeywords],
 ) -> CheckResult:
     """Evaluate thresholds on a report, an input (its ``fit`` report) or every item of a batch's
     results (``.jsonl``); ``data="-"`` reads a report from stdin.
@@ -304,8 +311,8 @@ def check(
     if data.lower().endswith(".jsonl"):
         doc = evaluate_results(read_results([data]), checks, base)
         return CheckResult(bool(doc["passed"]), doc, items=True)
-    flags = dict(window=window, method=method, model=model, centered=centered, key=key, column=column, rows=rows,
-                 sample=sample, seed=seed, precision=precision)
+    flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,
+                 **fitting)
     report = as_report(data, fit_options(cfg["fit"], flags))
     mismatch = check_same_options(report, base, what=f"{data} and the baseline {base_path}",
                                   allow=allow_option_mismatch) if base is not None else []

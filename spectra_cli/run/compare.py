@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
+from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords
 from spectra_cli.errors import InputError
 from spectra_cli.results import check_report_schema, scalar_fields
 from spectra_cli.validate import check_path
@@ -107,21 +108,20 @@ def compare(
     a: str | os.PathLike[str],
     b: str | os.PathLike[str],
     *,
-    window: str | list[str] | tuple[str, ...] | None = None,
-    method: str = "ols",
     centered: bool = True,
     allow_option_mismatch: bool = False,
+    **fitting: Unpack[FitKeywords],
 ) -> CompareResult:
-    """Two reports (``.json``; ``-`` reads stdin) or two inputs (each fitted with ``window``,
-    ``method`` and ``centered``) side by side: every scalar metric, ``diff = b - a`` and
-    ``rel_diff = (b - a) / |a|``. Reports made with different number-changing options are refused
-    unless ``allow_option_mismatch`` (then the mismatches are stated in the result)."""
+    """Two reports (``.json``; ``-`` reads stdin) or two inputs (each fitted by ``fit`` with ``centered``
+    and the fit keywords given, :class:`~spectra_cli.analysis.suite.FitKeywords`) side by side: every
+    scalar metric, ``diff = b - a`` and ``rel_diff = (b - a) / |a|``. Reports made with different
+    number-changing options are refused unless ``allow_option_mismatch`` (then the mismatches are stated
+    in the result)."""
     from spectra_cli.provenance import check_same_options
 
     pa, pb = check_path("a", a), check_path("b", b)
-    opts: dict[str, Any] = {"method": method, "centered": centered}
-    if window:
-        opts["window"] = window
+    check_fit_keywords(dict(fitting))  # before either input is read
+    opts: dict[str, Any] = {"centered": centered, **fitting}
     da, db = as_report(pa, opts), as_report(pb, opts)
     mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
     rows = compare_rows(da, db)

@@ -42,7 +42,15 @@ import numpy as np
 
 from spectra_cli import threads
 from spectra_cli.analysis.isotropy import check_scale
-from spectra_cli.analysis.suite import FitOptions, run_suite
+from spectra_cli.analysis.suite import (
+    FIT_CONSTRAINTS,
+    FIT_KEYWORDS,
+    FitKeywords,
+    FitOptions,
+    check_fit_keywords,
+    resolve_convention,
+    run_suite,
+)
 from spectra_cli.errors import OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
@@ -54,7 +62,7 @@ from spectra_cli.stages import reports_progress
 from spectra_cli.stream.accumulator import Accumulator, check_moment_target
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
-from spectra_cli.validate import check_bool, check_int, check_numbers
+from spectra_cli.validate import check_bool, check_int
 
 BOOTSTRAP_GROUPS = 32
 #: What spectra isotropy says it needs a second pass for (and what works from moments instead).
@@ -68,9 +76,6 @@ RANKME_AUTO_D = 1024
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
-MAX_CI_REPLICATES = 20_000
-
 
 def keywords_checked(func: F) -> F:
     """An unknown keyword is a TypeError that names the closest valid one and lists them all (the
@@ -81,7 +86,7 @@ def keywords_checked(func: F) -> F:
     var = [p for p in params if p.kind is p.VAR_KEYWORD]
     declared = typing.get_args(typing.get_type_hints(func)[var[0].name]) if var else ()
     reading = [k for k in (declared[0].__annotations__ if declared else ()) if k not in own]
-    valid = own + reading
+    valid = [k for k in own if k != "progress"] + reading + [k for k in own if k == "progress"]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -97,8 +102,9 @@ def keywords_checked(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _check_seed(name: str, value: Any) -> int:
-    return check_int(name, value, minimum=0)
+class FitReadKeywords(FitKeywords, ReadKeywords, total=False):
+    """The keywords of ``fit``: every fit keyword (:class:`~spectra_cli.analysis.suite.FitKeywords`) and
+    every reading keyword (:class:`~spectra_cli.options.ReadKeywords`), each declared once there."""
 
 
 @keywords_checked
@@ -140,30 +146,9 @@ def spectrum(
 def fit(
     data: Any,
     *,
-    window: str | list[str] | tuple[str, ...] | None = None,
-    method: str = "ols",
-    model: str = "power-law",
-    degree: int = 2,
-    density: bool = False,
-    auto_tolerance: float = 0.05,
-    counting: list[float] | tuple[float, ...] | None = (),
-    capacity: list[float] | tuple[float, ...] | None = (),
-    alpha_range: str | tuple[float, float] = (2.0, 6.0),
-    convention: str = "spectra",
-    ci: bool = False,
-    ci_replicates: int = 200,
-    ci_seed: int = 0,
-    population: bool = False,
-    shuffled_control: bool = False,
-    control_seed: int = 0,
-    partition_isotropy: bool = False,
-    isoscore: bool = False,
-    scale: str = "seed",
-    rankme: bool | None = None,
-    top: int | None = None,
     eigenvalues: bool = False,
     progress: Progress | None = None,
-    **reading: Unpack[ReadKeywords],
+    **given: Unpack[FitReadKeywords],
 ) -> Report:
     """The spectrum plus power-law fits, the model comparison, the local slope, every effective
     rank and the cheap isotropy figures (the main job).
@@ -193,33 +178,19 @@ def fit(
     interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
     of eigenvalues. The reading options are described in the module docstring.
     """
-    if convention == "weightwatcher":
-        if "centered" in reading:
-            check_bool("centered", reading["centered"])
-            if reading["centered"]:
-                raise OptionError(f"{param('convention', 'weightwatcher')} is WeightWatcher's uncentred W^T W; "
-                                  f"leave out {param('centered', True)}.")
-        if top not in (None, 0) or eigenvalues:
-            what = param("top", top) if top not in (None, 0) else param("eigenvalues", True)
-            raise OptionError(f"{param('convention', 'weightwatcher')} needs the whole matrix and every eigenvalue "
-                              f"(its norms, its MP fit); leave out {what}.")
-        reading["centered"] = False
+    fitting = {k: v for k, v in given.items() if k in FIT_KEYWORDS}
+    reading: dict[str, Any] = {k: v for k, v in given.items() if k not in FIT_KEYWORDS}
+    check_bool("eigenvalues", eigenvalues)
+    fitting, centered = resolve_convention(fitting, reading.get("centered"), eigenvalues=eigenvalues)
+    if centered is not None:
+        reading["centered"] = centered
+    v = check_fit_keywords(fitting)
     read = ReadOptions.create(**reading)
-    for name, flag in (("density", density), ("ci", ci), ("population", population),
-                       ("shuffled_control", shuffled_control),
-                       ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
-                       ("eigenvalues", eigenvalues)):
-        check_bool(name, flag)
-    if rankme is not None:
-        check_bool("rankme", rankme)
-    opts = FitOptions.create(window=window, method=method, model=model, degree=degree,
-                             auto_tolerance=auto_tolerance, density=density,
-                             counting=check_numbers("counting", counting), capacity=check_numbers("capacity", capacity),
-                             alpha_range=alpha_range, convention=convention)
-    density = opts.density
-    check_scale(scale)
-    ci_seed, control_seed = _check_seed("ci_seed", ci_seed), _check_seed("control_seed", control_seed)
-    top = check_top(top)
+    opts = FitOptions.create(**fitting)
+    density, ci, population, top = opts.density, v["ci"], v["population"], v["top"]
+    shuffled_control, partition_isotropy, isoscore = v["shuffled_control"], v["partition_isotropy"], v["isoscore"]
+    counting, capacity, rankme, scale, model = v["counting"], v["capacity"], v["rankme"], v["scale"], v["model"]
+    ci_replicates, ci_seed, control_seed = v["ci_replicates"], v["ci_seed"], v["control_seed"]
     needs_all = [name for name, on in (("density", density), ("counting", bool(counting)),
                                        ("capacity", bool(capacity)), ("shuffled_control", shuffled_control),
                                        ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
@@ -228,12 +199,6 @@ def fit(
         raise OptionError(f"{param('top', top)} computes only the leading eigenvalues, but "
                           f"{', '.join(param(n) for n in needs_all)} need{'s' if len(needs_all) == 1 else ''} "
                           "all of them; drop one or the other.")
-    if ci:
-        ci_replicates = check_int("ci_replicates", ci_replicates, minimum=10)
-        if ci_replicates > MAX_CI_REPLICATES:
-            raise OptionError(f"{param('ci_replicates', ci_replicates)} is more than {MAX_CI_REPLICATES:,} "
-                              "replicates (each one a decomposition; a 95 % percentile interval settles within a "
-                              "few thousand).")
     if population and model != "power-law":
         raise OptionError(f"{param('population')} estimates the exponent of a power-law population; it does not "
                           f"apply to {param('model', model)} (drop one or the other).")
@@ -328,11 +293,11 @@ def fit(
     clock.mark("analysis_s")
     clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci or population,
                                                   unc is not None and unc is not main, main))
-    options = {**inp.options_report(), **opts.to_report(),
+    stated: dict[str, Any] = {**inp.options_report(), **opts.to_report(),
                "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
                "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95}
                if population else None}
-    return assemble("fit", inp, first, main, options=options, warnings=warnings, clock=clock, suite=suite,
+    return assemble("fit", inp, first, main, options=stated, warnings=warnings, clock=clock, suite=suite,
                     control=control, isotropy=iso, weightwatcher=ww)
 
 
@@ -438,10 +403,8 @@ def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) ->
 
 
 def check_top(top: Any) -> int | None:
-    """``top`` as an int (None: not given), or an OptionError."""
-    if top is None:
-        return None
-    return check_int("top", top, minimum=0, what="0 (every eigenvalue) or a positive number of leading eigenvalues")
+    """``top`` as an int (None: not given), or an OptionError (the fit keyword's constraint)."""
+    return FIT_CONSTRAINTS["top"]("top", top)  # type: ignore[no-any-return]
 
 
 def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[str], *,

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli import metrics as registry
+from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
@@ -259,7 +260,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
         picked = [(w, f"α = {w['alpha']:.2f}, {w.get('verdict') or ''}, {w['distance']:.2f} outside the range")
                   for w in outside[:worst]]
         if len(picked) < worst:  # then the layers inside the range nearest its edges
-            lo, hi = alpha_range or (2.0, 6.0)
+            lo, hi = alpha_range or DEFAULT_ALPHA_RANGE
             taken = {str(w.get("item")) for w, _ in picked}
             scored = sorted(((min(a - lo, hi - a), d) for d in docs
                              if (a := finite(lookup(d, "weightwatcher.alpha"))) is not None and lo <= a <= hi

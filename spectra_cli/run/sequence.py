@@ -29,7 +29,7 @@ from spectra_cli.analysis.lags import (
 )
 from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
-from spectra_cli.analysis.suite import FitOptions, FitSuite, run_suite, windows_for
+from spectra_cli.analysis.suite import FIT_KEYWORDS, FitKeywords, FitOptions, FitSuite, run_suite, windows_for
 from spectra_cli.eigen.decomposition import Spectrum, floor_for, spectrum_from_moments
 from spectra_cli.errors import FitError, InputError, OptionError, describe_choices, param
 from spectra_cli.options import SEQUENCE_REFUSES, ReadOptions, SourceKeywords
@@ -93,6 +93,15 @@ def _given_spectrum(lam: np.ndarray, n: int, features: int, definition: str, met
                     min(sampling, features), max(features - lam.size, 0), method)
 
 
+#: The fit keywords a sequence report takes: those of a rank fit.
+SEQUENCE_FIT = ("window", "method", "model", "degree", "auto_tolerance")
+
+
+class SequenceKeywords(FitKeywords, SourceKeywords, total=False):
+    """The keywords of ``sequence``: the reading keywords of a source and the fit keywords (of which
+    those in :data:`SEQUENCE_FIT` apply)."""
+
+
 @keywords_checked
 @reports_progress
 def sequence(
@@ -101,11 +110,8 @@ def sequence(
     project: int | None = None,
     seed: int = 0,
     controls: str | list[str] | tuple[str, ...] = CONTROLS,
-    window: str | list[str] | tuple[str, ...] | None = None,
-    method: str = "ols",
-    model: str = "power-law",
     progress: Progress | None = None,
-    **reading: Unpack[SourceKeywords],
+    **given: Unpack[SequenceKeywords],
 ) -> SequenceReport:
     """Per-position summary, pooled and context spectra, controls and lag energies of a sequence dump.
 
@@ -117,8 +123,10 @@ def sequence(
     leaves padded tokens out of every statistic (a window with padding at a selected position is left
     out of the context statistics); ``project`` k maps each token through one fixed random orthogonal
     ``d x k`` map (``seed``) before the context is formed; ``controls``: ``block-diagonal``,
-    ``shuffled`` (seeded by ``seed``), both by default, or ``()``; ``window``/``method``/``model``:
-    the fits of the context spectrum and the controls (default window as ``fit``'s: 11..floor(P k / 10)).
+    ``shuffled`` (seeded by ``seed``), both by default, or ``()``; the fit keywords of ``fit`` that shape
+    a rank fit (``window``, ``method``, ``model``, ``degree``, ``auto_tolerance``: :data:`SEQUENCE_FIT`):
+    the fits of the context spectrum and the controls (default window as ``fit``'s: 11..floor(P k / 10));
+    the other fit keywords are refused by name.
     """
     clock = Stopwatch()
     ctrl = tuple(check_strings("controls", controls))
@@ -129,8 +137,14 @@ def sequence(
     if project is not None:
         project = check_int("project", project, minimum=1, what="a positive number of features")
     seed = check_int("seed", seed, minimum=0)
-    opts = FitOptions.create(window=window, method=method, model=model)
-    read = ReadOptions.create(refuse=SEQUENCE_REFUSES, **reading)
+    fitting = {k: v for k, v in given.items() if k in FIT_KEYWORDS}
+    refused = [k for k in fitting if k not in SEQUENCE_FIT]
+    if refused:
+        raise OptionError(f"{param(refused[0])} does not apply to sequence: it fits rank windows of the context "
+                          f"spectrum ({', '.join(param(k) for k in SEQUENCE_FIT)}).")
+    opts = FitOptions.create(**fitting)
+    read = ReadOptions.create(refuse=SEQUENCE_REFUSES, **{k: v for k, v in given.items()  # type: ignore[arg-type]
+                                                           if k not in FIT_KEYWORDS})
     warnings: list[str] = []
     with Input(data, read) as inp:
         src = inp.source

@@ -37,8 +37,8 @@ def test_flags_win_over_the_config_which_wins_over_the_defaults(cli, tmp_path, d
     ("toml", "message"),
     [
         ("uncentered = \"no\"", "[fit] uncentered must be true or false (got str 'no')."),
-        ("window = 11", "[fit] window must be a string or a list of strings (got int 11)."),
-        ("degree = true", "[fit] degree must be an integer (got bool True)."),
+        ("window = 11", "[fit] window=11 must be a string 'K1:K2' or 'auto' (or a list of them), not int."),
+        ("degree = true", "[fit] degree=True must be an integer, not bool."),
         ("ddof = 1.5", "[fit] ddof must be an integer (got float 1.5)."),
     ],
 )

@@ -173,7 +173,7 @@ def test_a_ragged_object_is_a_type_error():
 
 def test_unknown_keyword_lists_the_valid_ones():
     with pytest.raises(TypeError, match=r"^fit\(\) got an unexpected keyword argument 'windw' \(did you mean "
-                                        r"'window'\?\); valid keywords: window, method, model"):
+                                        r"'window'\?\); valid keywords: eigenvalues, window, method, model"):
         spectra.fit(X, windw="3:20")
     with pytest.raises(TypeError, match=r"whiten\(\) got an unexpected keyword argument 'mehtod'"):
         spectra.whiten(X, mehtod="zca")

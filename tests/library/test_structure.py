@@ -160,6 +160,7 @@ def test_the_pass_loop_is_short_and_the_library_does_not_dispatch_on_a_command()
 
 
 def test_every_reading_option_is_declared_once_and_reaches_every_reader():
+    from spectra_cli.analysis.suite import FIT_KEYWORDS
     from spectra_cli.cli.flags import READ_OPTIONS
     from spectra_cli.options import READ_DEFAULTS, ReadKeywords, ReadOptions
 
@@ -178,7 +179,7 @@ def test_every_reading_option_is_declared_once_and_reaches_every_reader():
         assert var, name
         declared = typing.get_args(typing.get_type_hints(func.__wrapped__)[var[0].name])[0]
         taken = set(typing.get_type_hints(declared))
-        assert taken <= set(keys), name
+        assert taken <= set(keys) | set(FIT_KEYWORDS), name
         assert not [p.name for p in params if p.name in taken], f"{name} re-declares a reading option"
 
 
@@ -218,7 +219,7 @@ def test_every_command_option_is_a_keyword_of_its_library_function():
         accepted = {p for p, v in params.items() if v.kind is not v.VAR_KEYWORD}
         var = [v for v in params.values() if v.kind is v.VAR_KEYWORD]
         if var:
-            declared = typing.get_args(typing.get_type_hints(func.__wrapped__)[var[0].name])[0]
+            declared = typing.get_args(typing.get_type_hints(inspect.unwrap(func))[var[0].name])[0]
             accepted |= set(typing.get_type_hints(declared))
         cli_params = list(inspect.signature(command.callback).parameters)[1:]  # after the PATH argument(s)
         for p in cli_params:
@@ -226,3 +227,35 @@ def test_every_command_option_is_a_keyword_of_its_library_function():
                 continue
             lib = "centered" if p == "uncentered" else p
             assert lib in accepted, f"spectra {name} --{p.replace('_', '-')} is not a keyword of spectra_cli.{name}"
+
+
+def test_every_fit_option_is_declared_once_and_reaches_every_command_that_fits():
+    """One typed declaration (FitKeywords) with its defaults and constraints as data, one CLI declaration
+    (FIT_OPTIONS) whose help states the library's defaults, taken by fit, batch, check, compare and (its
+    rank-fit part) sequence, none of which re-declares a fit keyword."""
+    import re
+
+    import spectra_cli as spectra
+    from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_DEFAULTS, FitKeywords
+    from spectra_cli.cli import app
+    from spectra_cli.cli.flags import FIT_OPTIONS
+    from spectra_cli.run.sequence import SEQUENCE_FIT
+
+    keys = tuple(typing.get_type_hints(FitKeywords))
+    assert keys == tuple(FIT_DEFAULTS) == tuple(FIT_CONSTRAINTS) == tuple(FIT_OPTIONS)
+    for name, default in FIT_DEFAULTS.items():
+        assert FIT_CONSTRAINTS[name](name, default) is not None or default is None, name  # defaults pass
+    takes = {"fit": keys, "batch": keys, "check": keys, "compare": keys, "sequence": SEQUENCE_FIT}
+    commands = {c.name or c.callback.__name__: c for c in app.registered_commands}
+    for name, wanted in takes.items():
+        func = inspect.unwrap(getattr(spectra, name))
+        params = inspect.signature(func).parameters
+        assert not set(params) & set(keys), f"{name} re-declares {set(params) & set(keys)}"
+        var = [v for v in params.values() if v.kind is v.VAR_KEYWORD]
+        declared = typing.get_args(typing.get_type_hints(func)[var[0].name])[0]
+        assert set(keys) <= set(typing.get_type_hints(declared)), name
+        cli = set(inspect.signature(commands[name].callback).parameters)
+        assert cli & set(keys) == set(wanted), name
+    # every literal default is written once in the package (here: WeightWatcher's healthy range)
+    sources = "".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    assert len(re.findall(r"[=:] \(2\.0, 6\.0\)", sources)) == 1

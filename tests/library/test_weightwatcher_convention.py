@@ -145,7 +145,7 @@ def test_mp_fit_of_a_random_matrix_finds_its_bulk_and_planted_spikes():
 
 def test_convention_conflicts_and_choices():
     X = np.random.default_rng(3).standard_normal((100, 20))
-    with pytest.raises(spectra.OptionError, match="convention='weightwatcher' is WeightWatcher's uncentred"):
+    with pytest.raises(spectra.OptionError, match="convention='weightwatcher' sets centered=False"):
         spectra.fit(X, convention="weightwatcher", centered=True)
     with pytest.raises(spectra.OptionError, match="convention"):
         spectra.fit(X, convention="keras")
@@ -235,7 +235,7 @@ def test_the_convention_refuses_what_contradicts_it(hf_checkpoint):
     path, _ = hf_checkpoint
     X = np.random.default_rng(7).standard_normal((100, 20))
     for kwargs, message in (({"centered": True}, "sets centered=False"), ({"density": False}, "sets density=True"),
-                            ({"top": 5}, "needs every eigenvalue")):
+                            ({"top": 5}, "needs the whole matrix and every eigenvalue")):
         with pytest.raises(spectra.OptionError, match=message):
             spectra.batch(str(path), convention="weightwatcher", **kwargs)
     with pytest.raises(spectra.OptionError, match="centered='yes'|centered must"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
-from tests.library.test_api import ArrayOnly, DLPackOnly, X, _numbers
+from tests.run.test_api import ArrayOnly, DLPackOnly, X, _numbers
 
 
 @pytest.mark.parametrize("wrap", [np.asarray, DLPackOnly, ArrayOnly], ids=["ndarray", "dlpack", "array"])

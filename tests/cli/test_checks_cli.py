@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.library.test_checks import NPY
+from tests.run.test_checks import NPY
 
 
 def test_pass_exits_0_and_json_is_a_valid_report(cli, validate):

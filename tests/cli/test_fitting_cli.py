@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.library.test_fitting import LOG_CORRECTED, J, _synth
+from tests.analysis.test_fitting import LOG_CORRECTED, J, _synth
 
 
 @pytest.mark.parametrize("fmt", ["npy", "json", "csv"])

@@ -91,7 +91,7 @@ def test_resume_with_other_options_is_refused(cli, tmp_path, data):
 
 
 def test_dask_flags_on_the_command_line(cli, data):
-    # The engine itself is tested against a real LocalCluster in tests/library/test_dask_engine.py.
+    # The engine itself is tested against a real LocalCluster in tests/stream/test_dask_engine.py.
     r = cli("spectrum", data, "--workers", "2")
     assert r.exit_code == 2 and r.stderr == "error: --scheduler and --workers choose the Dask cluster of " \
         "--engine 'dask'.\n"

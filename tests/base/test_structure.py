@@ -259,3 +259,10 @@ def test_every_fit_option_is_declared_once_and_reaches_every_command_that_fits()
     # every literal default is written once in the package (here: WeightWatcher's healthy range)
     sources = "".join(p.read_text() for p in PACKAGE.rglob("*.py"))
     assert len(re.findall(r"[=:] \(2\.0, 6\.0\)", sources)) == 1
+
+
+def test_the_tests_are_grouped_by_floor_as_the_package_is():
+    tests = ROOT / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= {name for name, _ in FLOORS} and len(folders) >= 6, folders
+    assert not list(tests.glob("test_*.py")) or [p.name for p in tests.glob("test_*.py")] == ["test_lint.py"]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli import metrics as registry
+from spectra_cli.eigen.decomposition import Spectrum
 
 RANKME_EPS = 1e-7
 
@@ -119,3 +120,56 @@ def entropy_rank_bounds(leading: np.ndarray, trace: float, d: int) -> tuple[floa
     remainder = max(rest - full * last, 0.0)
     lo = known + full * _plogp(last, trace) + (_plogp(remainder, trace) if full < others else 0.0)
     return math.exp(lo), math.exp(hi)
+
+
+def effective_ranks(spec: Spectrum, uncentered: Spectrum | None = None,
+                    rankme_source: str | None = None) -> EffectiveRanks:
+    """Every effective rank of a spectrum (its floors resolved); RankMe from ``uncentered`` (the
+    uncentred spectrum) when given. On the top-k route, :func:`top_k_ranks`."""
+    if spec.top is not None:
+        return top_k_ranks(spec)
+    resolved = spec.resolved()
+    return EffectiveRanks(
+        participation_ratio=participation_ratio(resolved),
+        entropy_rank=entropy_rank(resolved),
+        rankme=rankme(uncentered.eigenvalues, uncentered.numerical_floor) if uncentered is not None else None,
+        rankme_source=rankme_source,
+        stable_rank=stable_rank(resolved),
+        numerical_rank=spec.numerical_rank,
+        k90=spec.k_for(0.90),
+        k95=spec.k_for(0.95),
+        k99=spec.k_for(0.99),
+    )
+
+
+def top_k_ranks(spec: Spectrum) -> EffectiveRanks:
+    """The ranks of a spectrum of which only the leading k eigenvalues are known (with the exact
+    trace and Frobenius norm), each marked exact, bounded, a lower bound or not available."""
+    assert spec.top is not None
+    top = spec.top
+    resolved = spec.resolved()
+    k = resolved.size
+    lo, hi = entropy_rank_bounds(resolved, spec.total_variance, spec.n_features)
+    ks = {name: spec.k_for(f) for name, f in (("k90", 0.90), ("k95", 0.95), ("k99", 0.99))}
+    all_above = spec.numerical_rank == k and k < spec.n_features
+    exactness = {"participation_ratio": "exact", "stable_rank": "exact",
+                 "entropy_rank": "bounded", "rankme": "not available",
+                 "numerical_rank": "lower bound" if all_above else "exact"}
+    bounds: dict[str, tuple[float, float]] = {"entropy_rank": (lo, hi)}
+    if all_above:
+        bounds["numerical_rank"] = (float(k), float(spec.n_features))
+    for name, value in ks.items():
+        exactness[name] = "exact" if value is not None else "lower bound"
+        if value is None:
+            bounds[name] = (float(k + 1), float(spec.n_features))
+    return EffectiveRanks(
+        participation_ratio=top.participation_ratio,
+        entropy_rank=None,
+        rankme=None,
+        rankme_source=f"not available: only the leading {k} eigenvalues were computed (top-k route)",
+        stable_rank=spec.total_variance / float(resolved[0]) if k and resolved[0] > 0 else 0.0,
+        numerical_rank=spec.numerical_rank,
+        k90=ks["k90"], k95=ks["k95"], k99=ks["k99"],
+        exactness=exactness,
+        bounds=bounds,
+    )

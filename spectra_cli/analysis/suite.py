@@ -24,14 +24,7 @@ from spectra_cli.analysis.powerlaw import (
     parse_window,
     resolve_window,
 )
-from spectra_cli.analysis.rank import (
-    EffectiveRanks,
-    entropy_rank,
-    entropy_rank_bounds,
-    participation_ratio,
-    rankme,
-    stable_rank,
-)
+from spectra_cli.analysis.rank import EffectiveRanks, effective_ranks
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import FitError, OptionError, param
@@ -308,21 +301,7 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     models = (compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
               if windows else None)
     resolved = spec.resolved()
-    unc = uncentered or spec
-    if spec.top is not None:
-        rank = top_k_ranks(spec)
-    else:
-        rank = EffectiveRanks(
-            participation_ratio=participation_ratio(resolved),
-            entropy_rank=entropy_rank(resolved),
-            rankme=rankme(unc.eigenvalues, unc.numerical_floor) if uncentered is not None else None,
-            rankme_source=rankme_source,
-            stable_rank=stable_rank(resolved),
-            numerical_rank=spec.numerical_rank,
-            k90=spec.k_for(0.90),
-            k95=spec.k_for(0.95),
-            k99=spec.k_for(0.99),
-        )
+    rank = effective_ranks(spec, uncentered, rankme_source)
     density = None
     if opts.density:
         try:
@@ -338,34 +317,3 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
 
 
 
-def top_k_ranks(spec: Spectrum) -> EffectiveRanks:
-    """The ranks of a spectrum of which only the leading k eigenvalues are known (with the exact
-    trace and Frobenius norm), each marked exact, bounded, a lower bound or not available."""
-    assert spec.top is not None
-    top = spec.top
-    resolved = spec.resolved()
-    k = resolved.size
-    lo, hi = entropy_rank_bounds(resolved, spec.total_variance, spec.n_features)
-    ks = {name: spec.k_for(f) for name, f in (("k90", 0.90), ("k95", 0.95), ("k99", 0.99))}
-    all_above = spec.numerical_rank == k and k < spec.n_features
-    exactness = {"participation_ratio": "exact", "stable_rank": "exact",
-                 "entropy_rank": "bounded", "rankme": "not available",
-                 "numerical_rank": "lower bound" if all_above else "exact"}
-    bounds: dict[str, tuple[float, float]] = {"entropy_rank": (lo, hi)}
-    if all_above:
-        bounds["numerical_rank"] = (float(k), float(spec.n_features))
-    for name, value in ks.items():
-        exactness[name] = "exact" if value is not None else "lower bound"
-        if value is None:
-            bounds[name] = (float(k + 1), float(spec.n_features))
-    return EffectiveRanks(
-        participation_ratio=top.participation_ratio,
-        entropy_rank=None,
-        rankme=None,
-        rankme_source=f"not available: only the leading {k} eigenvalues were computed (top-k route)",
-        stable_rank=spec.total_variance / float(resolved[0]) if k and resolved[0] > 0 else 0.0,
-        numerical_rank=spec.numerical_rank,
-        k90=ks["k90"], k95=ks["k95"], k99=ks["k99"],
-        exactness=exactness,
-        bounds=bounds,
-    )

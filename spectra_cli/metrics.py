@@ -208,17 +208,17 @@ METRICS: tuple[Metric, ...] = (
     _m("capacity.capacity.*.N", "N(tau)", "sum lambda / (lambda + tau)"),
     # -- effective ranks ----------------------------------------------------------------------------
     _m("rank.participation_ratio", "participation ratio", "(sum lambda)^2 / sum lambda^2 (Gao et al. 2017)",
-       views="batch layer table", fmt=".1f", better="higher"),
+       views="batch layer table", fmt=".1f", better="higher", se="rank.se.participation_ratio"),
     _m("rank.participation_ratio_population", "participation ratio (population)",
        "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): the ratio of unbiased "
        "estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong 2010; p = w / sum w, y_i the "
        "rows about the mean), from the moments and the histogram of squared row norms", views="table", fmt=".1f"),
     _m("rank.entropy_rank", "entropy rank", "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
-       views="batch layer table", fmt=".1f", better="higher"),
+       views="batch layer table", fmt=".1f", better="higher", se="rank.se.entropy_rank"),
     _m("rank.rankme", "RankMe", "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values of the "
        "uncentred matrix (Garrido et al. 2023)", views="batch table", fmt=".1f", better="higher"),
     _m("rank.stable_rank", "stable rank", "sum lambda / lambda_1 = tr C / ||C|| (Rudelson & Vershynin 2007)",
-       views="batch table", fmt=".2f"),
+       views="batch table", fmt=".2f", se="rank.se.stable_rank"),
     _m("rank.numerical_rank", "numerical rank", "eigenvalues above the numerical floor", type="integer",
        views="batch", same_as=("spectrum.numerical_rank",)),
     _m("rank.k90", "k90", "smallest k whose cumulative explained variance reaches 0.90", type="integer",
@@ -227,6 +227,10 @@ METRICS: tuple[Metric, ...] = (
        same_as=("spectrum.k95",)),
     _m("rank.k99", "k99", "smallest k whose cumulative explained variance reaches 0.99", type="integer",
        same_as=("spectrum.k99",)),
+    _m("rank.se.**", "rank SE", "the standard error of each rank (rank.se_method; the delta method through the "
+       "eigenvectors)", kind="diagnostic"),
+    _m("rank.se_method.**", "rank SE row model", "the row model of the standard errors: a = Var z^2 / lambda^2, c "
+       "the rows' scale spread, n_effective", kind="diagnostic"),
     _m("rank.bounds.*.*", "rank bounds", "on the top-k route: the interval of a bounded rank", kind="diagnostic"),
     # -- the density exponent -----------------------------------------------------------------------
     _m("density.alpha", "alpha (density)", "p(lambda) ~ lambda^(-alpha) on the tail lambda >= xmin: continuous "
@@ -251,6 +255,10 @@ METRICS: tuple[Metric, ...] = (
        "s = std of all entries ('seed') or 1 ('none'); log-sum-exp accumulation", views="table", better="higher"),
     _m("isotropy.partition_isotropy_symmetric", "partition isotropy (±c)", "the same over c and -c (independent "
        "of eigenvector signs)", views="table", better="higher"),
+    _m("isotropy.se.**", "isotropy SE", "the standard error of each isotropy measure (isotropy.se_method)",
+       kind="diagnostic"),
+    _m("isotropy.se_method.**", "isotropy SE row model", "the row model of the standard errors (as rank.se_method)",
+       kind="diagnostic"),
     _m("isotropy.log_z_min", "log Z min", "log of the smallest partition function", kind="diagnostic"),
     _m("isotropy.log_z_max", "log Z max", "log of the largest partition function", kind="diagnostic"),
     _m("isotropy.scale_value", "partition scale s", "the scale s of the partition function", kind="input"),
@@ -259,10 +267,10 @@ METRICS: tuple[Metric, ...] = (
     _m("isotropy.zero_rows", "zero rows", "rows of norm 0, excluded from the cosine", kind="count",
        type="integer", nullable=False),
     _m("isotropy.top_pc_share", "top-PC share", "lambda_1 / sum lambda of the covariance", views="batch table",
-       better="lower"),
+       better="lower", se="isotropy.se.top_pc_share"),
     _m("isotropy.mean_norm_ratio", "mean-norm ratio", "||mean|| / mean ||x_i||", views="table", better="lower"),
     _m("isotropy.isoscore", "IsoScore", "Rudman et al. 2022 from the d covariance eigenvalues", views="table",
-       better="higher"),
+       better="higher", se="isotropy.se.isoscore"),
     # -- WeightWatcher's metrics (Martin & Mahoney) -------------------------------------------------
     _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
        "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",

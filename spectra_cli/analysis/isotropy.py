@@ -136,6 +136,10 @@ class Isotropy:
     mean_norm_ratio: float | None
     isoscore: float | None
     directions: str | None = None
+    #: Standard errors (:mod:`spectra_cli.analysis.uncertainty`), the measures without one and why, and how.
+    se: dict[str, float | None] | None = None
+    se_missing: dict[str, str] | None = None
+    se_method: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -151,6 +155,9 @@ class Isotropy:
             "mean_norm_ratio": self.mean_norm_ratio,
             "isoscore": self.isoscore,
             "directions": self.directions,
+            "se": self.se,
+            "se_missing": self.se_missing,
+            "se_method": self.se_method,
             "definitions": registry.definitions("isotropy"),
         }
 

@@ -43,6 +43,10 @@ class EffectiveRanks:
     bounds: dict[str, tuple[float, float]] | None = None
     #: With ``--population``: the bias-corrected estimate of the population's participation ratio.
     participation_ratio_population: float | None = None
+    #: Standard errors by rank (:mod:`spectra_cli.analysis.uncertainty`), the ranks without one and why, and how.
+    se: dict[str, float | None] | None = None
+    se_missing: dict[str, str] | None = None
+    se_method: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +62,9 @@ class EffectiveRanks:
             "k90": self.k90,
             "k95": self.k95,
             "k99": self.k99,
+            "se": self.se,
+            "se_missing": self.se_missing,
+            "se_method": self.se_method,
             "definitions": DEFINITIONS,
         }
 

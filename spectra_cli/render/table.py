@@ -20,6 +20,12 @@ def _fmt(x: Any, digits: int = 4) -> str:
     return str(x)
 
 
+def _se(section: dict[str, Any], m: Metric) -> str:
+    """`` ± SE`` of a metric whose section carries its standard error (``se``), else nothing."""
+    se = (section.get("se") or {}).get(m.name)
+    return f" ± {format(se, '.2g')} (SE)" if isinstance(se, int | float) and not isinstance(se, bool) else ""
+
+
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
@@ -150,7 +156,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
                 lo, hi = bounds[m.name]
                 return f"{m.format(lo)} .. {m.format(hi)} ({exact.get(m.name, 'bounded')})"
             status = exact.get(m.name, "exact")
-            return m.format(rank[m.name]) + ("" if status == "exact" else f" ({status})")
+            return m.format(rank[m.name]) + _se(rank, m) + ("" if status == "exact" else f" ({status})")
 
         parts.append(_kv("Effective rank", [(m.label, shown(m)) for m in registry.section("rank", "table")
                                             if rank.get(m.name) is not None or m.name in bounds or m.name in exact]))
@@ -174,7 +180,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         parts.append(Text(f"wrote {o['rows']} rows to {o['path']} ({o['format']}, {o['dtype']})"
                           + (f"; transform saved to {wh['saved_to']}" if wh["saved_to"] else ""), style="dim"))
     elif iso:
-        rows_ = [(m.label, m.format(iso[m.name])) for m in registry.section("isotropy", "table")
+        rows_ = [(m.label, m.format(iso[m.name]) + _se(iso, m)) for m in registry.section("isotropy", "table")
                  if iso.get(m.name) is not None]
         if iso.get("zero_rows"):
             rows_.append(("zero rows (excluded)", iso["zero_rows"]))

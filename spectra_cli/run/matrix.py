@@ -268,6 +268,11 @@ def fit(
         suite = steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
                                       warnings=warnings)
         clock.mark("population_s")
+    clock.mark("analysis_s")
+    with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore)
+    suite = with_se if with_se is not None else suite
+    iso = iso_se if iso_se is not None else iso
+    clock.mark("uncertainty_s")
     if ci and suite.fits:
         ratio = (first.n_effective or first.n_rows) / main.n_features
         if ratio < CI_COVERS_N_OVER_D:
@@ -329,6 +334,8 @@ def isotropy(
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")
+    _, with_se = steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore)
+    iso = with_se if with_se is not None else iso
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,
                     isotropy=iso)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -139,6 +139,59 @@ POPULATION_REPLICATES = 40
 MIN_EFFECTIVE_ROWS = 10.0
 
 
+def feature_variances(first: Accumulated, *, centered: bool) -> np.ndarray | None:
+    """Each feature's variance (centred, unweighted rows only): with the pass's fourth moments, the
+    norms' coordinate reading of the row model."""
+    if not centered or first.weighted:
+        return None
+    m = first.moments
+    if m is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.diag(m.m2) * (m.scale * m.scale) / max(m.n - 1, 1)  # type: ignore[no-any-return]
+    return first.rows.var(axis=0, ddof=1) if first.rows is not None else None
+
+
+def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
+                     centered: bool, isoscore: bool = False) -> tuple[FitSuite | None, Isotropy | None]:
+    """The standard error of every rank and isotropy measure that has one (the delta method through the
+    eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for the others why there is none."""
+    from spectra_cli.analysis.uncertainty import METHOD, NOT_DERIVED, isotropy_errors, rank_errors, row_model
+
+    rank_names = ("participation_ratio", "entropy_rank", "stable_rank")
+    iso_names = ("top_pc_share", *(("isoscore",) if isoscore else ()))
+    rank_missing = {k: v for k, v in NOT_DERIVED.items() if k in ("numerical_rank", "k90", "k95", "k99", "rankme",
+                                                                   "participation_ratio_population")}
+    iso_missing = {k: v for k, v in NOT_DERIVED.items() if k in ("mean_cosine", "mean_norm_ratio", "partition_isotropy",
+                                                                  "partition_isotropy_symmetric")}
+    rank_se: dict[str, float | None]
+    iso_se: dict[str, float | None]
+    method: dict[str, Any] | None = None
+    dof = (first.positive_rows - 1) if centered else first.positive_rows
+    n_eff = first.n_effective if first.n_effective is not None else float(dof)
+    why = None
+    if main.top is not None:
+        why = (f"only the leading {main.eigenvalues.size} eigenvalues were computed (the top-k route): the standard "
+               "errors need every eigenvalue (--top 0 computes them all)")
+    elif not n_eff > 1:
+        why = "fewer than two effective rows"
+    if why is not None:
+        rank_se, iso_se = {}, {}
+        rank_missing.update(dict.fromkeys(rank_names, why))
+        iso_missing.update(dict.fromkeys(iso_names, why))
+    else:
+        lam = main.resolved()
+        model = row_model(lam, n_effective=n_eff, norms=first.norm_histogram(),
+                          variances=feature_variances(first, centered=centered), weighted=first.weighted)
+        method = {"method": METHOD, **model.to_dict()}
+        rank_se = rank_errors(lam, model)
+        iso_se = isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore)
+    if suite is not None:
+        suite = replace(suite, rank=replace(suite.rank, se=rank_se, se_missing=rank_missing, se_method=method))
+    if iso is not None:
+        iso = replace(iso, se=iso_se, se_missing=iso_missing, se_method=method)
+    return suite, iso
+
+
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
                     warnings: list[str]) -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
@@ -155,13 +208,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     hist = first.norm_histogram()
     where = "squared row norms about each block's mean, gathered in the pass" if m is not None else \
         "squared row norms about the mean"
-    variances = None  # each feature's variance: with the pass's fourth moments, the norms' coordinate reading
-    if centered and not first.weighted:
-        if m is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                variances = np.diag(m.m2) * (m.scale * m.scale) / max(m.n - 1, 1)
-        elif first.rows is not None:
-            variances = first.rows.var(axis=0, ddof=1)
+    variances = feature_variances(first, centered=centered)
     scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where, variances=variances)
               if hist is not None and hist.rows else None)
     if scales is None:

@@ -1,0 +1,189 @@
+"""Standard errors of the spectral metrics: the delta method through the eigenvectors.
+
+A metric ``f(lambda_1, ..., lambda_d)`` of the sample covariance's eigenvalues moves, to first order,
+by ``sum_j g_j d lambda_j`` with ``g = grad f`` and ``d lambda_j = v_j^T dC v_j`` (Anderson 1963;
+the perturbation of a simple eigenvalue). With independent rows ``y`` (about the mean) and ``z_j =
+v_j^T y``, ``d lambda_j`` is the mean of ``z_j^2 - lambda_j`` over the rows, so
+
+    Var f = (1 / n_eff) [a sum_j g_j^2 lambda_j^2 + c (sum_j g_j lambda_j)^2]
+
+where ``Var z_j^2 = a lambda_j^2`` and ``Cov(z_i^2, z_j^2) = c lambda_i lambda_j`` (i != j), and
+``n_eff = 1 / sum p_i^2`` (the row count unweighted; Kish's effective size weighted). The row model
+gives ``a`` and ``c``:
+
+- elliptical rows ``y = s z``, ``z`` Gaussian, ``E s^2 = 1``, ``E s^4 = 1 + c``: ``a = 2 (1 + c)``
+  (Gaussian rows: ``c = 0``, ``a = 2``);
+- independent coordinates (each an eigen-direction) of excess kurtosis ``k`` times such a scale:
+  ``a = 2 + k`` on top of the scales' ``c``.
+
+``c`` and ``k`` are read from what every pass keeps, the histogram of squared row norms and the
+features' fourth moments (:mod:`spectra_cli.stream.norms`), as the population exponent reads them
+(:func:`spectra_cli.analysis.population.deconvolved_scales`): the spread of the squared norms beyond
+what Gaussian directions give (``E h^2 / (E h)^2 / (1 + 2 t2) - 1``, ``t2 = tr S^2 / (tr S)^2``), or,
+when smaller, beyond what independent coordinates of the measured kurtosis give. The standard error
+is of the sample metric (its spread over samples of this size), not of a population value; it is
+first order (good when each metric changes smoothly with the eigenvalues and n is not far below d).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Var f = [a sum g_j^2 lambda_j^2 + "
+          "c (sum g_j lambda_j)^2] / n_eff, g = grad f, with a and c of the rows' fourth moments read from the "
+          "histogram of squared row norms (elliptical rows: a = 2 (1 + c); Gaussian: a = 2, c = 0)")
+#: Metrics no standard error is given for, and why.
+NOT_DERIVED = {
+    "numerical_rank": "a count of eigenvalues above the rounding floor: not a sampling estimate",
+    "k90": "a step function of the eigenvalues (no derivative)", "k95": "a step function of the eigenvalues",
+    "k99": "a step function of the eigenvalues",
+    "rankme": "computed on the uncentred spectrum (a second decomposition): not derived",
+    "participation_ratio_population": "the population estimate's spread is not derived (its bias correction is "
+                                      "first order)",
+    "mean_cosine": "the variance of the mean cosine needs the second moment of the unit rows, which the pass does "
+                   "not keep",
+    "mean_norm_ratio": "not derived", "partition_isotropy": "a min/max over directions: not derived",
+    "partition_isotropy_symmetric": "a min/max over directions: not derived",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RowModel:
+    """What the standard errors assume of the rows: ``a`` (``Var z^2 / lambda^2`` along an
+    eigen-direction), ``c`` (the scale spread: ``Cov(z_i^2, z_j^2) / (lambda_i lambda_j)``), the
+    effective rows and where ``a`` and ``c`` were read."""
+
+    a: float
+    c: float
+    n_effective: float
+    source: str
+
+    def variance(self, lam: np.ndarray, grad: np.ndarray) -> float:
+        gl = grad * lam
+        return (self.a * float(np.dot(gl, gl)) + self.c * float(gl.sum()) ** 2) / self.n_effective
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "c": self.c, "n_effective": self.n_effective, "rows": self.source}
+
+
+def row_model(lam: np.ndarray, *, n_effective: float, norms: Any = None, variances: np.ndarray | None = None,
+              weighted: bool = False) -> RowModel:
+    """The row model of the standard errors from the spectrum (``lam``, the reported matrix's
+    eigenvalues), the histogram of squared row norms (``norms``, a :class:`~spectra_cli.stream.norms.NormHistogram`)
+    and each feature's variance (with the histogram's fourth moments: the coordinates' reading). Gaussian
+    rows when there is no histogram."""
+    if norms is None or not getattr(norms, "rows", 0):
+        return RowModel(2.0, 0.0, n_effective, "no histogram of row norms: Gaussian rows assumed")
+    values, counts = norms.values()
+    keep = (counts > 0) & (values > 0)
+    if not keep.any():
+        return RowModel(2.0, 0.0, n_effective, "no row of positive norm: Gaussian rows assumed")
+    p = counts[keep] / counts[keep].sum()
+    raw_mean = float(p @ values[keep])  # the mean squared norm in the data's units (may overflow: then no reading)
+    v = values[keep] / float(values[keep].max())
+    mean = float(p @ v)
+    if not (mean > 0 and math.isfinite(mean)):
+        return RowModel(2.0, 0.0, n_effective, "the row norms are not finite: Gaussian rows assumed")
+    v = v / mean
+    m2_obs = float(p @ (v * v))
+    u = lam / lam[0] if lam.size and lam[0] > 0 else lam
+    total = float(u.sum())
+    t2 = float(np.dot(u, u)) / (total * total) if total > 0 else 0.0
+    c_dir = max(m2_obs / (1.0 + 2.0 * t2) - 1.0, 0.0)
+    a, c, source = 2.0 * (1.0 + c_dir), c_dir, "elliptical rows (the spread of the squared row norms)"
+    f4 = norms.coordinate_fourth
+    if f4 is not None and variances is not None and not weighted:
+        with np.errstate(over="ignore", invalid="ignore"):
+            s4 = float(np.dot(variances, variances))
+            tr2 = raw_mean * raw_mean
+        if math.isfinite(s4) and math.isfinite(tr2) and 0 < s4 < tr2:
+            c_coord = (m2_obs - f4 / tr2) / (1.0 - s4 / tr2) - 1.0
+            if c_coord < c_dir:  # independent coordinates read the norms' spread better (heavy-tailed coordinates)
+                kurt = f4 / s4 - 3.0
+                c = max(c_coord, 0.0)
+                a = max(2.0 + kurt + 2.0 * c + c * kurt, 0.0)
+                source = "independent coordinates (the features' fourth moments) with row scales"
+    return RowModel(a, c, n_effective, source)
+
+
+def _pr_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A, B = float(lam.sum()), float(np.dot(lam, lam))
+    return A * A / B, 2.0 * A / B - 2.0 * A * A * lam / (B * B)
+
+
+def _entropy_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A = float(lam.sum())
+    q = lam / A
+    logq = np.log(np.where(q > 0, q, 1.0))
+    H = -float(np.dot(q, logq))
+    er = math.exp(H)
+    return er, er * (-(logq + H) / A) * (q > 0)
+
+
+def _stable_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A, top = float(lam.sum()), float(lam[0])
+    g = np.full(lam.size, 1.0 / top)
+    g[0] -= A / (top * top)
+    return A / top, g
+
+
+def _top_share_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A, top = float(lam.sum()), float(lam[0])
+    g = np.full(lam.size, -top / (A * A))
+    g[0] += 1.0 / A
+    return top / A, g
+
+
+def _isoscore_grad(lam: np.ndarray, d: int) -> tuple[float, np.ndarray] | None:
+    from spectra_cli.analysis.isotropy import isoscore
+
+    full = np.zeros(d)
+    full[: lam.size] = lam
+    value = isoscore(full, d)
+    if value is None:
+        return None
+    # analytic: IsoScore = ((d - delta^2 (d - sqrt d))^2 - d) / (d (d - 1)), delta^2 = |s - 1|^2 / (2 (d - sqrt d)),
+    # s = sqrt(d) sigma / |sigma|: |s - 1|^2 = 2 d - 2 sqrt(d) sum(sigma) / |sigma|
+    norm = float(np.linalg.norm(full))
+    total = float(full.sum())
+    r = total / norm  # d |s - 1|^2 / d sigma = -2 sqrt(d) d r
+    dr = 1.0 / norm - total * full / norm**3
+    rd = math.sqrt(d)
+    delta2 = (2 * d - 2 * rd * r) / (2 * (d - rd))
+    inner = d - delta2 * (d - rd)
+    d_delta2 = -2 * rd * dr / (2 * (d - rd))
+    grad = 2 * inner * (-(d - rd) * d_delta2) / (d * (d - 1))
+    return value, grad[: lam.size]
+
+
+def rank_errors(lam: np.ndarray, model: RowModel) -> dict[str, float | None]:
+    """Standard errors of the participation ratio, the entropy rank and the stable rank (eigenvalues
+    ``lam`` descending, floors resolved to 0)."""
+    lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
+    out: dict[str, float | None] = {}
+    if not lam.size or not lam[0] > 0:
+        return {"participation_ratio": None, "entropy_rank": None, "stable_rank": None}
+    u = lam / lam[0]  # scale-free
+    for name, fn in (("participation_ratio", _pr_grad), ("entropy_rank", _entropy_grad), ("stable_rank", _stable_grad)):
+        _, g = fn(u)
+        var = model.variance(u, g)
+        out[name] = math.sqrt(var) if math.isfinite(var) and var >= 0 else None
+    return out
+
+
+def isotropy_errors(lam: np.ndarray, model: RowModel, *, d: int, isoscore: bool) -> dict[str, float | None]:
+    """Standard errors of the top-PC share and (when asked for) IsoScore."""
+    lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
+    if not lam.size or not lam[0] > 0:
+        return {"top_pc_share": None, **({"isoscore": None} if isoscore else {})}
+    u = lam / lam[0]
+    _, g = _top_share_grad(u)
+    out: dict[str, float | None] = {"top_pc_share": math.sqrt(max(model.variance(u, g), 0.0))}
+    if isoscore:
+        got = _isoscore_grad(u, d)
+        out["isoscore"] = math.sqrt(max(model.variance(u, got[1]), 0.0)) if got is not None else None
+    return out

@@ -95,8 +95,12 @@ METRICS: tuple[Metric, ...] = (
     # -- the rank-window power law ------------------------------------------------------------------
     _m("fit.alpha", "alpha (rank fit)", "the exponent of lambda_j ~ j^(-alpha) over the fit's rank window (least "
        "squares on log lambda against log j, or the method named in fit.method)", views="batch layer", fmt=".3f",
-       se="fit.stderr"),
-    _m("fit.stderr", "alpha (rank fit) SE", "the least-squares standard error of the rank-fit exponent",
+       se="fit.se"),
+    _m("fit.se", "alpha (rank fit) SE", "the sampling standard error of the rank-fit exponent: its spread over "
+       "samples of the rows (the delta method through the eigenvectors, rank.se_method)", kind="diagnostic",
+       views="batch"),
+    _m("fit.stderr", "alpha (rank fit) LS SE", "the least-squares standard error of the rank-fit exponent (the "
+       "points' scatter about the line; not a sampling error: neighbouring eigenvalues are correlated)",
        kind="diagnostic", views="batch"),
     _m("fit.r2", "R^2 (rank fit)", "coefficient of determination of the rank fit on log-log axes",
        kind="diagnostic", views="batch", fmt=".4f", better="higher"),
@@ -274,7 +278,7 @@ METRICS: tuple[Metric, ...] = (
     # -- WeightWatcher's metrics (Martin & Mahoney) -------------------------------------------------
     _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
        "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",
-       same_as=("weightwatcher.columns.alpha",), se="weightwatcher.columns.sigma"),
+       same_as=("weightwatcher.columns.alpha",), se="density.stderr"),
     _m("weightwatcher.alpha_weighted", "WW alpha_weighted", "alpha * log10(lambda_max)", ww_name="alpha_weighted",
        views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.alpha_weighted",)),
     _m("weightwatcher.log_norm", "WW log_norm", "log10(sum lambda) = log10 ||W||_F^2", ww_name="log_norm",
@@ -357,6 +361,8 @@ METRICS: tuple[Metric, ...] = (
     )),
     # -- check's verdicts ---------------------------------------------------------------------------
     _m("checks.results.*.value", "checked value", "the field's value in the report checked"),
+    _m("checks.results.*.limit", "check limit", "a max-change limit in standard errors, resolved: K sqrt(se^2 + "
+       "se_baseline^2)", kind="diagnostic"),
     _m("checks.results.*.baseline", "baseline value", "the field's value in the baseline report"),
     _m("checks.results.*.bound.**", "check bound", "the bound of the check (LO and HI, or the limit)",
        kind="input"),
@@ -374,6 +380,14 @@ DERIVED: dict[str, tuple[Metric, ...]] = {
         _m("metrics.*.b", "second", "the field's value in the second report", kind="metric"),
         _m("metrics.*.diff", "change", "second - first", kind="metric"),
         _m("metrics.*.rel_diff", "relative change", "(second - first) / |first|", kind="metric"),
+        _m("metrics.*.se", "SE of the change", "sqrt(se_a^2 + se_b^2): the standard error of the change of two "
+           "independent samples", kind="diagnostic"),
+        _m("metrics.*.se_a", "first SE", "the field's standard error in the first report", kind="diagnostic"),
+        _m("metrics.*.se_b", "second SE", "the field's standard error in the second report", kind="diagnostic"),
+        _m("metrics.*.z", "z", "the change over its standard error", kind="diagnostic"),
+        _m("metrics.*.p", "p", "the two-sided p-value of z (normal)", kind="diagnostic"),
+        _m("significance.**", "significance", "the test of the changes: the false discovery rate and how many "
+           "were tested", kind="input"),
     ),
     "spectra.batch-summary/1": (
         _m("layers", "layers", "layers summarised", kind="count", type="integer"),
@@ -397,6 +411,8 @@ DERIVED: dict[str, tuple[Metric, ...]] = {
     ),
     "spectra.check-results/1": (
         _m("items.*.results.*.value", "checked value", "the field's value in the item", kind="metric"),
+        _m("items.*.results.*.limit", "check limit", "a max-change limit in standard errors, resolved",
+           kind="diagnostic"),
         _m("items.*.results.*.baseline", "baseline value", "the field's value in the baseline report"),
         _m("items.*.results.*.bound.**", "check bound", "the bound of the check (LO and HI, or the limit)",
            kind="input"),
@@ -457,6 +473,19 @@ def label(path: str) -> str:
     """What a reader calls the number at ``path`` (the path itself when it is not registered)."""
     m = find(path)
     return m.label if m is not None and not m.path.endswith(".**") else path
+
+
+def se_path(path: str) -> str | None:
+    """Where a report holds the standard error of the number at ``path`` (``fits.1.alpha`` ->
+    ``fits.1.se``, ``rank.participation_ratio`` -> ``rank.se.participation_ratio``); None when the
+    registry gives it none."""
+    m = find(path)
+    if m is None or m.se is None or m.path.endswith(".**"):
+        return None
+    stem = m.path.rsplit(".", 1)[0]
+    if not m.se.startswith(stem + ".") or not path.endswith("." + m.name):
+        return m.se
+    return path[: len(path) - len(m.name) - 1] + m.se[len(stem):]
 
 
 def view(name: str) -> tuple[Metric, ...]:

@@ -291,9 +291,19 @@ def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
 
 
 
+def standard_error(doc: dict[str, Any], field: str) -> float | None:
+    """The standard error a report gives the number at ``field`` (where the registry says it keeps it:
+    :func:`spectra_cli.metrics.se_path`), or None."""
+    from spectra_cli import metrics
+
+    path = metrics.se_path(field)
+    se = finite(lookup(doc, path)) if path is not None else None
+    return se if se is not None and se >= 0 else None
+
+
 def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
     """The interval a metric carries in a report: the bootstrap interval of an alpha fitted with
-    ``--ci`` (``ci.low``..``ci.high``), else ± its standard error (``stderr`` beside it; WeightWatcher's
+    ``--ci`` (``ci.low``..``ci.high``), else ± its standard error (:func:`standard_error`; WeightWatcher's
     alpha is the density fit's). None when it has neither."""
     if field == "weightwatcher.alpha":
         field = "density.alpha"
@@ -306,9 +316,11 @@ def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
         ci = parent.get("ci")
         if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
             return float(ci["low"]), float(ci["high"])
-        se = finite(parent.get("stderr"))
-        if se is not None:
-            return value - se, value + se
+    se = standard_error(doc, field)
+    if se is None and leaf == "alpha":
+        se = finite(parent.get("stderr"))  # (a report made before the sampling standard errors)
+    if se is not None:
+        return value - se, value + se
     if field == "fit.population.alpha" and isinstance(parent.get("ci"), list) and len(parent["ci"]) == 2:
         lo, hi = (finite(v) for v in parent["ci"])
         if lo is not None and hi is not None:

@@ -117,6 +117,7 @@ class RankFit:
         r2: weighted coefficient of determination of ``log lambda``.
         residual_rms: weighted root mean square of the ``log lambda`` residuals.
         stderr: least-squares standard error of alpha (``nan`` when undefined).
+        se: the sampling standard error of alpha (None when not derived: the broken model).
         n_points: points used; bic: the selection criterion's value.
         degree: ``p`` of the log-corrected model; alpha_2, crossover: of the broken model.
         ci: a bootstrap interval of alpha, when asked for.
@@ -138,6 +139,9 @@ class RankFit:
     crossover: float | None = None
     ci: BootstrapCI | None = None
     population: PopulationFit | None = None
+    #: The sampling standard error of alpha (the delta method, :mod:`spectra_cli.analysis.uncertainty`):
+    #: its spread over samples of the rows, where ``stderr`` is the scatter of the points about the line.
+    se: float | None = None
 
     def predict(self, ranks: np.ndarray) -> np.ndarray:
         """Model eigenvalues at (real) ranks."""
@@ -161,6 +165,7 @@ class RankFit:
             "r2": self.r2,
             "residual_rms": self.residual_rms,
             "stderr": self.stderr,
+            "se": self.se,
             "n_points": self.n_points,
             "bic": self.bic,
             "window": [self.window.k_min, self.window.k_max],

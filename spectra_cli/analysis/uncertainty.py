@@ -187,3 +187,38 @@ def isotropy_errors(lam: np.ndarray, model: RowModel, *, d: int, isoscore: bool)
         got = _isoscore_grad(u, d)
         out["isoscore"] = math.sqrt(max(model.variance(u, got[1]), 0.0)) if got is not None else None
     return out
+
+
+def alpha_error(eigenvalues: np.ndarray, fit: Any, model: RowModel) -> float | None:
+    """The sampling standard error of a rank fit's alpha: every model but the broken law is linear in
+    ``log lambda`` (a weighted least squares, on interpolated log-spaced points for ``logspaced``), so its
+    gradient in ``log lambda_j`` is a row of the least-squares solution, mapped back through the
+    interpolation; None for the broken law (its crossover is searched)."""
+    from spectra_cli.analysis.powerlaw import fit_points
+
+    if fit.model == "broken":
+        return None
+    window = fit.window
+    ranks = np.arange(window.k_min, window.k_max + 1, dtype=np.float64)
+    j, _, w = fit_points(eigenvalues, window, fit.method)
+    k, m = ranks.size, j.size
+    if fit.method == "logspaced":  # ys = P y: linear interpolation in log rank
+        lr, xs = np.log(ranks), np.log(j)
+        idx = np.clip(np.searchsorted(lr, xs), 1, max(k - 1, 1))
+        span = np.where(lr[idx] > lr[idx - 1], lr[idx] - lr[idx - 1], 1.0)
+        t = np.clip((xs - lr[idx - 1]) / span, 0.0, 1.0)
+        P = np.zeros((m, k))
+        P[np.arange(m), idx - 1] += 1.0 - t
+        P[np.arange(m), idx] += t
+    else:
+        P = np.eye(k)
+    x = np.log(j)
+    u = (fit.degree - 1) * np.log(np.log(j + 1.0)) - x if fit.model == "log-corrected" else x
+    A = np.column_stack([np.ones(m), u])
+    try:
+        r = np.linalg.solve((A * w[:, None]).T @ A, (A * w[:, None]).T)[1]
+    except np.linalg.LinAlgError:
+        return None
+    gl = P.T @ r  # d alpha / d log lambda_j (the sign does not enter the variance)
+    var = (model.a * float(np.dot(gl, gl)) + model.c * float(gl.sum()) ** 2) / model.n_effective
+    return math.sqrt(var) if math.isfinite(var) and var >= 0 else None

@@ -204,7 +204,11 @@ def _print_summary(doc: dict[str, Any], as_json: bool) -> None:
 def compare(
     a: Annotated[str, typer.Argument(metavar="A", help="A report (.json) or an input.", show_default=False)],
     b: Annotated[str, typer.Argument(metavar="B", help="Another report (.json) or input.", show_default=False)],
-    uncentered: Uncentered = False, allow_option_mismatch: AllowMismatch = False, json: Json = False,
+    uncentered: Uncentered = False, allow_option_mismatch: AllowMismatch = False,
+    fdr: Annotated[float, typer.Option("--fdr", metavar="Q", help="False discovery rate of the changes marked "
+                                       "significant (Benjamini-Hochberg over every field with a standard "
+                                       "error).")] = 0.05,
+    json: Json = False,
     *,
     fitting: FitKeywords,
 ) -> None:
@@ -218,7 +222,8 @@ def compare(
     from spectra_cli.render.screens import print_compare
     from spectra_cli.run.compare import compare as run_compare
 
-    result = run_compare(a, b, centered=not uncentered, allow_option_mismatch=allow_option_mismatch, **fitting)
+    result = run_compare(a, b, centered=not uncentered, allow_option_mismatch=allow_option_mismatch, fdr=fdr,
+                         **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")
     emit(result.to_dict(), json, lambda d, console: print_compare(a, b, list(result.rows), console))

@@ -55,7 +55,12 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
         value = "null" if v.value is None else f"{v.value:.6g}"
         if v.baseline is not None:
             value += f" (baseline {v.baseline:.6g})"
-        t.add_row(v.check.field, value, v.check.describe_bound(), "[green]pass[/]" if v.passed else "[red]FAIL[/]")
+        bound = v.check.describe_bound()
+        if getattr(v, "limit", None) is not None:
+            bound = f"|change| <= {v.check.bound[0]:g} SE = {v.limit:.4g}"
+        elif getattr(v.check, "in_se", False):
+            bound += " (no standard error: FAIL)"
+        t.add_row(v.check.field, value, bound, "[green]pass[/]" if v.passed else "[red]FAIL[/]")
     console.print(t)
 
 
@@ -120,12 +125,18 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
     """The headline figures; ``--json`` has every field."""
     t = Table(title=f"A = {a}\nB = {b}", title_justify="left")
     t.add_column("metric", no_wrap=True, min_width=24)
-    for c in ("A", "B", "B - A", "rel"):
+    for c in ("A", "B", "B - A", "rel", "z"):
         t.add_column(c, justify="right")
+    marked = 0
     for r in rows:
         if r.field.startswith(HEADLINE) and not r.field.startswith(LONG):
-            t.add_row(r.field, _num(r.a), _num(r.b), _num(r.diff), "—" if r.rel is None else f"{r.rel * 100:+.2f}%")
+            z = "—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "")
+            marked += bool(r.significant)
+            t.add_row(r.field, _num(r.a), _num(r.b), _num(r.diff), "—" if r.rel is None else f"{r.rel * 100:+.2f}%", z)
     console.print(t)
+    console.print("[dim]z: the change over its standard error (independent samples); * beyond sampling noise at the "
+                  "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json has each "
+                  "row's se, z, p, significant)[/]")
 
 
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Unpack
 from spectra_cli import metrics as registry
 from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
 from spectra_cli.errors import OptionError, param
-from spectra_cli.results import MISSING, lookup, scalar_fields
+from spectra_cli.results import MISSING, lookup, scalar_fields, standard_error
 from spectra_cli.validate import check_path, check_strings
 
 OPS = (">=", "<=", "==", "!=", ">", "<")
@@ -32,12 +32,16 @@ class Check:
     op: str  # one of OPS, "between", "max-change"
     bound: tuple[float, ...]
     relative: bool = False
+    #: A max-change limit in standard errors of the change (``FIELD=3se``).
+    in_se: bool = False
 
     def describe_bound(self) -> str:
         if self.op == "between":
             return f"between {self.bound[0]:g} and {self.bound[1]:g}"
         if self.op == "==" and len(self.bound) == 2:
             return f"== {self.bound[0]:g} ± {self.bound[1]:g}"
+        if self.op == "max-change" and self.in_se:
+            return f"|change| <= {self.bound[0]:g} standard errors of the change"
         if self.op == "max-change":
             return f"|change| <= {self.bound[0]:g}{'%' if self.relative else ''} of baseline"
         return f"{self.op} {self.bound[0]:g}"
@@ -50,11 +54,14 @@ class Verdict:
     baseline: float | None
     passed: bool
     message: str
+    #: A max-change limit in standard errors, resolved: K sqrt(se^2 + se_baseline^2).
+    limit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"spec": self.check.text, "field": self.check.field, "op": self.check.op,
                 "bound": list(self.check.bound), "relative": self.check.relative, "value": self.value,
-                "baseline": self.baseline, "passed": self.passed, "message": self.message}
+                "baseline": self.baseline, "passed": self.passed, "message": self.message,
+                **({"in_se": True, "limit": self.limit} if self.check.in_se else {})}
 
 
 def parse_require(text: str) -> Check:
@@ -81,10 +88,13 @@ def parse_require(text: str) -> Check:
 
 
 def parse_max_change(text: str) -> Check:
-    m = re.fullmatch(rf"\s*(\S+?)\s*=\s*({_NUM})\s*(%?)\s*", text)
+    m = re.fullmatch(rf"\s*(\S+?)\s*=\s*({_NUM})\s*(%|se|SE)?\s*", text)
     if not m or float(m.group(2)) < 0:
-        raise OptionError(f"{param('max_change', text)} is not FIELD=LIMIT or FIELD=PERCENT% (e.g. fit.alpha=0.05).")
-    return Check(text.strip(), m.group(1), "max-change", (float(m.group(2)),), relative=bool(m.group(3)))
+        raise OptionError(f"{param('max_change', text)} is not FIELD=LIMIT, FIELD=PERCENT% or FIELD=Kse (e.g. "
+                          "fit.alpha=0.05, fit.alpha=3se).")
+    unit = (m.group(3) or "").lower()
+    return Check(text.strip(), m.group(1), "max-change", (float(m.group(2)),), relative=unit == "%",
+                 in_se=unit == "se")
 
 
 def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
@@ -110,8 +120,28 @@ def evaluate(doc: dict[str, Any], checks: list[Check], baseline: dict[str, Any] 
             if baseline is None:
                 raise OptionError(f"{param('max_change')} needs {param('baseline')} REPORT.json.")
             base = _value(baseline, c.field, "baseline")
+        if c.in_se:
+            out.append(_judge_in_se(c, value, base, standard_error(doc, c.field),
+                                    standard_error(baseline, c.field) if baseline is not None else None))
+            continue
         out.append(_judge(c, value, base))
     return out
+
+
+def _judge_in_se(c: Check, value: float | None, base: float | None, se: float | None,
+                 se_base: float | None) -> Verdict:
+    """``|value - base| <= K sqrt(se^2 + se_base^2)``: the change within K standard errors of a change
+    between two independent samples."""
+    if se is None or se_base is None:
+        where = "the report" if se is None else "the baseline"
+        return Verdict(c, value, base, False, f"{c.field} has no standard error in {where} (a field the registry "
+                       "gives one, from a report made by this spectra): give an absolute limit instead")
+    limit = c.bound[0] * math.hypot(se, se_base)
+    verdict = _judge(Check(c.text, c.field, "max-change", (limit,)), value, base)
+    return Verdict(c, verdict.value, verdict.baseline, verdict.passed,
+                   verdict.message.replace(f"<= {limit:g} of baseline",
+                                           f"<= {c.bound[0]:g} SE = {limit:.4g} (SE of the change "
+                                           f"sqrt({se:.3g}^2 + {se_base:.3g}^2))"), limit)
 
 
 def _judge(c: Check, value: float | None, base: float | None) -> Verdict:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
 from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords
-from spectra_cli.errors import InputError
+from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import check_report_schema, scalar_fields
-from spectra_cli.validate import check_path
+from spectra_cli.validate import check_number, check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
@@ -49,9 +50,16 @@ def as_report(path: str, fit_options: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One field of two reports: its values, and where both give a standard error, the change's (``se``,
+    independent samples), ``z``, its two-sided ``p`` and whether it is ``significant`` (Benjamini-Hochberg
+    over every field tested; None where there is no standard error)."""
+
     field: str
     a: float | None
     b: float | None
+    se_a: float | None = None
+    se_b: float | None = None
+    significant: bool | None = None
 
     @property
     def diff(self) -> float | None:
@@ -62,19 +70,70 @@ class Row:
         d = self.diff
         return None if d is None or not self.a else d / abs(self.a)
 
+    @property
+    def se(self) -> float | None:
+        if self.se_a is None or self.se_b is None:
+            return None
+        return math.hypot(self.se_a, self.se_b)
+
+    @property
+    def z(self) -> float | None:
+        d, se = self.diff, self.se
+        return None if d is None or se is None or not se > 0 else d / se
+
+    @property
+    def p(self) -> float | None:
+        z = self.z
+        return None if z is None else math.erfc(abs(z) / math.sqrt(2.0))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "a": self.a, "b": self.b, "diff": self.diff, "rel_diff": self.rel}
+        return {"field": self.field, "a": self.a, "b": self.b, "diff": self.diff, "rel_diff": self.rel,
+                "se_a": self.se_a, "se_b": self.se_b, "se": self.se, "z": self.z, "p": self.p,
+                "significant": self.significant}
 
 
-def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
-    """Every scalar metric of two reports aligned by dotted path (a's order, then b's own)."""
+#: The false discovery rate of compare's tests (Benjamini & Hochberg 1995) unless asked otherwise.
+FDR = 0.05
+SIGNIFICANCE = ("z = (b - a) / sqrt(se_a^2 + se_b^2) (two independent samples; each se the report's own standard "
+                "error of the field), p two-sided (normal); significant: Benjamini-Hochberg at the false discovery "
+                "rate over every field with a standard error")
+
+
+def benjamini_hochberg(pvalues: list[float], fdr: float) -> list[bool]:
+    """Which of ``pvalues`` are discoveries at false discovery rate ``fdr`` (Benjamini & Hochberg 1995):
+    the ``k`` smallest, ``k`` the largest with ``p_(k) <= k fdr / m``."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    cut = 0
+    for rank, i in enumerate(order, start=1):
+        if pvalues[i] <= rank * fdr / m:
+            cut = rank
+    keep = set(order[:cut])
+    return [i in keep for i in range(m)]
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> list[Row]:
+    """Every scalar metric of two reports aligned by dotted path (a's order, then b's own), each with its
+    standard errors where both reports give one, and the significant changes marked."""
+    from spectra_cli.results import standard_error
+
     fa, fb = scalar_fields(a), scalar_fields(b)
-    keys = [k for k in fa if not k.startswith(SKIP_PREFIXES)]
-    keys += [k for k in fb if k not in fa and not k.startswith(SKIP_PREFIXES)]
-    return [Row(k, fa.get(k), fb.get(k)) for k in keys]
+    keys = [k for k in fa if not k.startswith(SKIP_PREFIXES) and not _is_error(k)]
+    keys += [k for k in fb if k not in fa and not k.startswith(SKIP_PREFIXES) and not _is_error(k)]
+    rows = [Row(k, fa.get(k), fb.get(k), standard_error(a, k), standard_error(b, k)) for k in keys]
+    tested = [i for i, r in enumerate(rows) if r.p is not None]
+    found = benjamini_hochberg([rows[i].p for i in tested], fdr)  # type: ignore[misc]
+    marks = dict(zip(tested, found, strict=True))
+    return [replace(r, significant=marks[i]) if i in marks else r for i, r in enumerate(rows)]
 
 
-def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row]) -> dict[str, Any]:
+def _is_error(field: str) -> bool:
+    """The standard errors and their row model (they travel beside their fields, not as fields)."""
+    parts = field.split(".")
+    return "se" in parts[:-1] or "se_method" in parts or parts[-1] == "se"
+
+
+def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: float = FDR) -> dict[str, Any]:
     from spectra_cli.results import json_safe
 
     def src(d: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +146,8 @@ def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row]) -> dict[s
         "a": src(a),
         "b": src(b),
         "definition": "diff = b - a; rel_diff = (b - a) / |a|",
+        "significance": {"method": SIGNIFICANCE, "fdr": fdr, "tested": sum(r.p is not None for r in rows),
+                         "significant": sum(bool(r.significant) for r in rows)},
         "metrics": [r.to_dict() for r in rows],
     })
 
@@ -110,21 +171,27 @@ def compare(
     *,
     centered: bool = True,
     allow_option_mismatch: bool = False,
+    fdr: float = FDR,
     **fitting: Unpack[FitKeywords],
 ) -> CompareResult:
     """Two reports (``.json``; ``-`` reads stdin) or two inputs (each fitted by ``fit`` with ``centered``
     and the fit keywords given, :class:`~spectra_cli.analysis.suite.FitKeywords`) side by side: every
     scalar metric, ``diff = b - a`` and ``rel_diff = (b - a) / |a|``. Reports made with different
     number-changing options are refused unless ``allow_option_mismatch`` (then the mismatches are stated
-    in the result)."""
+    in the result). Where both reports give a field's standard error, its row carries the change's ``se``
+    (independent samples), ``z``, ``p`` and ``significant``: Benjamini-Hochberg at false discovery rate
+    ``fdr`` over every field tested (None where there is no standard error)."""
     from spectra_cli.provenance import check_same_options
 
     pa, pb = check_path("a", a), check_path("b", b)
     check_fit_keywords(dict(fitting))  # before either input is read
+    fdr = check_number("fdr", fdr)
+    if not 0 < fdr < 1:
+        raise OptionError(f"{param('fdr', fdr)} must lie between 0 and 1 (e.g. 0.05).")
     opts: dict[str, Any] = {"centered": centered, **fitting}
     da, db = as_report(pa, opts), as_report(pb, opts)
     mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
-    rows = compare_rows(da, db)
-    doc = compare_doc(da, db, rows)
+    rows = compare_rows(da, db, fdr=fdr)
+    doc = compare_doc(da, db, rows, fdr=fdr)
     doc["option_mismatch"] = mismatch
     return CompareResult(doc, tuple(rows), tuple(mismatch))

@@ -155,7 +155,14 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                      centered: bool, isoscore: bool = False) -> tuple[FitSuite | None, Isotropy | None]:
     """The standard error of every rank and isotropy measure that has one (the delta method through the
     eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for the others why there is none."""
-    from spectra_cli.analysis.uncertainty import METHOD, NOT_DERIVED, isotropy_errors, rank_errors, row_model
+    from spectra_cli.analysis.uncertainty import (
+        METHOD,
+        NOT_DERIVED,
+        alpha_error,
+        isotropy_errors,
+        rank_errors,
+        row_model,
+    )
 
     rank_names = ("participation_ratio", "entropy_rank", "stable_rank")
     iso_names = ("top_pc_share", *(("isoscore",) if isoscore else ()))
@@ -185,6 +192,9 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         method = {"method": METHOD, **model.to_dict()}
         rank_se = rank_errors(lam, model)
         iso_se = isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore)
+        if suite is not None:
+            fits = tuple(replace(f, se=alpha_error(main.eigenvalues, f, model)) for f in suite.fits)
+            suite = replace(suite, fits=fits)
     if suite is not None:
         suite = replace(suite, rank=replace(suite.rank, se=rank_se, se_missing=rank_missing, se_method=method))
     if iso is not None:

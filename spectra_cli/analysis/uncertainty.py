@@ -14,7 +14,7 @@ gives ``a`` and ``c``:
 - elliptical rows ``y = s z``, ``z`` Gaussian, ``E s^2 = 1``, ``E s^4 = 1 + c``: ``a = 2 (1 + c)``
   (Gaussian rows: ``c = 0``, ``a = 2``);
 - independent coordinates (each an eigen-direction) of excess kurtosis ``k`` times such a scale:
-  ``a = 2 + k`` on top of the scales' ``c``.
+  ``a = (1 + c)(2 + k)``, i.e. ``sum_k E x_k^4 / sum_k sigma_k^4 - 1 - c`` from the features' fourth moments.
 
 ``c`` and ``k`` are read from what every pass keeps, the histogram of squared row norms and the
 features' fourth moments (:mod:`spectra_cli.stream.norms`), as the population exponent reads them
@@ -103,9 +103,10 @@ def row_model(lam: np.ndarray, *, n_effective: float, norms: Any = None, varianc
         if math.isfinite(s4) and math.isfinite(tr2) and 0 < s4 < tr2:
             c_coord = (m2_obs - f4 / tr2) / (1.0 - s4 / tr2) - 1.0
             if c_coord < c_dir:  # independent coordinates read the norms' spread better (heavy-tailed coordinates)
-                kurt = f4 / s4 - 3.0
+                # x = sqrt(s) y, y of independent coordinates of kurtosis 3 + k: E x^4 = (1 + c)(3 + k) sigma^4, so
+                # Var z^2 / lambda^2 = (1 + c)(3 + k) - 1 and a = that - c = f4 / s4 - 1 - c (elliptical: 2 (1 + c))
                 c = max(c_coord, 0.0)
-                a = max(2.0 + kurt + 2.0 * c + c * kurt, 0.0)
+                a = max(f4 / s4 - 1.0 - c, 0.0)
                 source = "independent coordinates (the features' fourth moments) with row scales"
     return RowModel(a, c, n_effective, source)
 

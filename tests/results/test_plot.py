@@ -147,7 +147,10 @@ def test_trend_has_error_bars_from_each_report(tmp_path):
     assert hi - lo == pytest.approx(2 * next(iter(res.document["series"]))["points"][0]["intervals"]["fit.alpha"][1]
                                     - 2 * p.values["fit.alpha"])
     assert bars.has_yerr
-    assert not [c for c in plot.trend(res, "rank.participation_ratio", ax=_new()).containers
+    pr_lo, pr_hi = p.intervals["rank.participation_ratio"]  # ± the rank's standard error (rank.se)
+    assert pr_hi - p.values["rank.participation_ratio"] == pytest.approx(p.values["rank.participation_ratio"] - pr_lo)
+    k90 = trend(str(out), metric=["rank.k90"])
+    assert not [c for c in plot.trend(k90, "rank.k90", ax=_new()).containers
                 if isinstance(c, ErrorbarContainer)]  # no interval: no bars
 
 

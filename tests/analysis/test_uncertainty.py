@@ -1,0 +1,103 @@
+"""Standard errors of the spectral metrics (analysis/uncertainty): gradients against finite differences,
+the row model against known laws, the alpha SE against its closed form, the spread over seeds, and the
+honest gaps."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import spectra_cli as spectra
+from spectra_cli.analysis import uncertainty as u
+from spectra_cli.stream.norms import NormHistogram, coordinate_fourth
+
+LAM = np.sort(np.random.default_rng(3).uniform(0.1, 5.0, 40))[::-1]
+
+
+def _metric(name, lam, d=None):
+    return {"pr": u._pr_grad, "er": u._entropy_grad, "sr": u._stable_grad, "top": u._top_share_grad,
+            "iso": lambda x: u._isoscore_grad(x, d or x.size)}[name](lam)
+
+
+@pytest.mark.parametrize("name", ["pr", "er", "sr", "top", "iso"])
+def test_each_gradient_is_the_finite_difference_of_its_metric(name):
+    value, grad = _metric(name, LAM)
+    h = 1e-6
+    for j in (0, 1, 7, 39):
+        up, down = LAM.copy(), LAM.copy()
+        up[j] += h
+        down[j] -= h
+        numeric = (_metric(name, up)[0] - _metric(name, down)[0]) / (2 * h)
+        assert grad[j] == pytest.approx(numeric, rel=1e-5, abs=1e-9), (name, j)
+
+
+def _model(X):
+    y = X - X.mean(0)
+    h = NormHistogram.of(np.einsum("ij,ij->i", y, y)).with_fourth(*coordinate_fourth(y))
+    lam = np.sort(np.linalg.eigvalsh(np.cov(X, rowvar=False)))[::-1]
+    return u.row_model(lam, n_effective=len(X) - 1, norms=h, variances=X.var(0, ddof=1))
+
+
+def test_the_row_model_reads_gaussian_elliptical_and_laplace_rows():
+    rng = np.random.default_rng(0)
+    sd = np.arange(1, 41) ** -0.4
+    g = _model(rng.standard_normal((20000, 40)) * sd)
+    assert g.a == pytest.approx(2.0, abs=0.15) and g.c == pytest.approx(0.0, abs=0.05)
+    Z = rng.standard_normal((20000, 40)) * np.sqrt(rng.chisquare(5, (20000, 1)) / 5)  # E s^4 = 1.4
+    e = _model(Z * sd)
+    assert e.c == pytest.approx(0.4, abs=0.08) and e.a == pytest.approx(2.8, abs=0.25)
+    lap = _model(rng.laplace(size=(20000, 40)) / math.sqrt(2) * sd)  # excess kurtosis 3: Var z^2 = 5 lambda^2
+    assert lap.a == pytest.approx(5.0, abs=0.5) and lap.c == pytest.approx(0.0, abs=0.05)
+    assert "independent coordinates" in lap.source
+    assert u.row_model(LAM, n_effective=100).source.startswith("no histogram")
+
+
+def test_the_alpha_se_is_the_least_squares_slope_weights_closed_form():
+    X = np.random.default_rng(1).standard_normal((3000, 64)) * np.arange(1, 65) ** -0.4
+    rep = spectra.fit(X, window="3:30")
+    x = np.log(np.arange(3, 31))
+    w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+    a, n = rep.rank.se_method["a"], rep.rank.se_method["n_effective"]
+    assert rep.fit.se == pytest.approx(math.sqrt(a * np.dot(w, w) / n), rel=1e-9)
+    assert rep.to_dict()["fit"]["se"] == rep.fit.se
+
+
+def test_the_stated_errors_match_the_spread_over_seeds():
+    sd = np.arange(1, 33) ** -0.35
+    values, errors = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(40):
+            X = np.random.default_rng(seed).standard_normal((1500, 32)) * sd
+            d = spectra.fit(X, window="3:20").to_dict()
+            values.append([d["rank"]["participation_ratio"], d["rank"]["entropy_rank"], d["isotropy"]["top_pc_share"],
+                           d["fit"]["alpha"]])
+            errors.append([d["rank"]["se"]["participation_ratio"], d["rank"]["se"]["entropy_rank"],
+                           d["isotropy"]["se"]["top_pc_share"], d["fit"]["se"]])
+    ratio = np.mean(errors, axis=0) / np.std(values, axis=0, ddof=1)
+    assert np.all((ratio > 0.7) & (ratio < 1.45)), ratio  # 40 seeds: the spread itself is known to ~11 %
+
+
+def test_what_has_no_error_says_why_and_the_top_k_route_has_none():
+    X = np.random.default_rng(2).standard_normal((600, 30))
+    d = spectra.fit(X).to_dict()
+    assert set(d["rank"]["se"]) == {"participation_ratio", "entropy_rank", "stable_rank"}
+    assert "step function" in d["rank"]["se_missing"]["k90"] and "uncentred" in d["rank"]["se_missing"]["rankme"]
+    assert "unit rows" in d["isotropy"]["se_missing"]["mean_cosine"]
+    assert d["rank"]["se_method"]["method"].startswith("delta method")
+    top = spectra.fit(np.random.default_rng(2).standard_normal((900, 400)) * np.arange(1, 401) ** -0.8, top=20,
+                      window="3:15").to_dict()
+    assert top["rank"]["se"] == {} and "top-k route" in top["rank"]["se_missing"]["participation_ratio"]
+    assert top["fit"]["se"] is None and top["rank"]["se_method"] is None
+    assert spectra.isotropy(X, isoscore=True).to_dict()["isotropy"]["se"]["isoscore"] is not None
+
+
+def test_the_table_shows_each_error_beside_its_value(cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(4).standard_normal((800, 24)) * np.arange(1, 25) ** -0.5)
+    r = cli("fit", tmp_path / "x.npy")
+    assert r.exit_code == 0
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("participation ratio"))
+    assert "± " in line and "(SE)" in line

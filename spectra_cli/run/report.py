@@ -345,6 +345,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
     steps = sorted({p.step for p in points})
     figs.total = len(metrics)
     panels, movers = [], []
+    tested: list[tuple[tuple[str, str], float]] = []  # every change with a standard error, and its p-value
     for f, label, fmt in metrics:
         change = []
         for name, ps in series.items():
@@ -384,10 +385,17 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
             return fig
 
         panels.append({"label": label, "field": f, "src": figs.embed(_with_font(draw))})
+        tested += [((f, name), math.erfc(abs(b - a) / se / math.sqrt(2.0))) for _, name, a, b, se, _ in change if se]
         for _, name, a, b, se, _ in change[:moved]:
             movers.append({"metric": label, "layer": name, "first": _show(a, fmt), "last": _show(b, fmt),
                            "change": ("+" if b >= a else "") + _show(b - a, fmt),
-                           "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a))})
+                           "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a)), "key": (f, name)})
+    from spectra_cli.run.compare import FDR, benjamini_hochberg
+
+    beyond = dict(zip((k for k, _ in tested), benjamini_hochberg([p for _, p in tested], FDR), strict=True))
+    for m in movers:
+        key = m.pop("key")
+        m["noise"] = "—" if key not in beyond else "beyond" if beyond[key] else "within"
     per_step = []
     for st in steps:
         at = [p.doc for p in points if p.step == st]

@@ -113,6 +113,9 @@ def test_run_from_several_results_files_takes_the_step_from_their_paths(tmp_path
     assert "100, 200, 300" in html and "Layers whose metrics moved most" in html
     first, last = (json.loads(open(f).readline())["fit"]["alpha"] for f in (files[0], files[-1]))
     assert f"{last - first:+.3f}" in html  # the change of alpha from the first step to the last
+    # alpha moved from 0.8 to 1.3: far beyond sampling noise (Benjamini-Hochberg over the changes with an SE)
+    row = next(r for r in html.split("<tr>") if f"{last - first:+.3f}" in r)
+    assert '<td class="name">beyond</td>' in row
 
 
 def test_run_in_one_results_file_of_checkpoints(tmp_path):

@@ -36,7 +36,7 @@ from spectra_cli import metrics as registry
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
-from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, uncertainty
+from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, standard_error, uncertainty
 from spectra_cli.validate import check_path, check_paths, check_regex
 
 PAGE_SCHEMA = "spectra.page/1"
@@ -356,7 +356,14 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
                     vals.append((p.step, v, uncertainty(p.doc, f)))
             if len(vals) >= 2:
                 first, last = vals[0], vals[-1]
-                spread = [abs(e[1] - e[0]) / 2 for e in (first[2], last[2]) if e]
+                ends = [next(q.doc for q in ps if q.step == e[0]) for e in (first, last)]
+                errors = [standard_error(doc, f) for doc in ends]  # the standard error, not a 95 % interval's half
+                spread = []
+                for se_, iv in zip(errors, (first[2], last[2]), strict=True):
+                    if se_ is not None:
+                        spread.append(se_)
+                    elif iv is not None:
+                        spread.append(abs(iv[1] - iv[0]) / 2)
                 se = math.sqrt(sum(s * s for s in spread)) if len(spread) == 2 else None
                 change.append((abs(last[1] - first[1]), name, first[1], last[1], se, vals))
         change.sort(key=lambda t: -t[0])

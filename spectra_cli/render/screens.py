@@ -64,6 +64,39 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
     console.print(t)
 
 
+def print_columns(console: Console, title: str, key: str, keys: Sequence[str],
+                  columns: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """A table of items (``keys``, under the heading ``key``) and columns of text, split into as many
+    tables as the console's width needs: each repeats the items, no value is ever cut (a value column
+    is as wide as its widest value; headings wrap at their spaces), and long item names fold."""
+    from rich import box
+
+    columns = [(h, vals) for h, vals in columns if any(vals)]  # a column with nothing in it is left out
+    widest_word = [max((len(w) for w in h.split()), default=1) for h, _ in columns]
+    widths = [max([len(v) for v in vals] + [w]) for (_, vals), w in zip(columns, widest_word, strict=True)]
+    key_min = min(max((len(k) for k in keys), default=len(key)), max(16, console.width // 3))
+
+    def build(group: list[int], part: str) -> Table:
+        t = Table(title=title + part, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        t.add_column(key, overflow="fold", min_width=key_min, ratio=1)
+        for i in group:  # exactly as wide as its widest value (a heading wraps at its spaces)
+            t.add_column(columns[i][0], justify="right", width=widths[i], overflow="fold")
+        for r, k in enumerate(keys):
+            t.add_row(k, *(columns[i][1][r] for i in group))
+        return t
+
+    def fits(group: list[int]) -> bool:  # each column, its padding and the space between columns
+        return key_min + 2 + sum(widths[i] + 3 for i in group) <= console.width
+
+    groups: list[list[int]] = [[]]
+    for i in range(len(columns)):
+        if groups[-1] and not fits([*groups[-1], i]):
+            groups.append([])
+        groups[-1].append(i)
+    for n, group in enumerate(groups):
+        console.print(build(group, f" ({n + 1} of {len(groups)})" if len(groups) > 1 else ""))
+
+
 def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | None,
                 console: Console, convention: str = "spectra") -> None:
     results = [r for r in results if "skipped" not in r]
@@ -76,42 +109,44 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     names = shorten_names([str(r["item"]) for r in rows])
     ww_convention = convention == "weightwatcher" or any(
         (r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
+    failed = [r for r in rows if "error" in r]
     if ww_convention:  # WeightWatcher's analyze() columns, by its names
-        t = Table(title=title + " (WeightWatcher's convention)" + (f" -> {jsonl}" if jsonl else ""),
-                  title_justify="left")
-        t.add_column("layer", overflow="fold")
         cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
-                "mp_softrank", "warning")
-        for col in ("N x M (N >= M)", *cols):
-            t.add_column(label(f"weightwatcher.columns.{col}") if find(f"weightwatcher.columns.{col}") else col,
-                         no_wrap=True)
-        for name, r in zip(names, rows, strict=True):
-            if "error" in r:
-                t.add_row(name, "", *([""] * (len(cols) - 1)), f"[red]error: {r['error']}[/]")
-                continue
+                "mp_softrank")
+
+        def ww(r: dict[str, Any], k: str) -> str:
             c = (r.get("weightwatcher") or {}).get("columns") or {}
-            t.add_row(name, f"{c.get('N')}x{c.get('M')}", *(_num(c.get(k)) if k != "warning" else
-                                                             str(c.get(k) or "") for k in cols))
-        console.print(t)
-        return
+            entry = find(f"weightwatcher.columns.{k}")
+            return "" if "error" in r else entry.format(c.get(k)) if entry is not None else _num(c.get(k))
+
+        columns = [("N x M", ["" if "error" in r else "{}x{}".format(*(((r.get("weightwatcher") or {}).get("columns")
+                                                                          or {}).get(x) for x in "NM"))
+                               for r in rows])]
+        columns += [(label(f"weightwatcher.columns.{k}"), [ww(r, k) for r in rows]) for k in cols]
+        columns.append(("warning", ["error" if "error" in r else str((((r.get("weightwatcher") or {}).get("columns")
+                                                                        or {}).get("warning")) or "") for r in rows]))
+        print_columns(console, title + " (WeightWatcher's convention)" + (f" -> {jsonl}" if jsonl else ""), "layer",
+                      names, columns)
+    else:
+        with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
+
+        def cell(r: dict[str, Any], path: str) -> str:
+            from spectra_cli.results import lookup
+
+            v = lookup(r, path)
+            entry = find(path)
+            return "" if "error" in r else entry.format(v if isinstance(v, int | float | str) else None) \
+                if entry is not None else str(v)
+
+        paths = ["fit.alpha", "fit.r2", "rank.participation_ratio",
+                 *(("weightwatcher.alpha", "weightwatcher.verdict") if with_ww else ())]
+        columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows])]
+        columns += [(label(p), [cell(r, p) for r in rows]) for p in paths]
+        columns.append(("status", ["error" if "error" in r else "ok" for r in rows]))
+        print_columns(console, title + (f" -> {jsonl}" if jsonl else ""), "item", names, columns)
+    for r in failed:  # the reason of a failed item, whole, below the table
+        console.print(f"[red]error[/] {shorten_names([str(x['item']) for x in rows])[rows.index(r)]}: {r['error']}")
     with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
-    t = Table(title=title + (f" -> {jsonl}" if jsonl else ""), title_justify="left")
-    t.add_column("item", overflow="fold")  # a long name wraps; it is never cut
-    for name in ("shape", label("fit.alpha"), label("fit.r2"), label("rank.participation_ratio"),
-                 *((label("weightwatcher.alpha"), label("weightwatcher.verdict")) if with_ww else ())):
-        t.add_column(name, no_wrap=True)
-    t.add_column("status", overflow="fold")
-    for name, r in zip(names, rows, strict=True):
-        if "error" in r:
-            t.add_row(name, "", "", "", "", *(("", "") if with_ww else ()), f"[red]error: {r['error']}[/]")
-            continue
-        f = r.get("fit") or {}
-        ww = r.get("weightwatcher") or {}
-        extra = (_num(ww.get("alpha")), str(ww.get("verdict") or "—")) if with_ww else ()
-        t.add_row(name, "x".join(str(x) for x in r["source"]["shape"]),
-                  f"{f['alpha']:.4f}" if f else "—", f"{f['r2']:.4f}" if f else "—",
-                  f"{r['rank']['participation_ratio']:.2f}", *extra, "ok")
-    console.print(t)
     if any(str(r["item"]).partition("::")[0].endswith(".safetensors") for r in rows) and not with_ww:
         console.print(f"[dim]{label('fit.alpha')} is the rank-window exponent of the centred rows; WeightWatcher's "
                       "alpha and its 2..6 guidance: --convention weightwatcher[/]")

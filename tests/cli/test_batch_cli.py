@@ -205,3 +205,29 @@ def test_trend_takes_the_paths_report_takes(cli, tmp_path):
     assert cli("batch", tmp_path / "acts.npy", "--jsonl", tmp_path / "r.jsonl").exit_code == 0
     r = cli("trend", tmp_path / "r.jsonl", "--metric", "fit.alpha")  # one item without a number in its name
     assert r.exit_code == 2 and "--step-regex" in r.stderr and "step_regex" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+@pytest.mark.parametrize("convention", ["spectra", "weightwatcher"])
+def test_the_batch_table_never_cuts_a_number_at_any_width(tmp_path, width, convention):
+    """What does not fit the terminal moves to a further table (the items repeated); names fold."""
+    import io
+
+    from rich.console import Console
+
+    from spectra_cli.render.screens import print_batch
+
+    for i in range(3):
+        np.save(tmp_path / f"encoder.layer.{i}.attention.output.dense_weight_of_a_long_name.npy",
+                powerlaw_matrix(300, 40, 0.6 + 0.2 * i, seed=i))
+    import spectra_cli as spectra
+
+    res = spectra.batch(str(tmp_path), convention=convention)
+    out = io.StringIO()
+    print_batch(list(res.results), skipped=0, jsonl=None, console=Console(file=out, width=width), convention=convention)
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    for doc in res.results:
+        for value in ((doc["weightwatcher"]["columns"]["alpha"], doc["weightwatcher"]["columns"]["log_norm"])
+                      if convention == "weightwatcher" else (doc["fit"]["alpha"], doc["rank"]["participation_ratio"])):
+            assert f"{value:.3f}"[:4] in text or f"{value:.1f}" in text

@@ -235,7 +235,7 @@ METRICS: tuple[Metric, ...] = (
        "eigenvectors)", kind="diagnostic"),
     _m("rank.se_method.**", "rank SE row model", "the row model of the standard errors: a = Var z^2 / lambda^2, c "
        "the rows' scale spread, n_effective", kind="diagnostic"),
-    _m("rank.bounds.*.*", "rank bounds", "on the top-k route: the interval of a bounded rank", kind="diagnostic"),
+    _m("rank.bounds.**", "rank bounds", "on the top-k route: the interval of a bounded rank", kind="diagnostic"),
     # -- the density exponent -----------------------------------------------------------------------
     _m("density.alpha", "alpha (density)", "p(lambda) ~ lambda^(-alpha) on the tail lambda >= xmin: continuous "
        "Hill MLE, xmin minimising the KS distance (Clauset et al. 2009)", views="batch", fmt=".3f",

@@ -317,7 +317,7 @@ def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
         if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
             return float(ci["low"]), float(ci["high"])
     se = standard_error(doc, field)
-    if se is None and leaf == "alpha":
+    if se is None and leaf == "alpha" and "se" not in parent and field != "density.alpha":
         se = finite(parent.get("stderr"))  # (a report made before the sampling standard errors)
     if se is not None:
         return value - se, value + se

@@ -142,6 +142,8 @@ class RankFit:
     #: The sampling standard error of alpha (the delta method, :mod:`spectra_cli.analysis.uncertainty`):
     #: its spread over samples of the rows, where ``stderr`` is the scatter of the points about the line.
     se: float | None = None
+    #: Why there is no ``se`` (None when there is one, or when none was asked for).
+    se_missing: str | None = None
 
     def predict(self, ranks: np.ndarray) -> np.ndarray:
         """Model eigenvalues at (real) ranks."""
@@ -166,6 +168,7 @@ class RankFit:
             "residual_rms": self.residual_rms,
             "stderr": self.stderr,
             "se": self.se,
+            "se_missing": self.se_missing,
             "n_points": self.n_points,
             "bic": self.bic,
             "window": [self.window.k_min, self.window.k_max],

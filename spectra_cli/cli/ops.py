@@ -222,7 +222,8 @@ def compare(
     from spectra_cli.render.screens import print_compare
     from spectra_cli.run.compare import compare as run_compare
 
-    result = run_compare(a, b, centered=not uncentered, allow_option_mismatch=allow_option_mismatch, fdr=fdr,
+    result = run_compare(a, b, centered=False if uncentered else None, allow_option_mismatch=allow_option_mismatch,
+                         fdr=fdr,
                          **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the reports were made with other options ({m}); --allow-option-mismatch\n")

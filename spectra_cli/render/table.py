@@ -85,7 +85,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     if fits:
         ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)
         any_ci = any(f.get("ci") for f in fits)
-        columns = ("model", "method", "window", "alpha", "SE (least squares)",
+        columns = ("model", "method", "window", "alpha", "SE", "LS SE",
                    *(("95% CI (bootstrap)",) if any_ci else ()), "R^2", "resid RMS", "points")
         for c in columns:
             ft.add_column(c, justify="right" if c not in ("model", "method") else "left",
@@ -101,11 +101,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             if ci and not ci["low"] <= f["alpha"] <= ci["high"]:
                 excluded.append(f)
             ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} {f['window_source']}",
-                       alpha, _fmt(f["stderr"], 2),
+                       alpha, _fmt(f.get("se"), 2), _fmt(f["stderr"], 2),
                        *((f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—",) if any_ci else ()),
                        f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"]))
         parts.append(ft)
-        notes = [f"window: {fits[0]['window_reason']}"]
+        notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
+                 "samples of this size); LS SE: the least-squares scatter of the points about the line, which "
+                 "under-states it"]
         for f in excluded:
             notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
                          f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "

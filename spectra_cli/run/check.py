@@ -79,6 +79,8 @@ def parse_require(text: str) -> Check:
             raise OptionError(f"{param('require', text)}: the tolerance must be >= 0.")
         return Check(t, m.group(1), "==", (float(m.group(2)), tol))
     m = re.fullmatch(rf"(\S+?)\s*(>=|<=|==|!=|>|<)\s*({_NUM})", t)
+    if m and not math.isfinite(float(m.group(3))):
+        raise OptionError(f"{param('require', text)}: {m.group(3)} is not a finite number.")
     if m:
         return Check(t, m.group(1), m.group(2), (float(m.group(3)),))
     raise OptionError(
@@ -89,6 +91,11 @@ def parse_require(text: str) -> Check:
 
 def parse_max_change(text: str) -> Check:
     m = re.fullmatch(rf"\s*(\S+?)\s*=\s*({_NUM})\s*(%|se|SE)?\s*", text)
+    if m and not math.isfinite(float(m.group(2))):
+        raise OptionError(f"{param('max_change', text)}: the limit {m.group(2)} is not a finite number.")
+    if m and (m.group(3) or "").lower() == "se" and registry.se_path(m.group(1)) is None:
+        raise OptionError(f"{param('max_change', text)}: {m.group(1)} has no standard error (the fields that do: "
+                          f"{', '.join(x.path for x in registry.METRICS if x.se)}); give an absolute limit.")
     if not m or float(m.group(2)) < 0:
         raise OptionError(f"{param('max_change', text)} is not FIELD=LIMIT, FIELD=PERCENT% or FIELD=Kse (e.g. "
                           "fit.alpha=0.05, fit.alpha=3se).")
@@ -134,8 +141,8 @@ def _judge_in_se(c: Check, value: float | None, base: float | None, se: float | 
     between two independent samples."""
     if se is None or se_base is None:
         where = "the report" if se is None else "the baseline"
-        return Verdict(c, value, base, False, f"{c.field} has no standard error in {where} (a field the registry "
-                       "gives one, from a report made by this spectra): give an absolute limit instead")
+        return Verdict(c, value, base, False, f"{c.field} has no standard error in {where} (a report made before "
+                       "spectra gave one, or a value the report could not give one: its se_missing says why)")
     limit = c.bound[0] * math.hypot(se, se_base)
     verdict = _judge(Check(c.text, c.field, "max-change", (limit,)), value, base)
     return Verdict(c, verdict.value, verdict.baseline, verdict.passed,

@@ -118,13 +118,31 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
     from spectra_cli.results import standard_error
 
     fa, fb = scalar_fields(a), scalar_fields(b)
-    keys = [k for k in fa if not k.startswith(SKIP_PREFIXES) and not _is_error(k)]
-    keys += [k for k in fb if k not in fa and not k.startswith(SKIP_PREFIXES) and not _is_error(k)]
+    keys = [k for k in fa if _compared(k)]
+    keys += [k for k in fb if k not in fa and _compared(k)]
     rows = [Row(k, fa.get(k), fb.get(k), standard_error(a, k), standard_error(b, k)) for k in keys]
-    tested = [i for i, r in enumerate(rows) if r.p is not None]
+    # one test per number: a field that repeats another (WeightWatcher's alpha is the density alpha) shares its verdict
+    first_of: dict[tuple[Any, ...], int] = {}
+    tested = []
+    for i, r in enumerate(rows):
+        if r.p is not None and first_of.setdefault((r.a, r.b, r.se_a, r.se_b), i) == i:
+            tested.append(i)
     found = benjamini_hochberg([rows[i].p for i in tested], fdr)  # type: ignore[misc]
     marks = dict(zip(tested, found, strict=True))
+    for i, r in enumerate(rows):
+        if r.p is not None and i not in marks:
+            marks[i] = marks[first_of[(r.a, r.b, r.se_a, r.se_b)]]
     return [replace(r, significant=marks[i]) if i in marks else r for i, r in enumerate(rows)]
+
+
+def _compared(field: str) -> bool:
+    """A field compared: not the run's costs or options, not a standard error travelling beside its field."""
+    from spectra_cli import metrics
+
+    if field.startswith(SKIP_PREFIXES) or _is_error(field):
+        return False
+    m = metrics.find(field)
+    return m is None or m.kind not in ("cost", "input")
 
 
 def _is_error(field: str) -> bool:
@@ -146,7 +164,8 @@ def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: f
         "a": src(a),
         "b": src(b),
         "definition": "diff = b - a; rel_diff = (b - a) / |a|",
-        "significance": {"method": SIGNIFICANCE, "fdr": fdr, "tested": sum(r.p is not None for r in rows),
+        "significance": {"method": SIGNIFICANCE, "fdr": fdr,
+                         "tested": len({(r.a, r.b, r.se_a, r.se_b) for r in rows if r.p is not None}),
                          "significant": sum(bool(r.significant) for r in rows)},
         "metrics": [r.to_dict() for r in rows],
     })
@@ -169,7 +188,7 @@ def compare(
     a: str | os.PathLike[str],
     b: str | os.PathLike[str],
     *,
-    centered: bool = True,
+    centered: bool | None = None,
     allow_option_mismatch: bool = False,
     fdr: float = FDR,
     **fitting: Unpack[FitKeywords],
@@ -188,7 +207,7 @@ def compare(
     fdr = check_number("fdr", fdr)
     if not 0 < fdr < 1:
         raise OptionError(f"{param('fdr', fdr)} must lie between 0 and 1 (e.g. 0.05).")
-    opts: dict[str, Any] = {"centered": centered, **fitting}
+    opts: dict[str, Any] = {**({"centered": centered} if centered is not None else {}), **fitting}
     da, db = as_report(pa, opts), as_report(pb, opts)
     mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
     rows = compare_rows(da, db, fdr=fdr)

@@ -269,7 +269,8 @@ def fit(
                                       warnings=warnings)
         clock.mark("population_s")
     clock.mark("analysis_s")
-    with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore)
+    with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
+                                             warnings=warnings)
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")

@@ -432,10 +432,11 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
         for f in fits:
             ci = f.get("ci") if isinstance(f.get("ci"), dict) else None
             rows.append([f"{f['window'][0]}–{f['window'][1]}", f"{f.get('model')} ({f.get('method')})",
-                         _fmtv(f.get("alpha"), ".4f"), _fmtv(f.get("stderr"), ".4f"),
+                         _fmtv(f.get("alpha"), ".4f"), _fmtv(f.get("se"), ".4f"), _fmtv(f.get("stderr"), ".4f"),
                          f"{ci['low']:.4f}–{ci['high']:.4f}" if ci else "—", _fmtv(f.get("r2"), ".4f"),
                          str(f.get("window_reason") or "")])
-        tables.append({"title": "Rank fits", "head": ["ranks", "model", "α", "standard error (least squares)",
+        tables.append({"title": "Rank fits", "head": ["ranks", "model", "α", "standard error (sampling)",
+                                                      "standard error (least squares)",
                                                       "95 % interval (bootstrap)", "R²", "window"], "rows": rows})
     models = (doc.get("models") or {}).get("models") if isinstance(doc.get("models"), dict) else None
     if isinstance(models, dict):

@@ -152,10 +152,13 @@ def feature_variances(first: Accumulated, *, centered: bool) -> np.ndarray | Non
 
 
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
-                     centered: bool, isoscore: bool = False) -> tuple[FitSuite | None, Isotropy | None]:
-    """The standard error of every rank and isotropy measure that has one (the delta method through the
-    eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for the others why there is none."""
+                     centered: bool, isoscore: bool = False,
+                     warnings: list[str] | None = None) -> tuple[FitSuite | None, Isotropy | None]:
+    """The standard error of every rank and isotropy measure that has one and of each fit's alpha (the
+    delta method through the eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for every one
+    without a standard error why there is none (never a zero)."""
     from spectra_cli.analysis.uncertainty import (
+        FLAT_PR_SHARE,
         METHOD,
         NOT_DERIVED,
         alpha_error,
@@ -166,40 +169,80 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
 
     rank_names = ("participation_ratio", "entropy_rank", "stable_rank")
     iso_names = ("top_pc_share", *(("isoscore",) if isoscore else ()))
-    rank_missing = {k: v for k, v in NOT_DERIVED.items() if k in ("numerical_rank", "k90", "k95", "k99", "rankme",
-                                                                   "participation_ratio_population")}
-    iso_missing = {k: v for k, v in NOT_DERIVED.items() if k in ("mean_cosine", "mean_norm_ratio", "partition_isotropy",
-                                                                  "partition_isotropy_symmetric")}
-    rank_se: dict[str, float | None]
-    iso_se: dict[str, float | None]
+    rank_missing: dict[str, str] = {k: v for k, v in NOT_DERIVED.items()
+                                    if k in ("numerical_rank", "k90", "k95", "k99", "rankme",
+                                             "participation_ratio_population")}
+    iso_missing: dict[str, str] = {k: v for k, v in NOT_DERIVED.items()
+                                   if k in ("mean_cosine", "mean_norm_ratio", "partition_isotropy",
+                                            "partition_isotropy_symmetric")}
+    rank_se: dict[str, float | None] = {}
+    iso_se: dict[str, float | None] = {}
     method: dict[str, Any] | None = None
-    dof = (first.positive_rows - 1) if centered else first.positive_rows
-    n_eff = first.n_effective if first.n_effective is not None else float(dof)
+    n_eff = first.n_effective if first.n_effective is not None else float(first.positive_rows)
+    dof = n_eff - 1.0 if centered else n_eff  # the centred sample loses one row to its mean, weighted or not
+    lam = main.resolved()
+    positive = int(np.count_nonzero(lam > 0))
     why = None
     if main.top is not None:
         why = (f"only the leading {main.eigenvalues.size} eigenvalues were computed (the top-k route): the standard "
                "errors need every eigenvalue (--top 0 computes them all)")
-    elif not n_eff > 1:
-        why = "fewer than two effective rows"
-    if why is not None:
-        rank_se, iso_se = {}, {}
-        rank_missing.update(dict.fromkeys(rank_names, why))
-        iso_missing.update(dict.fromkeys(iso_names, why))
-    else:
-        lam = main.resolved()
-        model = row_model(lam, n_effective=n_eff, norms=first.norm_histogram(),
+    elif dof < 2:
+        why = f"fewer than three effective rows ({n_eff:.3g}): no sampling error can be stated"
+    elif positive < 2:
+        why = (f"{positive} resolved eigenvalue(s) above the numerical floor: a degenerate spectrum has no first-order "
+               "sampling error")
+    fit_why: dict[int, str] = {}
+    if why is None:
+        model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         method = {"method": METHOD, **model.to_dict()}
-        rank_se = rank_errors(lam, model)
-        iso_se = isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore)
+        u = lam / float(lam.max())  # scale-free (eigenvalues near 1e300 would overflow their squares)
+        pr = float(u.sum()) ** 2 / float(np.dot(u, u))
+        if pr > FLAT_PR_SHARE * main.n_features:
+            method["caveat"] = (f"a flat spectrum (participation ratio {pr:.4g} of d = {main.n_features}): near-equal "
+                                "eigenvalues repel, and the first-order errors over-state the spread (up to 4x on "
+                                "white noise): comparisons are conservative here")
+            if warnings is not None:
+                warnings.append("the standard errors over-state the spread on this flat spectrum "
+                                "(rank.se_method.caveat)")
+        for name, value in rank_errors(lam, model).items():
+            _keep(name, value, rank_se, rank_missing)
+        for name, value in isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore).items():
+            _keep(name, value, iso_se, iso_missing)
         if suite is not None:
-            fits = tuple(replace(f, se=alpha_error(main.eigenvalues, f, model)) for f in suite.fits)
-            suite = replace(suite, fits=fits)
+            fits = []
+            for i, f in enumerate(suite.fits):
+                se = alpha_error(main.eigenvalues, f, model)
+                if se is None or not se > 0:
+                    fit_why[i] = ("the broken law's crossover is searched: its alpha is not a linear function of the "
+                                  "eigenvalues" if f.model == "broken" else "the first-order error vanishes here")
+                    se = None
+                fits.append(replace(f, se=se, se_missing=fit_why.get(i)))
+            models = suite.models
+            if models is not None:
+                models = replace(models, fits=tuple(
+                    replace(m, se=alpha_error(main.eigenvalues, m, model),
+                            se_missing="the broken law's crossover is searched" if m.model == "broken" else None)
+                    for m in models.fits))
+            suite = replace(suite, fits=tuple(fits), models=models)
+    else:
+        rank_missing.update(dict.fromkeys(rank_names, why))
+        iso_missing.update(dict.fromkeys(iso_names, why))
+        if suite is not None:
+            suite = replace(suite, fits=tuple(replace(f, se=None, se_missing=why) for f in suite.fits))
     if suite is not None:
         suite = replace(suite, rank=replace(suite.rank, se=rank_se, se_missing=rank_missing, se_method=method))
     if iso is not None:
         iso = replace(iso, se=iso_se, se_missing=iso_missing, se_method=method)
     return suite, iso
+
+
+def _keep(name: str, value: float | None, errors: dict[str, float | None], missing: dict[str, str]) -> None:
+    """A standard error kept, or (None, zero, not finite) its absence said."""
+    if value is not None and value > 0 and np.isfinite(value):
+        errors[name] = value
+    else:
+        missing[name] = "the first-order error vanishes or is undefined here (a degenerate spectrum)"
 
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,

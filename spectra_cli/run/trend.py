@@ -79,9 +79,26 @@ def doc_step(doc: dict[str, Any], item: str, pattern: re.Pattern[str] | None) ->
     return step_of(item, pattern)
 
 
-def file_step(path: str) -> float | None:
-    """The step of a results file: the last run of digits in its path (``runs/step_100/results.jsonl``)."""
-    runs = re.findall(r"\d+", os.path.splitext(path)[0])
+#: A path part that names a checkpoint: ``step_100``, ``ckpt-200``, ``checkpoint-300``, ``epoch_4``, ``iter500``.
+CHECKPOINT_PART = re.compile(
+    r"(?:^|[/\\_.-])(?:step|ckpt|checkpoint|epoch|iter|iteration)[_=-]?(\d{1,18})(?=[/\\._-]|$)", re.IGNORECASE)
+
+
+def file_step(path: str, pattern: re.Pattern[str] | None = None) -> float | None:
+    """The step of a results file: group 1 of ``pattern`` (``--step-regex``) on its path; else the last path
+    part that names a checkpoint (``runs/step_100/results_fp16.jsonl`` -> 100); else the last run of digits in
+    its folders, then in its file name. None when there is none."""
+    if pattern is not None:
+        m = pattern.search(path)
+        try:
+            return float(m.group(1)) if m and m.groups() else None
+        except ValueError:
+            return None
+    named = list(CHECKPOINT_PART.finditer(path))
+    if named:
+        return float(named[-1].group(1))
+    folder, name = os.path.split(os.path.splitext(path)[0])
+    runs = re.findall(r"\d+", folder) or re.findall(r"\d+", name)
     return float(runs[-1]) if runs else None
 
 
@@ -94,7 +111,15 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: re.Pattern
     out: list[tuple[str, float, dict[str, Any]]] = []
     usable = [[d for d in lines if _usable(d, notes)] for _, lines in files]
     if len(files) > 1:
-        steps = [file_step(path) for path, _ in files]
+        empty = [path for (path, _), docs in zip(files, usable, strict=True) if not docs]
+        if empty:
+            notes.append(f"left out {', '.join(empty)}: no successful report in it")
+            kept = [(f, docs) for f, docs in zip(files, usable, strict=True) if docs]
+            files, usable = [f for f, _ in kept], [docs for _, docs in kept]
+        steps = [file_step(path, pattern) for path, _ in files]
+        if pattern is not None and any(s is None for s in steps):
+            bad = next(path for (path, _), st in zip(files, steps, strict=True) if st is None)
+            raise InputError(f"{param('step_regex')} found no step in the path {bad!r}.")
         if any(s is None for s in steps) or len(set(steps)) != len(steps):
             notes.append("the results files' paths do not each carry a distinct step number: their order is the step")
             steps = [float(i) for i in range(len(files))]
@@ -173,8 +198,10 @@ def trend_doc(points: list[Point], metrics: list[str], notes: list[str]) -> dict
     return json_safe({
         "schema": TREND_SCHEMA,
         "metrics": metrics,
-        "step_rule": "the last path part step_N, else the last run of digits in the item's file name, or "
-                     "--step-regex group 1",
+        "step_rule": "one results file: each item's step, the last path part step_N, else the last run of digits "
+                     "in its file name (--step-regex: its group 1 on the item); several results files: each file's, "
+                     "the last path part naming a checkpoint (step_N, ckpt-N, checkpoint-N, epoch_N, iter_N), else "
+                     "the last number in its folders, then its name (--step-regex: its group 1 on the path)",
         "interval": "each metric's interval in its report: the bootstrap interval of an alpha fitted with --ci, "
                     "else the value +- its standard error; null when the report has neither",
         "series": [{"series": name, "points": [{"step": p.step, "item": p.item, **p.values,

@@ -101,3 +101,42 @@ def test_the_table_shows_each_error_beside_its_value(cli, tmp_path):
     assert r.exit_code == 0
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("participation ratio"))
     assert "± " in line and "(SE)" in line
+
+
+def test_weighted_rows_do_not_count_their_weights_twice():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((500, 20)) * np.arange(1, 21) ** -0.7
+    d = spectra.fit(X, weights=rng.random(500)).to_dict()["rank"]["se_method"]
+    assert d["c"] == 0.0 and d["a"] == 2.0 and "weighted rows" in d["rows"]
+
+
+def test_degenerate_inputs_say_why_instead_of_a_zero():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((500, 20))
+    repeated = spectra.fit(np.tile(X[:1], (50, 1))).to_dict()
+    assert repeated["rank"]["se"] == {} and "degenerate" in repeated["rank"]["se_missing"]["participation_ratio"]
+    w = np.zeros(500)
+    w[[3, 7]] = 1.0
+    two = spectra.fit(X, weights=w).to_dict()
+    assert two["rank"]["se"] == {} and "fewer than three effective rows" in two["rank"]["se_missing"]["stable_rank"]
+    assert two["fit"] is None or two["fit"]["se"] is None
+    for doc in (repeated, two):
+        assert all(v is None or v > 0 for v in [*doc["rank"]["se"].values(), *doc["isotropy"]["se"].values()])
+
+
+def test_a_flat_spectrum_says_its_errors_are_conservative():
+    rep = spectra.fit(np.random.default_rng(7).standard_normal((800, 40)))
+    assert "flat spectrum" in rep.rank.se_method["caveat"]
+    assert any("over-state the spread on this flat spectrum" in w for w in rep.warnings)
+    steep = spectra.fit(np.random.default_rng(7).standard_normal((800, 40)) * np.arange(1, 41) ** -0.8)
+    assert "caveat" not in steep.rank.se_method
+
+
+def test_every_fit_has_its_se_or_a_reason_and_whiten_gives_isotropy_errors(tmp_path):
+    X = np.random.default_rng(8).standard_normal((2000, 48)) * np.arange(1, 49) ** -0.5
+    d = spectra.fit(X, window="3:40", model="broken").to_dict()
+    assert d["fit"]["se"] is None and "crossover is searched" in d["fit"]["se_missing"]
+    models = spectra.fit(X, window="3:40").to_dict()
+    assert models["models"]["models"]["power-law"]["se"] == models["fit"]["se"] and models["fit"]["se_missing"] is None
+    w = spectra.whiten(X, out=str(tmp_path / "w.npy")).to_dict()["isotropy"]
+    assert w["se"]["top_pc_share"] > 0 and w["se_method"]["method"].startswith("delta method")

@@ -32,6 +32,9 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         docs["fit log-corrected"] = spectra.fit(X, model="log-corrected", window="3:40").to_dict()
         docs["weightwatcher"] = spectra.fit(W, convention="weightwatcher").to_dict()
         docs["spectrum top"] = spectra.spectrum(X, top=8).to_dict()
+        wide = rng.standard_normal((900, 400)) * np.arange(1, 401) ** -0.8
+        docs["fit top-k"] = spectra.fit(wide, top=20, window="3:15").to_dict()
+        assert docs["fit top-k"]["rank"]["bounds"]
         docs["isotropy"] = spectra.isotropy(X).to_dict()
         docs["whiten"] = spectra.whiten(X, out=str(tmp / "w.npy")).to_dict()
         docs["sequence"] = spectra.sequence(str(tmp / "ctx.npy")).to_dict()

@@ -231,3 +231,22 @@ def test_the_batch_table_never_cuts_a_number_at_any_width(tmp_path, width, conve
         for value in ((doc["weightwatcher"]["columns"]["alpha"], doc["weightwatcher"]["columns"]["log_norm"])
                       if convention == "weightwatcher" else (doc["fit"]["alpha"], doc["rank"]["participation_ratio"])):
             assert f"{value:.3f}"[:4] in text or f"{value:.1f}" in text
+
+
+def test_trend_reads_each_files_step_from_the_part_that_names_it(cli, tmp_path):
+    for step in (300, 100):  # given out of order; the file name carries another number
+        (tmp_path / f"step_{step}").mkdir()
+        np.save(tmp_path / f"step_{step}" / "acts.npy", powerlaw_matrix(800, 20, 0.5 + step / 300, seed=step))
+        assert cli("batch", tmp_path / f"step_{step}" / "acts.npy", "--window", "2:15", "--jsonl",
+                   tmp_path / f"step_{step}" / "results_fp16.jsonl").exit_code == 0
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    files = [tmp_path / "step_300" / "results_fp16.jsonl", empty, tmp_path / "step_100" / "results_fp16.jsonl"]
+    r = cli("trend", *files, "--metric", "fit.alpha", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [p["step"] for p in r.json()["series"][0]["points"]] == [100, 300]
+    assert "left out" in r.stderr and "empty.jsonl" in r.stderr
+    r = cli("trend", *files[::2], "--metric", "fit.alpha", "--step-regex", r"step_(\d+)/", "--json")
+    assert [p["step"] for p in r.json()["series"][0]["points"]] == [100, 300]
+    r = cli("trend", *files[::2], "--metric", "fit.alpha", "--step-regex", r"epoch_(\d+)")
+    assert r.exit_code == 2 and "--step-regex found no step in the path" in r.stderr

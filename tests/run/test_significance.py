@@ -3,6 +3,8 @@ and check's --max-change FIELD=Kse."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -65,8 +67,29 @@ def test_check_max_change_in_standard_errors(cli, samples, tmp_path):
     assert res[0]["in_se"] is True and 0 < abs(res[0]["value"] - res[0]["baseline"]) <= res[0]["limit"]
     bad = cli("check", samples / "c.npy", "--baseline", base, "--max-change", "rank.participation_ratio=3se")
     assert bad.exit_code == 1 and "3 SE =" in bad.stdout
-    none = cli("check", samples / "c.npy", "--baseline", base, "--max-change", "rank.k90=2se", "--json")
-    assert none.exit_code == 1
-    assert "has no standard error" in none.json()["checks"]["results"][0]["message"]
+    none = cli("check", samples / "c.npy", "--baseline", base, "--max-change", "rank.k90=2se")  # never has one
+    assert none.exit_code == 2 and "rank.k90 has no standard error" in none.stderr and "fit.alpha" in none.stderr
+    old = tmp_path / "old.json"  # a report made before the standard errors: the check fails, saying why
+    doc = json.loads(base.read_text())
+    doc["rank"].pop("se")
+    old.write_text(json.dumps(doc))
+    r = cli("check", samples / "c.npy", "--baseline", old, "--max-change", "rank.participation_ratio=2se", "--json")
+    assert r.exit_code == 1 and "no standard error in the baseline" in r.json()["checks"]["results"][0]["message"]
+    r = cli("check", samples / "b.npy", "--baseline", base, "--max-change", "fit.alpha=1e999se")
+    assert r.exit_code == 2 and "not a finite number" in r.stderr
     r = cli("check", samples / "b.npy", "--baseline", base, "--max-change", "fit.alpha=3sd")
     assert r.exit_code == 2 and "FIELD=Kse" in r.stderr
+
+
+def test_a_number_under_two_names_is_tested_once_and_costs_are_not_compared(tmp_path):
+    rng = np.random.default_rng(12)
+    for name in ("wa", "wb"):
+        np.save(tmp_path / f"{name}.npy", rng.standard_normal((300, 200)) * np.arange(1, 201) ** -0.4)
+    res = spectra.compare(str(tmp_path / "wa.npy"), str(tmp_path / "wb.npy"), convention="weightwatcher").to_dict()
+    rows = {r["field"]: r for r in res["metrics"]}
+    same = [rows[f] for f in ("density.alpha", "weightwatcher.alpha", "weightwatcher.columns.alpha") if f in rows]
+    assert len(same) >= 2 and len({r["significant"] for r in same}) == 1
+    tested = sum(r["p"] is not None for r in res["metrics"])
+    assert res["significance"]["tested"] < tested  # the repeats share one test
+    pop = spectra.compare(str(tmp_path / "wa.npy"), str(tmp_path / "wa.npy"), population=True).to_dict()
+    assert not [r for r in pop["metrics"] if ".cost." in r["field"] or r["field"].startswith("timings.")]

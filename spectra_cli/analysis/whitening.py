@@ -14,7 +14,6 @@ sampling rank, or near-null) get ``g_j = 0``: they are never blown up by ``1/sqr
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +22,9 @@ import numpy as np
 from spectra_cli.analysis.isotropy import Isotropy
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import InputError, OptionError, describe_choices, param
-from spectra_cli.version import __version__
 
 METHODS = ("zca", "pca", "abtt")
 # Required when loading; "zeroed" (directions given scale 0) is saved too but optional.
-TRANSFORM_KEYS = ("mean", "matrix", "method", "eps", "k", "source", "fingerprint", "ddof", "spectra_version")
 
 
 def signed_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,52 +78,32 @@ class WhiteningTransform:
 
     @staticmethod
     def check_target(path: str) -> None:
-        if not path.lower().endswith(".npz"):
-            raise OptionError(f"{param('save_transform', path)}: the file must end in .npz.")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise OptionError(f"{param('save_transform', path)}: directory {parent} does not exist.")
-        from spectra_cli.sinks import check_replaceable
+        """Refuse a path the transform may not be written to (:func:`spectra_cli.transform_file.check_target`)."""
+        from spectra_cli import transform_file
 
-        check_replaceable(path, "save_transform")
-        if os.path.lexists(path) and not is_transform_file(path):
-            raise OptionError(f"{param('save_transform', path)} exists and is not a spectra transform file; name a "
-                              "new file (a transform file of an earlier run is replaced).")
+        transform_file.check_target(path)
 
     def save(self, path: str) -> None:
-        """``.npz`` of plain arrays (strings as unicode arrays), written atomically."""
-        from spectra_cli.sinks import atomic_file
+        """``.npz`` of plain arrays (strings as unicode arrays), written atomically
+        (:mod:`spectra_cli.transform_file`)."""
+        from spectra_cli import transform_file
 
-        self.check_target(path)
-        with atomic_file(path, flag="save_transform") as f:
-            np.savez(f, mean=self.mean, matrix=self.matrix, method=np.array(self.method), eps=np.array(self.eps),
-                     k=np.array(self.k), source=np.array(self.source), fingerprint=np.array(self.fingerprint),
-                     ddof=np.array(self.ddof), spectra_version=np.array(__version__), zeroed=np.array(self.zeroed))
+        transform_file.write(path, {"mean": self.mean, "matrix": self.matrix, "method": self.method, "eps": self.eps,
+                                    "k": self.k, "source": self.source, "fingerprint": self.fingerprint,
+                                    "ddof": self.ddof, "zeroed": self.zeroed})
 
     @classmethod
     def load(cls, path: str) -> WhiteningTransform:
-        from spectra_cli.sources.base import open_regular
+        """A transform saved by :meth:`save`, its arrays checked (an InputError names what is wrong)."""
+        from spectra_cli import transform_file
 
+        z = transform_file.read(path)
         try:
-            with open_regular(path, "transform file") as f:
-                z = np.load(f, allow_pickle=False)
-                if not isinstance(z, np.lib.npyio.NpzFile):
-                    raise InputError(f"{path} is not a spectra transform (a single array, not an .npz archive; make "
-                                     f"one with spectra whiten {param('save_transform')}).")
-                missing = [k for k in TRANSFORM_KEYS if k not in z.files]
-                if missing:
-                    raise InputError(
-                        f"{path} is not a spectra transform: missing {', '.join(missing)} "
-                        f"(make one with spectra whiten {param('save_transform')})."
-                    )
-                t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
-                        matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
-                        ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]),
-                        zeroed=int(z["zeroed"]) if "zeroed" in z.files else 0)
-                z.close()
-        except InputError:
-            raise
-        except Exception as exc:  # numpy, zipfile and zlib raise their own types on a corrupt archive
+            t = cls(method=str(z["method"]), mean=np.asarray(z["mean"], dtype=np.float64),
+                    matrix=np.asarray(z["matrix"], dtype=np.float64), eps=float(z["eps"]), k=int(z["k"]),
+                    ddof=int(z["ddof"]), source=str(z["source"]), fingerprint=str(z["fingerprint"]),
+                    zeroed=int(z["zeroed"]) if "zeroed" in z else 0)
+        except (TypeError, ValueError) as exc:
             raise InputError(f"cannot read transform {path}: {type(exc).__name__}: {exc}") from None
         if t.method not in METHODS or t.matrix.ndim != 2 or t.mean.shape != (t.matrix.shape[0],):
             raise InputError(f"{path} is not a valid spectra transform (method {t.method!r}, "
@@ -140,18 +117,10 @@ class WhiteningTransform:
 
 
 def is_transform_file(path: str) -> bool:
-    """An ``.npz`` archive holding the arrays of a saved transform."""
-    import stat
-    import zipfile
+    """An ``.npz`` archive holding the arrays of a saved transform (:mod:`spectra_cli.transform_file`)."""
+    from spectra_cli import transform_file
 
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return False  # a FIFO would block the open
-        with zipfile.ZipFile(path) as z:
-            names = {n.removesuffix(".npy") for n in z.namelist()}
-    except (OSError, zipfile.BadZipFile, ValueError):
-        return False
-    return set(TRANSFORM_KEYS) <= names
+    return transform_file.is_transform_file(path)
 
 
 def fit_transform(

@@ -196,6 +196,9 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         method = {"method": METHOD, **model.to_dict()}
+        if model.source.startswith("no histogram") and warnings is not None:
+            warnings.append("these moments carry no histogram of row norms (a moment file made before spectra gathered "
+                            "one): the standard errors assume Gaussian rows")
         u = lam / float(lam.max())  # scale-free (eigenvalues near 1e300 would overflow their squares)
         pr = float(u.sum()) ** 2 / float(np.dot(u, u))
         if pr > FLAT_PR_SHARE * main.n_features:

@@ -85,7 +85,7 @@ def test_no_import_cycle_among_the_modules_counting_imports_inside_functions():
 FLOORS = (
     ("base", {"version", "errors", "metrics", "validate", "jsonio", "threads", "stages", "provenance", "drawable"}),
     ("sources", {"sources"}),
-    ("io", {"options", "sinks"}),
+    ("io", {"options", "sinks", "transform_file"}),
     ("stream", {"stream"}),
     ("eigen", {"eigen"}),
     ("analysis", {"analysis"}),
@@ -266,3 +266,13 @@ def test_the_tests_are_grouped_by_floor_as_the_package_is():
     folders = {p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders <= {name for name, _ in FLOORS} and len(folders) >= 6, folders
     assert not list(tests.glob("test_*.py")) or [p.name for p in tests.glob("test_*.py")] == ["test_lint.py"]
+
+
+def test_the_analyses_do_no_file_io():
+    """Pure numpy in analysis/: files are read by sources/ and written by the io floor (sinks, transform_file)."""
+    import re
+
+    for path in (PACKAGE / "analysis").glob("*.py"):
+        text = path.read_text()
+        found = re.findall(r"\b(?:open|np\.save|np\.savez|np\.load|atomic_file|open_regular)\(", text)
+        assert not found, f"{path.name} does file I/O: {found}"

@@ -96,7 +96,9 @@ class Row:
 FDR = 0.05
 SIGNIFICANCE = ("z = (b - a) / sqrt(se_a^2 + se_b^2) (two independent samples; each se the report's own standard "
                 "error of the field), p two-sided (normal); significant: Benjamini-Hochberg at the false discovery "
-                "rate over every field with a standard error")
+                "rate over every field with a standard error, a number repeated under two names tested once; the "
+                "standard errors assume independent rows (tokens of one sequence are not: their errors are then too "
+                "small)")
 
 
 def benjamini_hochberg(pvalues: list[float], fdr: float) -> list[bool]:

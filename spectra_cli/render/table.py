@@ -136,6 +136,16 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             (label("density.ks_distance"), dens["ks_distance"]),
             (label("density.rank_exponent_equivalent"), dens["rank_exponent_equivalent"]),
         ]))
+    ww = doc.get("weightwatcher")
+    if isinstance(ww, dict):
+        cols: dict[str, Any] = ww["columns"] if isinstance(ww.get("columns"), dict) else {}
+        entries = [m for m in registry.section("weightwatcher") if m.kind == "metric" and m.name in ww]
+        rows_ww = [(m.label, m.format(ww.get(m.name))) for m in entries]
+        rows_ww += [(label(f"weightwatcher.columns.{k}"), registry.get(f"weightwatcher.columns.{k}").format(cols[k]))
+                    for k in ("num_spikes", "mp_softrank") if cols.get(k) is not None]
+        lo, hi = ww.get("alpha_range") or (None, None)
+        parts.append(_kv(f"WeightWatcher (its metrics on the eigenvalues of W^T W; healthy WW alpha {lo:g}..{hi:g})"
+                         if lo is not None else "WeightWatcher (its metrics on the eigenvalues of W^T W)", rows_ww))
     cap = doc.get("capacity")
     if cap:
         rows_ = [(f"N(eps = {c['eps']:g})", c["N"]) for c in cap["counting"]]

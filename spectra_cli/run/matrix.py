@@ -226,6 +226,8 @@ def fit(
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
     warnings = spectrum_warnings(main, first)
+    if opts.convention == "weightwatcher":  # a weight matrix's rows are not a sample: no sampling bias to warn of
+        warnings = [w for w in warnings if "biased by finite sampling" not in w]
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")

@@ -247,3 +247,13 @@ def test_the_convention_refuses_what_contradicts_it(hf_checkpoint):
     assert any("WeightWatcher's analyze() would skip this matrix: 7 eigenvalues" in w for w in narrow.warnings)
     with pytest.raises(spectra.OptionError, match="hold no WeightWatcher columns"):
         spectra.batch(str(path)).__class__(spectra.batch(str(path)).results, convention="weightwatcher").rows()
+
+
+def test_fit_in_weightwatchers_convention_shows_its_section_and_no_sampling_warning(cli, tmp_path):
+    np.save(tmp_path / "w.npy", (np.random.default_rng(3).standard_normal((384, 384)) / 20).astype(np.float32))
+    r = cli("fit", tmp_path / "w.npy", "--convention", "weightwatcher")
+    assert r.exit_code == 0, r.stderr
+    assert "WeightWatcher (its metrics on the eigenvalues of W^T W" in r.stdout
+    for word in ("WW alpha", "WW log_spectral_norm", "spikes over the MP edge", "WW num_spikes", "verdict"):
+        assert word in r.stdout, word
+    assert "biased by finite sampling" not in r.stdout  # a weight matrix's rows are no sample

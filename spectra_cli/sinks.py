@@ -226,6 +226,19 @@ def atomic_file(path: str, *, flag: str = "out") -> Iterator[IO[bytes]]:
             os.unlink(tmp)
 
 
+#: Results files (JSON Lines) being appended to now: what an interrupted run leaves, whole line by whole line.
+LIVE_APPENDS: set[str] = set()
+
+
+def interrupted_note() -> str:
+    """What an interrupted run left behind, for its one line on stderr."""
+    if LIVE_APPENDS:
+        files = ", ".join(sorted(LIVE_APPENDS))
+        return (f"no output file was left half-written; {files} keeps the whole lines of the items that finished "
+                "(--resume goes on from them)")
+    return "no output file was left half-written"
+
+
 def remove_temporaries() -> None:
     """Remove every temporary file still being written (a signal arrived)."""
     for tmp in list(LIVE_TEMPORARIES):

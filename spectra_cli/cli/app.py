@@ -103,11 +103,11 @@ class SpectraGroup(TyperGroup):
         except (BrokenPipeError, _PipeClosed):
             _quiet_broken_pipe()
         except _Signalled as exc:
-            from spectra_cli.sinks import remove_temporaries
+            from spectra_cli.sinks import interrupted_note, remove_temporaries
 
             remove_temporaries()
             what = "interrupted (Ctrl-C)" if exc.signum == signal.SIGINT else f"stopped by signal {exc.signum}"
-            sys.stderr.write(f"{what}: no output file was left half-written\n")
+            sys.stderr.write(f"{what}: {interrupted_note()}\n")
             sys.exit(128 + exc.signum)
         except RecursionError:
             _error("input nested too deeply to read (e.g. JSON nested thousands of levels)")

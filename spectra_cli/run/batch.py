@@ -92,6 +92,24 @@ def _readable_name(path: str) -> bool:
     return True
 
 
+def _found(directory: str) -> str:
+    """What a directory without matrices holds instead (its sub-folders are searched too), and what reads it."""
+    kinds: dict[str, int] = {}
+    for _, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for f in files:
+            ext = os.path.splitext(f)[1].lower() or "(no extension)"
+            kinds[ext] = kinds.get(ext, 0) + 1
+        if sum(kinds.values()) > 10_000:
+            break
+    if not kinds:
+        return ", in it or in its sub-folders: it is empty"
+    shown = ", ".join(f"{n} {ext}" for ext, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+    hint = ("; results files (.jsonl) are read by spectra batch --summary, spectra trend and spectra report"
+            if ".jsonl" in kinds else "")
+    return f", in it or in its sub-folders (it holds {shown}){hint}"
+
+
 def _expand(path: str, notes: list[str]) -> list[str]:
     from spectra_cli.sources import remote
 
@@ -138,7 +156,7 @@ def _expand(path: str, notes: list[str]) -> list[str]:
         if not shards and not others:
             if pickles:
                 raise _pickle_refusal(sorted(pickles)[0])
-            raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
+            raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files{_found(path)}.")
         if pickles and shards:
             notes.append(f"ignored {len(pickles)} PyTorch pickle(s) beside the safetensors weights (never unpickled)")
         return shards + sorted(others)
@@ -364,6 +382,9 @@ class ResultsFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         self._f = os.fdopen(fd, "r+b")
         self._lock(self._f)
+        from spectra_cli.sinks import LIVE_APPENDS
+
+        LIVE_APPENDS.add(path)
         self.retried = 0  # failed items dropped on resume, to be run again
         try:
             if not resume:
@@ -379,7 +400,7 @@ class ResultsFile:
                 self._replace(kept)
             self._f.seek(0, os.SEEK_END)
         except BaseException:
-            self._f.close()  # releases the lock
+            self.close()  # releases the lock
             raise
 
     def _lock(self, f: Any) -> None:
@@ -445,6 +466,9 @@ class ResultsFile:
         self._f.flush()
 
     def close(self) -> None:
+        from spectra_cli.sinks import LIVE_APPENDS
+
+        LIVE_APPENDS.discard(self.path)
         self._f.close()
 
     def __enter__(self) -> ResultsFile:

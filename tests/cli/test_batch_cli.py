@@ -162,7 +162,8 @@ def test_batch_errors(cli, tmp_path):
     assert r.exit_code == 2 and r.stderr == "error: --resume needs --jsonl FILE (the results to resume from).\n"
     os.makedirs(tmp_path / "empty")
     r = cli("batch", tmp_path / "empty")
-    assert r.stderr == f"error: directory {tmp_path / 'empty'} holds no .npy, .npz, .parquet or .safetensors files.\n"
+    assert r.stderr == (f"error: directory {tmp_path / 'empty'} holds no .npy, .npz, .parquet or .safetensors "
+                        "files, in it or in its sub-folders: it is empty.\n")
 
 
 def test_fingerprints_name_the_tensor_and_match_between_batch_and_fit(cli, checkpoint):
@@ -250,3 +251,14 @@ def test_trend_reads_each_files_step_from_the_part_that_names_it(cli, tmp_path):
     assert [p["step"] for p in r.json()["series"][0]["points"]] == [100, 300]
     r = cli("trend", *files[::2], "--metric", "fit.alpha", "--step-regex", r"epoch_(\d+)")
     assert r.exit_code == 2 and "--step-regex found no step in the path" in r.stderr
+
+
+def test_an_interrupted_batch_says_its_results_file_keeps_whole_lines_for_resume(tmp_path):
+    from spectra_cli import sinks
+    from spectra_cli.run.batch import ResultsFile
+
+    assert sinks.interrupted_note() == "no output file was left half-written"
+    out = tmp_path / "r.jsonl"
+    with ResultsFile(str(out), resume=False, inputs=[]):
+        assert str(out) in sinks.interrupted_note() and "--resume goes on from them" in sinks.interrupted_note()
+    assert sinks.interrupted_note() == "no output file was left half-written"  # closed: nothing said of it

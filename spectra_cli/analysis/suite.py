@@ -33,6 +33,10 @@ from spectra_cli.validate import check_bool, check_choice, check_int, check_numb
 #: ``spectra``: its own defaults; ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred W^T W, the
 #: density exponent, its layer selection and tiny-eigenvalue cut, its column names and verdicts).
 CONVENTIONS = ("spectra", "weightwatcher")
+#: A rank fit below this R^2, or above this residual RMS (natural log of lambda), is said to fit poorly.
+POOR_FIT_R2 = 0.9
+MODEL_NAMES = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
+POOR_FIT_RMS = 0.25
 #: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
 MAX_CI_REPLICATES = 20_000
 
@@ -298,6 +302,12 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
         # A collapsed spectrum: report everything else, with no fit (fit is null, checks on it fail).
         windows, warnings = [], [f"no power-law fit: {exc}"]
     fits = tuple(fit_model(lam, w, method=opts.method, model=opts.model, degree=opts.degree) for w in windows)
+    for f in fits:  # a line that does not follow the points is no exponent to report without saying so
+        if f.r2 < POOR_FIT_R2 or f.residual_rms > POOR_FIT_RMS:
+            warnings.append(f"the {MODEL_NAMES.get(f.model, f.model)} fits ranks {f.window.k_min}..{f.window.k_max} "
+                            f"poorly (R^2 {f.r2:.2f}, residual RMS {f.residual_rms:.2f} in log lambda): alpha "
+                            f"{f.alpha:.3f} does not summarise this window (look at the figure; another window, or "
+                            "--model)")
     models = (compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
               if windows else None)
     resolved = spec.resolved()

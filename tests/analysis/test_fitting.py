@@ -188,3 +188,13 @@ def test_shuffled_control_spectrum_equals_numpy_permuted():
     Xp = np.random.default_rng(3).permuted(X, axis=0)
     ref = np.linalg.eigvalsh(np.cov(Xp, rowvar=False))[::-1]
     np.testing.assert_allclose(rep.control.eigenvalues, ref, rtol=1e-10)
+
+
+def test_a_window_the_law_does_not_follow_is_said_to_fit_poorly():
+    import spectra_cli as spectra
+
+    bent = np.exp(-np.arange(1, 201) / 8.0)  # exponential: a curve on log-log axes
+    rep = spectra.fit(bent, eigenvalues=True, window="3:150")
+    assert rep.fit.r2 < 0.9 and any("fits ranks 3..150 poorly" in w for w in rep.warnings)
+    clean = spectra.fit(np.arange(1, 201) ** -1.0, eigenvalues=True, window="3:150")
+    assert not any("poorly" in w for w in clean.warnings)

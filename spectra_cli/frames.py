@@ -97,8 +97,16 @@ def ww_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def frame(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> Any:
+    """A DataFrame of rows; every column of a reported number (the registry's, or WeightWatcher's) is
+    numeric, missing values NaN (a column with no value is float, not object)."""
     pandas = require_pandas()
-    return pandas.DataFrame(list(rows), columns=list(columns) if columns is not None else None)
+    df = pandas.DataFrame(list(rows), columns=list(columns) if columns is not None else None)
+    for c in df.columns:
+        entry = registry.find(c) or registry.find(f"weightwatcher.columns.{c}")
+        if entry is not None and entry.type in ("number", "integer") and not entry.path.endswith(".**") \
+                and df[c].dtype == object:
+            df[c] = pandas.to_numeric(df[c], errors="coerce")
+    return df
 
 
 def report_frame(doc: dict[str, Any]) -> Any:

@@ -678,11 +678,16 @@ class BatchResult:
         lines = [*self.results, *self.skipped]
         return ww_rows(lines) if self.convention == "weightwatcher" else batch_rows(lines)
 
-    def to_pandas(self) -> Any:
-        """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``)."""
+    def to_pandas(self, *, skipped: bool = False) -> Any:
+        """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``): the items analysed
+        (and failed), each reported number a numeric column; ``skipped=True`` adds the tensors that are
+        not matrices (status ``skipped``, with ``why``)."""
         from spectra_cli.frames import WW_COLUMNS, frame
 
-        return frame(self.rows(), WW_COLUMNS if self.convention == "weightwatcher" else None)
+        rows = self.rows()
+        if not skipped:
+            rows = [r for r in rows if r.get("status") != "skipped"]
+        return frame(rows, WW_COLUMNS if self.convention == "weightwatcher" else None)
 
     def _repr_html_(self) -> str:
         from spectra_cli.frames import html_table

@@ -163,7 +163,7 @@ def test_rows_and_to_pandas_of_reports_skips_and_failures(tmp_path, hf_checkpoin
     res = spectra.batch([str(path), str(tmp_path / "ok.npy"), str(tmp_path / "bad.npy")], window="2:6")
     lines = list(res)
     assert len(lines) == len(res) == len(res.results) + len(res.skipped)
-    df = res.to_pandas()
+    df = res.to_pandas(skipped=True)
     assert isinstance(df, pd.DataFrame) and len(df) == len(lines)
     status = df.set_index("item")["status"]
     assert status[str(tmp_path / "bad.npy")] == "failed" and status[str(tmp_path / "ok.npy")] == "ok"
@@ -257,3 +257,14 @@ def test_fit_in_weightwatchers_convention_shows_its_section_and_no_sampling_warn
     for word in ("WW alpha", "WW log_spectral_norm", "spikes over the MP edge", "WW num_spikes", "verdict"):
         assert word in r.stdout, word
     assert "biased by finite sampling" not in r.stdout  # a weight matrix's rows are no sample
+
+
+def test_to_pandas_holds_the_items_analysed_with_numeric_columns(hf_checkpoint):
+    pandas = pytest.importorskip("pandas")
+    path, _ = hf_checkpoint
+    res = spectra.batch(str(path))
+    df = res.to_pandas()
+    assert set(df["status"]) <= {"ok", "failed"} and len(df) == len(res.results)
+    assert len(res.to_pandas(skipped=True)) == len(res.results) + len(res.skipped)
+    for column in ("fit.alpha", "fit.ci.low", "rank.participation_ratio", "density.alpha"):  # ci, density: all null
+        assert pandas.api.types.is_float_dtype(df[column]), column

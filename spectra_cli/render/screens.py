@@ -175,10 +175,20 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
 
 
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:
+    """Each metric at each step, ± half its interval (the standard error, or half a --ci interval)."""
+
+    def cell(p: Any, m: str) -> str:
+        v, iv = p.values[m], (p.intervals or {}).get(m)
+        if v is None or iv is None:
+            return _num(v)
+        return f"{_num(v)} ± {format(abs(iv[1] - iv[0]) / 2, '.2g')}"
+
     t = Table("series", "step", *(label(m) for m in metrics), title=jsonl, title_justify="left")
     for p in points:
-        t.add_row(p.series, f"{p.step:g}", *(_num(p.values[m]) for m in metrics))
+        t.add_row(p.series, f"{p.step:g}", *(cell(p, m) for m in metrics))
     console.print(t)
+    if any((p.intervals or {}).get(m) for p in points for m in metrics):
+        console.print("[dim]± the standard error of each report (half the 95 % interval where --ci gave one)[/]")
 
 
 def print_model_summary(doc: dict[str, Any], console: Console) -> None:

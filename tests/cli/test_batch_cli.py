@@ -145,6 +145,7 @@ def test_trend_over_steps(cli, tmp_path):
     assert alphas == sorted(alphas) and alphas[0] == pytest.approx(0.6, abs=0.1)
     r = cli("trend", out, "--metric", "fit.alpha", "--step-regex", r"step_(\d+)\.npy")
     assert r.exit_code == 0 and "1000" in r.stdout
+    assert " ± " in r.stdout and "the standard error of each report" in r.stdout  # each value with its SE
     pytest.importorskip("matplotlib")
     r = cli("trend", out, "--metric", "fit.alpha", "--metric", "rank.participation_ratio", "--plot",
             tmp_path / "t.png")

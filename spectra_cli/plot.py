@@ -122,17 +122,22 @@ def title_of(doc: dict[str, Any]) -> str:
 
 def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
     """``alpha = 0.655, 95 % CI 0.615–0.671`` (the bootstrap interval when there is one) or
-    ``alpha = 0.655 ± 0.014 (SE)`` (the least-squares standard error)."""
+    ``alpha = 0.655 ± 0.014 (SE)`` (the sampling standard error; ``LS SE`` in a report made before it)."""
     a = finite(fit.get(key))
     if a is None:
         return "α not fitted"
     ci = fit.get("ci") if key == "alpha" else None
     if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
         level = finite(ci.get("level")) or 0.95
-        note = "" if ci["low"] <= a <= ci["high"] else " (bias-corrected bootstrap)"
+        note = "" if ci["low"] <= a <= ci["high"] else "\n(the bias-corrected interval excludes the fitted α)"
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
-    se = finite(fit.get("stderr"))
-    return f"α = {a:.3f} ± {se:.3f} (SE)" if se is not None and key == "alpha" else f"α = {a:.3f}"
+    if key != "alpha":
+        return f"α = {a:.3f}"
+    se = finite(fit.get("se"))  # the sampling standard error; a report made before it: the least-squares one
+    if se is not None:
+        return f"α = {a:.3f} ± {se:.3f} (SE)"
+    ls = finite(fit.get("stderr")) if "se" not in fit else None
+    return f"α = {a:.3f} ± {ls:.3f} (LS SE)" if ls is not None else f"α = {a:.3f}"
 
 
 def _usable(spec: dict[str, Any], n: int) -> int:
@@ -221,7 +226,7 @@ def _fit_label(f: dict[str, Any]) -> str:
     k1, k2 = f["window"]
     text = interval_text(f)
     if f.get("model") == "broken" and finite(f.get("alpha_2")) is not None and finite(f.get("crossover")):
-        se = f" ± {f['stderr']:.3f} (SE)" if finite(f.get("stderr")) is not None else ""
+        se = f" ± {f['stderr']:.3f} (LS SE)" if finite(f.get("stderr")) is not None else ""  # (no sampling SE)
         text = f"α₁ = {f['alpha']:.3f}{se}, α₂ = {f['alpha_2']:.3f},\ncrossover j = {f['crossover']:.0f}"
     elif f.get("model") == "log-corrected":
         text = f"log-corrected (p = {f.get('degree')}), {text}"

@@ -56,7 +56,7 @@ def test_each_fit_is_labelled_with_alpha_and_its_uncertainty_over_its_window(lay
     for f in layernorm_report.to_dict()["fits"]:
         k1, k2 = f["window"]
         label = next(t for t in texts if f"ranks {k1}–{k2}" in t)
-        assert f"α = {f['alpha']:.3f} ± {f['stderr']:.3f} (SE)" in label
+        assert f"α = {f['alpha']:.3f} ± {f['se']:.3f} (SE)" in label  # the sampling standard error
     # the fitted lines span exactly their windows; the windows are brackets on the top edge
     fitted = [ln for ln in ax.get_lines() if ln.get_label().startswith("α")]
     assert [(ln.get_xdata()[0], ln.get_xdata()[-1]) for ln in fitted] == [(4, 20), (10, 40)]
@@ -81,7 +81,7 @@ def test_bootstrap_interval_and_broken_law_in_the_labels():
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
     f = rep.to_dict()["fits"][0]
     label = next(t for t in texts if "ranks 5–30" in t)
-    assert (f"α₁ = {f['alpha']:.3f} ± {f['stderr']:.3f} (SE), α₂ = {f['alpha_2']:.3f},\n"
+    assert (f"α₁ = {f['alpha']:.3f} ± {f['stderr']:.3f} (LS SE), α₂ = {f['alpha_2']:.3f},\n"
             f"crossover j = {f['crossover']:.0f}") in label
     diamonds = [ln for ln in ax.get_lines() if ln.get_marker() == "D"]
     assert len(diamonds) == 1 and diamonds[0].get_xdata()[0] == pytest.approx(f["crossover"])

@@ -427,28 +427,45 @@ def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[t
 def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> Any:
     """One metric against the step, a line per series, with error bars (the interval of each
     report: ``--ci``'s bootstrap interval, or ± the standard error). ``points``: a
-    :class:`spectra_cli.run.trend.TrendResult` or its points."""
+    :class:`spectra_cli.run.trend.TrendResult` or its points. Past ``max_series`` series (a checkpoint's
+    every layer), each is a thin grey line, their mean per step a black one, and the few that moved most
+    (first step to last) are drawn in colour and named in the legend."""
     require_matplotlib()
     ax = _new_axes(ax, height=2.2)
     pts = list(getattr(points, "points", points))
     series: dict[str, list[Any]] = {}
     for p in pts:
         series.setdefault(p.series, []).append(p)
-    for i, (name, ps) in enumerate(series.items()):
-        ps = [p for p in ps if p.values.get(metric) is not None]
-        if not ps:
-            continue
+    drawn = {name: [p for p in ps if p.values.get(metric) is not None] for name, ps in series.items()}
+    drawn = {name: ps for name, ps in drawn.items() if ps}
+    many = len(drawn) > max_series
+    named = list(drawn)
+    if many:  # the series that moved most, first step to last
+        moved = sorted(drawn, key=lambda n: -abs(drawn[n][-1].values[metric] - drawn[n][0].values[metric]))
+        named = moved[:MOVERS_NAMED]
+        for ps in drawn.values():
+            ax.plot([p.step for p in ps], [p.values[metric] for p in ps], color="#bbbbbb", lw=0.6, zorder=1)
+        steps = sorted({p.step for ps in drawn.values() for p in ps})
+        mean = [float(np.mean([p.values[metric] for ps in drawn.values() for p in ps if p.step == st]))
+                for st in steps]
+        ax.plot(steps, mean, color="#1a1a1a", lw=2.0, label=f"mean of {len(drawn)} series", zorder=3)
+    for i, name in enumerate(named):
+        ps = drawn[name]
         style = {"color": PALETTE[i % len(PALETTE)], "ls": LINESTYLES[i % len(LINESTYLES)] if i else "-",
-                 "marker": "os^vD<>"[i % 7], "ms": 3, "lw": 1.0,
-                 "label": _short(name) if len(series) <= max_series else None}
+                 "marker": "os^vD<>"[i % 7], "ms": 3, "lw": 1.0, "label": _short(name), "zorder": 2}
         errs = [(p.intervals or {}).get(metric) for p in ps]
         errorbar(ax, [p.step for p in ps], [p.values[metric] for p in ps], errs, **style)
     ax.set_xlabel("step")
     ax.set_ylabel(metrics.label(metric))
     ax.grid(True, alpha=0.25, lw=0.5)
-    if 1 < len(series) <= max_series:
-        _legend(ax, frameon=False)
+    if len(drawn) > 1:
+        _legend(ax, frameon=False, **({"title": f"moved most (of {len(drawn)})", "title_fontsize": 6}
+                                      if many else {}))
     return _style(ax)
+
+
+#: Past ``max_series`` series, how many of those that moved most a trend figure names.
+MOVERS_NAMED = 4
 
 
 def _short(name: str, keep: int = 48) -> str:

@@ -216,3 +216,17 @@ def test_not_a_report_is_a_clear_error():
         plot.spectrum({"schema": "spectra.report/1"})
     with pytest.raises(spectra.InputError, match="^the report: spectrum.eigenvalues must be a list of numbers"):
         plot.spectrum({"schema": "spectra.report/1", "source": {}, "spectrum": {}})
+
+
+def test_a_trend_of_many_series_names_the_mean_and_those_that_moved_most():
+    from spectra_cli.run.trend import Point
+
+    pts = []
+    for layer in range(20):
+        for step in (1.0, 2.0, 3.0):
+            moved = 0.5 * step if layer in (4, 9) else 0.01 * step
+            pts.append(Point(f"layer{layer}", step, f"layer{layer}_{step}", {"fit.alpha": 1.0 + layer / 100 + moved}))
+    ax = plot.trend(pts, "fit.alpha", ax=_new())
+    names = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert names[0] == "mean of 20 series" and len(names) == 1 + plot.MOVERS_NAMED
+    assert {"layer4", "layer9"} <= set(names[1:3])

@@ -524,13 +524,9 @@ def report(
     from spectra_cli.plot import require_matplotlib
 
     require_matplotlib("the report page", extra="report")
-    seen: dict[str, str] = {}
-    for p in args:
-        real = os.path.realpath(p)
-        if real in seen:
-            raise OptionError(f"{p} is given twice ({seen[real]} is the same file): each results file is one step "
-                              "of a run, or the whole of a model.")
-        seen[real] = p
+    from spectra_cli.run.trend import refuse_repeated
+
+    refuse_repeated(args, "one step of a run, or the whole of a model")
     sources = [_read(p) for p in args]
     if not any(s.lines for s in sources):
         raise InputError(f"{', '.join(args)} holds no reports.")

@@ -157,6 +157,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
     """The standard error of every rank and isotropy measure that has one and of each fit's alpha (the
     delta method through the eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for every one
     without a standard error why there is none (never a zero)."""
+    from spectra_cli.analysis.rank import participation_ratio
     from spectra_cli.analysis.uncertainty import (
         FLAT_PR_SHARE,
         METHOD,
@@ -199,8 +200,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         if model.source.startswith("no histogram") and warnings is not None:
             warnings.append("these moments carry no histogram of row norms (a moment file made before spectra gathered "
                             "one): the standard errors assume Gaussian rows")
-        u = lam / float(lam.max())  # scale-free (eigenvalues near 1e300 would overflow their squares)
-        pr = float(u.sum()) ** 2 / float(np.dot(u, u))
+        pr = participation_ratio(lam)
         if pr > FLAT_PR_SHARE * main.n_features:
             method["caveat"] = (f"a flat spectrum (participation ratio {pr:.4g} of d = {main.n_features}): near-equal "
                                 "eigenvalues repel, and the first-order errors over-state the spread (up to 4x on "

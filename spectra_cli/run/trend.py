@@ -84,6 +84,16 @@ CHECKPOINT_PART = re.compile(
     r"(?:^|[/\\_.-])(?:step|ckpt|checkpoint|epoch|iter|iteration)[_=-]?(\d{1,18})(?=[/\\._-]|$)", re.IGNORECASE)
 
 
+def refuse_repeated(paths: list[str], each: str) -> None:
+    """Refuse a results file named twice (the same file by its real path): each is ``each``."""
+    seen: dict[str, str] = {}
+    for p in paths:
+        real = os.path.realpath(p)
+        if real in seen:
+            raise OptionError(f"{p} is given twice ({seen[real]} is the same file): each results file is {each}.")
+        seen[real] = p
+
+
 def file_step(path: str, pattern: re.Pattern[str] | None = None) -> float | None:
     """The step of a results file: group 1 of ``pattern`` (``--step-regex``) on its path; else the last path
     part that names a checkpoint (``runs/step_100/results_fp16.jsonl`` -> 100); else the last run of digits in
@@ -239,12 +249,6 @@ def trend(paths: str | os.PathLike[str] | list[str] | tuple[str, ...], *,
     metrics = check_strings("metric", metric)
     if step_regex is not None and not isinstance(step_regex, str):
         raise OptionError(f"{param('step_regex', step_regex, show=True)} must be a string.")
-    seen: dict[str, str] = {}
-    for p in files:
-        real = os.path.realpath(p)
-        if real in seen:
-            raise OptionError(f"{p} is given twice ({seen[real]} is the same file): each results file is one step "
-                              "of a run.")
-        seen[real] = p
+    refuse_repeated(files, "one step of a run")
     points, notes = load_points(files, metrics, step_regex)
     return TrendResult(trend_doc(points, metrics, notes), tuple(points), tuple(metrics), tuple(notes))

@@ -157,18 +157,12 @@ LONG = ("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.", "fit.wind
 
 
 def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None:
-    """The headline figures; ``--json`` has every field."""
-    t = Table(title=f"A = {a}\nB = {b}", title_justify="left")
-    t.add_column("metric", no_wrap=True, min_width=24)
-    for c in ("A", "B", "B - A", "rel", "z"):
-        t.add_column(c, justify="right")
-    marked = 0
-    for r in rows:
-        if r.field.startswith(HEADLINE) and not r.field.startswith(LONG):
-            z = "—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "")
-            marked += bool(r.significant)
-            t.add_row(r.field, _num(r.a), _num(r.b), _num(r.diff), "—" if r.rel is None else f"{r.rel * 100:+.2f}%", z)
-    console.print(t)
+    """The headline figures; ``--json`` has every field. Split into further tables on a narrow terminal."""
+    shown = [r for r in rows if r.field.startswith(HEADLINE) and not r.field.startswith(LONG)]
+    print_columns(console, f"A = {a}\nB = {b}", "metric", [r.field for r in shown], [
+        ("A", [_num(r.a) for r in shown]), ("B", [_num(r.b) for r in shown]), ("B - A", [_num(r.diff) for r in shown]),
+        ("rel", ["—" if r.rel is None else f"{r.rel * 100:+.2f}%" for r in shown]),
+        ("z", ["—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "") for r in shown])])
     console.print("[dim]z: the change over its standard error (independent samples); * beyond sampling noise at the "
                   "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json has each "
                   "row's se, z, p, significant)[/]")

@@ -200,6 +200,46 @@ METRICS: tuple[Metric, ...] = (
        kind="diagnostic", scale=SPECTRA_SCALE),
     _m("spectrum.top_k.**", "top-k route", "the block Lanczos run: block size, Krylov dimension, seed",
        kind="input"),
+    # -- spikes above the power-law bulk (--spikes; not WeightWatcher's MP spikes) -------------------------
+    _m("spectrum.spikes.count", "spikes above the bulk", "eigenvalues above the power-law bulk of the rank window at "
+       "this n and d (a sequential Tracy-Widom test at spectrum.spikes.level; not WeightWatcher's num_spikes, whose "
+       "bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer"),
+    _m("spectrum.spikes.spikes.*.rank", "spike rank", "the spike's rank in the spectrum", kind="count",
+       type="integer"),
+    _m("spectrum.spikes.spikes.*.eigenvalue", "spike eigenvalue", "the spike's eigenvalue", scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.spikes.*.p_value", "spike p-value", "1 - F_1 of its Tracy-Widom statistic, under the bulk "
+       "that the ranks below it make", kind="diagnostic"),
+    _m("spectrum.spikes.spikes.*.statistic", "spike TW statistic", "(lambda - mu) / sigma: the eigenvalue above the "
+       "bulk's edge in Tracy-Widom units", kind="diagnostic"),
+    _m("spectrum.spikes.spikes.*.edge", "spike bulk edge", "mu: where the largest eigenvalue of the bulk below it "
+       "sits (El Karoui 2007)", kind="diagnostic", scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.spikes.*.share", "spike share", "lambda / sum lambda: the share of the variance on the "
+       "spike's direction", fmt=".4f"),
+    _m("spectrum.spikes.spikes.*.features.*", "spike feature", "the coordinates (0-based column indices) with the "
+       "largest squared loadings on the spike's eigenvector", kind="count", type="integer"),
+    _m("spectrum.spikes.spikes.*.loadings.*", "spike loading", "the squared loadings of those coordinates (the "
+       "eigenvector has unit norm: they sum to at most 1)", kind="diagnostic", fmt=".3f"),
+    _m("spectrum.spikes.rogue_dimensions.*", "rogue dimension", "a coordinate that carries at least half of a "
+       "spike's direction (0-based column index)", kind="count", type="integer"),
+    _m("spectrum.spikes.level", "spike test level", "the level of each test of the sequence", kind="input"),
+    _m("spectrum.spikes.n", "spike test rows", "the degrees of freedom of the sampling model (rows - 1 centred)",
+       kind="input"),
+    _m("spectrum.spikes.bulk.alpha", "bulk alpha (spikes)", "the exponent of the power-law population behind the "
+       "bulk, fitted over the window below the spikes through its deterministic equivalent", kind="diagnostic",
+       fmt=".3f"),
+    _m("spectrum.spikes.bulk.scale", "bulk scale (spikes)", "C of the bulk's population tau_j = C j^-alpha",
+       kind="diagnostic", scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.bulk.window.*", "window (spikes)", "the rank window the bulk is fitted over", kind="count",
+       type="integer"),
+    _m("spectrum.spikes.bulk.edge", "bulk edge", "where the bulk's largest sample eigenvalue sits (El Karoui 2007's "
+       "centring)", kind="diagnostic", scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.bulk.bbp_threshold", "BBP threshold", "a population eigenvalue above it separates from the "
+       "bulk at this n and d (Baik, Ben Arous & Peche 2005); below it no test can find it", kind="diagnostic",
+       scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.next.rank", "first rank in the bulk", "the first rank tested and not a spike",
+       kind="count", type="integer"),
+    _m("spectrum.spikes.next.p_value", "first bulk p-value", "its p-value", kind="diagnostic"),
+    _m("spectrum.spikes.cost.**", "spikes cost", "seconds and evaluations of the spike test", kind="cost"),
     _m("control.eigenvalues.*", "shuffled eigenvalue", "eigenvalues with each column permuted independently",
        kind="diagnostic", scale=SPECTRA_SCALE),
     _m("control.meets_at_rank", "control meets data at rank", "the first rank where the shuffled control's "

@@ -25,6 +25,7 @@ from spectra_cli.version import __version__
 if TYPE_CHECKING:
     from spectra_cli.analysis.controls import ShuffledControl
     from spectra_cli.analysis.isotropy import Isotropy
+    from spectra_cli.analysis.spikes import Spikes
     from spectra_cli.analysis.suite import FitSuite
     from spectra_cli.analysis.weightwatcher import WeightMetrics
     from spectra_cli.analysis.whitening import WhiteningResult
@@ -106,6 +107,7 @@ class Report:
     isotropy: Isotropy | None = None
     whitening: WhiteningResult | None = None
     weightwatcher: WeightMetrics | None = None
+    spikes: Spikes | None = None
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -172,6 +174,8 @@ class Report:
             "options": self.options,
             "spectrum": self.spectrum.to_dict(),
         }
+        if self.spikes is not None:
+            out["spectrum"]["spikes"] = self.spikes.to_dict()
         if self.suite is not None:
             fits = [f.to_dict() for f in self.suite.fits]
             out["fit"] = fits[0] if fits else None

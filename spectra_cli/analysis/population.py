@@ -344,7 +344,7 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
 
 
 @dataclass
-class _Grid:
+class Grid:
     """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth)."""
 
     groups: np.ndarray | None = None
@@ -354,7 +354,7 @@ class _Grid:
 
 def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
                          scales: tuple[np.ndarray, np.ndarray] | None = None,
-                         grid: _Grid | None = None, points_per_decade: int | None = None) -> np.ndarray:
+                         grid: Grid | None = None, points_per_decade: int | None = None) -> np.ndarray:
     """The expected sample eigenvalues of ranks ``1..ranks`` (descending) of the population ``tau``.
 
     Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
@@ -364,7 +364,7 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     the top so that the grid's lower end only has to pass the last rank asked for."""
     tau = np.asarray(tau, dtype=np.float64)
     d = tau.size
-    grid = grid if grid is not None else _Grid()
+    grid = grid if grid is not None else Grid()
     if grid.groups is None:
         grid.groups = merge_groups(tau, c=c)
     atoms, pi = merged(tau, None, grid.groups)
@@ -548,8 +548,8 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
                      f"({r_sub}); the row model alone sets the estimate")
         return None
     window = np.log(np.maximum(sub.spectra[:, :, k0 - 1:k1c], 1e-300))
-    slopes = np.array([[_slope_of(window[r, q], k0) for q in range(m)] for r in range(R)])
-    full = _slope_of(np.log(lam[k0 - 1:k1c]), k0)
+    slopes = np.array([[slope_of(window[r, q], k0) for q in range(m)] for r in range(R)])
+    full = slope_of(np.log(lam[k0 - 1:k1c]), k0)
     model_change = expected_slope(dof, k1c) - expected_slope(n, k1c)
     observed = slopes.mean(axis=1) - full
     d_obs = float(observed.mean())
@@ -710,14 +710,14 @@ def tail_knots(k1: int, r_max: int, d: int) -> tuple[int, ...]:
     return tuple(int(round(e)) for e in edges)
 
 
-def _slope_of(log_lam: np.ndarray, k0: int) -> float:
+def slope_of(log_lam: np.ndarray, k0: int) -> float:
     """The OLS exponent of log eigenvalues given from rank ``k0`` on."""
     x = np.log(np.arange(k0, k0 + log_lam.size, dtype=np.float64))
     xc = x - x.mean()
     return float(-(xc @ (log_lam - log_lam.mean())) / (xc @ xc))
 
 
-def _gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
+def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
                   h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray, int]:
     """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
     with forward differences, steps of at most 0.3 and halved while the sum of squares grows. Returns
@@ -951,7 +951,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     knots = tail_knots(k1, r_max, d)
     if not knots:
         notes.append("no rank past the window is observed: the tail continues the window's law")
-    naive = _slope_of(np.log(lam[k0 - 1:k1]), k0)
+    naive = slope_of(np.log(lam[k0 - 1:k1]), k0)
     rows: dict[str, Any] = {"model": "Gaussian rows (every row the same scale)",
                             "source": "none: no histogram of row norms (a moment file written before they were "
                                       "gathered)" if scales is None else scales.source}
@@ -970,7 +970,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 **info}
     ranks = np.arange(k0, r_max + 1)
     y = np.log(lam[ranks - 1])
-    grid = _Grid()
+    grid = Grid()
 
     def f(ab: np.ndarray) -> np.ndarray:
         ab = np.clip(ab, *ALPHA_BOUNDS)
@@ -979,9 +979,9 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                                  1e-300))
 
     start = np.full(1 + len(knots), naive)
-    ab, f0, evals = _gauss_newton(y, start, f)
+    ab, f0, evals = gauss_newton(y, start, f)
     grid.groups = None  # the atoms merged for the fitted population, then a few more steps from there
-    ab, f0, more = _gauss_newton(y, ab, f, max_iter=3)
+    ab, f0, more = gauss_newton(y, ab, f, max_iter=3)
     evals += more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
@@ -994,7 +994,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     win = slice(0, k1 - k0 + 1)
 
     def slope(a: float) -> float:
-        return _slope_of(f(np.r_[a, ab[1:]])[win], k0)
+        return slope_of(f(np.r_[a, ab[1:]])[win], k0)
 
     h = 1e-2
     alpha = shape_alpha
@@ -1017,13 +1017,13 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                        "power-law population there.")
     final = np.r_[alpha, ab[1:]]
     f_final = f(final)
-    expected_slope = _slope_of(f_final[win], k0)
+    expected_slope = slope_of(f_final[win], k0)
     fitted = float(np.mean(y - f_final)) + f_final
     # the tail's part: how the expected window slope moves with each tail exponent, and how the tail moves
     # with the data (one Gauss-Newton step of the whole-shape match, linearised at the fitted population)
     J = _jacobian(final, f, f_final)
     P = np.linalg.pinv(J)
-    tail_gain = np.array([(_slope_of(f(final + e)[win], k0) - _slope_of(f(final - e)[win], k0)) / (2 * h)
+    tail_gain = np.array([(slope_of(f(final + e)[win], k0) - slope_of(f(final - e)[win], k0)) / (2 * h)
                           for e in np.eye(final.size)[1:] * h])
     evals += 3 + 4 * (final.size - 1) + 2
     t_fit = time.perf_counter() - t0
@@ -1037,7 +1037,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         mapped through the gain to an exponent; and its bend over the window about the expected spectrum."""
         log_b = np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[ranks - 1], 1e-300))
         d_tail = (P @ (log_b - fitted))[2:]
-        return (alpha + (_slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
+        return (alpha + (slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
                 bend_of(log_b[win] - f_final[win]))
 
     from spectra_cli.stages import stage
@@ -1066,14 +1066,14 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     curve: dict[str, Any] = {}
     if subsamples is not None:
         sub_top = subsamples.spectra / top
-        g_curve = _Grid(groups=grid.groups)  # the atoms of the fitted population at n, for both n and n'
+        g_curve = Grid(groups=grid.groups)  # the atoms of the fitted population at n, for both n and n'
         # a change of a few 1e-3 in the slope is read: three times the fit's grid density, the same for both (at
         # d = 40 and n/d = 10 the default grid moves the slope by 1e-3, the change itself 3e-3)
         ppd_curve = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
 
         def expected_slope_at(dof: float, k_end: int) -> float:
             e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)
-            return _slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
+            return slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
         def simulated_changes(k_end: int, parts: int) -> np.ndarray:
             """The sampling curve's change on samples simulated from the fitted population (its own stream), one
@@ -1086,7 +1086,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 label = np.arange(n + 1) * G // (n + 1)
                 part = np.empty(G, dtype=np.int64)
                 part[rng_c.permutation(G)] = np.arange(G) % parts
-                slopes_b = [_slope_of(np.log(np.maximum(v[k0 - 1:k_end], 1e-300)), k0)
+                slopes_b = [slope_of(np.log(np.maximum(v[k0 - 1:k_end], 1e-300)), k0)
                             for v in partition_spectra(Z, part[label], parts)]
                 out[b] = float(np.mean(slopes_b[1:])) - slopes_b[0]
                 tick_c(b + 1)
@@ -1115,7 +1115,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # says how far the model's error can move alpha, and the interval is widened by it
     bend = bend_test(bend_of(y[win] - f_final[win]), bends, level=level)
     if not bend["fits"]:
-        grid_b = _Grid()
+        grid_b = Grid()
 
         def f_bent(ab: np.ndarray) -> np.ndarray:
             a = float(np.clip(ab[0], *ALPHA_BOUNDS))
@@ -1126,21 +1126,21 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
         # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
         # moved (the bend and the tail kept) until its expected slope is the observed one
-        ab_b, fb, more = _gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
+        ab_b, fb, more = gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
                                        max_iter=BEND_ITERATIONS)
         evals += more
         a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
         beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))
         for _ in range(3):
             fb = f_bent(np.r_[a_b, beta, ab_b[2:]])
-            s_b = _slope_of(fb[win], k0)
+            s_b = slope_of(fb[win], k0)
             evals += 1
             move = (naive - s_b) / gain
             a_b = float(np.clip(a_b + move, *ALPHA_BOUNDS))
             if abs(move) < 1e-5:
                 break
         tau_b = population_spectrum(0.0, a_b, np.clip(ab_b[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
-        curved = _slope_of(np.log(tau_b[k0 - 1:k1]), k0)
+        curved = slope_of(np.log(tau_b[k0 - 1:k1]), k0)
         error = curved - alpha
         bend.update({"curved_alpha": curved, "curvature": beta, "model_error": error,
                      "curved_match_rms": float(np.sqrt(np.mean((y - float(np.mean(y - fb)) - fb) ** 2)))})

@@ -61,6 +61,7 @@ class FitKeywords(TypedDict, total=False):
     ci_replicates: int
     ci_seed: int
     population: bool
+    spikes: bool
     shuffled_control: bool
     control_seed: int
     partition_isotropy: bool
@@ -74,7 +75,8 @@ class FitKeywords(TypedDict, total=False):
 FIT_DEFAULTS: dict[str, Any] = {
     "window": None, "method": "ols", "model": "power-law", "degree": 2, "density": False, "auto_tolerance": 0.05,
     "counting": (), "capacity": (), "alpha_range": DEFAULT_ALPHA_RANGE, "convention": "spectra", "ci": False,
-    "ci_replicates": 200, "ci_seed": 0, "population": False, "shuffled_control": False, "control_seed": 0,
+    "ci_replicates": 200, "ci_seed": 0, "population": False, "spikes": False, "shuffled_control": False,
+    "control_seed": 0,
     "partition_isotropy": False, "isoscore": False, "scale": "seed", "rankme": None, "top": None,
 }
 
@@ -131,6 +133,7 @@ FIT_CONSTRAINTS: dict[str, Callable[[str, Any], Any]] = {
     "ci_replicates": _replicates,
     "ci_seed": lambda n, v: check_int(n, v, minimum=0),
     "population": check_bool,
+    "spikes": check_bool,
     "shuffled_control": check_bool,
     "control_seed": lambda n, v: check_int(n, v, minimum=0),
     "partition_isotropy": check_bool,

@@ -143,6 +143,9 @@ FIT_OPTIONS: dict[str, Any] = {
     "population": Annotated[bool | None, _opt("--population", "Also the population exponent behind each fit "
                                               "(corrects the finite-sample bias of the slope at small n/d, with a "
                                               "95% interval) and the bias-corrected participation ratio.")],
+    "spikes": Annotated[bool | None, _opt("--spikes", "Also the eigenvalues that stand above the power-law bulk "
+                                          "at this n and d (Tracy-Widom test), each with the coordinates that load "
+                                          "on it and a flag for a rogue dimension.")],
     "shuffled_control": Annotated[bool | None, _opt("--shuffled-control", "Also compute the spectrum with each "
                                                     "column permuted independently.")],
     "control_seed": Annotated[int | None, _opt("--control-seed", "Seed of --shuffled-control.", "S")],

@@ -446,3 +446,33 @@ def spectrum_from_eigenvalues(values: np.ndarray) -> Spectrum:
         structural_zeros=0,
         method="given",
     )
+
+
+def leading_vectors(m: Moments | None, rows: tuple[np.ndarray, np.ndarray | None] | None, k: int, *,
+                    centered: bool, ddof: int = 1) -> np.ndarray:
+    """The ``k`` leading eigenvectors of the covariance (or uncentred second moment), as the columns of a
+    ``d x k`` array, largest eigenvalue first: from the d x d matrix of ``m`` (LAPACK syevr for those ``k``
+    only), or from the kept ``rows = (X, weights)`` by their thin SVD (the n < d route)."""
+    if m is not None:
+        import scipy.linalg
+
+        C = m.second_moment_matrix(centered=centered, ddof=ddof)
+        d = C.shape[0]
+        _, V = scipy.linalg.eigh(C, subset_by_index=[d - k, d - 1], driver="evr")
+        return V[:, ::-1]
+    assert rows is not None
+    X, w = rows
+    A = np.asarray(X, dtype=np.float64)
+    amax = float(np.max(np.abs(A))) if A.size else 0.0
+    A = A / (2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0)
+    if w is None:
+        mean, root = A.mean(axis=0), None
+    else:
+        p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
+        mean, root = p @ A, np.sqrt(p)
+    if centered:
+        A = A - mean
+    if root is not None:
+        A = A * root[:, None]
+    _, _, Vt = np.linalg.svd(A, full_matrices=False)
+    return Vt[:k].T

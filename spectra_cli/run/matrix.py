@@ -187,7 +187,7 @@ def fit(
     v = check_fit_keywords(fitting)
     read = ReadOptions.create(**reading)
     opts = FitOptions.create(**fitting)
-    density, ci, population, top = opts.density, v["ci"], v["population"], v["top"]
+    density, ci, population, top, spikes = opts.density, v["ci"], v["population"], v["top"], v["spikes"]
     shuffled_control, partition_isotropy, isoscore = v["shuffled_control"], v["partition_isotropy"], v["isoscore"]
     counting, capacity, rankme, scale, model = v["counting"], v["capacity"], v["rankme"], v["scale"], v["model"]
     ci_replicates, ci_seed, control_seed = v["ci_replicates"], v["ci_seed"], v["control_seed"]
@@ -206,6 +206,9 @@ def fit(
         if population:
             raise OptionError(f"{param('population')} needs the number of rows behind the spectrum (and their "
                               f"norms): give the data matrix, not {param('eigenvalues')}.")
+        if spikes:
+            raise OptionError(f"{param('spikes')} needs the number of rows behind the spectrum and its eigenvectors: "
+                              f"give the data matrix, not {param('eigenvalues')}.")
         if ci or shuffled_control or partition_isotropy:
             raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} need "
                               f"the data matrix, not {param('eigenvalues')}.")
@@ -276,6 +279,10 @@ def fit(
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")
+    found = None
+    if spikes:
+        found = steps.spikes_of(suite, first, main, centered=read.centered, ddof=read.ddof, warnings=warnings)
+        clock.mark("spikes_s")
     if ci and suite.fits:
         ratio = (first.n_effective or first.n_rows) / main.n_features
         if ratio < CI_COVERS_N_OVER_D:
@@ -306,7 +313,7 @@ def fit(
                "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95}
                if population else None}
     return assemble("fit", inp, first, main, options=stated, warnings=warnings, clock=clock, suite=suite,
-                    control=control, isotropy=iso, weightwatcher=ww)
+                    control=control, isotropy=iso, weightwatcher=ww, spikes=found)
 
 
 @keywords_checked

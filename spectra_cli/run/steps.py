@@ -31,6 +31,7 @@ from spectra_cli.validate import product_dtype
 
 if TYPE_CHECKING:
     from spectra_cli.analysis.population import Subsamples
+    from spectra_cli.analysis.spikes import Spikes
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
@@ -238,6 +239,32 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
     if iso is not None:
         iso = replace(iso, se=iso_se, se_missing=iso_missing, se_method=method)
     return suite, iso
+
+
+def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int,
+              warnings: list[str]) -> Spikes:
+    """The eigenvalues above the power-law bulk of the first fit's window (:mod:`spectra_cli.analysis.spikes`),
+    each with the coordinates that load on it (its eigenvector: a second, partial decomposition of the
+    leading directions only)."""
+    from spectra_cli.analysis.spikes import Spikes, find_spikes
+    from spectra_cli.eigen.decomposition import leading_vectors
+
+    n_eff = first.n_effective if first.n_effective is not None else float(first.positive_rows)
+    dof = n_eff - 1.0 if centered else n_eff
+    if not suite.fits:
+        found = Spikes(n=dof, reason="no rank window was fitted: the bulk is the fit's power law")
+    else:
+        w = suite.fits[0].window
+        rows = (first.rows, first.weights) if first.rows is not None else None
+        found = find_spikes(main.eigenvalues, n=dof, window=(w.k_min, w.k_max), total=main.total_variance,
+                            vectors=lambda k: leading_vectors(first.moments, rows, k, centered=centered, ddof=ddof))
+    if found.reason is not None:
+        warnings.append(f"--spikes: not tested: {found.reason}")
+    elif found.rogue_dimensions:
+        dims = ", ".join(str(i) for i in found.rogue_dimensions)
+        warnings.append(f"rogue dimension(s) {dims}: one coordinate carries most of a spike's direction "
+                        "(spectrum.spikes)")
+    return found
 
 
 def _keep(name: str, value: float | None, errors: dict[str, float | None], missing: dict[str, str]) -> None:

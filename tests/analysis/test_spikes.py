@@ -1,0 +1,126 @@
+"""Spikes above the bulk: the Tracy-Widom law against its published quantiles, the bulk's edge against
+the Marchenko-Pastur closed form, and planted spikes above and below the BBP threshold found (or not)
+with the coordinates they were planted on."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import spectra_cli as sp
+from spectra_cli.analysis.spikes import ROGUE_SHARE, bulk_edge, find_spikes, tracy_widom_sf
+from spectra_cli.errors import OptionError
+
+
+@pytest.mark.parametrize(("s", "tail"), [(-3.8954, 0.99), (-3.1804, 0.95), (-2.7824, 0.90), (-1.2686, 0.50),
+                                         (-0.5923, 0.30), (0.4501, 0.10), (0.9793, 0.05), (2.0234, 0.01)])
+def test_tracy_widom_matches_the_published_quantiles(s: float, tail: float) -> None:
+    # Johnstone (2001), Table 1 (TW_1 quantiles to 4 decimals; Bornemann 2010 to more)
+    assert tracy_widom_sf(s) == pytest.approx(tail, abs=2e-4)
+
+
+def test_tracy_widom_has_its_mean_and_a_tail_that_keeps_its_digits() -> None:
+    s = np.linspace(-9.0, 9.0, 241)
+    sf = np.array([tracy_widom_sf(v) for v in s])
+    assert np.all(np.diff(sf) <= 1e-9)
+    h = s[1] - s[0]
+    mean = s[0] + h / 3 * float(sf[0] + sf[-1] + 4 * sf[1:-1:2].sum() + 2 * sf[2:-1:2].sum())  # s0 + int P(X > s)
+    assert mean == pytest.approx(-1.2065335745820, abs=1e-4)  # Tracy & Widom (1996); Bornemann (2010)
+    # far in the tail: the asymptote exp(-2/3 s^1.5) / (4 sqrt(pi) s^0.75) (Baik, Buckingham & DiFranco 2008),
+    # whose next term is O(s^-1.5)
+    for v in (8.0, 12.0, 20.0):
+        asym = math.exp(-2.0 / 3.0 * v ** 1.5) / (4.0 * math.sqrt(math.pi) * v ** 0.75)
+        assert tracy_widom_sf(v) == pytest.approx(asym, rel=1.0 / v ** 1.5)
+    assert tracy_widom_sf(-20.0) == 1.0 and tracy_widom_sf(math.inf) == 0.0
+
+
+@pytest.mark.parametrize(("d", "n"), [(200, 200), (200, 800), (300, 100)])
+def test_the_edge_of_an_isotropic_bulk_is_marchenko_pastur_with_johnstones_scale(d: int, n: int) -> None:
+    g = d / n
+    e = bulk_edge(np.full(d, 2.0), n)
+    assert e.mu == pytest.approx(2.0 * (1 + math.sqrt(g)) ** 2, rel=1e-10)
+    assert e.sigma == pytest.approx(2.0 * (1 + math.sqrt(g)) * (1 + 1 / math.sqrt(g)) ** (1 / 3) * n ** (-2 / 3),
+                                    rel=1e-8)
+    assert e.threshold == pytest.approx(2.0 * (1 + math.sqrt(g)), rel=1e-8)  # BBP: sigma^2 (1 + sqrt(d/n))
+
+
+def _planted(alpha: float, d: int, n: int, seed: int, above: tuple[float, ...], below: tuple[float, ...],
+             coords: tuple[int, ...]) -> np.ndarray:
+    """Rows of a bulk tau_j = j^-alpha on shuffled coordinates, with spikes ``above`` and ``below`` times the
+    bulk's BBP threshold planted on ``coords`` (one coordinate each)."""
+    rng = np.random.default_rng(seed)
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -alpha
+    thr = bulk_edge(tau, n).threshold
+    pop = tau[rng.permutation(d)]
+    for c, f in zip(coords, (*above, *below), strict=True):
+        pop[c] = f * thr
+    return rng.standard_normal((n, d)) * np.sqrt(pop)
+
+
+@pytest.mark.parametrize(("alpha", "ratio"), [(0.0, 1), (1.0, 1), (0.0, 4), (1.0, 4), (1.0, 10)])
+def test_planted_spikes_above_the_threshold_are_found_and_those_below_are_not(alpha: float, ratio: int) -> None:
+    d = 160
+    coords = (7, 42, 99, 120, 150)
+    X = _planted(alpha, d, d * ratio, seed=3, above=(8.0, 5.0, 4.0), below=(0.7, 0.5), coords=coords)
+    rep = sp.fit(X, spikes=True, window="11:40")
+    s = rep.spikes
+    assert s is not None and s.reason is None
+    assert [k.rank for k in s.spikes] == [1, 2, 3]
+    assert [k.features[0] for k in s.spikes] == [7, 42, 99]  # the planted coordinates, in order of size
+    # at n = d the sample eigenvector leans off the planted axis (BBP: |<u, e>|^2 = 0.8 for 3x the threshold)
+    assert all(k.rogue and k.loadings[0] > ROGUE_SHARE for k in s.spikes)
+    assert s.rogue_dimensions == (7, 42, 99)
+    assert all(k.p_value < s.level for k in s.spikes) and s.next_p_value is not None and s.next_p_value >= s.level
+    assert s.threshold is not None and s.bulk_alpha == pytest.approx(alpha, abs=0.35)
+    doc = rep.to_dict()["spectrum"]["spikes"]
+    assert doc["count"] == 3 and doc["spikes"][0]["features"][0] == 7
+    assert any("rogue dimension(s) 7, 42, 99" in w for w in rep.warnings)
+
+
+@pytest.mark.parametrize(("alpha", "ratio"), [(0.0, 1), (1.0, 4)])
+def test_a_bulk_without_spikes_lists_none(alpha: float, ratio: int) -> None:
+    rng = np.random.default_rng(11)
+    d = 160
+    X = rng.standard_normal((d * ratio, d)) * np.arange(1, d + 1) ** (-alpha / 2)
+    s = sp.fit(X, spikes=True, window="11:40").spikes
+    assert s is not None and s.count == 0 and s.spikes == () and s.next_rank == 1
+
+
+def test_a_spread_spike_is_listed_with_its_coordinates_and_is_not_rogue() -> None:
+    rng = np.random.default_rng(5)
+    d, n = 120, 600
+    u = np.zeros(d)
+    u[[3, 17, 64, 90]] = [0.6, 0.5, 0.45, 0.44]
+    u /= np.linalg.norm(u)
+    X = rng.standard_normal((n, d)) + rng.standard_normal((n, 1)) * 3.0 * u
+    s = find_spikes(np.linalg.eigvalsh(np.cov(X.T))[::-1], n=n - 1, window=(11, 30),
+                    vectors=lambda k: np.linalg.eigh(np.cov(X.T))[1][:, ::-1][:, :k])
+    assert s.count == 1
+    (k,) = s.spikes
+    assert set(k.features[:4]) == {3, 17, 64, 90} and not k.rogue and k.loadings[0] < ROGUE_SHARE
+    assert k.share == pytest.approx(k.eigenvalue / float(np.trace(np.cov(X.T))))
+
+
+def test_fewer_rows_than_features_take_the_vectors_from_the_rows() -> None:
+    rng = np.random.default_rng(2)
+    d, n = 400, 150
+    X = rng.standard_normal((n, d))
+    X[:, 33] *= 12.0
+    s = sp.fit(X, spikes=True, window="11:60").spikes
+    assert s is not None and s.count == 1 and s.spikes[0].features[0] == 33 and s.spikes[0].rogue
+
+
+def test_what_cannot_be_tested_says_why() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 100))
+    rep = sp.fit(X, spikes=True, window="1:20")
+    assert rep.spikes is not None and rep.spikes.count is None
+    assert rep.spikes.reason is not None and "starts at rank 1" in rep.spikes.reason
+    assert any(w.startswith("--spikes: not tested: the rank window starts at rank 1") for w in rep.warnings)
+    assert rep.to_dict()["spectrum"]["spikes"]["count"] is None
+    assert "spikes" not in sp.fit(X).to_dict()["spectrum"]
+    with pytest.raises(OptionError, match=r"^spikes needs the number of rows behind the spectrum and its "
+                                          r"eigenvectors: give the data matrix, not eigenvalues\.$"):
+        sp.fit(np.linspace(2, 1, 50), eigenvalues=True, spikes=True)

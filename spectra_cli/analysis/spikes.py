@@ -64,6 +64,8 @@ ROGUE_SHARE = 0.5
 FEATURES = 5
 #: Gauss-Legendre nodes of the Fredholm determinant, and the length of the interval it covers.
 _TW_NODES, _TW_SPAN = 64, 16.0
+#: Gauss-Hermite nodes over the bulk law's error.
+_HERMITE_NODES = 16
 
 METHOD = ("sequential test of the eigenvalues above the rank window (Kritchman & Nadler 2008): the (k+1)-th "
           "against the largest eigenvalue of the bulk of d - k directions, a power-law population "
@@ -92,7 +94,7 @@ def tracy_widom_sf(s: float) -> float:
     kappa = np.linalg.eigvalsh(K)
     if np.any(kappa >= 1.0):
         return 1.0
-    return float(min(max(-math.expm1(float(np.sum(np.log1p(-kappa)))), 0.0), 1.0))
+    return float(min(max(-math.expm1(float(np.sum(np.log1p(-kappa)))), 0.0), 1.0)) + 0.0  # never -0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,10 +215,33 @@ class Spikes:
         }
 
 
+def null_sf(lam: float, edge: Edge, spread: float) -> float:
+    """``P(lambda_max > lam)`` for the bulk's largest eigenvalue ``mu e^(spread u) + sigma TW_1``, ``u`` standard
+    normal (the bulk law's own error at its top, relative): Gauss-Hermite quadrature over ``u``."""
+    if spread <= 0:
+        return tracy_widom_sf((lam - edge.mu) / edge.sigma)
+    u, w = np.polynomial.hermite_e.hermegauss(_HERMITE_NODES)
+    w = w / w.sum()
+    return float(sum(wi * tracy_widom_sf((lam - edge.mu * math.exp(spread * ui)) / edge.sigma)
+                     for ui, wi in zip(u, w, strict=True)))
+
+
+def law_spread(residuals: np.ndarray, window: tuple[int, int], k: int, alpha_se: float | None) -> float:
+    """The relative error of the bulk law continued to its rank 1 from the window (ranks less ``k``): the
+    larger of the least-squares prediction error at ``j = 1`` that the ``residuals`` of the law's match over the
+    window make (its misfit) and ``alpha_se`` times the window's mean log rank (the exponent's sampling
+    error, which the correlated eigenvalues leave out of the scatter)."""
+    x = np.log(np.arange(window[0] - k, window[1] - k + 1, dtype=np.float64))
+    xc = x - x.mean()
+    s2 = float(residuals @ residuals) / max(x.size - 2, 1)
+    ls = math.sqrt(s2 * (1.0 / x.size + x.mean() ** 2 / float(xc @ xc)))
+    return max(ls, (alpha_se or 0.0) * float(x.mean()))
+
+
 def _bulk_law(lam: np.ndarray, n: float, window: tuple[int, int], k: int,
-              start: float | None) -> tuple[float, float, int]:
-    """``(alpha, C, evaluations)`` of the power-law bulk of ``lam[k:]`` (``d - k`` directions), matched over the
-    window's ranks less ``k``."""
+              start: float | None) -> tuple[float, float, np.ndarray, int]:
+    """``(alpha, C, residuals, evaluations)`` of the power-law bulk of ``lam[k:]`` (``d - k`` directions),
+    matched over the window's ranks less ``k``."""
     lb = lam[k:]
     d = lb.size
     k0, k1 = window[0] - k, window[1] - k
@@ -232,11 +257,13 @@ def _bulk_law(lam: np.ndarray, n: float, window: tuple[int, int], k: int,
 
     first = float(np.clip(slope_of(y, k0) if start is None else start, *ALPHA_BOUNDS))
     a, f0, evals = gauss_newton(y, np.array([first]), f)
-    return float(np.clip(a[0], *ALPHA_BOUNDS)), float(math.exp(float(np.mean(y - f0)))), evals
+    level = float(np.mean(y - f0))
+    return float(np.clip(a[0], *ALPHA_BOUNDS)), math.exp(level), y - level - f0, evals
 
 
 def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], total: float | None = None,
-                vectors: Callable[[int], np.ndarray] | None = None, level: float = SPIKE_LEVEL) -> Spikes:
+                vectors: Callable[[int], np.ndarray] | None = None, level: float = SPIKE_LEVEL,
+                alpha_se: float | None = None) -> Spikes:
     """The spikes of a sample spectrum (the module docstring has the model and the test).
 
     ``eigenvalues``: descending (the leading ones suffice: those down to the window's end);
@@ -268,12 +295,12 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
     last: tuple[float, float, Edge] | None = None  # the bulk the last rank tested was held against
     next_rank = next_p = None
     for k in range(k0 - 1):
-        alpha, scale, e = _bulk_law(lam, n, (k0, k1), k, alpha)
+        alpha, scale, resid, e = _bulk_law(lam, n, (k0, k1), k, alpha)
         evals += e
         edge = bulk_edge(scale * np.arange(1, lam.size - k + 1, dtype=np.float64) ** -alpha, n)
         last = (alpha, scale, edge)
         stat = (float(lam[k]) - edge.mu) / edge.sigma
-        p = tracy_widom_sf(stat)
+        p = null_sf(float(lam[k]), edge, law_spread(resid, (k0, k1), k, alpha_se))
         if p >= level:
             next_rank, next_p = k + 1, p
             break

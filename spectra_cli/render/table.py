@@ -35,6 +35,30 @@ def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     return t
 
 
+def _spikes(spk: dict[str, Any]) -> Any:
+    """``spectrum.spikes``: a line when none (or none tested), else a row per spike."""
+    bulk = spk.get("bulk") or {}
+    if spk.get("reason"):
+        return _kv("Spikes above the bulk", [("not tested", spk["reason"])])
+    about = (f"bulk: power law alpha {_fmt(bulk.get('alpha'), 3)} over ranks {bulk['window'][0]}:{bulk['window'][1]}, "
+             f"edge {_fmt(bulk.get('edge'))}; BBP threshold {_fmt(bulk.get('bbp_threshold'))}; "
+             f"level {spk['level']:g}") if bulk.get("window") else ""
+    if not spk["spikes"]:
+        nxt = spk.get("next") or {}
+        return _kv("Spikes above the bulk", [("none", f"rank {nxt.get('rank')} is in the bulk (p = "
+                                                      f"{_fmt(nxt.get('p_value'), 3)})"), ("", about)])
+    t = Table(title="Spikes above the bulk", title_justify="left", box=None, pad_edge=False, caption=about,
+              caption_justify="left")
+    for c in ("rank", "eigenvalue", "share", "p-value", "top features (loading)", "rogue"):
+        t.add_column(c, justify="left" if c.startswith("top") else "right")
+    for s in spk["spikes"]:
+        feats = ", ".join(f"{f} ({v:.2f})" for f, v in zip(s["features"][:3], s["loadings"][:3], strict=False))
+        p = _fmt(s["p_value"], 2) if s["p_value"] > 0 else "< 1e-300"
+        t.add_row(str(s["rank"]), _fmt(s["eigenvalue"]), f"{s['share'] * 100:.2f}%", p,
+                  feats or "—", "yes" if s["rogue"] else "")
+    return t
+
+
 def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
     src, opt, sp = doc["source"], doc["options"], doc["spectrum"]
     parts: list[Any] = []
@@ -81,6 +105,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
                         f"{tk['krylov_dimension']}, relative error bound {_fmt(tk['relative_error_bound'], 2)}); "
                         f"{tk['requested']}")] if (tk := sp.get("top_k")) else []),
     ]))
+    if isinstance(spk := sp.get("spikes"), dict):
+        parts.append(_spikes(spk))
     fits = doc.get("fits") or []
     if fits:
         ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)

@@ -257,6 +257,7 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
         w = suite.fits[0].window
         rows = (first.rows, first.weights) if first.rows is not None else None
         found = find_spikes(main.eigenvalues, n=dof, window=(w.k_min, w.k_max), total=main.total_variance,
+                            alpha_se=suite.fits[0].se,
                             vectors=lambda k: leading_vectors(first.moments, rows, k, centered=centered, ddof=ddof))
     if found.reason is not None:
         warnings.append(f"--spikes: not tested: {found.reason}")

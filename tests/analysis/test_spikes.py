@@ -63,13 +63,14 @@ def _planted(alpha: float, d: int, n: int, seed: int, above: tuple[float, ...], 
 def test_planted_spikes_above_the_threshold_are_found_and_those_below_are_not(alpha: float, ratio: int) -> None:
     d = 160
     coords = (7, 42, 99, 120, 150)
-    X = _planted(alpha, d, d * ratio, seed=3, above=(8.0, 5.0, 4.0), below=(0.7, 0.5), coords=coords)
+    X = _planted(alpha, d, d * ratio, seed=3, above=(8.0, 6.0, 5.0), below=(0.7, 0.5), coords=coords)
     rep = sp.fit(X, spikes=True, window="11:40")
     s = rep.spikes
     assert s is not None and s.reason is None
     assert [k.rank for k in s.spikes] == [1, 2, 3]
     assert [k.features[0] for k in s.spikes] == [7, 42, 99]  # the planted coordinates, in order of size
-    # at n = d the sample eigenvector leans off the planted axis (BBP: |<u, e>|^2 = 0.8 for 3x the threshold)
+    # at n = d the sample eigenvector leans off the planted axis (BBP: |<u, e>|^2 = 0.8 at 3x the threshold of
+    # an isotropic bulk)
     assert all(k.rogue and k.loadings[0] > ROGUE_SHARE for k in s.spikes)
     assert s.rogue_dimensions == (7, 42, 99)
     assert all(k.p_value < s.level for k in s.spikes) and s.next_p_value is not None and s.next_p_value >= s.level

@@ -222,8 +222,9 @@ def null_sf(lam: float, edge: Edge, spread: float) -> float:
         return tracy_widom_sf((lam - edge.mu) / edge.sigma)
     u, w = np.polynomial.hermite_e.hermegauss(_HERMITE_NODES)
     w = w / w.sum()
-    return float(sum(wi * tracy_widom_sf((lam - edge.mu * math.exp(spread * ui)) / edge.sigma)
-                     for ui, wi in zip(u, w, strict=True)))
+    p = sum(wi * tracy_widom_sf((lam - edge.mu * math.exp(spread * ui)) / edge.sigma)
+            for ui, wi in zip(u, w, strict=True))
+    return min(max(float(p), 0.0), 1.0) + 0.0
 
 
 def law_spread(residuals: np.ndarray, window: tuple[int, int], k: int, alpha_se: float | None) -> float:

@@ -87,6 +87,7 @@ def test_a_bulk_without_spikes_lists_none(alpha: float, ratio: int) -> None:
     X = rng.standard_normal((d * ratio, d)) * np.arange(1, d + 1) ** (-alpha / 2)
     s = sp.fit(X, spikes=True, window="11:40").spikes
     assert s is not None and s.count == 0 and s.spikes == () and s.next_rank == 1
+    assert s.next_p_value is not None and 0.0 <= s.next_p_value <= 1.0
 
 
 def test_a_spread_spike_is_listed_with_its_coordinates_and_is_not_rogue() -> None:

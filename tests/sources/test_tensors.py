@@ -81,13 +81,13 @@ def test_a_tensor_on_a_device_that_cannot_move_is_one_clear_error():
 
 
 def test_the_readme_hook_example_runs_as_written():
-    """The README's forward hook, on a model shaped like a Hugging Face encoder (model.encoder.layer)."""
+    """The notebook guide's forward hook, on a model shaped like a Hugging Face encoder (model.encoder.layer)."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "notebooks.md").read_text()
     block = re.search(r"```python\n(import torch\nimport spectra_cli as spectra\n.*?)```", readme, re.S)
-    assert block, "the README's hook example"
+    assert block, "the notebook guide's hook example"
     code = block.group(1)
 
     class Layer(torch.nn.Module):
@@ -121,6 +121,6 @@ def test_the_readme_hook_example_runs_as_written():
     scope = {"model": Model(), "loader": loader}
     exec(compile(code.replace('acc.save("last_layer.moments.npz")', "pass")
                  .replace('spectra.fit("last_layer.moments.npz")', "None")
-                 .replace('window="auto"', 'window="2:8"'), "README", "exec"), scope)
+                 .replace('window="auto"', 'window="2:8"'), "notebooks.md", "exec"), scope)
     acc = scope["acc"]
     assert acc.n == sum(int(b["attention_mask"].sum()) for b in loader)  # padding never entered

@@ -50,7 +50,7 @@ def print_info(path: str, doc: dict[str, Any], console: Console) -> None:
 
 
 def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
-    t = Table("check", "value", "bound", "verdict", title=f"Checks on {path}", title_justify="left")
+    rows: list[tuple[str, str, str, str]] = []
     for v in verdicts:
         value = "null" if v.value is None else f"{v.value:.6g}"
         if v.baseline is not None:
@@ -60,25 +60,27 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
             bound = f"|change| <= {v.check.bound[0]:g} SE = {v.limit:.4g}"
         elif getattr(v.check, "in_se", False):
             bound += " (no standard error: FAIL)"
-        t.add_row(v.check.field, value, bound, "[green]pass[/]" if v.passed else "[red]FAIL[/]")
-    console.print(t)
+        rows.append((v.check.field, value, bound, "pass" if v.passed else "FAIL"))
+    print_columns(console, f"Checks on {path}", "check", [r[0] for r in rows],
+                  [(head, [r[i] for r in rows]) for i, head in ((1, "value"), (2, "bound"), (3, "verdict"))])
 
 
-def print_columns(console: Console, title: str, key: str, keys: Sequence[str],
-                  columns: Sequence[tuple[str, Sequence[str]]]) -> None:
+def column_tables(width: int, title: str, key: str, keys: Sequence[str],
+                  columns: Sequence[tuple[str, Sequence[str]]], *, box: Any = "simple") -> list[Table]:
     """A table of items (``keys``, under the heading ``key``) and columns of text, split into as many
-    tables as the console's width needs: each repeats the items, no value is ever cut (a value column
-    is as wide as its widest value; headings wrap at their spaces), and long item names fold."""
-    from rich import box
+    tables as ``width`` needs: each repeats the items, no value is ever cut (a value column is as wide as
+    its widest value; headings wrap at their spaces), and long item names fold."""
+    from rich import box as boxes
 
     columns = [(h, vals) for h, vals in columns if any(vals)]  # a column with nothing in it is left out
     widest_word = [max((len(w) for w in h.split()), default=1) for h, _ in columns]
     widths = [max([len(v) for v in vals] + [w]) for (_, vals), w in zip(columns, widest_word, strict=True)]
-    key_min = min(max((len(k) for k in keys), default=len(key)), max(16, console.width // 3))
+    key_min = min(max([len(k) for k in keys] + [len(key)]), max(16, width // 3))
 
     def build(group: list[int], part: str) -> Table:
-        t = Table(title=title + part, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        t.add_column(key, overflow="fold", min_width=key_min, ratio=1)
+        t = Table(title=title + part, title_justify="left", box=boxes.SIMPLE_HEAD if box == "simple" else None,
+                  pad_edge=False)
+        t.add_column(key, overflow="fold", min_width=key_min, ratio=1 if box == "simple" else None)
         for i in group:  # exactly as wide as its widest value (a heading wraps at its spaces)
             t.add_column(columns[i][0], justify="right", width=widths[i], overflow="fold")
         for r, k in enumerate(keys):
@@ -86,15 +88,21 @@ def print_columns(console: Console, title: str, key: str, keys: Sequence[str],
         return t
 
     def fits(group: list[int]) -> bool:  # each column, its padding and the space between columns
-        return key_min + 2 + sum(widths[i] + 3 for i in group) <= console.width
+        return key_min + 2 + sum(widths[i] + 3 for i in group) <= width
 
     groups: list[list[int]] = [[]]
     for i in range(len(columns)):
         if groups[-1] and not fits([*groups[-1], i]):
             groups.append([])
         groups[-1].append(i)
-    for n, group in enumerate(groups):
-        console.print(build(group, f" ({n + 1} of {len(groups)})" if len(groups) > 1 else ""))
+    return [build(group, f" ({n + 1} of {len(groups)})" if len(groups) > 1 else "") for n, group in enumerate(groups)]
+
+
+def print_columns(console: Console, title: str, key: str, keys: Sequence[str],
+                  columns: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """:func:`column_tables` at the console's width, printed."""
+    for t in column_tables(console.width, title, key, keys, columns):
+        console.print(t)
 
 
 def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | None,
@@ -177,10 +185,9 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
             return _num(v)
         return f"{_num(v)} ± {format(abs(iv[1] - iv[0]) / 2, '.2g')}"
 
-    t = Table("series", "step", *(label(m) for m in metrics), title=jsonl, title_justify="left")
-    for p in points:
-        t.add_row(p.series, f"{p.step:g}", *(cell(p, m) for m in metrics))
-    console.print(t)
+    print_columns(console, jsonl, "series", [p.series for p in points],
+                  [("step", [f"{p.step:g}" for p in points]),
+                   *((label(m), [cell(p, m) for p in points]) for m in metrics)])
     if any((p.intervals or {}).get(m) for p in points for m in metrics):
         console.print("[dim]± the standard error of each report (half the 95 % interval where --ci gave one)[/]")
 
@@ -206,22 +213,24 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
         console.print(t)
     else:
         console.print(title + " (no verdicts: run the batch with --density)")
-    m = Table("metric", "layers", "mean", "median", "weighted mean", "weighted median",
-              title="Metrics (plain, and weighted by parameters)", title_justify="left")
-    for row in doc["metrics"]:
+    rows = doc["metrics"]
+
+    def fmt_of(row: dict[str, Any]) -> str:
         entry = find(str(row["field"]))
-        fmt = entry.fmt if entry is not None and entry.type != "integer" else ".4g"
-        m.add_row(row["label"], str(row["layers"]), *(_num(row[k], fmt) for k in ("mean", "median", "weighted_mean",
-                                                                                   "weighted_median")))
-    console.print(m)
+        return entry.fmt if entry is not None and entry.type != "integer" else ".4g"
+
+    print_columns(console, "Metrics (plain, and weighted by parameters)", "metric", [r["label"] for r in rows],
+                  [("layers", [str(r["layers"]) for r in rows]),
+                   *((head, [_num(r[k], fmt_of(r)) for r in rows])
+                     for head, k in (("mean", "mean"), ("median", "median"), ("weighted mean", "weighted_mean"),
+                                     ("weighted median", "weighted_median")))])
     if doc.get("worst"):
-        w = Table("item", label("weightwatcher.alpha"), "verdict", "outside by",
-                  title="Furthest outside the alpha range",
-                  title_justify="left")
-        names = shorten_names([str(x["item"]) for x in doc["worst"]])
-        for name, row in zip(names, doc["worst"], strict=True):
-            w.add_row(name, _num(row["alpha"]), str(row["verdict"]), _num(row["distance"]))
-        console.print(w)
+        worst = doc["worst"]
+        print_columns(console, "Furthest outside the alpha range", "item",
+                      shorten_names([str(x["item"]) for x in worst]),
+                      [(label("weightwatcher.alpha"), [_num(r["alpha"]) for r in worst]),
+                       ("verdict", [str(r["verdict"]) for r in worst]),
+                       ("outside by", [_num(r["distance"]) for r in worst])])
     skipped = doc.get("skipped_items") or []
     if skipped:
         kinds: dict[str, int] = {}

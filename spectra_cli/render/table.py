@@ -59,7 +59,7 @@ def _spikes(spk: dict[str, Any]) -> Any:
     return t
 
 
-def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
+def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None = None) -> Group:
     src, opt, sp = doc["source"], doc["options"], doc["spectrum"]
     parts: list[Any] = []
     shape = "x".join(str(s) for s in src["shape"])
@@ -109,14 +109,12 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
         parts.append(_spikes(spk))
     fits = doc.get("fits") or []
     if fits:
-        ft = Table(title="Power-law fits (rank form)", title_justify="left", box=None, pad_edge=False)
+        from spectra_cli.render.screens import column_tables
+
         any_ci = any(f.get("ci") for f in fits)
-        columns = ("model", "method", "window", "alpha", "SE", "LS SE",
-                   *(("95% CI (bootstrap)",) if any_ci else ()), "R^2", "resid RMS", "points")
-        for c in columns:
-            ft.add_column(c, justify="right" if c not in ("model", "method") else "left",
-                          no_wrap=c in ("alpha", "95% CI (bootstrap)", "window"))
         excluded = []
+        cells: dict[str, list[str]] = {c: [] for c in ("model", "method", "alpha", "SE", "LS SE", "95% CI (bootstrap)",
+                                                        "R^2", "resid RMS", "points")}
         for f in fits:
             alpha = f"{f['alpha']:.4f}"
             if f["model"] == "broken":
@@ -126,11 +124,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
             ci = f["ci"]
             if ci and not ci["low"] <= f["alpha"] <= ci["high"]:
                 excluded.append(f)
-            ft.add_row(f["model"], f["method"], f"{f['window'][0]}..{f['window'][1]} {f['window_source']}",
-                       alpha, _fmt(f.get("se"), 2), _fmt(f["stderr"], 2),
-                       *((f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—",) if any_ci else ()),
-                       f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"]))
-        parts.append(ft)
+            for c, v in zip(cells, (f["model"], f["method"], alpha, _fmt(f.get("se"), 2), _fmt(f["stderr"], 2),
+                                    (f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—") if any_ci else "",
+                                    f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"])), strict=True):
+                cells[c].append(v)
+        windows = [f"{f['window'][0]}..{f['window'][1]} {f['window_source']}" for f in fits]
+        parts.extend(column_tables(width or 400, "Power-law fits (rank form)", "window", windows,
+                                   list(cells.items()), box=None))
         notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
                  "samples of this size); LS SE: the least-squares scatter of the points about the line, which "
                  "under-states it"]
@@ -235,7 +235,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10) -> Group:
 
 
 def print_report(doc: dict[str, Any], console: Console) -> None:
-    console.print(report_renderable(doc))
+    console.print(report_renderable(doc, width=console.width))
 
 
 def console_for() -> Console:

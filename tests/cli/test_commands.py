@@ -234,3 +234,51 @@ def test_the_table_says_the_effective_n_of_weighted_rows_and_the_top_route_bound
     r = cli("fit", NPY, "--window", "11:30", "--top", "40")
     assert r.exit_code == 0, r.stderr
     assert "at least 40 of 384 (only the leading eigenvalues computed)" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_fit_report_never_cuts_a_number_at_any_width(width):
+    """The fits table splits into further tables (the windows repeated) where the terminal is narrow."""
+    import io
+
+    from rich.console import Console
+
+    import spectra_cli as spectra
+    from spectra_cli.render.table import print_report
+
+    X = np.load(ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy")
+    doc = spectra.fit(X, window=["11:38", "39:100"], ci=True, ci_replicates=20, spikes=True).to_dict()
+    out = io.StringIO()
+    print_report(doc, Console(file=out, width=width))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    for f in doc["fits"]:
+        for value in (f"{f['alpha']:.4f}", f"{f['r2']:.4f}", f"{f['ci']['low']:.4f}..{f['ci']['high']:.4f}",
+                      str(f["n_points"])):
+            assert value in text, value
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_the_check_and_summary_tables_never_cut_a_number(tmp_path, width):
+    import io
+
+    from rich.console import Console
+
+    import spectra_cli as spectra
+    from spectra_cli.render.screens import print_checks, print_model_summary
+
+    for i in range(3):
+        np.save(tmp_path / f"encoder.layer.{i}.attention.output.dense_weight_of_a_long_name.npy",
+                powerlaw_matrix(300, 40, 0.6 + 0.2 * i, seed=i))
+    res = spectra.batch(str(tmp_path), density=True)
+    out = io.StringIO()
+    console = Console(file=out, width=width)
+    print_model_summary(res.summary(), console)
+    chk = spectra.check(tmp_path / "encoder.layer.0.attention.output.dense_weight_of_a_long_name.npy",
+                        require=["fit.alpha between 0.123456 9.87654", "rank.participation_ratio >= 1.5"])
+    print_checks("x.npy", chk.verdicts, console)
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    assert "0.123456" in text and "9.87654" in text
+    for row in res.summary()["metrics"]:
+        assert row["label"].split()[0] in text

@@ -93,3 +93,17 @@ def test_the_examples_run_as_written(page: str, tmp_path: Path, monkeypatch: pyt
         assert len((tmp_path / "layers.jsonl").read_text().splitlines()) == 2
         assert sorted(p.name for p in (tmp_path / "moments" / "step_0").iterdir()) == [
             "encoder.layer.0.npz", "encoder.layer.1.npz"]
+
+
+def test_the_cli_reference_shows_the_examples_as_typed() -> None:
+    """Click's unwrapped ``\\b`` paragraphs become code blocks for mkdocs-click (a glob is not emphasis);
+    the terminal's help keeps them as they are."""
+    import typer.main
+
+    from spectra_cli.cli.app import app
+    from spectra_cli.cli.reference import command
+
+    assert "```\nspectra batch runs/*/step_*.npy" in (command.commands["batch"].help or "")
+    for name, cmd in command.commands.items():
+        assert "\x08" not in (cmd.help or ""), name
+    assert "\x08" in (typer.main.get_command(app).commands["batch"].help or "")

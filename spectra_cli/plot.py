@@ -203,11 +203,15 @@ def log_ticks(ax: Any) -> None:
 
 
 def _legend(ax: Any, **kwargs: Any) -> None:
-    """A legend only when something is labelled (matplotlib warns on an empty one), at the figures' size."""
-    handles, _ = ax.get_legend_handles_labels()
+    """A legend only when something is labelled (matplotlib warns on an empty one), at the figures' size,
+    each label wrapped to fit within the axes (beside its handle)."""
+    handles, labels = ax.get_legend_handles_labels()
     if handles:
         kwargs.setdefault("fontsize", FONT["legend.fontsize"])
-        ax.legend(**kwargs)
+        given = kwargs["fontsize"]
+        size = float(given) if isinstance(given, int | float) else 6.5
+        share = max(ax.get_position().width - 0.5 / ax.figure.get_figwidth(), 0.2)  # less the handle (0.5 in)
+        ax.legend(handles, [wrapped(str(label), ax.figure, share, size) for label in labels], **kwargs)
 
 
 def _style(ax: Any) -> Any:
@@ -245,16 +249,43 @@ def _excluded_marks(ax: Any, ranks: np.ndarray, counts: list[tuple[int, str]]) -
             clip_on=False, label=f"below the axis: {label}")
 
 
-def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool = True) -> Any:
+def wrapped(text: str, fig: Any, share: float, size: float = 8.0) -> str:
+    """``text`` broken at spaces into lines that fit ``share`` of the figure's width at ``size`` points
+    (a character taken as 0.6 of the size: a little wider than the average glyph)."""
+    import textwrap
+
+    chars = max(int(share * fig.get_figwidth() * 72.0 / (0.6 * size)), 12)
+    return "\n".join(textwrap.fill(line, chars, break_long_words=False, break_on_hyphens=False) or line
+                     for line in text.split("\n"))
+
+
+def _own_title(ax: Any, title: str | bool | None) -> str | bool:
+    """Whether (and what) to title an axes: a string always; True unless the axes already has a title
+    (one is never overwritten); None, the default, only on axes this module made (``ax=None``): a title
+    the caller sets afterwards on their own axes never collides with one of ours."""
+    if isinstance(title, str):
+        return title
+    if title is None:
+        return ax is None
+    if ax is not None and any(ax.get_title(loc=loc) for loc in ("left", "center", "right")):
+        return False
+    return bool(title)
+
+
+def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legend: bool = True) -> Any:
     """The log-log eigenvalue spectrum: the usable eigenvalues as points, each fit as a line over its
     window (labelled with alpha and its interval; the broken law's two exponents and crossover), the
     windows as brackets on the top edge, the shuffled control, the numerical floor when it is in
-    view, and the excluded eigenvalues as triangles on the lower edge."""
+    view, and the excluded eigenvalues as triangles on the lower edge.
+
+    ``title``: a string, True (the data's name and shape, unless ``ax`` already has a title), False; the
+    default titles only a figure this function makes (``ax=None``)."""
     doc = _doc(rep)
     spec = doc.get("spectrum")
     if not isinstance(spec, dict) or not isinstance(spec.get("eigenvalues"), list):
         raise OptionError("this report holds no eigenvalues to draw (a spectra.report/1 with a spectrum).")
     require_matplotlib()
+    title = _own_title(ax, title)
     ax = _new_axes(ax)
     lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
     ranks = np.arange(1, lam.size + 1)
@@ -311,11 +342,11 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool = True, legend: bool
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue λⱼ")
     if title:
-        ax.set_title(title if isinstance(title, str) else title_of(doc), loc="left",
-                     fontsize=FONT["axes.titlesize"])
+        ax.set_title(wrapped(title if isinstance(title, str) else title_of(doc), ax.figure,
+                             ax.get_position().width), loc="left", fontsize=FONT["axes.titlesize"])
     if legend:
-        _legend(ax, loc="best", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
-                facecolor="white", fontsize=6)  # (a decaying spectrum leaves the lower left or the upper right free)
+        _legend(ax, loc="lower left", handlelength=2.2, frameon=True, framealpha=0.7, edgecolor="none",
+                facecolor="white", fontsize=6)  # a decaying spectrum leaves the lower left free (a long label too)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return _style(ax)
 
@@ -352,10 +383,11 @@ def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     return _style(ax)
 
 
-def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | None = None) -> Any:
+def density(rep: Any, ax: Any = None, *, title: str | bool | None = None, bins: int | None = None) -> Any:
     """The density fit (WeightWatcher's ESD plot): the histogram of the usable eigenvalues on
     log-log axes, ``x_min``, and the fitted tail ``p(lambda) = (n_tail / N) (alpha - 1) / x_min
-    (lambda / x_min)^-alpha``, with alpha, its standard error and the KS distance written on it."""
+    (lambda / x_min)^-alpha``, with alpha, its standard error and the KS distance written on it.
+    ``title`` as :func:`spectrum`'s."""
     doc = _doc(rep)
     spec, dens = doc.get("spectrum"), doc.get("density")
     if not isinstance(dens, dict) or finite(dens.get("alpha")) is None:
@@ -363,6 +395,7 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     if not isinstance(spec, dict) or not isinstance(spec.get("eigenvalues"), list):
         raise OptionError("this report holds no eigenvalues to draw (a spectra.report/1 with a spectrum).")
     require_matplotlib()
+    title = _own_title(ax, title)
     ax = _new_axes(ax)
     lam = np.asarray([np.nan if v is None else v for v in spec["eigenvalues"]], dtype=float)
     lam = lam[: _usable(spec, lam.size)]
@@ -404,8 +437,8 @@ def density(rep: Any, ax: Any = None, *, title: str | bool = True, bins: int | N
     ax.set_ylabel("density p(λ)")
     legend_box = {"frameon": True, "framealpha": 0.85, "edgecolor": "none", "facecolor": "white"}
     if title:
-        ax.set_title(title if isinstance(title, str) else f"{title_of(doc)}: ESD", loc="left",
-                     fontsize=FONT["axes.titlesize"])
+        ax.set_title(wrapped(title if isinstance(title, str) else f"{title_of(doc)}: ESD", ax.figure,
+                             ax.get_position().width), loc="left", fontsize=FONT["axes.titlesize"])
     _legend(ax, loc="lower left", **legend_box)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return _style(ax)
@@ -536,7 +569,10 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
     parts: list[tuple[str, Any, Any, str]] = [("context", doc.get("context"), "-", DATA_COLOR)]
     parts += [(f"{k} control", v, LINESTYLES[(i + 1) % len(LINESTYLES)], (CONTROL_COLOR, PALETTE[3])[i % 2])
               for i, (k, v) in enumerate((doc.get("controls") or {}).items())]
+    from spectra_cli.analysis.suite import POOR_FIT_R2, POOR_FIT_RMS
+
     lo = math.inf
+    view: tuple[float, float] | None = None
     for name, part, style, color in parts:
         if not isinstance(part, dict):
             continue
@@ -547,18 +583,28 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
         lam = lam[lam > 0] / total
         if not lam.size:
             continue
-        ax.loglog(np.arange(1, lam.size + 1), lam, style, color=color, lw=1.0, label=name)
+        below = view is not None and float(lam.min()) < view[0]
+        ax.loglog(np.arange(1, lam.size + 1), lam, style, color=color, lw=1.0,
+                  label=name + (" (clipped below)" if below else ""))
         lo = min(lo, float(lam.min()))
+        if name == "context":  # the view follows the data: a control far below does not squash it
+            view = (float(lam.min()) / 4.0, float(lam.max()) * 3.0)
         fit = part.get("fit")
         if name == "context" and isinstance(fit, dict) and finite(fit.get("alpha")) is not None:
             k1, k2 = fit["window"]
             j = np.geomspace(k1, k2, 60)
-            ax.loglog(j, predict(fit, j) / total, color=PALETTE[0], ls="--", lw=1.6, label=_fit_label(fit))
+            r2, rms = finite(fit.get("r2")), finite(fit.get("residual_rms"))
+            poor = (r2 is not None and r2 < POOR_FIT_R2) or (rms is not None and rms > POOR_FIT_RMS)
+            label = _fit_label(fit) + (f"\npoor fit: R² {fit['r2']:.2f}, residual RMS {fit['residual_rms']:.2f}"
+                                       if poor else "")
+            ax.loglog(j, predict(fit, j) / total, color=PALETTE[0], ls="--", lw=1.6, label=label)
             _window_bars(ax, [dict(fit)])
+    if view is not None:
+        ax.set_ylim(*view)
     _major_labels_only(ax)
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue / sum")
-    _legend(ax, frameon=False, loc="lower left")
+    _legend(ax, frameon=False, loc="upper right")
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return _style(ax)
 
@@ -595,9 +641,10 @@ def figure(width: float, height: float, margins: dict[str, float] | None = None)
     return fig
 
 
-def report_figure(rep: Any) -> Any:
+def report_figure(rep: Any, *, title: str | None = None) -> Any:
     """The figure of ``spectra fit --plot``: the spectrum over its local slope, one column wide; with a
-    density fit, the ESD panel beside them (two columns)."""
+    density fit, the ESD panel beside them (two columns). ``title``: instead of the data's name and shape
+    (``--title``)."""
     doc = _doc(rep)
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
@@ -605,7 +652,7 @@ def report_figure(rep: Any) -> Any:
         fig = figure(COLUMN_WIDTH * (2 if has_density else 1) + (0.2 if has_density else 0), 4.0)
         grid = fig.add_gridspec(2, 2 if has_density else 1, height_ratios=[2.6, 1.1])
         ax = fig.add_subplot(grid[0, 0])
-        spectrum(doc, ax=ax)
+        spectrum(doc, ax=ax, title=title or True)
         ax.set_xlabel("")
         ax.tick_params(labelbottom=False)
         local_slope(doc, ax=fig.add_subplot(grid[1, 0], sharex=ax), legend=False)
@@ -614,17 +661,18 @@ def report_figure(rep: Any) -> Any:
     return fig
 
 
-def density_figure(rep: Any) -> Any:
+def density_figure(rep: Any, *, title: str | None = None) -> Any:
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
         fig = figure(COLUMN_WIDTH, 2.6)
-        density(rep, ax=fig.add_subplot())
+        density(rep, ax=fig.add_subplot(), title=title or True)
     return fig
 
 
-def sequence_figure(doc: Any) -> Any:
+def sequence_figure(doc: Any, *, title: str | None = None) -> Any:
     """The figure of ``spectra sequence --plot``: per-position participation ratio and alpha, the
-    context spectrum with its fit and controls, the lag energies; one legend per panel."""
+    context spectrum with its fit and controls, the lag energies; one legend per panel. ``title``:
+    instead of the data's name and layout (``--title``)."""
     doc = _doc(doc)
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
@@ -635,11 +683,14 @@ def sequence_figure(doc: Any) -> Any:
         sequence_context(doc, ax=axes[0, 1])
         lag_energy(doc, ax=axes[1, 1])
         src = doc.get("source") or {}
-        fig.suptitle(f"{data_name(doc)}: {src.get('layout', '')}", fontsize=8, x=0.01, ha="left")
+        fig.suptitle(wrapped(title or f"{data_name(doc)}: {src.get('layout', '')}", fig, 0.98, 8.0), fontsize=8,
+                     x=0.01, ha="left")
     return fig
 
 
-def trend_figure(points: Any, metrics: Sequence[str]) -> Any:
+def trend_figure(points: Any, metrics: Sequence[str], *, title: str | None = None) -> Any:
+    """The figure of ``spectra trend --plot``: one panel per metric against the step; ``title`` above them
+    (``--title``), the error bars' meaning under it."""
     mpl = require_matplotlib()
     with mpl.rc_context(FONT):
         fig = figure(COLUMN_WIDTH * 1.6, 1.9 * len(metrics) + 0.3)
@@ -648,8 +699,9 @@ def trend_figure(points: Any, metrics: Sequence[str]) -> Any:
             trend(points, m, ax=ax)
             if ax is not axes[-1, 0]:
                 ax.set_xlabel("")
-        fig.suptitle("error bars: each report's 95% bootstrap interval (--ci), else ± its standard error",
-                     fontsize=6.5, x=0.01, ha="left", color="#555555")
+        note = "error bars: each report's 95% bootstrap interval (--ci), else ± its standard error"
+        fig.suptitle(wrapped(f"{title}\n{note}" if title else note, fig, 0.98, 6.5), fontsize=6.5, x=0.01, ha="left",
+                     color="#555555")
     return fig
 
 

@@ -18,6 +18,7 @@ from spectra_cli.cli.flags import (
     MaxMemory,
     Paths,
     Plot,
+    Title,
     Top,
     describe_paths,
     fit_options,
@@ -36,6 +37,7 @@ def fit(
     eigenvalues: Annotated[bool, typer.Option("--eigenvalues", help="PATH is a 1-D list of eigenvalues "
                                               "(.npy, .json, .csv/.txt), not a data matrix.")] = False,
     plot: Plot = None,
+    title: Title = None,
     json: Json = False,
     *,
     reading: ReadKeywords,
@@ -52,6 +54,10 @@ def fit(
     from spectra_cli.render.progress import LazyProgress
     from spectra_cli.run import matrix as api
 
+    if title is not None and plot is None:
+        from spectra_cli.errors import OptionError
+
+        raise OptionError("--title names the figure: give --plot FILE too.")
     if plot is not None:
         from spectra_cli.render.figures import check_plot_target
 
@@ -64,7 +70,7 @@ def fit(
     if plot is not None:
         from spectra_cli.render.figures import plot_report
 
-        plot_report(report, plot)
+        plot_report(report, plot, title)
     emit(report.to_dict(), json, written=(plot,) if plot else ())
     if plot is not None:
         from spectra_cli.render.figures import wrote

@@ -8,7 +8,7 @@ import typer
 
 from spectra_cli.analysis.suite import FitKeywords
 from spectra_cli.cli.app import app, emit
-from spectra_cli.cli.flags import Json, Paths, Plot, describe_paths, fit_options, reading_options
+from spectra_cli.cli.flags import Json, Paths, Plot, Title, describe_paths, fit_options, reading_options
 from spectra_cli.options import SEQUENCE_REFUSES, SOURCE_KEYWORDS, SourceKeywords
 from spectra_cli.run.sequence import SEQUENCE_FIT
 
@@ -26,6 +26,7 @@ def sequence(
     controls: Annotated[str, typer.Option("--controls", metavar="LIST", help="block-diagonal,shuffled (default), "
                                           "one of them, or none.")] = "block-diagonal,shuffled",
     plot: Plot = None,
+    title: Title = None,
     json: Json = False,
     *,
     reading: SourceKeywords,
@@ -42,6 +43,10 @@ def sequence(
     from spectra_cli.render.progress import LazyProgress
     from spectra_cli.run.sequence import sequence as run
 
+    if title is not None and plot is None:
+        from spectra_cli.errors import OptionError
+
+        raise OptionError("--title names the figure: give --plot FILE too.")
     if plot is not None:
         from spectra_cli.render.figures import check_plot_target
 
@@ -53,7 +58,7 @@ def sequence(
     if plot is not None:
         from spectra_cli.render.figures import plot_sequence
 
-        plot_sequence(doc, plot)
+        plot_sequence(doc, plot, title)
     from spectra_cli.render.context_view import print_sequence
 
     emit(doc, json, print_sequence, written=(plot,) if plot else ())

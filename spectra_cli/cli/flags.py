@@ -50,6 +50,8 @@ Convention = Annotated[str, typer.Option("--convention", metavar="NAME", help="s
                                           "alpha, its layers, columns and verdicts).")]
 Plot = Annotated[str | None, typer.Option("--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; needs "
                                           "the 'plot' extra).")]
+Title = Annotated[str | None, typer.Option("--title", metavar="TEXT", help="The figure's title (with --plot), "
+                                          "instead of the data's name.")]
 
 
 Top = Annotated[int | None, typer.Option(

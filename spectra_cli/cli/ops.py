@@ -24,6 +24,7 @@ from spectra_cli.cli.flags import (
     Rows,
     Sample,
     Threads,
+    Title,
     Uncentered,
     fit_options,
 )
@@ -240,6 +241,7 @@ def trend(
     step_regex: Annotated[str | None, typer.Option("--step-regex", metavar="REGEX",
                                                    help="Regex whose group 1 is the step.")] = None,
     plot: Plot = None,
+    title: Title = None,
     json: Json = False,
 ) -> None:
     """Metrics of a batch against the step number in the item names (table, JSON, plot).
@@ -254,13 +256,17 @@ def trend(
     from spectra_cli.run.trend import trend as run_trend
 
     metrics = list(metric or [])
+    if title is not None and plot is None:
+        from spectra_cli.errors import OptionError
+
+        raise OptionError("--title names the figure: give --plot FILE too.")
     if plot is not None:
         from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
     result = run_trend(paths, metric=metrics, step_regex=step_regex)
     if plot is not None:
-        plot_trend(list(result.points), metrics, plot)
+        plot_trend(list(result.points), metrics, plot, title)
     for note in result.notes:
         sys.stderr.write(f"note: {flag_text(note)}\n")
     from spectra_cli.render.screens import print_trend

@@ -42,20 +42,20 @@ def _write(fig: Any, path: str) -> None:
     save(fig, path)
 
 
-def plot_report(report: Any, path: str) -> None:
+def plot_report(report: Any, path: str, title: str | None = None) -> None:
     from spectra_cli.plot import report_figure
 
-    _write(report_figure(report), path)
+    _write(report_figure(report, title=title), path)
 
 
-def plot_sequence(doc: dict[str, Any], path: str) -> None:
+def plot_sequence(doc: dict[str, Any], path: str, title: str | None = None) -> None:
     from spectra_cli.plot import sequence_figure
 
-    _write(sequence_figure(doc), path)
+    _write(sequence_figure(doc, title=title), path)
 
 
-def plot_trend(points: list[Point], metrics: list[str], path: str) -> None:
+def plot_trend(points: list[Point], metrics: list[str], path: str, title: str | None = None) -> None:
     """Each metric of a batch against the step in its item names (``spectra trend --plot``)."""
     from spectra_cli.plot import trend_figure
 
-    _write(trend_figure(points, metrics), path)
+    _write(trend_figure(points, metrics, title=title), path)

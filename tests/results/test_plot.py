@@ -95,7 +95,7 @@ def test_shuffled_control_is_grey_and_solid_and_the_title_names_the_data(tmp_pat
     X = powerlaw_matrix(2000, 40, 1.0, seed=5)
     np.save(tmp_path / "acts.npy", X)
     rep = spectra.fit(str(tmp_path / "acts.npy"), shuffled_control=True)
-    ax = plot.spectrum(rep, ax=_new())
+    ax = plot.spectrum(rep, ax=_new(), title=True)
     control = next(ln for ln in ax.get_lines() if ln.get_label() == "shuffled control")
     assert control.get_color() == plot.CONTROL_COLOR and control.get_linestyle() == "-"
     assert ax.get_title(loc="left") == "acts.npy, 2,000 × 40"
@@ -230,3 +230,61 @@ def test_a_trend_of_many_series_names_the_mean_and_those_that_moved_most():
     names = [t.get_text() for t in ax.get_legend().get_texts()]
     assert names[0] == "mean of 20 series" and len(names) == 1 + plot.MOVERS_NAMED
     assert {"layer4", "layer9"} <= set(names[1:3])
+
+
+def _inside(fig) -> list[str]:
+    """What of ``fig``, as drawn, leaves the canvas: the figure's tight box (every drawn artist, the
+    texts included; ticks outside the view are not drawn) against its size, with a pixel of slack."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    tight = fig.get_tightbbox(canvas.get_renderer())  # inches
+    w, h = fig.get_size_inches()
+    slack = 1.0 / fig.dpi
+    return [side for side, bad in (("left", tight.x0 < -slack), ("bottom", tight.y0 < -slack),
+                                   ("right", tight.x1 > w + slack), ("top", tight.y1 > h + slack)) if bad]
+
+
+def test_every_figure_keeps_its_text_on_the_canvas(tmp_path):
+    """Every kind: the fit with a long --ci label (3.4 in wide), the broken law, the density panel, the
+    sequence figure, a trend of many series with a title, a layers figure."""
+    from spectra_cli.run.trend import Point
+
+    X = np.load("sample_data/minilm_layer5_tokens_4k_f16.npy")
+    ci = spectra.fit(X[:800], window=["11:256"], ci=True, ci_replicates=50)  # its interval excludes alpha: 2 lines
+    broken = spectra.fit(X, window="11:100", model="broken", shuffled_control=True, density=True)
+    seq = spectra.sequence("sample_data/minilm_layer3_context32_128_f16.npy", window="11:100")
+    pts = [Point(f"encoder.layer.{i}.attention.output.dense", float(s), f"x{i}_{s}",
+                 {"fit.alpha": 0.5 + i / 40 + s / 1000}) for i in range(24) for s in (100, 200, 300)]
+    docs = [dict(broken.to_dict(), source={**broken.to_dict()["source"], "path": f"model.safetensors::layer.{i}.w"})
+            for i in range(6)]
+    figures = {
+        "fit --ci": plot.report_figure(ci),
+        "fit --ci --title": plot.report_figure(ci, title="a title much longer than the figure is wide, " * 2),
+        "broken + density": plot.report_figure(broken),
+        "density": plot.density_figure(broken),
+        "sequence": plot.sequence_figure(seq),
+        "trend": plot.trend_figure(pts, ["fit.alpha"], title="run 7"),
+        "layers": plot.layers(docs, "fit.alpha").figure,
+    }
+    for name, fig in figures.items():
+        assert not _inside(fig), (name, _inside(fig))
+    assert figures["fit --ci"].get_figwidth() == pytest.approx(3.4, abs=0.05)
+
+
+def test_a_title_set_on_the_callers_axes_is_never_overwritten(layernorm_report):
+    ax = _new()
+    ax.set_title("mine")
+    plot.spectrum(layernorm_report, ax=ax)  # the default titles only a figure of its own
+    assert ax.get_title() == "mine" and ax.get_title(loc="left") == ""
+    ax = _new()
+    plot.spectrum(layernorm_report, ax=ax)
+    ax.set_title("mine")  # afterwards: no collision with one of ours
+    assert ax.get_title(loc="left") == ""
+    ax = _new()
+    ax.set_title("mine", loc="left")
+    plot.spectrum(layernorm_report, ax=ax, title=True)  # True: still not over an existing one
+    assert ax.get_title(loc="left") == "mine"
+    assert plot.spectrum(layernorm_report, ax=_new(), title="given").get_title(loc="left") == "given"
+    assert plot.spectrum(layernorm_report).get_title(loc="left")  # its own figure: titled

@@ -154,8 +154,17 @@ class Report:
         return self.suite.rank if self.suite is not None else None
 
     def to_pandas(self) -> Any:
+        """The report's metrics as a one-row pandas DataFrame: the columns of a batch's row
+        (``BatchResult.to_pandas()``: item, status, shape, then every metric of the registry's batch view,
+        numeric), so that reports concatenate into one table. The spectrum is :meth:`spectrum_frame`.
+        pandas is the optional extra ``pandas``."""
+        from spectra_cli.frames import batch_rows, frame
+
+        return frame(batch_rows([self.to_dict()]))
+
+    def spectrum_frame(self) -> Any:
         """The spectrum as a pandas DataFrame: a row per rank (eigenvalue, explained variance ratio,
-        usable), a column per fit (the fitted law over its window). pandas is the optional extra ``pandas``."""
+        usable), a column per fit (the fitted law over its window)."""
         from spectra_cli.frames import report_frame
 
         return report_frame(self.to_dict())

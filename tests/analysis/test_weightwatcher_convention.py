@@ -181,7 +181,14 @@ def test_report_to_pandas_and_repr_html():
     rng = np.random.default_rng(5)
     X = rng.standard_normal((2000, 30)) * np.arange(1, 31) ** -0.5
     rep = spectra.fit(X, window=["2:10", "5:20"])
-    df = rep.to_pandas()
+    row = rep.to_pandas()  # one row of metrics, as a batch's rows
+    assert len(row) == 1 and row["fit.alpha"][0] == pytest.approx(rep.fit.alpha)
+    assert row["rank.participation_ratio"][0] == pytest.approx(rep.rank.participation_ratio)
+    assert row["fit.alpha"].dtype.kind == "f" and row["status"][0] == "ok"
+    from spectra_cli.frames import batch_rows
+
+    assert list(row.columns) == list(batch_rows([{"item": "x", "error": "e"}])[0])
+    df = rep.spectrum_frame()
     assert list(df.columns) == ["rank", "eigenvalue", "explained_variance_ratio", "usable", "fit 2-10", "fit 5-20"]
     np.testing.assert_allclose(df["eigenvalue"], rep.to_dict()["spectrum"]["eigenvalues"])
     inside = df["fit 2-10"].notna()

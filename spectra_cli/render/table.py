@@ -142,12 +142,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
             pop = f.get("population")
             if pop:
                 curve = pop.get("sampling_curve")
-                said = (f"; the row model alone {pop['model_alpha']:.4f}, the data's sampling curve "
-                        f"{curve['spread_ratio']:.2f} times the model's" if curve
-                        else "; the row model alone (no sampling curve)")
+                said = (f"; the rows spread the spectrum {curve['spread_ratio']:.2f} times as much as the row model "
+                        f"predicts (their sampling curve), which alone gives {pop['model_alpha']:.4f}" if curve
+                        else "; from the row model alone (too few row groups for a sampling curve)")
                 notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
-                             f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}; the sample slope {pop['naive_alpha']:.4f} "
-                             f"at n/d = {pop['n_over_d']:.3g}{said}; match RMS {pop['match_rms']:.3g})")
+                             f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}), against the sample slope "
+                             f"{pop['naive_alpha']:.4f}{said}; the fitted population matches the spectrum to "
+                             f"{pop['match_rms']:.2g} in log lambda (RMS)")
         models = doc.get("models")
         if models:
             cmp = ", ".join(f"{name} {m['alpha']:.3f} (BIC {m['bic']:.1f})" for name, m in models["models"].items())
@@ -223,7 +224,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
         if iso.get("zero_rows"):
             rows_.append(("zero rows (excluded)", iso["zero_rows"]))
         if iso.get("scale"):
-            rows_.append(("scale", f"{iso['scale']} (s = {_fmt(iso['scale_value'])})"))
+            rows_.append(("scale of Z(c)", f"s = {_fmt(iso['scale_value'])} (--scale {iso['scale']}: "
+                                            + ("the std of all entries)" if iso["scale"] == "seed" else "1)")))
         parts.append(_kv("Isotropy", rows_))
     if doc["warnings"]:
         warn = Text("Warnings\n", style="bold yellow")

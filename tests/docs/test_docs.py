@@ -106,4 +106,28 @@ def test_the_cli_reference_shows_the_examples_as_typed() -> None:
     assert "```\nspectra batch runs/*/step_*.npy" in (command.commands["batch"].help or "")
     for name, cmd in command.commands.items():
         assert "\x08" not in (cmd.help or ""), name
+        assert not any("|" in (getattr(p, "help", None) or "") for p in cmd.params), name  # a table cell's end
     assert "\x08" in (typer.main.get_command(app).commands["batch"].help or "")
+
+
+def test_the_site_builds_strict_and_its_cli_reference_has_every_option(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (warnings are errors; offline), and the generated command-line reference
+    names every command and every option of the Typer app."""
+    pytest.importorskip("mkdocs")
+    import typer.main
+
+    from spectra_cli.cli.app import app
+
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)], cwd=ROOT,
+                       capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    html = (site / "reference" / "cli" / "index.html").read_text()
+    for name, cmd in typer.main.get_command(app).commands.items():
+        assert f'id="{name}"' in html, name
+        for p in cmd.params:
+            for flag in p.opts:
+                if flag.startswith("-"):
+                    assert flag in html, f"{name} {flag}"
+    api = (site / "reference" / "api" / "index.html").read_text()
+    assert "spectra_cli.run.matrix.fit" in api and "spikes" in html

@@ -64,6 +64,15 @@ ROGUE_SHARE = 0.5
 FEATURES = 5
 #: Gauss-Legendre nodes of the Fredholm determinant, and the length of the interval it covers.
 _TW_NODES, _TW_SPAN = 64, 16.0
+#: The law is matched over at most the window's first ranks ``k0 .. max(3 k0, k0 + HEAD_RANKS)``.
+HEAD_RANKS = 50
+#: The window must start within this share of the resolved ranks.
+HEAD_SHARE = 0.25
+#: A bulk law more uncertain than this at rank 1 (log factor: e^1.5 = 4.5) tests nothing.
+MAX_SPREAD = 1.5
+#: The note that the law overshoots the head: the largest eigenvalue this many Tracy-Widom scales below
+#: the edge, and three times the law's error.
+NOTE_BELOW = 6.0
 #: Gauss-Hermite nodes over the bulk law's error.
 _HERMITE_NODES = 16
 
@@ -175,6 +184,7 @@ class Spikes:
     next_rank: int | None = None
     next_p_value: float | None = None
     reason: str | None = None
+    note: str | None = None
     cost: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -196,6 +206,7 @@ class Spikes:
                      "edge": self.bulk_edge, "bbp_threshold": self.threshold},
             "next": {"rank": self.next_rank, "p_value": self.next_p_value},
             "reason": self.reason,
+            "note": self.note,
             "method": METHOD,
             "definitions": {
                 "spikes": "the eigenvalues above the bulk, largest first: rank, eigenvalue, p_value (of the "
@@ -222,7 +233,7 @@ def null_sf(lam: float, edge: Edge, spread: float) -> float:
         return tracy_widom_sf((lam - edge.mu) / edge.sigma)
     u, w = np.polynomial.hermite_e.hermegauss(_HERMITE_NODES)
     w = w / w.sum()
-    p = sum(wi * tracy_widom_sf((lam - edge.mu * math.exp(spread * ui)) / edge.sigma)
+    p = sum(wi * tracy_widom_sf((lam - edge.mu * math.exp(min(spread * ui, 700.0))) / edge.sigma)
             for ui, wi in zip(u, w, strict=True))
     return min(max(float(p), 0.0), 1.0) + 0.0
 
@@ -240,11 +251,11 @@ def law_spread(residuals: np.ndarray, window: tuple[int, int], k: int, alpha_se:
 
 
 def _bulk_law(lam: np.ndarray, n: float, window: tuple[int, int], k: int,
-              start: float | None) -> tuple[float, float, np.ndarray, int]:
+              start: float | None, dim: int) -> tuple[float, float, np.ndarray, int]:
     """``(alpha, C, residuals, evaluations)`` of the power-law bulk of ``lam[k:]`` (``d - k`` directions),
     matched over the window's ranks less ``k``."""
     lb = lam[k:]
-    d = lb.size
+    d = dim - k  # the bulk's directions: every one of the d less the k spikes, whatever was computed
     k0, k1 = window[0] - k, window[1] - k
     ranks = np.arange(k0, k1 + 1)
     y = np.log(lb[ranks - 1])
@@ -264,25 +275,31 @@ def _bulk_law(lam: np.ndarray, n: float, window: tuple[int, int], k: int,
 
 def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], total: float | None = None,
                 vectors: Callable[[int], np.ndarray] | None = None, level: float = SPIKE_LEVEL,
-                alpha_se: float | None = None) -> Spikes:
+                alpha_se: float | None = None, dim: int | None = None) -> Spikes:
     """The spikes of a sample spectrum (the module docstring has the model and the test).
 
     ``eigenvalues``: descending (the leading ones suffice: those down to the window's end);
     ``n``: the sample's degrees of freedom; ``window``: the rank fit's (1-based, inclusive): the ranks
     above it are tested; ``total``: the total variance (the spikes' ``share``; default the sum given);
     ``vectors(k)``: the leading ``k`` eigenvectors as the columns of a ``d x k`` array (their loadings
-    name the features)."""
+    name the features); ``dim``: the dimension d (default: the eigenvalues given; fewer rows than
+    features, or only the leading eigenvalues computed, give fewer). The law is matched over the head of
+    the window (ranks ``k0 .. max(3 k0, k0 + 50)`` at most: the ranks that carry it to rank 1), in units of
+    the largest eigenvalue (the test does not depend on the data's scale)."""
     t0 = time.perf_counter()
     lam = np.asarray(eigenvalues, dtype=np.float64)
+    dim = int(dim) if dim is not None else int(lam.size)
     k0, k1 = (int(v) for v in window)
+    k1 = min(k1, max(3 * k0, k0 + HEAD_RANKS))
     total = float(lam.sum()) if total is None else float(total)
+    unit = float(lam[0]) if lam.size and lam[0] > 0 else 1.0
 
     def skip(reason: str) -> Spikes:
         return Spikes(level=level, n=float(n), window=(k0, k1), reason=reason)
 
     if k0 < 2:
-        return skip(f"the rank window starts at rank {k0}: no rank above it to test "
-                                     "(start the window lower than the spikes, e.g. --window 11:...)")
+        return skip(f"the rank window starts at rank {k0}: no rank above it to test (a window that starts "
+                    "below the ranks to test: --window K1:K2 with K1 > 1)")
     if n < 4:
         return skip(f"{n:.3g} degrees of freedom: too few rows for a sampling bulk")
     if lam.size < k1 or not np.all(lam[:k1] > 0):
@@ -290,22 +307,48 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
                                      "be fitted there")
     if k1 - k0 + 1 < 3:
         return skip(f"the window {k0}:{k1} holds fewer than 3 ranks: the bulk cannot be fitted")
+    resolved = min(dim, int(math.floor(n)) + 1)
+    if k0 > HEAD_SHARE * resolved:
+        return skip(f"the window starts at rank {k0}, past the first {HEAD_SHARE:.0%} of the {resolved} ranks the "
+                    "sample resolves: a law fitted that far down does not speak for the top (start the window "
+                    "nearer the ranks to test)")
     found: list[tuple[int, float, float, float]] = []
     alpha: float | None = None
     evals = 0
     last: tuple[float, float, Edge] | None = None  # the bulk the last rank tested was held against
     next_rank = next_p = None
+    unit_lam = lam / unit
+    note = None
+
+    def too_uncertain(spread: float) -> str:
+        return (f"the bulk law carried from ranks {k0}..{k1} to rank 1 is uncertain by a factor "
+                f"{math.exp(min(spread, 700.0)):.3g} (its misfit over the window, or alpha's error): start the window "
+                "higher (nearer the ranks to test)")
+
+    # first the plain log-log line over the window: a window whose law cannot be carried to rank 1 is refused
+    # before the deterministic equivalent is matched (far down the spectrum, that match is the costly part)
+    x = np.log(np.arange(k0, k1 + 1, dtype=np.float64))
+    y = np.log(unit_lam[k0 - 1:k1])
+    line = np.polyval(np.polyfit(x, y, 1), x)
+    if law_spread(y - line, (k0, k1), 0, alpha_se) > MAX_SPREAD:
+        return skip(too_uncertain(law_spread(y - line, (k0, k1), 0, alpha_se)))
     for k in range(k0 - 1):
-        alpha, scale, resid, e = _bulk_law(lam, n, (k0, k1), k, alpha)
+        alpha, scale, resid, e = _bulk_law(unit_lam, n, (k0, k1), k, alpha, dim)
         evals += e
-        edge = bulk_edge(scale * np.arange(1, lam.size - k + 1, dtype=np.float64) ** -alpha, n)
-        last = (alpha, scale, edge)
-        stat = (float(lam[k]) - edge.mu) / edge.sigma
-        p = null_sf(float(lam[k]), edge, law_spread(resid, (k0, k1), k, alpha_se))
+        edge = bulk_edge(scale * np.arange(1, dim - k + 1, dtype=np.float64) ** -alpha, n)
+        spread = law_spread(resid, (k0, k1), k, alpha_se)
+        if k == 0 and spread > MAX_SPREAD:
+            return skip(too_uncertain(spread))
+        last = (alpha, scale * unit, Edge(edge.mu * unit, edge.sigma * unit, edge.threshold * unit))
+        stat = (float(unit_lam[k]) - edge.mu) / edge.sigma
+        p = null_sf(float(unit_lam[k]), edge, spread)
+        if k == 0 and stat < -NOTE_BELOW and edge.mu > float(unit_lam[0]) * math.exp(3.0 * spread):
+            note = (f"the bulk's power law carried to rank 1 ({last[2].mu:.4g}) lies above the largest eigenvalue "
+                    f"({lam[0]:.4g}): the head of the spectrum bends below the law, and no rank can stand above it")
         if p >= level:
             next_rank, next_p = k + 1, p
             break
-        found.append((k, p, stat, edge.mu))
+        found.append((k, p, stat, edge.mu * unit))
     features: list[tuple[tuple[int, ...], tuple[float, ...]]] = [((), ())] * len(found)
     if found and vectors is not None:
         V = np.asarray(vectors(len(found)), dtype=np.float64)
@@ -320,5 +363,5 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
     assert last is not None
     a, s, edge = last
     return Spikes(spikes=spikes, level=level, n=float(n), window=(k0, k1), bulk_alpha=a, bulk_scale=s,
-                  bulk_edge=edge.mu, threshold=edge.threshold, next_rank=next_rank, next_p_value=next_p,
+                  bulk_edge=edge.mu, threshold=edge.threshold, next_rank=next_rank, next_p_value=next_p, note=note,
                   cost={"seconds": time.perf_counter() - t0, "evaluations": float(evals)})

@@ -104,14 +104,24 @@ def parse_max_change(text: str) -> Check:
                  in_se=unit == "se")
 
 
+#: The sections that an option adds to a report: a check on one of them without it says which.
+ASKED_FOR = {"spectrum.spikes": "--spikes", "fit.population": "--population", "fits.0.population": "--population",
+             "rank.participation_ratio_population": "--population", "density.": "--density",
+             "weightwatcher.": "--density (or --convention weightwatcher)", "control.": "--shuffled-control",
+             "isotropy.partition_isotropy": "--partition-isotropy", "isotropy.isoscore": "--isoscore",
+             "fit.ci.": "--ci"}
+
+
 def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
     v = lookup(doc, field)
     if v is MISSING or isinstance(v, dict | list | str | bool):
         names = sorted(k for k in scalar_fields(doc) if (m := registry.find(k)) is not None and k == m.path
-                       and m.kind in ("metric", "diagnostic") and not m.path.endswith(".**"))
+                       and m.kind in ("metric", "diagnostic", "count") and not m.path.endswith(".**"))
         kind = "not a number" if v is not MISSING else "not a field"
+        asked = next((flag for prefix, flag in ASKED_FOR.items() if field.startswith(prefix)), None)
+        hint = f" ({field} is in the report with {asked})" if v is MISSING and asked else ""
         raise OptionError(
-            f"{what} field {field!r} is {kind} of the report; valid fields: {', '.join(names)} "
+            f"{what} field {field!r} is {kind} of the report{hint}; valid fields: {', '.join(names)} "
             "(and every other numeric leaf, e.g. fits.1.alpha, models.models.broken.alpha_2, spectrum.eigenvalues.0)"
         )
     return None if v is None else float(v)

@@ -14,7 +14,9 @@ from spectra_cli.validate import check_number, check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
 # Sections whose numbers describe the run, not the data.
-SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.")
+SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.",
+                 # each spike's rank, coordinates and loadings are labels, not amounts (their count is compared)
+                 "spectrum.spikes.spikes.", "spectrum.spikes.rogue_dimensions.", "spectrum.spikes.bulk.window.")
 
 
 def load_report(path: str) -> dict[str, Any]:

@@ -257,10 +257,12 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
         w = suite.fits[0].window
         rows = (first.rows, first.weights) if first.rows is not None else None
         found = find_spikes(main.eigenvalues, n=dof, window=(w.k_min, w.k_max), total=main.total_variance,
-                            alpha_se=suite.fits[0].se,
+                            alpha_se=suite.fits[0].se, dim=main.n_features,
                             vectors=lambda k: leading_vectors(first.moments, rows, k, centered=centered, ddof=ddof))
     if found.reason is not None:
         warnings.append(f"--spikes: not tested: {found.reason}")
+    elif found.note is not None:
+        warnings.append(f"--spikes: {found.note}")
     elif found.rogue_dimensions:
         dims = ", ".join(str(i) for i in found.rogue_dimensions)
         warnings.append(f"rogue dimension(s) {dims}: one coordinate carries most of a spike's direction "

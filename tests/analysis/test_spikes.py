@@ -126,3 +126,55 @@ def test_what_cannot_be_tested_says_why() -> None:
     with pytest.raises(OptionError, match=r"^spikes needs the number of rows behind the spectrum and its "
                                           r"eigenvectors: give the data matrix, not eigenvalues\.$"):
         sp.fit(np.linspace(2, 1, 50), eigenvalues=True, spikes=True)
+
+
+def test_the_test_does_not_depend_on_the_datas_scale() -> None:
+    X = _planted(1.0, 160, 640, seed=4, above=(8.0,), below=(), coords=(37,))
+    base = sp.fit(X, spikes=True, window="11:40").spikes
+    for factor in (1e-150, 1e150):
+        s = sp.fit(X * factor, spikes=True, window="11:40").spikes
+        assert s is not None and base is not None and s.count == base.count == 1
+        assert s.spikes[0].features[0] == 37 and s.spikes[0].p_value == pytest.approx(base.spikes[0].p_value, abs=1e-12)
+        assert s.bulk_edge == pytest.approx(base.bulk_edge * factor**2, rel=1e-6)  # a covariance: the square
+
+
+def test_the_bulk_has_every_direction_when_fewer_eigenvalues_are_known(tmp_path) -> None:
+    """Fewer rows than features (the Gram route: n - 1 eigenvalues) and the top-k route test against the
+    same bulk of d directions as the d x d route (a moment file)."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((200, 800))
+    X[:, 5] *= np.sqrt(10.0)
+    np.save(tmp_path / "x.npy", X)
+    sp.moments(str(tmp_path / "x.npy"), out=str(tmp_path / "m.npz"))
+    rows = sp.fit(str(tmp_path / "x.npy"), spikes=True, window="11:40").spikes
+    moments = sp.fit(str(tmp_path / "m.npz"), spikes=True, window="11:40").spikes
+    assert rows is not None and moments is not None
+    assert rows.count == moments.count == 1 and rows.spikes[0].features[0] == moments.spikes[0].features[0] == 5
+    assert rows.bulk_edge == pytest.approx(moments.bulk_edge, rel=1e-6)
+    Y = rng.standard_normal((4000, 1024)) * np.arange(1, 1025) ** -0.5
+    top = sp.fit(Y, spikes=True, window="11:40", top=45).spikes
+    full = sp.fit(Y, spikes=True, window="11:40", top=0).spikes
+    assert top is not None and full is not None and top.count == full.count == 0
+    assert top.bulk_edge == pytest.approx(full.bulk_edge, rel=1e-6)
+
+
+def test_a_window_far_down_the_spectrum_is_refused_at_once() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2000, 256)) * np.arange(1, 257) ** -0.5
+    s = sp.fit(X, spikes=True, window="200:256").spikes
+    assert s is not None and s.count is None and s.reason is not None and "past the first 25 %" in s.reason.replace(
+        "25%", "25 %")
+    assert s.cost == {}  # refused before any matching
+
+
+def test_check_names_the_option_and_compare_counts_without_subtracting_coordinates(tmp_path) -> None:
+    X, Y = str(tmp_path / "x.npy"), str(tmp_path / "y.npy")
+    np.save(X, _planted(0.0, 120, 600, seed=2, above=(8.0,), below=(), coords=(37,)))
+    np.save(Y, _planted(0.0, 120, 600, seed=3, above=(8.0,), below=(), coords=(100,)))
+    with pytest.raises(OptionError, match=r"'spectrum\.spikes\.count' is not a field of the report "
+                                          r"\(spectrum\.spikes\.count is in the report with --spikes\)"):
+        sp.check(X, require=["spectrum.spikes.count == 0"])
+    assert sp.check(X, require=["spectrum.spikes.count == 1"], spikes=True, window="11:30").passed
+    fields = [r["field"] for r in sp.compare(X, Y, spikes=True, window="11:30").to_dict()["metrics"]]
+    assert "spectrum.spikes.count" in fields
+    assert not [f for f in fields if f.startswith(("spectrum.spikes.spikes.", "spectrum.spikes.rogue_dimensions"))]

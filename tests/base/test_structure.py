@@ -211,7 +211,7 @@ def test_every_command_option_is_a_keyword_of_its_library_function():
     import spectra_cli as spectra
     from spectra_cli.cli import app
 
-    rendering = {"json", "plot", "verbose", "summary"}
+    rendering = {"json", "plot", "title", "verbose", "summary"}  # how the result is shown, not computed
     for command in app.registered_commands:
         name = command.name or command.callback.__name__
         func = getattr(spectra, name)

@@ -176,6 +176,10 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
                   "row's se, z, p, significant)[/]")
 
 
+#: Past this many points, trend's table shows each series at its first and last step.
+TREND_ROWS = 40
+
+
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:
     """Each metric at each step, ± half its interval (the standard error, or half a --ci interval)."""
 
@@ -185,9 +189,27 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
             return _num(v)
         return f"{_num(v)} ± {format(abs(iv[1] - iv[0]) / 2, '.2g')}"
 
-    print_columns(console, jsonl, "series", [p.series for p in points],
-                  [("step", [f"{p.step:g}" for p in points]),
-                   *((label(m), [cell(p, m) for p in points]) for m in metrics)])
+    if len(points) > TREND_ROWS:  # a run of many series and steps: each series' first and last step
+        series: dict[str, list[Any]] = {}
+        for p in points:
+            series.setdefault(p.series, []).append(p)
+        ends = [(name, min(ps, key=lambda p: p.step), max(ps, key=lambda p: p.step)) for name, ps in series.items()]
+
+        def change(a: Any, b: Any, m: str) -> str:
+            va, vb = a.values[m], b.values[m]
+            return "—" if va is None or vb is None else f"{vb - va:+.3g}"
+
+        columns: list[tuple[str, list[str]]] = [("steps", [f"{a.step:g}..{b.step:g}" for _, a, b in ends])]
+        for m in metrics:
+            columns += [(f"{label(m)} first", [cell(a, m) for _, a, _ in ends]),
+                        (f"{label(m)} last", [cell(b, m) for _, _, b in ends]),
+                        ("change", [change(a, b, m) for _, a, b in ends])]
+        print_columns(console, f"{jsonl}: {len(points)} points of {len(series)} series, each at its first and last "
+                      "step (every point: --json or --plot)", "series", [name for name, _, _ in ends], columns)
+    else:
+        print_columns(console, jsonl, "series", [p.series for p in points],
+                      [("step", [f"{p.step:g}" for p in points]),
+                       *((label(m), [cell(p, m) for p in points]) for m in metrics)])
     if any((p.intervals or {}).get(m) for p in points for m in metrics):
         console.print("[dim]± the standard error of each report (half the 95 % interval where --ci gave one)[/]")
 

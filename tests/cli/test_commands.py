@@ -282,3 +282,24 @@ def test_the_check_and_summary_tables_never_cut_a_number(tmp_path, width):
     assert "0.123456" in text and "9.87654" in text
     for row in res.summary()["metrics"]:
         assert row["label"].split()[0] in text
+
+
+def test_trend_summarises_a_run_of_many_points_and_lists_a_short_one():
+    import io
+
+    from rich.console import Console
+
+    from spectra_cli.render.screens import TREND_ROWS, print_trend
+    from spectra_cli.run.trend import Point
+
+    many = [Point(f"layer.{i}", float(s), f"x{i}_{s}", {"fit.alpha": 0.5 + i / 40 + s / 1000})
+            for i in range(20) for s in (100, 200, 300)]
+    assert len(many) > TREND_ROWS
+    out = io.StringIO()
+    print_trend("run.jsonl", many, ["fit.alpha"], Console(file=out, width=100))
+    text = out.getvalue()
+    assert "60 points of 20 series" in text and text.count("100..300") == 20
+    assert "+0.2" in text and "0.6" in text and "0.8" in text  # layer.0: first, last and the change
+    out = io.StringIO()
+    print_trend("run.jsonl", many[:6], ["fit.alpha"], Console(file=out, width=100))
+    assert "first and last" not in out.getvalue() and out.getvalue().count("layer.") == 6

@@ -64,6 +64,19 @@ class _PipeClosed(BaseException):
 class SpectraGroup(TyperGroup):
     """Maps exceptions to exit codes for the entry point and for CliRunner alike."""
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands with their whole first sentence, wrapped at the terminal's width (Click cuts each
+        to fit one line, with "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            rows.append((name, " ".join((cmd.help or "").strip().split("\n\n")[0].split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)

@@ -303,3 +303,13 @@ def test_trend_summarises_a_run_of_many_points_and_lists_a_short_one():
     out = io.StringIO()
     print_trend("run.jsonl", many[:6], ["fit.alpha"], Console(file=out, width=100))
     assert "first and last" not in out.getvalue() and out.getvalue().count("layer.") == 6
+
+
+def test_the_command_list_is_never_cut_short():
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["--help"], terminal_width=80, env={"COLUMNS": "80"})
+    assert r.exit_code in (0, 2)
+    text = r.stdout + (r.stderr if r.stderr_bytes is not None else "")
+    assert "..." not in text.split("Commands:")[1]
+    assert "exit 0 when all pass, 1 when any" in " ".join(text.split())

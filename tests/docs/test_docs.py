@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 #: The pages whose every example is executed here, in order, in one folder.
-EXECUTED = ("index.md", "tutorial.md")
+EXECUTED = ("index.md", "tutorial.md", "figures.md")
 JARGON = ("SPEC.md", "seed 00", "shared/data", "the notebook's", "the seed's")
 
 

@@ -164,13 +164,29 @@ HEADLINE = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meet
 LONG = ("spectrum.eigenvalues.", "spectrum.explained_variance_ratio.", "fit.window.")
 
 
+#: Fields the table leaves to ``--json``: the rounding floor and bookkeeping, and the numbers shown
+#: under another name (the spectrum's k90 is the rank's).
+NOT_HEADLINE = ("spectrum.numerical_floor", "spectrum.structural_zeros", "spectrum.near_null", "spectrum.sampling_rank",
+                "spectrum.n_features", "fit.intercept", "fit.stderr", "fit.n_points", "fit.bic", "rank.numerical_rank",
+                "rank.k90", "rank.k95", "rank.k99", "isotropy.zero_rows")
+
+
 def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None:
-    """The headline figures; ``--json`` has every field. Split into further tables on a narrow terminal."""
-    shown = [r for r in rows if r.field.startswith(HEADLINE) and not r.field.startswith(LONG)]
+    """The headline figures, each in its own format, the change over its standard error beside it;
+    ``--json`` has every field. Split into further tables on a narrow terminal."""
+    shown = [r for r in rows if r.field.startswith(HEADLINE) and not r.field.startswith(LONG)
+             and r.field not in NOT_HEADLINE]
+
+    def value(r: Any, x: float | None) -> str:
+        m = find(r.field)
+        return "—" if x is None else m.format(x) if m is not None else _num(x, ".4g")
+
     print_columns(console, f"A = {a}\nB = {b}", "metric", [r.field for r in shown], [
-        ("A", [_num(r.a) for r in shown]), ("B", [_num(r.b) for r in shown]), ("B - A", [_num(r.diff) for r in shown]),
-        ("rel", ["—" if r.rel is None else f"{r.rel * 100:+.2f}%" for r in shown]),
-        ("z", ["—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "") for r in shown])])
+        ("A", [value(r, r.a) for r in shown]), ("B", [value(r, r.b) for r in shown]),
+        ("B - A", [f"{int(r.diff):+d}" if r.diff is not None and float(r.diff).is_integer() and abs(r.diff) < 1e12
+                   else _num(r.diff, "+.3g") for r in shown]),
+        ("z", ["—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "") for r in shown]),
+        ("rel", ["—" if r.rel is None else f"{r.rel * 100:+.1f}%" for r in shown])])
     console.print("[dim]z: the change over its standard error (independent samples); * beyond sampling noise at the "
                   "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json has each "
                   "row's se, z, p, significant)[/]")

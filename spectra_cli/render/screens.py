@@ -150,7 +150,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
                  *(("weightwatcher.alpha", "weightwatcher.verdict") if with_ww else ())]
         columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows])]
         columns += [(label(p), [cell(r, p) for r in rows]) for p in paths]
-        columns.append(("status", ["error" if "error" in r else "ok" for r in rows]))
+        if failed:  # a status column only where some item failed (each reason is printed below)
+            columns.append(("status", ["error" if "error" in r else "ok" for r in rows]))
         print_columns(console, title + (f" -> {jsonl}" if jsonl else ""), "item", names, columns)
     for r in failed:  # the reason of a failed item, whole, below the table
         console.print(f"[red]error[/] {shorten_names([str(x['item']) for x in rows])[rows.index(r)]}: {r['error']}")

@@ -304,7 +304,12 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
             "worst_kind": "ESD (density fit)" if has_density else "spectrum", "skipped": skipped,
             "worst_heading": worst_heading if has_density else "furthest from the median rank-fit α",
             "any_warnings": any(r["warnings"] for r in rows),
-            "failed": failed, "options": _options_line(docs[0]) if docs else "", "has_density": has_density}
+            "failed": failed, "options": _options_line(docs[0]) if docs else "", "has_density": has_density,
+            # a checkpoint's tensors are layers in network order, weighed by their parameters; other
+            # matrices (activation dumps, moment files) are items, in the order of their names
+            **({"unit": "layer", "units": "layers", "order": "in network order", "weighted": True}
+               if docs and all("::" in _item(d) for d in docs)
+               else {"unit": "item", "units": "items", "order": "in the order of their names", "weighted": False})}
 
 
 @dataclass

@@ -129,8 +129,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
                                     f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"])), strict=True):
                 cells[c].append(v)
         windows = [f"{f['window'][0]}..{f['window'][1]} {f['window_source']}" for f in fits]
-        parts.extend(column_tables(width or 400, "Power-law fits (lambda_j ~ j^-alpha over a window of ranks)", "window", windows,
-                                   list(cells.items()), box=None))
+        parts.extend(column_tables(width or 400, "Power-law fits (lambda_j ~ j^-alpha over a window of ranks)",
+                                   "window", windows, list(cells.items()), box=None))
         notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
                  "samples of this size); LS SE: the least-squares scatter of the points about the line, which "
                  "under-states it"]

@@ -131,3 +131,54 @@ def test_the_site_builds_strict_and_its_cli_reference_has_every_option(tmp_path:
                     assert flag in html, f"{name} {flag}"
     api = (site / "reference" / "api" / "index.html").read_text()
     assert "spectra_cli.run.matrix.fit" in api and "spikes" in html
+
+
+def test_the_readmes_ten_jobs_run_on_files_of_the_names_they_use(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `spectra` command of the README's jobs block, in order, on small files named as the README
+    names them (the capture line needs a model folder: the tutorial runs capture instead)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    from spectra_cli.cli import app
+    from tests.conftest import powerlaw_matrix
+
+    monkeypatch.chdir(tmp_path)
+    acts = powerlaw_matrix(3000, 64, 0.9, seed=1)
+    np.save("acts.npy", acts)
+    np.save("emb.npy", acts[:, :48])
+    np.save("ctx.npy", powerlaw_matrix(64 * 16, 48, 0.9, seed=2).reshape(64, 16, 48))
+    for step in (100, 200):
+        Path(f"runs/step_{step}").mkdir(parents=True)
+        np.save(f"runs/step_{step}/acts.npy", powerlaw_matrix(2000, 64, 0.8 + step / 1000, seed=step))
+    pq.write_table(pa.table({f"f{i}": acts[:1000, i] for i in range(32)}), "shard_000.parquet")
+    rng = np.random.default_rng(0)
+    safetensors_numpy.save_file({f"layer.{i}.weight": rng.standard_normal((96, 64)).astype(np.float32)
+                                 for i in range(3)}, "model.safetensors")
+    runner = CliRunner()
+
+    def spectra(*args: str) -> None:
+        r = runner.invoke(app, list(args))
+        assert r.exit_code in (0, 1), (args, r.exit_code, r.output[-1500:])  # 1: a check that fails is an answer
+
+    for name, data in (("last_good.json", acts[:1500]), ("base.json", acts[:1500]), ("finetuned.json", acts[1500:])):
+        np.save("tmp.npy", data)
+        Path(name).write_text(runner.invoke(app, ["fit", "tmp.npy", "--json"]).stdout)
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The jobs, in ten commands")[1].split("```bash\n")[1].split("```")[0]
+    ran = 0
+    for line in block.splitlines():
+        line = line.split("  #")[0].strip()
+        if not line.startswith("spectra "):
+            continue
+        for command in line.split(" && "):
+            command = command.split(" | ")[0]
+            args = shlex.split(command)[1:]
+            if args[0] == "capture":
+                continue
+            spectra(*args)
+            ran += 1
+    assert ran >= 12 and Path("run.html").stat().st_size > 10_000 and Path("white.npy").exists()

@@ -147,7 +147,9 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
                 if entry is not None else str(v)
 
         paths = ["fit.alpha", "fit.r2", "rank.participation_ratio",
-                 *(("weightwatcher.alpha", "weightwatcher.verdict") if with_ww else ())]
+                 *(("weightwatcher.alpha", "weightwatcher.verdict") if with_ww else ()),
+                 *(("spectrum.spikes.count",) if any(isinstance((r.get("spectrum") or {}).get("spikes"), dict)
+                                                     for r in rows) else ())]
         columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows])]
         columns += [(label(p), [cell(r, p) for r in rows]) for p in paths]
         if failed:  # a status column only where some item failed (each reason is printed below)

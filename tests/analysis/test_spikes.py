@@ -178,3 +178,18 @@ def test_check_names_the_option_and_compare_counts_without_subtracting_coordinat
     fields = [r["field"] for r in sp.compare(X, Y, spikes=True, window="11:30").to_dict()["metrics"]]
     assert "spectrum.spikes.count" in fields
     assert not [f for f in fields if f.startswith(("spectrum.spikes.spikes.", "spectrum.spikes.rogue_dimensions"))]
+
+
+def test_batch_shows_the_count_of_spikes_when_they_were_asked_for(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from spectra_cli.render.screens import print_batch
+
+    np.save(tmp_path / "planted.npy", _planted(0.0, 120, 600, seed=2, above=(8.0,), below=(), coords=(37,)))
+    for spikes, shown in ((True, True), (False, False)):
+        res = sp.batch(str(tmp_path), spikes=spikes, window="11:30")
+        out = io.StringIO()
+        print_batch(list(res.results), skipped=0, jsonl=None, console=Console(file=out, width=120))
+        assert ("spikes" in out.getvalue()) == shown

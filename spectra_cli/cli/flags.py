@@ -171,28 +171,40 @@ def fit_options(*, only: tuple[str, ...] | None = None, exclude: tuple[str, ...]
     unknown = [n for n in names if n not in FIT_OPTIONS]
     if unknown:
         raise ValueError(f"not a fit option: {unknown[0]}")
+    added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=FIT_OPTIONS[n], default=None)
+             for n in names]
+    # a fit option not given is left out: the library's default (or a config's value) applies
+    return _options(names, added, "fitting", lambda given: {n: v for n, v in given.items() if v is not None},
+                    before_keyword_only=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _options(names: list[str], added: list[inspect.Parameter], into: str,
+             collect: Callable[[dict[str, Any]], dict[str, Any]], *, before_keyword_only: bool) -> Callable[[F], F]:
+    """The one way a group of declared options joins a command: ``added`` parameters go into its signature
+    (after its own positional ones, and before or after its keyword-only ones), and the command receives
+    the values of ``names`` as one dict ``into`` (``collect`` turns the flags' values into library
+    keywords)."""
 
     def decorate(func: F) -> F:
         sig = inspect.signature(func, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "fitting"]
+        own = [p for p in sig.parameters.values() if p.name != into]
         keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
         positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=FIT_OPTIONS[n], default=None)
-                 for n in names]
+        params = positional + added + keyword_only if before_keyword_only else own + added
+        flags = [p.name for p in added]
 
         @functools.wraps(func)
         def command(**values: Any) -> Any:
-            fitting = {n: v for n in names if (v := values.pop(n)) is not None}
-            return func(**values, fitting=fitting)
+            given = {n: values.pop(f) for n, f in zip(names, flags, strict=True)}
+            return func(**values, **{into: collect(given)})
 
-        params = positional + added + keyword_only
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command  # type: ignore[return-value]
 
     return decorate
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def reading_options(*, exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> Callable[[F], F]:
@@ -205,24 +217,14 @@ def reading_options(*, exclude: tuple[str, ...] = (), only: tuple[str, ...] | No
     if unknown:
         raise ValueError(f"not a reading option: {unknown[0]}")
 
-    def decorate(func: F) -> F:
-        sig = inspect.signature(func, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "reading"]
-        added = [inspect.Parameter(_FLAG_NAME.get(n, n), inspect.Parameter.KEYWORD_ONLY, annotation=READ_OPTIONS[n][0],
-                                   default=READ_OPTIONS[n][1]) for n in names]
+    def collect(reading: dict[str, Any]) -> dict[str, Any]:
+        if "centered" in reading:
+            reading["centered"] = not reading["centered"]  # the flag is --uncentered
+        return reading
 
-        @functools.wraps(func)
-        def command(**values: Any) -> Any:
-            reading = {n: values.pop(_FLAG_NAME.get(n, n)) for n in names}
-            if "centered" in reading:
-                reading["centered"] = not reading["centered"]
-            return func(**values, reading=reading)
-
-        command.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in own + added}
-        return command  # type: ignore[return-value]
-
-    return decorate
+    added = [inspect.Parameter(_FLAG_NAME.get(n, n), inspect.Parameter.KEYWORD_ONLY, annotation=READ_OPTIONS[n][0],
+                               default=READ_OPTIONS[n][1]) for n in names]
+    return _options(names, added, "reading", collect, before_keyword_only=False)
 
 
 def describe_paths(paths: list[str]) -> str:

@@ -377,6 +377,26 @@ def spectrum_from_moments(
     )
 
 
+def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool) -> tuple[np.ndarray, float]:
+    """The rows as the Gram route multiplies them: float64, divided by a power of two near their largest
+    magnitude (returned: exact to undo), centred on their (weighted) mean, each times ``sqrt(p_i)`` when
+    weighted (``p = w / sum w``)."""
+    X = np.asarray(X, dtype=np.float64)
+    amax = float(np.max(np.abs(X))) if X.size else 0.0
+    scale = 2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0
+    A = X / scale
+    if w is None:
+        mean, root = A.mean(axis=0), None
+    else:
+        p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
+        mean, root = p @ A, np.sqrt(p)
+    if centered:
+        A = A - mean
+    if root is not None:
+        A = A * root[:, None]
+    return A, float(scale)
+
+
 def spectrum_from_rows(
     X: np.ndarray,
     w: np.ndarray | None = None,
@@ -391,25 +411,13 @@ def spectrum_from_rows(
     ``d - n`` are structural zeros and are not listed.
     """
     n, d = X.shape
-    X = np.asarray(X, dtype=np.float64)
-    amax = float(np.max(np.abs(X))) if X.size else 0.0
-    scale = 2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0
-    A = X / scale
+    A, scale = _prepared_rows(X, w, centered=centered)
     if w is None:
-        mean = A.mean(axis=0)
         denom = float(n - ddof) if centered else float(n)
-        root = None
         npos = n
     else:
-        p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
-        mean = p @ A
         denom = 1.0
-        root = np.sqrt(p)
-        npos = int(np.count_nonzero(p))
-    if centered:
-        A = A - mean
-    if root is not None:
-        A = A * root[:, None]
+        npos = int(np.count_nonzero(np.asarray(w, dtype=np.float64) / float(np.sum(w))))  # rows of positive p
     if product_dtype(precision) != np.float64:
         A32 = A.astype(np.float32)
         G = (A32 @ A32.T).astype(np.float64)
@@ -461,18 +469,6 @@ def leading_vectors(m: Moments | None, rows: tuple[np.ndarray, np.ndarray | None
         _, V = scipy.linalg.eigh(C, subset_by_index=[d - k, d - 1], driver="evr")
         return V[:, ::-1]
     assert rows is not None
-    X, w = rows
-    A = np.asarray(X, dtype=np.float64)
-    amax = float(np.max(np.abs(A))) if A.size else 0.0
-    A = A / (2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0)
-    if w is None:
-        mean, root = A.mean(axis=0), None
-    else:
-        p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
-        mean, root = p @ A, np.sqrt(p)
-    if centered:
-        A = A - mean
-    if root is not None:
-        A = A * root[:, None]
+    A, _ = _prepared_rows(*rows, centered=centered)
     _, _, Vt = np.linalg.svd(A, full_matrices=False)
     return Vt[:k].T

@@ -152,6 +152,13 @@ def feature_variances(first: Accumulated, *, centered: bool) -> np.ndarray | Non
     return first.rows.var(axis=0, ddof=1) if first.rows is not None else None
 
 
+def sampling_dof(first: Accumulated, *, centered: bool) -> tuple[float, float]:
+    """``(n_eff, dof)``: the rows the sampling model counts (Kish's effective rows when weighted) and its
+    degrees of freedom (the centred sample loses one row to its mean, weighted or not)."""
+    n_eff = first.n_effective if first.n_effective is not None else float(first.positive_rows)
+    return n_eff, n_eff - 1.0 if centered else n_eff
+
+
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
                      centered: bool, isoscore: bool = False,
                      warnings: list[str] | None = None) -> tuple[FitSuite | None, Isotropy | None]:
@@ -180,8 +187,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
     rank_se: dict[str, float | None] = {}
     iso_se: dict[str, float | None] = {}
     method: dict[str, Any] | None = None
-    n_eff = first.n_effective if first.n_effective is not None else float(first.positive_rows)
-    dof = n_eff - 1.0 if centered else n_eff  # the centred sample loses one row to its mean, weighted or not
+    n_eff, dof = sampling_dof(first, centered=centered)
     lam = main.resolved()
     positive = int(np.count_nonzero(lam > 0))
     why = None
@@ -249,8 +255,7 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
     from spectra_cli.analysis.spikes import Spikes, find_spikes
     from spectra_cli.eigen.decomposition import leading_vectors
 
-    n_eff = first.n_effective if first.n_effective is not None else float(first.positive_rows)
-    dof = n_eff - 1.0 if centered else n_eff
+    _, dof = sampling_dof(first, centered=centered)
     if not suite.fits:
         found = Spikes(n=dof, reason="no rank window was fitted: the bulk is the fit's power law")
     else:

@@ -330,8 +330,9 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
     x = np.log(np.arange(k0, k1 + 1, dtype=np.float64))
     y = np.log(unit_lam[k0 - 1:k1])
     line = np.polyval(np.polyfit(x, y, 1), x)
-    if law_spread(y - line, (k0, k1), 0, alpha_se) > MAX_SPREAD:
-        return skip(too_uncertain(law_spread(y - line, (k0, k1), 0, alpha_se)))
+    straight = law_spread(y - line, (k0, k1), 0, alpha_se)
+    if straight > MAX_SPREAD:
+        return skip(too_uncertain(straight))
     for k in range(k0 - 1):
         alpha, scale, resid, e = _bulk_law(unit_lam, n, (k0, k1), k, alpha, dim)
         evals += e

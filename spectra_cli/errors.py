@@ -108,3 +108,8 @@ class SpectraWarning(UserWarning):
 def describe_choices(value: object, allowed: list[str] | tuple[str, ...]) -> str:
     """Render a bad option value with the allowed ones (scipy's style)."""
     return f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}"
+
+
+#: What an interrupted run leaves: nothing half-written (every output is written beside its target and
+#: renamed into place; a signal removes the temporary file).
+NOTHING_HALF_WRITTEN = "no output file was left half-written"

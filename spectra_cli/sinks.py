@@ -20,7 +20,7 @@ from typing import IO
 
 import numpy as np
 
-from spectra_cli.errors import OptionError, OutputError, param
+from spectra_cli.errors import NOTHING_HALF_WRITTEN, OptionError, OutputError, param
 from spectra_cli.sources.base import identity
 
 OUTPUT_EXTENSIONS = (".npy", ".parquet", ".pq")
@@ -234,9 +234,9 @@ def interrupted_note() -> str:
     """What an interrupted run left behind, for its one line on stderr."""
     if LIVE_APPENDS:
         files = ", ".join(sorted(LIVE_APPENDS))
-        return (f"no output file was left half-written; {files} keeps the whole lines of the items that finished "
+        return (f"{NOTHING_HALF_WRITTEN}; {files} keeps the whole lines of the items that finished "
                 "(--resume goes on from them)")
-    return "no output file was left half-written"
+    return NOTHING_HALF_WRITTEN
 
 
 def remove_temporaries() -> None:

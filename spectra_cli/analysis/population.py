@@ -153,6 +153,11 @@ EPS_PATH = (1.0, 0.1, 1e-2, 1e-3, 1e-5)
 #: A step halved to stay in the upper half plane (a point just off the real axis, where the density is about 0:
 #: Newton then converges only linearly) ends the point's iteration below this relative size.
 HALVED_TOL = 1e-7
+#: Newton iterations from a warm start (the last solution, at nearby parameters) before a point takes the
+#: continuation instead.
+WARM_ITERATIONS = 12
+#: A warm-started point whose relative residual ``|F(e)| / |e|`` is above this takes the continuation too.
+WARM_RESIDUAL = 1e-9
 #: Population atoms are merged while their log-span is below min(MERGE_SPAN, sqrt(MERGE_KAPPA c pi W))
 #: (W the group's weight): well inside the sampling smoothing width ~ c pi W of that part of the spectrum.
 MERGE_SPAN = 0.05
@@ -287,11 +292,41 @@ def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarr
     new[bad] = eb - step[bad]
 
 
+def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray,
+                    ptt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_a pt_a / (tau_a X - z)`` and ``sum_a ptt_a / (tau_a X - z)^2`` at every point, in real arithmetic
+    (``1 / D = conj(D) / |D|^2``: about three times numpy's complex division, the same numbers to ~1e-14;
+    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch)."""
+    re = np.multiply.outer(X.real, tau)
+    re -= z.real[:, None]
+    im = np.multiply.outer(X.imag, tau)
+    im -= z.imag[:, None]
+    den = re * re
+    den += im * im
+    np.reciprocal(den, out=den)
+    re *= den
+    im *= den  # 1 / D = re - i im
+    first = re @ pt - 1j * (im @ pt)
+    np.multiply(re, re, out=den)
+    den -= im * im
+    im *= re  # (re - i im)^2 = re^2 - im^2 - 2 i re im
+    return first, den @ ptt - 2j * (im @ ptt)
+
+
+def _x_of(e: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
+    """``X(e) = sum_k p_k w_k / (1 + c w_k e)`` (``1 / (1 + c e)`` for Gaussian rows)."""
+    if scales is None:
+        return 1.0 / (1.0 + c * e)
+    w, p = scales
+    return (1.0 / (1.0 + c * e[:, None] * w[None, :])) @ (p * w)
+
+
 def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
-             c: float, e0: np.ndarray, *, iters: int = 40, tol: float = 1e-10) -> np.ndarray:
+             c: float, e0: np.ndarray, *, iters: int = 40, tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
     """Newton's method on ``F(e) = e - sum_a pi_a tau_a / (tau_a X(e) - z)`` at every grid point at once
     (``X(e) = sum_k p_k w_k / (1 + c w_k e)``; ``1 / (1 + c e)`` for Gaussian rows), iterating the points
-    not yet converged; a step that would leave the upper half plane (the Stieltjes branch) is halved."""
+    not yet converged; a step that would leave the upper half plane (the Stieltjes branch) is halved.
+    Returns the solution and the indices of the points that did not converge within ``iters``."""
     e = e0.copy()
     act = np.arange(e.size)
     pt, ptt = pi * tau, pi * tau * tau
@@ -305,8 +340,8 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
             q = 1.0 / (1.0 + c * ea[:, None] * w[None, :])
             X = q @ (p * w)
             dX = -c * ((q * q) @ (p * w * w))
-        R = 1.0 / (tau[None, :] * X[:, None] - za[:, None])
-        step = (ea - R @ pt) / (1.0 + dX * ((R * R) @ ptt))
+        s1, s2 = _resolvent_sums(X, za, tau, pt, ptt)
+        step = (ea - s1) / (1.0 + dX * s2)
         new = ea - step
         bad = np.flatnonzero(new.imag < 0)
         limit = np.full(new.size, tol)
@@ -317,39 +352,71 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
         act = act[np.abs(step) > limit * (np.abs(new) + 1e-300)]
         if not act.size:
             break
-    return e
+    return e, act
 
 
-def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
-                   x: np.ndarray) -> np.ndarray:
-    """The limiting density of the sample spectrum's non-zero part on the grid ``x`` (``Im m(x + i0) / pi``,
-    the point mass ``1 - 1/c`` at zero removed when ``c > 1``), by continuation along :data:`EPS_PATH`."""
+def _continued(x: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
+               c: float) -> np.ndarray:
+    """The solution at ``x (1 + i EPS_PATH[-1])`` by continuation along :data:`EPS_PATH` from ``X = 1``."""
     e: np.ndarray | None = None
-    z = x.astype(np.complex128)
     for eps in EPS_PATH:
         z = x * (1.0 + 1j * eps)
         if e is None:
             e = (pi * tau / (tau[None, :] - z[:, None])).sum(axis=1)  # the solution for X = 1
-        e = _solve_e(z, tau, pi, scales, c, e)
+        e = _solve_e(z, tau, pi, scales, c, e)[0]
     assert e is not None
-    if scales is None:
-        X = 1.0 / (1.0 + c * e)
+    return e
+
+
+def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                   x: np.ndarray, *, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The limiting density of the sample spectrum's non-zero part on the grid ``x`` (``Im m(x + i0) / pi``,
+    the point mass ``1 - 1/c`` at zero removed when ``c > 1``), by continuation along :data:`EPS_PATH`, and the
+    solution ``e`` it came from.
+
+    ``start``: a solution at nearby parameters on the same grid (a warm start). Newton then runs at the last
+    ``eps`` alone, and the points it leaves unconverged in :data:`WARM_ITERATIONS` take the continuation: the
+    solution in the upper half plane is unique (Silverstein & Bai 1995) and every step is kept there, so both
+    routes give the same numbers to the solver's tolerance."""
+    z = x * (1.0 + 1j * EPS_PATH[-1])
+    if start is None:
+        e = _continued(x, tau, pi, scales, c)
     else:
-        w, p = scales
-        X = (p * w / (1.0 + c * e[:, None] * w[None, :])).sum(axis=1)
+        e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
+        # a point whose steps were halved at the axis can stop short of the root: the residual tells
+        s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, pi * tau * tau)[0]
+        left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
+        if left.size:
+            e[left] = _continued(x[left], tau, pi, scales, c)
+    X = _x_of(e, scales, c)
     m = (1.0 / (tau[None, :] * X[:, None] - z[:, None])) @ pi
     if c > 1:
         m = m + (1.0 - 1.0 / c) / z
-    return np.maximum(m.imag, 0.0) / np.pi
+    return np.maximum(m.imag, 0.0) / np.pi, e
 
 
 @dataclass
 class Grid:
-    """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth)."""
+    """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth), and its
+    solution, the next evaluation's warm start at the same ``c``, scales and atoms (``warm`` False: none)."""
 
     groups: np.ndarray | None = None
     points: int = 0
     atoms: int = 0
+    warm: bool = True
+    last: tuple[float, Any, int, np.ndarray, np.ndarray] | None = None  # c, scales, atoms, log x, e
+
+    def start(self, c: float, scales: Any, atoms: int, x: np.ndarray) -> np.ndarray | None:
+        """The last solution interpolated (in log x) onto ``x``, where it was solved with the same model."""
+        if not self.warm or self.last is None:
+            return None
+        c0, s0, a0, lx, e = self.last
+        same = s0 is scales or (s0 is not None and scales is not None and all(
+            np.array_equal(u, v) for u, v in zip(s0, scales, strict=True)))
+        if c0 != c or not same or a0 != atoms:
+            return None
+        u = np.log(x)
+        return np.interp(u, lx, e.real) + 1j * np.interp(u, lx, e.imag)
 
 
 def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
@@ -378,7 +445,8 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     for _ in range(4):
         points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
         x = np.geomspace(x_lo, x_hi, points)
-        f = sample_density(atoms, pi, scales, c, x)
+        f, e = sample_density(atoms, pi, scales, c, x, start=grid.start(c, scales, atoms.size, x))
+        grid.last = (c, scales, atoms.size, np.log(x), e)
         g = d * f * x  # dN / dlog x
         h = g * x  # dM / dlog x
         dl = np.diff(np.log(x))

@@ -11,6 +11,7 @@ from scipy import integrate
 import spectra_cli as spectra
 from spectra_cli.analysis.population import (
     BendStatistic,
+    Grid,
     RowScales,
     Subsamples,
     bend_test,
@@ -66,6 +67,38 @@ def test_the_expected_spectrum_is_the_mean_of_simulated_spectra():
     sims = np.mean([simulated_spectrum(tau, n, rng, (w, p)) for _ in range(40)], axis=0)
     lam = expected_eigenvalues(tau, d / n, 100, scales=(w, p))
     np.testing.assert_allclose(lam[10:100], sims[10:100], rtol=0.04)
+
+
+@pytest.mark.parametrize("d,n", [(160, 1600), (160, 96)])
+@pytest.mark.parametrize("elliptical", [False, True])
+def test_a_warm_started_expected_spectrum_is_the_continued_one(d, n, elliptical, monkeypatch):
+    """Each evaluation starts from the last one's solution; the numbers are those of the cold continuation
+    (the solution in the upper half plane is unique; points stopped short by halving take the continuation)."""
+    rng = np.random.default_rng(3)
+    sc = (np.array([0.3, 0.8, 1.2, 2.5]), np.array([0.2, 0.3, 0.3, 0.2])) if elliptical else None
+    if sc is not None:
+        sc = (sc[0] / float(sc[1] @ sc[0]), sc[1])
+    import spectra_cli.analysis.population as pop
+
+    continued: list[int] = []
+    cont = pop._continued
+    monkeypatch.setattr(pop, "_continued", lambda x, *a: continued.append(x.size) or cont(x, *a))
+    warm, cold = Grid(), Grid(warm=False)
+    r = int(0.8 * min(n, d))
+    points = 0
+    for k in range(5):
+        ab = np.array([0.7, 0.9, 1.2]) + (0.0 if k == 0 else rng.normal(0, 0.03, 3))
+        tau = population_spectrum(0.0, ab[0], ab[1:], d, (30, 80))
+        b = expected_eigenvalues(tau, d / n, r, scales=sc, grid=cold)
+        continued.clear()
+        a = expected_eigenvalues(tau, d / n, r, scales=sc, grid=warm)
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+        if k:
+            points += warm.points
+            # most points from the warm start (with n < d, points below the support where the continuation itself
+            # stops short at the pole of X, with a density of 0 either way, take it again)
+            assert sum(continued) < warm.points / (4 if n > d else 2)
+    assert points > 0
 
 
 def test_the_fit_recovers_the_population_from_its_own_expected_spectrum():

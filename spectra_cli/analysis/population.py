@@ -180,6 +180,10 @@ MIN_SUBSAMPLE_GROUPS = 8
 CURVE_GRID_FACTOR = 3
 #: Samples simulated from the fitted population to tell how much the sampling curve varies from sample to sample.
 CURVE_SIMULATIONS = 8
+#: Simulated rows and their products are float32 (half the time of float64); their Gram matrices are decomposed
+#: in float64. A float32 product's rounding is relative to each entry's scale (about 6e-8 sqrt(n)): far below the
+#: scatter of a simulated sample, which is what the simulations measure.
+SIMULATION_DTYPE = np.float32
 #: The spread ratio (observed change / the row model's) is kept within [0, SPREAD_RATIO_MAX].
 SPREAD_RATIO_MAX = 5.0
 
@@ -398,23 +402,21 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
 @dataclass
 class Grid:
     """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth), and its
-    solution, the next evaluation's warm start at the same ``c``, scales and atoms (``warm`` False: none)."""
+    solution, the next evaluation's warm start (``warm`` False: none)."""
 
     groups: np.ndarray | None = None
     points: int = 0
     atoms: int = 0
     warm: bool = True
-    last: tuple[float, Any, int, np.ndarray, np.ndarray] | None = None  # c, scales, atoms, log x, e
+    last: tuple[np.ndarray, np.ndarray] | None = None  # log x, e
 
-    def start(self, c: float, scales: Any, atoms: int, x: np.ndarray) -> np.ndarray | None:
-        """The last solution interpolated (in log x) onto ``x``, where it was solved with the same model."""
+    def start(self, x: np.ndarray) -> np.ndarray | None:
+        """The last solution interpolated (in log x) onto ``x``: a start near the root wherever the population,
+        the ratio or the scales moved little; the residual check of :func:`sample_density` sends the points where
+        it is not to the continuation, so any start gives the same numbers."""
         if not self.warm or self.last is None:
             return None
-        c0, s0, a0, lx, e = self.last
-        same = s0 is scales or (s0 is not None and scales is not None and all(
-            np.array_equal(u, v) for u, v in zip(s0, scales, strict=True)))
-        if c0 != c or not same or a0 != atoms:
-            return None
+        lx, e = self.last
         u = np.log(x)
         return np.interp(u, lx, e.real) + 1j * np.interp(u, lx, e.imag)
 
@@ -445,8 +447,8 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     for _ in range(4):
         points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
         x = np.geomspace(x_lo, x_hi, points)
-        f, e = sample_density(atoms, pi, scales, c, x, start=grid.start(c, scales, atoms.size, x))
-        grid.last = (c, scales, atoms.size, np.log(x), e)
+        f, e = sample_density(atoms, pi, scales, c, x, start=grid.start(x))
+        grid.last = (np.log(x), e)
         g = d * f * x  # dN / dlog x
         h = g * x  # dM / dlog x
         dl = np.diff(np.log(x))
@@ -840,20 +842,36 @@ def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndar
 
 def simulated_rows(tau: np.ndarray, n: int, rng: np.random.Generator,
                    scales: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-    """``n`` rows ``sqrt(w_i) tau^(1/2) z_i`` (``Sigma`` diagonal: the spectrum does not depend on the rotation)."""
-    Z = rng.standard_normal((n, tau.size)) * np.sqrt(tau)
+    """``n`` rows ``sqrt(w_i) tau^(1/2) z_i`` (``Sigma`` diagonal: the spectrum does not depend on the rotation), in
+    float32 (:data:`SIMULATION_DTYPE`)."""
+    Z = rng.standard_normal((n, tau.size), dtype=SIMULATION_DTYPE)
+    Z *= np.sqrt(tau).astype(SIMULATION_DTYPE)
     if scales is not None:
-        Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1]))[:, None]
+        Z *= np.sqrt(rng.choice(scales[0], size=n, p=scales[1])).astype(SIMULATION_DTYPE)[:, None]
     return Z
 
 
+def _gram(Z: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """``Z^T Z`` (``Z`` the rows ``rows``) in float64 from the rows' precision: a float32 product's rounding is
+    relative to each entry's own scale (``~ 6e-8 sqrt(n)``), far below a simulated sample's own scatter."""
+    from spectra_cli import threads
+
+    A = Z[rows]
+    with threads.blas(2.0 * A.shape[0] * A.shape[1] ** 2):
+        return (A.T @ A).astype(np.float64)
+
+
 def _gram_spectrum(Z: np.ndarray, denom: float) -> np.ndarray:
-    """The eigenvalues (descending, length d) of ``Z^T Z / denom``, by the smaller Gram matrix."""
+    """The eigenvalues (descending, length d) of ``Z^T Z / denom``, by the smaller Gram matrix (formed in ``Z``'s
+    precision, decomposed in float64)."""
     from spectra_cli import threads
 
     n, d = Z.shape
-    with threads.blas(2.0 * min(n, d) ** 2 * max(n, d)):
-        G = Z @ Z.T if n < d else Z.T @ Z
+    if n < d:
+        with threads.blas(2.0 * n * n * d):
+            G = (Z @ Z.T).astype(np.float64)
+    else:
+        G = _gram(Z)
     ev = eigvalsh_checked(G, "a simulated sample's Gram matrix")[::-1] / denom
     out = np.zeros(d)
     out[:ev.size] = ev
@@ -870,9 +888,8 @@ def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.nd
     n, d = Z.shape
     out = []
     if n >= d:
-        with threads.blas(2.0 * n * d * d):
-            P = [Z[part == q].T @ Z[part == q] for q in range(parts)]
-        S = [Z[part == q].sum(axis=0) for q in range(parts)]
+        P = [_gram(Z, part == q) for q in range(parts)]
+        S = [Z[part == q].sum(axis=0, dtype=np.float64) for q in range(parts)]
         N = [int(np.count_nonzero(part == q)) for q in range(parts)]
         total, s_all = sum(P), sum(S)
         for q in (None, *range(parts)):
@@ -881,7 +898,7 @@ def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.nd
             out.append(eigvalsh_checked(C, "a simulated sample's covariance")[::-1])
         return out
     with threads.blas(2.0 * n * n * d):
-        K = Z @ Z.T
+        K = (Z @ Z.T).astype(np.float64)
     for q in (None, *range(parts)):
         idx = np.arange(n) if q is None else np.flatnonzero(part != q)
         Kq = K[np.ix_(idx, idx)]
@@ -942,6 +959,7 @@ class PopulationFit:
     notes: tuple[str, ...] = ()
     cost: dict[str, Any] = field(default_factory=dict)
     level: float = 0.95
+    bias_share: float = 0.0
     model_alpha: float | None = None
     sampling_curve: dict[str, Any] = field(default_factory=dict)
     bend: dict[str, Any] = field(default_factory=dict)
@@ -969,12 +987,14 @@ class PopulationFit:
                                 "ranks_matched",
             "bootstrap": {"replicates": self.replicates, "seed": self.seed, "sd": self.bootstrap_sd,
                           "bias": self.bootstrap_bias, "bias_corrected": self.bias_corrected,
+                          "bias_share": self.bias_share,
                           "interval": "alpha -+ t(0.975, B - 1) sd over B sample spectra simulated from the fitted "
-                                      "population (sd times sqrt(1 + 1/B) when the bias is subtracted): "
+                                      "population (sd times sqrt(1 + share^2 / B)): "
                                       "each one's sample slope over the window, less the change of the expected slope "
                                       "that its own tail (one linearised step of the shape match) makes, divided by "
-                                      "slope_gain; their mean offset is subtracted from alpha when it exceeds twice "
-                                      "its standard error; with a sampling curve, the half-width is the larger of "
+                                      "slope_gain; their mean offset is subtracted from alpha in proportion to its "
+                                      "evidence (bias_share: 0 within twice its standard error, 1 beyond three, "
+                                      "linear between); with a sampling curve, the half-width is the larger of "
                                       "that and t(0.975, partitions (parts - 1)) sampling_curve.sd (the data's own; "
                                       "sampling_curve.interval_from says which)"},
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
@@ -1128,23 +1148,28 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         tick(b + 1)
     bias = float(draws.mean() - alpha)
     sd = float(draws.std(ddof=1))
-    corrected = abs(bias) > 2 * sd / math.sqrt(replicates)
-    if corrected and not ALPHA_BOUNDS[0] < alpha - bias < ALPHA_BOUNDS[1]:
+    # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of it
+    # beyond three, linearly between (a hard switch at two made alpha jump by two standard errors of the offset
+    # between samples that differ by rounding)
+    se_bias = sd / math.sqrt(replicates)
+    share = min(max(abs(bias) / se_bias - 2.0, 0.0), 1.0) if se_bias > 0 else float(bias != 0.0)
+    if share and not ALPHA_BOUNDS[0] < alpha - share * bias < ALPHA_BOUNDS[1]:
         notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's exponents "
                      f"{ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
-        corrected = False
-    estimate = alpha - bias if corrected else alpha
+        share = 0.0
+    corrected = share > 0.0
+    estimate = alpha - share * bias
     from scipy.stats import t as student
 
     # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
-    # offset carries its own error, sd / sqrt(B)
+    # offset carries its own error, share sd / sqrt(B)
     zq = float(student.ppf(0.5 + level / 2, replicates - 1))
-    sd *= math.sqrt(1.0 + 1.0 / replicates) if corrected else 1.0
+    sd *= math.sqrt(1.0 + share * share / replicates)
     model_estimate, half = estimate, zq * sd
     curve: dict[str, Any] = {}
     if subsamples is not None:
         sub_top = subsamples.spectra / top
-        g_curve = Grid(groups=grid.groups)  # the atoms of the fitted population at n, for both n and n'
+        g_curve = Grid(groups=grid.groups, last=grid.last)  # the fitted population's atoms, for both n and n'
         # a change of a few 1e-3 in the slope is read: three times the fit's grid density, the same for both (at
         # d = 40 and n/d = 10 the default grid moves the slope by 1e-3, the change itself 3e-3)
         ppd_curve = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
@@ -1193,7 +1218,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # says how far the model's error can move alpha, and the interval is widened by it
     bend = bend_test(bend_of(y[win] - f_final[win]), bends, level=level)
     if not bend["fits"]:
-        grid_b = Grid()
+        grid_b = Grid(last=grid.last)
 
         def f_bent(ab: np.ndarray) -> np.ndarray:
             a = float(np.clip(ab[0], *ALPHA_BOUNDS))
@@ -1242,7 +1267,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c + math.log(top), n_over_d=n / d,
         n_effective=float(n if n_effective is None else n_effective),
         window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
-        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, replicates=replicates, seed=seed,
+        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, bias_share=share, replicates=replicates,
+        seed=seed,
         scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
         cost={"evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms, "fit_s": t_fit,
               "bootstrap_s": time.perf_counter() - t0 - t_fit})

@@ -109,7 +109,7 @@ def test_the_fit_recovers_the_population_from_its_own_expected_spectrum():
     pf = population_fit(lam, n=n, window=(11, 50), replicates=10)
     # the match itself is exact; the bootstrap may then remove the finite-d offset that real samples have
     # from the deterministic equivalent (this input has none: it is the equivalent itself)
-    matched = pf.alpha + (pf.bootstrap_bias if pf.bias_corrected else 0.0)
+    matched = pf.alpha + pf.bias_share * pf.bootstrap_bias
     assert matched == pytest.approx(0.8, abs=2e-3)
     assert pf.segment_exponents[-1] == pytest.approx(1.3, abs=0.05)
     assert pf.match_rms < 1e-3
@@ -320,7 +320,9 @@ def test_rows_that_depend_on_each_other_are_corrected_by_their_own_sampling_curv
     Z = rng.standard_normal((192, d)) * np.arange(1, d + 1) ** (-alpha / 2)
     X = np.repeat(Z, 2, axis=0)
     pop = spectra.fit(X, window="6:60", population=True).fit.population
-    assert pop.sampling_curve["spread_ratio"] > 1.5
+    # (the raw ratio is 1.61 here, on the way to 2; its scatter over the simulated samples draws it to about 1.5)
+    assert pop.sampling_curve["spread_ratio_raw"] > 1.5
+    assert pop.sampling_curve["spread_ratio"] > 1.4
     assert abs(pop.alpha - alpha) < abs(pop.model_alpha - alpha) / 2
     assert pop.low <= alpha <= pop.high
 

@@ -180,6 +180,10 @@ MIN_SUBSAMPLE_GROUPS = 8
 CURVE_GRID_FACTOR = 3
 #: Samples simulated from the fitted population to tell how much the sampling curve varies from sample to sample.
 CURVE_SIMULATIONS = 8
+#: At n >= FIRST_ORDER_RATIO d the interval and the bend test are first order (Anderson 1963) instead of simulated:
+#: there the simulations' standard deviation is within about 20 % of it (bench/README), at the cost of 40 samples
+#: of n rows.
+FIRST_ORDER_RATIO = 40.0
 #: Simulated rows and their products are float32 (half the time of float64); their Gram matrices are decomposed
 #: in float64. A float32 product's rounding is relative to each entry's scale (about 6e-8 sqrt(n)): far below the
 #: scatter of a simulated sample, which is what the simulations measure.
@@ -707,17 +711,32 @@ BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the wi
                    f"of freedom; fits: p_value >= {BEND_P:g}; when it does not, curved_alpha is the window's "
                    "population slope of the curved alternative (log tau = log C - alpha log j - curvature (log j - "
                    "m)^2 over the window, the same tail), matched like alpha, and |model_error| = |curved_alpha - "
-                   "alpha| widens the interval on both sides")
+                   "alpha| widens the interval on both sides; null \"first order\" (n/d >= "
+                   f"{FIRST_ORDER_RATIO:g}): simulated_mean 0 and simulated_sd the bend's first-order sd "
+                   "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value")
 
 
-def bend_test(observed: float, simulated: np.ndarray, *, level: float = 0.95) -> dict[str, Any]:
+def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0.95,
+              null: tuple[float, float] | None = None) -> dict[str, Any]:
     """The observed bend against the bends of samples simulated from the fitted population (a parametric
-    bootstrap test of the power-law population over the window)."""
+    bootstrap test of the power-law population over the window), or against ``null = (mean, sd)``, a normal
+    law (the first-order route)."""
+    from scipy.stats import norm
     from scipy.stats import t as student
 
-    sim = simulated[np.isfinite(simulated)]
     out: dict[str, Any] = {"statistic": observed, "simulated_mean": None, "simulated_sd": None, "p_value": None,
-                           "fits": True, "definition": BEND_DEFINITION}
+                           "fits": True, "null": "simulated" if null is None else "first order",
+                           "definition": BEND_DEFINITION}
+    if null is not None:
+        mean, sd = null
+        out.update({"simulated_mean": mean, "simulated_sd": sd})
+        if not (sd > 0 and math.isfinite(observed)):
+            return out
+        z = (observed - mean) / sd
+        p = float(2.0 * norm.sf(abs(z)))
+        out.update({"z": z, "p_value": p, "fits": p >= BEND_P})
+        return out
+    sim = np.empty(0) if simulated is None else simulated[np.isfinite(simulated)]
     if sim.size < 3 or not math.isfinite(observed):
         return out
     mean, sd = float(sim.mean()), float(sim.std(ddof=1))
@@ -987,7 +1006,8 @@ class PopulationFit:
                                 "ranks_matched",
             "bootstrap": {"replicates": self.replicates, "seed": self.seed, "sd": self.bootstrap_sd,
                           "bias": self.bootstrap_bias, "bias_corrected": self.bias_corrected,
-                          "bias_share": self.bias_share,
+                          "bias_share": self.bias_share, "sd_first_order": self.cost.get("sd_first_order"),
+                          "route": "first order" if self.replicates == 0 else "simulated",
                           "interval": "alpha -+ t(0.975, B - 1) sd over B sample spectra simulated from the fitted "
                                       "population (sd times sqrt(1 + share^2 / B)): "
                                       "each one's sample slope over the window, less the change of the expected slope "
@@ -996,7 +1016,11 @@ class PopulationFit:
                                       "evidence (bias_share: 0 within twice its standard error, 1 beyond three, "
                                       "linear between); with a sampling curve, the half-width is the larger of "
                                       "that and t(0.975, partitions (parts - 1)) sampling_curve.sd (the data's own; "
-                                      "sampling_curve.interval_from says which)"},
+                                      "sampling_curve.interval_from says which); route \"first order\" (n/d >= "
+                                      f"{FIRST_ORDER_RATIO:g}, replicates 0): sd is sd_first_order, the standard "
+                                      "deviation of the same linear statistic when each log eigenvalue moves "
+                                      "independently by sqrt(2 E[s^2] / n) (Anderson 1963), and t becomes the "
+                                      "normal quantile"},
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
             "model_alpha": self.alpha if self.model_alpha is None else self.model_alpha,
             "sampling_curve": dict(self.sampling_curve) or None,
@@ -1124,6 +1148,16 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (the window slope is linear in the log eigenvalues: its derivatives are the slopes of J's columns)
     tail_gain = np.array([slope_of(J[win, 1 + i], k0) for i in range(1, final.size)])
     evals += 1 + 2 * final.size  # f(final) and the central Jacobian
+    # first order (Anderson 1963): with many rows per feature each sample eigenvalue is its population one times the
+    # mean of its coordinate's n squared draws, log lambda_j - log tau_j ~ (1/n) sum_i (s_i z_ij^2 - 1): a part
+    # common to every rank ((E s^2 - 1) / n, which neither the slope nor the tail's step sees) and an independent
+    # one of variance 2 E[s^2] / n; the replicate statistic is linear in log lambda, a' log lambda
+    m2_scales = 1.0 if sc is None else float(sc[1] @ (sc[0] * sc[0]))
+    slope_w = np.zeros(ranks.size)
+    xw = np.log(ranks[win].astype(np.float64))
+    slope_w[win] = -(xw - xw.mean()) / float((xw - xw.mean()) @ (xw - xw.mean()))
+    a_lin = (slope_w - tail_gain @ P[2:]) / gain
+    sd_first = math.sqrt(2.0 * m2_scales / n) * float(np.linalg.norm(a_lin))
     t_fit = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
@@ -1138,33 +1172,46 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         return (alpha + (slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
                 bend_of(log_b[win] - f_final[win]))
 
-    from spectra_cli.stages import stage
-
-    tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
-    draws = np.empty(replicates)
-    bends = np.empty(replicates)
-    for b in range(replicates):
-        draws[b], bends[b] = replicate()
-        tick(b + 1)
-    bias = float(draws.mean() - alpha)
-    sd = float(draws.std(ddof=1))
-    # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of it
-    # beyond three, linearly between (a hard switch at two made alpha jump by two standard errors of the offset
-    # between samples that differ by rounding)
-    se_bias = sd / math.sqrt(replicates)
-    share = min(max(abs(bias) / se_bias - 2.0, 0.0), 1.0) if se_bias > 0 else float(bias != 0.0)
-    if share and not ALPHA_BOUNDS[0] < alpha - share * bias < ALPHA_BOUNDS[1]:
-        notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's exponents "
-                     f"{ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
-        share = 0.0
-    corrected = share > 0.0
-    estimate = alpha - share * bias
+    from scipy.stats import norm
     from scipy.stats import t as student
 
-    # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
-    # offset carries its own error, share sd / sqrt(B)
-    zq = float(student.ppf(0.5 + level / 2, replicates - 1))
-    sd *= math.sqrt(1.0 + share * share / replicates)
+    from spectra_cli.stages import stage
+
+    first_order = n >= FIRST_ORDER_RATIO * d
+    if first_order:
+        # at this many rows per feature the simulations would only restate the first order (within ~20 %, it the
+        # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it
+        draws, bends = np.empty(0), np.empty(0)
+        bias, sd, share = 0.0, sd_first, 0.0
+        zq = float(norm.ppf(0.5 + level / 2))
+        notes.append(f"n/d = {n / d:.3g} >= {FIRST_ORDER_RATIO:g}: the interval and the bend test are first order "
+                     "(each sample eigenvalue its population one times the mean of n squared draws: Anderson 1963) "
+                     f"instead of {replicates} simulated samples; with this many rows they agree within about 20 %, "
+                     "the first order the wider")
+    else:
+        tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
+        draws = np.empty(replicates)
+        bends = np.empty(replicates)
+        for b in range(replicates):
+            draws[b], bends[b] = replicate()
+            tick(b + 1)
+        bias = float(draws.mean() - alpha)
+        sd = float(draws.std(ddof=1))
+        # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of
+        # it beyond three, linearly between (a hard switch at two made alpha jump by two standard errors of the
+        # offset between samples that differ by rounding)
+        se_bias = sd / math.sqrt(replicates)
+        share = min(max(abs(bias) / se_bias - 2.0, 0.0), 1.0) if se_bias > 0 else float(bias != 0.0)
+        if share and not ALPHA_BOUNDS[0] < alpha - share * bias < ALPHA_BOUNDS[1]:
+            notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's "
+                         f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
+            share = 0.0
+        # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
+        # offset carries its own error, share sd / sqrt(B)
+        zq = float(student.ppf(0.5 + level / 2, replicates - 1))
+        sd *= math.sqrt(1.0 + share * share / replicates)
+    corrected = share > 0.0
+    estimate = alpha - share * bias
     model_estimate, half = estimate, zq * sd
     curve: dict[str, Any] = {}
     if subsamples is not None:
@@ -1180,7 +1227,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
         def simulated_changes(k_end: int, parts: int) -> np.ndarray:
             """The sampling curve's change on samples simulated from the fitted population (its own stream), one
-            random partition of 32 runs of consecutive rows each, centred like the data."""
+            random partition of 32 runs of consecutive rows each, centred like the data (none on the first-order
+            route: the change's error is then the data's partitions' own)."""
+            if first_order:
+                return np.empty(0)
             rng_c = np.random.default_rng([seed, 20])
             out = np.empty(CURVE_SIMULATIONS)
             G = min(32, n)
@@ -1195,7 +1245,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 tick_c(b + 1)
             return out
 
-        tick_c = stage("population: simulated sampling curves", CURVE_SIMULATIONS)
+        tick_c = (lambda done: None) if first_order else stage("population: simulated sampling curves",
+                                                                CURVE_SIMULATIONS)
 
         read = sampling_curve(replace(subsamples, spectra=sub_top), lam, n=n, k0=k0, k1=k1, margin=margin,
                               bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
@@ -1216,7 +1267,12 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # the power-law population itself, tested: the observed spectrum's bend over the window (about the expected
     # one) against the simulated samples' bends; where it is beyond them, the curved alternative's window slope
     # says how far the model's error can move alpha, and the interval is widened by it
-    bend = bend_test(bend_of(y[win] - f_final[win]), bends, level=level)
+    observed_bend = bend_of(y[win] - f_final[win])
+    if first_order:  # (the bend is linear in log lambda: its first-order sd, about a mean of 0)
+        bend = bend_test(observed_bend, None, level=level,
+                         null=(0.0, math.sqrt(2.0 * m2_scales / n) * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
+    else:
+        bend = bend_test(observed_bend, bends, level=level)
     if not bend["fits"]:
         grid_b = Grid(last=grid.last)
 
@@ -1267,8 +1323,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c + math.log(top), n_over_d=n / d,
         n_effective=float(n if n_effective is None else n_effective),
         window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
-        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, bias_share=share, replicates=replicates,
-        seed=seed,
+        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, bias_share=share,
+        replicates=0 if first_order else replicates, seed=seed,
         scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
-        cost={"evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms, "fit_s": t_fit,
-              "bootstrap_s": time.perf_counter() - t0 - t_fit})
+        cost={"sd_first_order": sd_first, "evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms,
+              "fit_s": t_fit, "bootstrap_s": time.perf_counter() - t0 - t_fit})

@@ -26,13 +26,17 @@ class Recorder:
 
 def test_fit_reports_the_read_then_the_replicates_then_the_population():
     rec = Recorder()
-    spectra.fit(powerlaw_matrix(2000, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
+    spectra.fit(powerlaw_matrix(1200, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
                 progress=rec)
     assert rec.stages() == ["bootstrap replicates", "population: sub-sample spectra",
                             "population: simulated spectra (ranks 3..16)", "population: simulated sampling curves"]
     first = rec.events.index(("stage", "bootstrap replicates", 12))
-    assert rec.events[first - 1] == (2000, 2000)  # the read ended before
+    assert rec.events[first - 1] == (1200, 1200)  # the read ended before
     assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
+    # at n/d >= 40 the population's interval is first order: nothing is simulated
+    rec = Recorder()
+    spectra.fit(powerlaw_matrix(2000, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
+    assert rec.stages() == ["population: sub-sample spectra"]
 
 
 def test_a_plain_callable_gets_every_stage_counts():

@@ -1,0 +1,81 @@
+"""What ``--population`` costs next to the plain fit, whole processes, side by side (issue 33, part 1).
+
+For each width d and each ratio n/d: rows ``sqrt(s_i) Sigma^(1/2) z_i`` with ``Sigma`` of spectrum
+``j^-alpha`` in a Haar-random rotation and ``s_i ~ Gamma(4, 1/4)`` (row scales of coefficient of
+variation 0.5, as real activations have), float32 ``.npy``; then, alternating, ``spectra fit X.npy
+--json`` and ``spectra fit X.npy --population --json`` as their own processes, ``--runs`` times each.
+Prints the median seconds of each, their ratio, and the population step's own split
+(``fit.population.cost``: the fit, then the simulations).
+
+    python bench/bench_population_cost.py --d 384 1024 --ratios 2 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def rows(d: int, n: int, alpha: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    q *= np.sign(np.diag(r))
+    scale = np.arange(1, d + 1, dtype=np.float64) ** (-alpha / 2)
+    out = np.empty((n, d), dtype=np.float32)
+    for i in range(0, n, 8192):  # (in blocks: the whole float64 product need not exist)
+        m = min(8192, n - i)
+        z = rng.standard_normal((m, d)) * scale * np.sqrt(rng.gamma(4.0, 0.25, size=m))[:, None]
+        out[i:i + m] = z @ q.T
+    return out
+
+
+def run(args: list[str]) -> tuple[float, dict]:
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "spectra_cli", *args], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"spectra {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    return seconds, json.loads(done.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--d", type=int, nargs="+", default=[384, 1024])
+    ap.add_argument("--ratios", type=float, nargs="+", default=[2.0, 50.0])
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    print("| d | n | plain s | --population s | ratio | population fit s | simulations s | evaluations | "
+          "alpha (population) | 95 % interval |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in a.d:
+            for ratio in a.ratios:
+                n = int(round(ratio * d))
+                path = Path(tmp) / f"x_{d}_{n}.npy"
+                np.save(path, rows(d, n, a.alpha, seed=d + n))
+                window = f"11:{max(40, d // 10)}"
+                plain, pop = [], []
+                report: dict = {}
+                for _ in range(a.runs):
+                    plain.append(run(["fit", str(path), "--window", window, "--json"])[0])
+                    s, report = run(["fit", str(path), "--window", window, "--population", "--json"])
+                    pop.append(s)
+                p = report["fit"]["population"]
+                mp, mq = statistics.median(plain), statistics.median(pop)
+                print(f"| {d} | {n} | {mp:.2f} | {mq:.2f} | {mq / mp:.1f} | {p['cost']['fit_s']:.2f} | "
+                      f"{p['cost']['bootstrap_s']:.2f} | {p['cost']['evaluations']} | {p['alpha']:.4f} | "
+                      f"{p['ci'][0]:.4f}..{p['ci'][1]:.4f} |", flush=True)
+                path.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -180,6 +180,8 @@ MIN_SUBSAMPLE_GROUPS = 8
 CURVE_GRID_FACTOR = 3
 #: Samples simulated from the fitted population to tell how much the sampling curve varies from sample to sample.
 CURVE_SIMULATIONS = 8
+#: Evaluations of the expected spectrum a fit typically makes (the length of its progress bar).
+TYPICAL_EVALUATIONS = 60
 #: At n >= FIRST_ORDER_RATIO d the interval and the bend test are first order (Anderson 1963) instead of simulated:
 #: there the simulations' standard deviation is within about 20 % of it (bench/README), at the cost of 40 samples
 #: of n rows.
@@ -1093,12 +1095,19 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     ranks = np.arange(k0, r_max + 1)
     y = np.log(lam[ranks - 1])
     grid = Grid()
+    from spectra_cli.stages import stage
+
+    tick_fit = stage(f"population: matching the expected spectrum (ranks {k0}..{k1})", TYPICAL_EVALUATIONS)
+    done = [0]
 
     def f(ab: np.ndarray) -> np.ndarray:
         ab = np.clip(ab, *ALPHA_BOUNDS)
         tau = population_spectrum(0.0, ab[0], ab[1:], d, knots or (k1,))
-        return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid)[ranks - 1],
-                                 1e-300))
+        out = np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid)[ranks - 1],
+                                1e-300))
+        done[0] += 1
+        tick_fit(min(done[0], TYPICAL_EVALUATIONS))
+        return out
 
     start = np.full(1 + len(knots), naive)
     ab, f0, evals = gauss_newton(y, start, f)
@@ -1174,8 +1183,6 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
     from scipy.stats import norm
     from scipy.stats import t as student
-
-    from spectra_cli.stages import stage
 
     first_order = n >= FIRST_ORDER_RATIO * d
     if first_order:

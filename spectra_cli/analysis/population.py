@@ -811,10 +811,9 @@ def slope_of(log_lam: np.ndarray, k0: int) -> float:
 def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
                   h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray, int]:
     """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
-    with steps of at most 0.3, halved while the sum of squares grows. The Jacobian is taken by forward differences
-    at the start and then carried by Broyden's rank-one secant updates (Broyden 1965: one evaluation a step
-    instead of one per exponent more), taken afresh after a step that had to be halved. Returns the exponents,
-    ``f`` there and the evaluations made."""
+    with forward differences, steps of at most 0.3 and halved while the sum of squares grows. Returns
+    the exponents, ``f`` there and the evaluations made. (Broyden's secant updates in place of the differences
+    save a third of the evaluations but stop early on flat tails: match RMS 0.027 against 0.008 at n = d.)"""
 
     def sse(f0: np.ndarray) -> float:
         r = y - f0
@@ -823,14 +822,11 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
     ab = start.astype(np.float64).copy()
     f0 = f(ab)
     s0, evals = sse(f0), 1
-    J: np.ndarray | None = None
     for _ in range(max_iter):
-        if J is None:
-            J = _jacobian(ab, f, f0, h=h, central=False)
-            evals += ab.size
+        J = _jacobian(ab, f, f0, h=h, central=False)
+        evals += ab.size
         step = np.linalg.lstsq(J, y - f0, rcond=None)[0][1:]
         step *= min(1.0, 0.3 / max(float(np.max(np.abs(step))), 1e-300))
-        halved = False
         for _h in range(6):
             trial = ab + step
             f1 = f(trial)
@@ -839,11 +835,6 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
             if s1 <= s0 * (1 + 1e-9):
                 break
             step = step * 0.5
-            halved = True
-        if halved:
-            J = None
-        else:
-            J[:, 1:] += np.outer((f1 - f0) - J[:, 1:] @ step, step) / float(step @ step)
         ab, f0, s0 = trial, f1, s1
         if float(np.max(np.abs(step))) < tol:
             break

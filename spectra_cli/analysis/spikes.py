@@ -10,7 +10,7 @@ listed. So the bulk here is the power-law population of the rank fit:
 - **The bulk**: ``tau_j = C j^-alpha`` for ``j = 1 .. d - k`` (``alpha = 0`` is the isotropic bulk),
   fitted over the rank window of the first fit (its ranks shifted by the ``k`` spikes above it) so that
   its *expected sample spectrum* (the deterministic equivalent at the same ``n`` and ``d``, Gaussian
-  rows; :func:`spectra_cli.analysis.population.expected_eigenvalues`) matches the observed one, and
+  rows; :func:`spectra_cli.analysis.equivalent.expected_eigenvalues`) matches the observed one, and
   continued to rank 1 and to rank ``d``.
 - **The test** (sequential, as Kritchman & Nadler 2008 count signals): for ``k = 0, 1, ...`` the
   ``(k+1)``-th eigenvalue is tested against the largest sample eigenvalue that the bulk of ``d - k``
@@ -46,13 +46,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import airy
 
-from spectra_cli.analysis.population import (
-    ALPHA_BOUNDS,
-    Grid,
-    expected_eigenvalues,
-    gauss_newton,
-    slope_of,
-)
+from spectra_cli.analysis.equivalent import Grid, expected_eigenvalues, slope_of
+from spectra_cli.analysis.population import ALPHA_BOUNDS, gauss_newton
 
 #: The level of each test: an eigenvalue is a spike when its p-value is below it (one layer's ranks
 #: tested in sequence; a batch of many layers tests many, so the level is small).

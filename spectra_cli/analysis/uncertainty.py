@@ -18,7 +18,7 @@ gives ``a`` and ``c``:
 
 ``c`` and ``k`` are read from what every pass keeps, the histogram of squared row norms and the
 features' fourth moments (:mod:`spectra_cli.stream.norms`), as the population exponent reads them
-(:func:`spectra_cli.analysis.population.deconvolved_scales`): the spread of the squared norms beyond
+(:func:`spectra_cli.analysis.row_scales.deconvolved_scales`): the spread of the squared norms beyond
 what Gaussian directions give (``E h^2 / (E h)^2 / (1 + 2 t2) - 1``, ``t2 = tr S^2 / (tr S)^2``), or,
 when smaller, beyond what independent coordinates of the measured kurtosis give. The standard error
 is of the sample metric (its spread over samples of this size), not of a population value; it is

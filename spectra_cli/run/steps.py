@@ -30,7 +30,7 @@ from spectra_cli.stream.states import RowsBuffer
 from spectra_cli.validate import product_dtype
 
 if TYPE_CHECKING:
-    from spectra_cli.analysis.population import Subsamples
+    from spectra_cli.analysis.sampling_curve import Subsamples
     from spectra_cli.analysis.spikes import Spikes
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
@@ -286,9 +286,11 @@ def _keep(name: str, value: float | None, errors: dict[str, float | None], missi
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
                     warnings: list[str]) -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
-    (:mod:`spectra_cli.analysis.population`), from the spectrum and the rows' squared norms."""
-    from spectra_cli.analysis.population import RowScales, participation_ratio_population, population_fit
+    (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
+    squared norms."""
+    from spectra_cli.analysis.population import population_fit
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
+    from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
 
     m = first.moments
     rows, W = first.positive_rows, first.weight_sum
@@ -365,10 +367,10 @@ GRAM_GROUPS = 32
 
 def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, seed: int,
                 warnings: list[str]) -> Subsamples | None:
-    """The spectra of the sub-samples that check the row model (:func:`spectra_cli.analysis.population.
+    """The spectra of the sub-samples that check the row model (:func:`spectra_cli.analysis.sampling_curve.
     sampling_curve`): from the pass's row-block groups, or, on the n x n route, from groups of consecutive
     rows; their leading ``width`` eigenvalues. None (and a warning) when there are too few groups."""
-    from spectra_cli.analysis.population import MIN_SUBSAMPLE_GROUPS, Subsamples, subsample_design
+    from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, Subsamples, subsample_design
 
     if first.moments is None:
         assert first.rows is not None

@@ -1,6 +1,6 @@
 """A mergeable histogram of the rows' squared norms about their mean (the row scales).
 
-The population exponent (:mod:`spectra_cli.analysis.population`) models rows as
+The population exponent (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`) models rows as
 ``x_i = mu + sqrt(s_i) Sigma^(1/2) z_i`` (an elliptical, or separable, model: Gaussian
 directions with a scale per row); it needs the distribution of ``s_i``, which the squared norms
 ``w_i ||x_i - mu||^2`` carry. They are gathered in the one streamed pass, every block's rows about

@@ -9,20 +9,12 @@ import pytest
 from scipy import integrate
 
 import spectra_cli as spectra
-from spectra_cli.analysis.population import (
-    BendStatistic,
-    Grid,
-    RowScales,
-    Subsamples,
-    bend_test,
-    expected_eigenvalues,
-    participation_ratio_population,
-    population_fit,
-    population_spectrum,
-    simulated_spectrum,
-    subsample_design,
-)
+from spectra_cli.analysis.equivalent import Grid, expected_eigenvalues
+from spectra_cli.analysis.population import BendStatistic, bend_test, population_fit, population_spectrum
 from spectra_cli.analysis.rank import participation_ratio
+from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
+from spectra_cli.analysis.sampling_curve import Subsamples, subsample_design
+from spectra_cli.analysis.simulate import simulated_spectrum
 from spectra_cli.errors import FitError, OptionError
 from spectra_cli.stream.moments import Moments
 
@@ -78,7 +70,7 @@ def test_a_warm_started_expected_spectrum_is_the_continued_one(d, n, elliptical,
     sc = (np.array([0.3, 0.8, 1.2, 2.5]), np.array([0.2, 0.3, 0.3, 0.2])) if elliptical else None
     if sc is not None:
         sc = (sc[0] / float(sc[1] @ sc[0]), sc[1])
-    import spectra_cli.analysis.population as pop
+    import spectra_cli.analysis.equivalent as pop
 
     continued: list[int] = []
     cont = pop._continued
@@ -347,7 +339,7 @@ def test_the_row_scales_are_deconvolved_from_the_directions_part_of_the_norms(al
     """Rows sqrt(s) Sigma^(1/2) z with s ~ Gamma(1, 1) (CV 1): the squared norms are s q, q the directions' part
     (variance 2 tr Sigma^2 / (tr Sigma)^2: 0.03 at alpha 0.5, 0.7 at 1.5); the deconvolved scales have the
     spread and the lower tail of the Gamma law, not of the norms."""
-    from spectra_cli.analysis.population import deconvolved_scales
+    from spectra_cli.analysis.row_scales import deconvolved_scales
     from spectra_cli.stream.norms import NormHistogram
 
     rng = np.random.default_rng(11)
@@ -389,7 +381,7 @@ def test_rows_of_zero_weight_are_no_rows_of_the_sampling_curve():
 
 
 def test_a_spread_ratio_past_its_bound_widens_the_interval_by_what_it_leaves_out():
-    from spectra_cli.analysis import population as P
+    from spectra_cli.analysis import sampling_curve as P
 
     Z = np.random.default_rng(0).standard_normal((250, 64)) * np.arange(1, 65) ** -0.25
     X = np.repeat(Z, 4, axis=0)  # a quarter as many independent rows as it has: a ratio near 4.8
@@ -409,7 +401,7 @@ def test_a_spread_ratio_past_its_bound_widens_the_interval_by_what_it_leaves_out
 
 @pytest.mark.parametrize("n", [90, 30])
 def test_the_simulated_sub_samples_spectra_are_those_of_their_rows(n):
-    from spectra_cli.analysis.population import partition_spectra
+    from spectra_cli.analysis.simulate import partition_spectra
 
     rng = np.random.default_rng(n)
     Z = rng.standard_normal((n, 40)) * np.arange(1, 41) ** -0.5 + 1.0
@@ -424,7 +416,7 @@ def test_the_simulated_sub_samples_spectra_are_those_of_their_rows(n):
 def test_the_steps_are_halved_as_often_as_halving_one_at_a_time_would():
     """The fewest halvings (1..30) that keep ``e - step`` in the upper half plane, read off log2, against the
     loop that halves every offending step once a round."""
-    from spectra_cli.analysis import population as P
+    from spectra_cli.analysis import equivalent as P
 
     rng = np.random.default_rng(0)
     ea = rng.standard_normal(4000) + 1j * 10.0 ** rng.uniform(-12, 1, 4000)

@@ -1,0 +1,258 @@
+"""The deterministic equivalent of the sample spectrum: the expected sample eigenvalues of a population.
+
+With ``n`` rows ``x_i = sqrt(s_i) Sigma^(1/2) z_i`` (``z_i`` standard Gaussian, ``s_i`` a scale per row of
+law ``(w, p)``; ``s_i = 1``: Gaussian rows) and ``c = d / n``, the sample covariance's spectrum converges to
+a deterministic law given by Silverstein's equation (Marchenko & Pastur 1967; Silverstein & Bai 1995; with
+row scales Paul & Silverstein 2009, Couillet & Hachem 2014). :func:`expected_eigenvalues` solves it on a
+log-spaced grid (Newton's method from a continuation off the real axis, or from the last evaluation's
+solution) and averages its quantile function over each rank's slice of mass ``1/d`` (Ledoit & Wolf 2017's
+QuEST discretisation). Used by the population exponent (:mod:`spectra_cli.analysis.population`) and the
+spikes' bulk (:mod:`spectra_cli.analysis.spikes`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Fewer ranks than this and no slope is read off them (the population exponent, the sampling curve).
+MIN_RANKS = 5
+#: Continuation of the imaginary part of z = x (1 + i eps): from far off the real axis (where the fixed
+#: point is easy) down to 1e-5 (a Lorentzian leak of about d eps / pi ranks: negligible).
+EPS_PATH = (1.0, 0.1, 1e-2, 1e-3, 1e-5)
+#: A step halved to stay in the upper half plane (a point just off the real axis, where the density is about 0:
+#: Newton then converges only linearly) ends the point's iteration below this relative size.
+HALVED_TOL = 1e-7
+#: Newton iterations from a warm start (the last solution, at nearby parameters) before a point takes the
+#: continuation instead.
+WARM_ITERATIONS = 12
+#: A warm-started point whose relative residual ``|F(e)| / |e|`` is above this takes the continuation too.
+WARM_RESIDUAL = 1e-9
+#: Population atoms are merged while their log-span is below min(MERGE_SPAN, sqrt(MERGE_KAPPA c pi W))
+#: (W the group's weight): well inside the sampling smoothing width ~ c pi W of that part of the spectrum.
+MERGE_SPAN = 0.05
+MERGE_KAPPA = 0.1
+MAX_ATOMS = 1000
+
+
+def merge_groups(values: np.ndarray, weights: np.ndarray | None = None, *, c: float | None = None,
+                 span: float = MERGE_SPAN, max_atoms: int = MAX_ATOMS) -> np.ndarray:
+    """Group labels (in the order of ``values``) merging neighbouring atoms, sorted by value: a group grows
+    while its log-span stays below ``span`` and, given ``c``, below ``sqrt(MERGE_KAPPA c pi W)``; ``span`` is
+    doubled until at most ``max_atoms`` groups remain."""
+    order = np.argsort(values)
+    lv = np.log(np.asarray(values, dtype=np.float64)[order])
+    wt = np.full(lv.size, 1.0 / lv.size) if weights is None else np.asarray(weights, dtype=np.float64)[order]
+    while True:
+        gid = np.empty(lv.size, dtype=np.int64)
+        g, g0, W = 0, lv[0], 0.0
+        for i in range(lv.size):
+            lim = span if c is None else min(span, math.sqrt(MERGE_KAPPA * c * math.pi * (W + wt[i])))
+            if lv[i] - g0 > lim:
+                g, g0, W = g + 1, lv[i], 0.0
+            W += wt[i]
+            gid[i] = g
+        if g + 1 <= max_atoms:
+            out = np.empty_like(gid)
+            out[order] = gid
+            return out
+        span *= 2
+
+
+def merged(values: np.ndarray, weights: np.ndarray | None, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Atoms ``(value, weight)``: each group at its weighted mean, weights summing to the input's."""
+    wt = np.full(values.size, 1.0 / values.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    wsum = np.bincount(groups, wt)
+    return np.bincount(groups, wt * values) / wsum, wsum
+
+
+def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarray, bad: np.ndarray) -> None:
+    """Halve each step at ``bad`` the fewest times (1 to 30) that keeps ``ea - step`` in the upper half plane, in
+    place: ``Im(ea) - Im(step) 2^-k`` grows with ``k``, so ``k`` is read off ``log2(Im step / Im ea)`` and then
+    checked against the exact arithmetic either side (scaling by a power of two is exact: the same numbers as
+    halving ``k`` times, without a Python loop over the halvings)."""
+    eb, sb = ea[bad], step[bad]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = np.ceil(np.log2(sb.imag / eb.imag))
+    k = np.clip(np.nan_to_num(k, nan=30.0, posinf=30.0, neginf=1.0), 1.0, 30.0)
+    for _ in range(4):
+        lower = np.maximum(k - 1.0, 1.0)
+        k = np.where((k > 1.0) & ((eb - sb * 2.0 ** -lower).imag >= 0), lower, k)
+        k = np.where(((eb - sb * 2.0 ** -k).imag < 0) & (k < 30.0), k + 1.0, k)
+    step[bad] = sb * 2.0 ** -k
+    new[bad] = eb - step[bad]
+
+
+def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray,
+                    ptt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_a pt_a / (tau_a X - z)`` and ``sum_a ptt_a / (tau_a X - z)^2`` at every point, in real arithmetic
+    (``1 / D = conj(D) / |D|^2``: about three times numpy's complex division, the same numbers to ~1e-14;
+    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch)."""
+    re = np.multiply.outer(X.real, tau)
+    re -= z.real[:, None]
+    im = np.multiply.outer(X.imag, tau)
+    im -= z.imag[:, None]
+    den = re * re
+    den += im * im
+    np.reciprocal(den, out=den)
+    re *= den
+    im *= den  # 1 / D = re - i im
+    first = re @ pt - 1j * (im @ pt)
+    np.multiply(re, re, out=den)
+    den -= im * im
+    im *= re  # (re - i im)^2 = re^2 - im^2 - 2 i re im
+    return first, den @ ptt - 2j * (im @ ptt)
+
+
+def _x_of(e: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
+    """``X(e) = sum_k p_k w_k / (1 + c w_k e)`` (``1 / (1 + c e)`` for Gaussian rows)."""
+    if scales is None:
+        return 1.0 / (1.0 + c * e)
+    w, p = scales
+    return (1.0 / (1.0 + c * e[:, None] * w[None, :])) @ (p * w)
+
+
+def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
+             c: float, e0: np.ndarray, *, iters: int = 40, tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+    """Newton's method on ``F(e) = e - sum_a pi_a tau_a / (tau_a X(e) - z)`` at every grid point at once
+    (``X(e) = sum_k p_k w_k / (1 + c w_k e)``; ``1 / (1 + c e)`` for Gaussian rows), iterating the points
+    not yet converged; a step that would leave the upper half plane (the Stieltjes branch) is halved.
+    Returns the solution and the indices of the points that did not converge within ``iters``."""
+    e = e0.copy()
+    act = np.arange(e.size)
+    pt, ptt = pi * tau, pi * tau * tau
+    for _ in range(iters):
+        ea, za = e[act], z[act]
+        if scales is None:
+            den = 1.0 + c * ea
+            X, dX = 1.0 / den, -c / den ** 2
+        else:
+            w, p = scales
+            q = 1.0 / (1.0 + c * ea[:, None] * w[None, :])
+            X = q @ (p * w)
+            dX = -c * ((q * q) @ (p * w * w))
+        s1, s2 = _resolvent_sums(X, za, tau, pt, ptt)
+        step = (ea - s1) / (1.0 + dX * s2)
+        new = ea - step
+        bad = np.flatnonzero(new.imag < 0)
+        limit = np.full(new.size, tol)
+        if bad.size:
+            _halve_into_upper_half_plane(ea, step, new, bad)
+            limit[bad] = HALVED_TOL
+        e[act] = new
+        act = act[np.abs(step) > limit * (np.abs(new) + 1e-300)]
+        if not act.size:
+            break
+    return e, act
+
+
+def _continued(x: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
+               c: float) -> np.ndarray:
+    """The solution at ``x (1 + i EPS_PATH[-1])`` by continuation along :data:`EPS_PATH` from ``X = 1``."""
+    e: np.ndarray | None = None
+    for eps in EPS_PATH:
+        z = x * (1.0 + 1j * eps)
+        if e is None:
+            e = (pi * tau / (tau[None, :] - z[:, None])).sum(axis=1)  # the solution for X = 1
+        e = _solve_e(z, tau, pi, scales, c, e)[0]
+    assert e is not None
+    return e
+
+
+def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                   x: np.ndarray, *, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The limiting density of the sample spectrum's non-zero part on the grid ``x`` (``Im m(x + i0) / pi``,
+    the point mass ``1 - 1/c`` at zero removed when ``c > 1``), by continuation along :data:`EPS_PATH`, and the
+    solution ``e`` it came from.
+
+    ``start``: a solution at nearby parameters on the same grid (a warm start). Newton then runs at the last
+    ``eps`` alone, and the points it leaves unconverged in :data:`WARM_ITERATIONS` take the continuation: the
+    solution in the upper half plane is unique (Silverstein & Bai 1995) and every step is kept there, so both
+    routes give the same numbers to the solver's tolerance."""
+    z = x * (1.0 + 1j * EPS_PATH[-1])
+    if start is None:
+        e = _continued(x, tau, pi, scales, c)
+    else:
+        e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
+        # a point whose steps were halved at the axis can stop short of the root: the residual tells
+        s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, pi * tau * tau)[0]
+        left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
+        if left.size:
+            e[left] = _continued(x[left], tau, pi, scales, c)
+    X = _x_of(e, scales, c)
+    m = (1.0 / (tau[None, :] * X[:, None] - z[:, None])) @ pi
+    if c > 1:
+        m = m + (1.0 - 1.0 / c) / z
+    return np.maximum(m.imag, 0.0) / np.pi, e
+
+
+@dataclass
+class Grid:
+    """What one evaluation of the expected spectrum used (reused so that theta -> spectrum is smooth), and its
+    solution, the next evaluation's warm start (``warm`` False: none)."""
+
+    groups: np.ndarray | None = None
+    points: int = 0
+    atoms: int = 0
+    warm: bool = True
+    last: tuple[np.ndarray, np.ndarray] | None = None  # log x, e
+
+    def start(self, x: np.ndarray) -> np.ndarray | None:
+        """The last solution interpolated (in log x) onto ``x``: a start near the root wherever the population,
+        the ratio or the scales moved little; the residual check of :func:`sample_density` sends the points where
+        it is not to the continuation, so any start gives the same numbers."""
+        if not self.warm or self.last is None:
+            return None
+        lx, e = self.last
+        u = np.log(x)
+        return np.interp(u, lx, e.real) + 1j * np.interp(u, lx, e.imag)
+
+
+def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
+                         scales: tuple[np.ndarray, np.ndarray] | None = None,
+                         grid: Grid | None = None, points_per_decade: int | None = None) -> np.ndarray:
+    """The expected sample eigenvalues of ranks ``1..ranks`` (descending) of the population ``tau``.
+
+    Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
+    spectrum over the ``j``-th slice of mass ``1/d`` counted from the top (Ledoit & Wolf 2017's QuEST
+    discretisation), from the density on a log-spaced grid (``7 sqrt(d / c)`` points a decade, 300 to
+    1,000: the isolated top eigenvalues form clusters of relative width ``~ sqrt(c / d)``), counted from
+    the top so that the grid's lower end only has to pass the last rank asked for."""
+    tau = np.asarray(tau, dtype=np.float64)
+    d = tau.size
+    grid = grid if grid is not None else Grid()
+    if grid.groups is None:
+        grid.groups = merge_groups(tau, c=c)
+    atoms, pi = merged(tau, None, grid.groups)
+    ppd = int(np.clip(7.0 * math.sqrt(d / c), 300, 1000)) if points_per_decade is None else points_per_decade
+    wmax = 1.0 if scales is None else float(scales[0].max())
+    wmin = 1.0 if scales is None else float(scales[0].min())
+    top = float(tau.max())
+    x_hi = top * (1.0 + math.sqrt(c)) ** 2 * max(wmax, 1.0) * 1.5
+    x_lo = float(np.sort(tau)[::-1][min(ranks, d) - 1]) * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2)
+                                                                 if c < 1 else 1e-3)
+    for _ in range(4):
+        points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
+        x = np.geomspace(x_lo, x_hi, points)
+        f, e = sample_density(atoms, pi, scales, c, x, start=grid.start(x))
+        grid.last = (np.log(x), e)
+        g = d * f * x  # dN / dlog x
+        h = g * x  # dM / dlog x
+        dl = np.diff(np.log(x))
+        N = np.concatenate([np.cumsum(((g[1:] + g[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
+        M = np.concatenate([np.cumsum(((h[1:] + h[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
+        if N[0] >= ranks + 0.5:
+            break
+        x_lo *= 1e-2
+    grid.points, grid.atoms = points, int(atoms.size)
+    Mk = np.interp(np.arange(ranks + 1, dtype=np.float64), N[::-1], M[::-1])
+    return np.diff(Mk)
+
+
+def slope_of(log_lam: np.ndarray, k0: int) -> float:
+    """The OLS exponent of log eigenvalues given from rank ``k0`` on."""
+    x = np.log(np.arange(k0, k0 + log_lam.size, dtype=np.float64))
+    xc = x - x.mean()
+    return float(-(xc @ (log_lam - log_lam.mean())) / (xc @ xc))

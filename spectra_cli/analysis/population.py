@@ -171,7 +171,9 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
     for _ in range(max_iter):
         J = _jacobian(ab, f, f0, h=h, central=False)
         evals += ab.size
-        step = np.linalg.lstsq(J, y - f0, rcond=None)[0][1:]
+        # (a column below 1e-9 of the largest singular value is no direction: an exponent clipped at its bound gives
+        # an exactly zero column, whose rounding would otherwise be read as a slope and take the whole step)
+        step = np.linalg.lstsq(J, y - f0, rcond=1e-9)[0][1:]
         step *= min(1.0, 0.3 / max(float(np.max(np.abs(step))), 1e-300))
         for _h in range(6):
             trial = ab + step

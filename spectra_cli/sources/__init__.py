@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import DEFAULT_BLOCK_ROWS, Source, SourceInfo, fingerprint, is_glob
 from spectra_cli.sources.rows import Block, LogitsWeights, RowSpec, WeightsFile, iter_selected
 
@@ -23,8 +24,6 @@ __all__ = [
     "open_source",
 ]
 
-_PARQUET_EXT = (".parquet", ".pq")
-
 
 def open_source(
     path: str,
@@ -34,19 +33,19 @@ def open_source(
     columns: list[str] | None = None,
     weight_column: str | None = None,
 ) -> Source:
-    """Open ``path`` by its extension (or as a directory/glob of Parquet files); a URL is read
-    through fsspec (:mod:`spectra_cli.sources.remote`)."""
+    """Open ``path`` by the format its extension names (:mod:`spectra_cli.sources.formats`), or as a
+    directory/glob of Parquet files; a URL is read through fsspec (:mod:`spectra_cli.sources.remote`)."""
     from spectra_cli.sources import remote
 
     url = remote.is_url(path)
     exists = remote.exists if url else os.path.exists
     isdir = remote.isdir if url else os.path.isdir
     literal = not url and os.path.lexists(path)  # a local file whose name holds "::" is that file
-    if ("::" in path and not literal) or path.lower().endswith(".safetensors"):
+    if ("::" in path and not literal) or formats.SAFETENSORS.matches(path):
         file, _, name = path.partition("::") if not literal else (path, "", "")
         if not exists(file):
             raise InputError(f"no such file or directory: {file}")
-        if file.lower().endswith(".npz"):
+        if formats.NPZ.matches(file):
             from spectra_cli.sources.npy import NpzSource
 
             return NpzSource(file, name or key)
@@ -61,18 +60,18 @@ def open_source(
     globbed = url and remote.is_glob_url(path)
     if not globbed and not exists(path):
         raise InputError(f"no such file or directory: {path}")
-    lower = path.lower()
-    is_parquet = globbed or isdir(path) or lower.endswith(_PARQUET_EXT)
+    fmt = formats.by_path(path, formats.DATA)
+    is_parquet = globbed or isdir(path) or fmt is formats.PARQUET
     if not is_parquet and (column or columns or weight_column):
         raise OptionError(f"{param('column')}, {param('columns')} and {param('weight_column')} apply to Parquet "
                           "input only.")
-    if key is not None and not lower.endswith(".npz"):
+    if key is not None and fmt is not formats.NPZ:
         raise OptionError(f"{param('key')} applies to .npz archives only.")
-    if lower.endswith(".npy"):
+    if fmt is formats.NPY:
         from spectra_cli.sources.npy import NpySource
 
         return NpySource(path)
-    if lower.endswith(".npz"):
+    if fmt is formats.NPZ:
         from spectra_cli.sources.npy import NpzSource
 
         return NpzSource(path, key)

@@ -15,6 +15,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError
 from spectra_cli.jsonio import loads
+from spectra_cli.sources import formats
 
 #: Default rows per block: large enough for BLAS to run at full speed, small enough
 #: that a block of 768 float64 features is ~50 MB.
@@ -213,7 +214,7 @@ def expand_glob(pattern: str) -> list[str]:
 def _is_data_name(path: str) -> bool:
     """A name spectra would read (kept in a listing even when it is not a regular file, so that the
     reader refuses it by name instead of the rows being left out silently)."""
-    return path.lower().endswith((".npy", ".npz", ".parquet", ".pq", ".safetensors"))
+    return formats.by_path(path, formats.DATA) is not None
 
 
 def check_numeric_dtype(dtype: np.dtype, where: str) -> None:

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli.errors import InputError
-from spectra_cli.sources import remote
+from spectra_cli.sources import formats, remote
 from spectra_cli.sources.base import check_regular, expand_glob, fingerprint, identity, is_glob
 from spectra_cli.validate import check_paths
 
-_PARQUET_EXT = (".parquet", ".pq")
 #: The members a moment file holds (``format``, ``meta`` and the moments' ``m2``).
-MOMENT_MEMBERS = frozenset({"format.npy", "meta.npy", "m2.npy"})
+MOMENT_MEMBERS = frozenset(f"{m}.npy" for m in formats.MOMENTS.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +98,9 @@ def _directory_files(path: str) -> list[str]:
         for n in names:
             if n.startswith((".", "_")):
                 continue
-            if n.lower().endswith(_PARQUET_EXT):
-                found["parquet"].append(os.path.join(root, n))
-            elif n.lower().endswith(".npy"):
-                found["npy"].append(os.path.join(root, n))
+            fmt = formats.by_path(n, (formats.PARQUET, formats.NPY))
+            if fmt is not None:
+                found[fmt.name].append(os.path.join(root, n))
     if found["parquet"] and found["npy"]:
         raise InputError(f"directory {path} holds both Parquet files ({found['parquet'][0]}) and .npy shards "
                          f"({found['npy'][0]}); name the ones to read (a glob such as {path}/*.npy).")
@@ -116,7 +114,7 @@ def is_moment_file(path: str) -> bool:
 
 def moment_file_problem(path: str) -> str | None:
     """Why ``path`` is not a readable moment file (None when it is one)."""
-    if not path.lower().endswith(".npz"):
+    if not formats.MOMENTS.matches(path):
         return "not an .npz archive"
     if not os.path.isfile(path):
         return "not a regular file"
@@ -133,21 +131,15 @@ def moment_file_problem(path: str) -> str | None:
 
 
 def _kind_of(path: str) -> str:
-    lower = path.lower()
-    if lower.endswith(".npy"):
-        return "npy"
-    if lower.endswith(_PARQUET_EXT):
-        return "parquet"
-    if lower.endswith(".npz"):
-        return "npz"
-    if lower.endswith(".safetensors"):
-        return "safetensors"
-    return os.path.splitext(path)[1] or "(no extension)"
+    """The data format a member's name says (``npy``, ``npz``, ``parquet``, ``safetensors``), or its
+    extension when it is none of them."""
+    fmt = formats.by_path(path, formats.DATA)
+    return fmt.name if fmt is not None else os.path.splitext(path)[1] or "(no extension)"
 
 
 def _a_file(kind: str) -> str:
-    return {"npy": "an .npy file", "npz": "an .npz archive", "parquet": "a Parquet file",
-            "safetensors": "a .safetensors checkpoint"}.get(kind, f"a file of extension {kind}")
+    fmt = formats.by_name(kind)
+    return fmt.a_file if fmt is not None else f"a file of extension {kind}"
 
 
 def resolve(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Dataset:

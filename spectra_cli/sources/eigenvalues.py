@@ -8,12 +8,13 @@ import os
 import numpy as np
 
 from spectra_cli.errors import InputError, param
+from spectra_cli.sources import formats
 
 
 def read_eigenvalues(path: str) -> np.ndarray:
     """Eigenvalues as float64 (any order; the caller sorts them)."""
-    lower = path.lower()
-    if lower.endswith(".npy"):
+    fmt = formats.by_path(path, (formats.NPY, formats.JSON, formats.CSV, formats.TSV))
+    if fmt is formats.NPY:
         from spectra_cli.sources.npy import read_whole
 
         arr = read_whole(path, "eigenvalues file")
@@ -24,7 +25,7 @@ def read_eigenvalues(path: str) -> np.ndarray:
         if arr.dtype.kind not in "fiu":
             raise InputError(f"{path} has dtype {arr.dtype}; eigenvalues must be real numbers.")
         values = arr.astype(np.float64)
-    elif lower.endswith(".json"):
+    elif fmt is formats.JSON:
         from spectra_cli.sources.base import read_json as read
 
         doc = read(path, "eigenvalues file")
@@ -41,8 +42,8 @@ def read_eigenvalues(path: str) -> np.ndarray:
                 f"{path} must hold a JSON list of numbers (or an object with an 'eigenvalues' list)."
             )
         values = np.array(doc, dtype=np.float64)
-    elif lower.endswith((".csv", ".txt", ".tsv")):
-        values = _read_column(path)
+    elif fmt is not None:  # a CSV or tab-separated column
+        values = _read_column(path, tabs=fmt is formats.TSV)
     else:
         ext = os.path.splitext(path)[1] or "(none)"
         raise InputError(f"unknown extension {ext} for {param('eigenvalues')} {path}; use .npy, .json, .csv or .txt.")
@@ -57,13 +58,13 @@ def read_eigenvalues(path: str) -> np.ndarray:
     return values
 
 
-def _read_column(path: str) -> np.ndarray:
+def _read_column(path: str, *, tabs: bool) -> np.ndarray:
     import io
 
     from spectra_cli.sources.base import open_regular
 
     out: list[float] = []
-    dialect = csv.excel_tab if path.lower().endswith(".tsv") else csv.excel
+    dialect = csv.excel_tab if tabs else csv.excel
     try:
         with open_regular(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
             for i, row in enumerate(csv.reader(f, dialect)):

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import Source, SourceInfo, check_regular
 
 _BUFFER_BYTES = 1 << 20
@@ -26,7 +27,7 @@ def resolve_parquet_files(path: str) -> list[str]:
         if remote.is_glob_url(path):
             files = remote.glob(path)
         elif remote.isdir(path):
-            files = remote.find(path, (".parquet", ".pq"))
+            files = remote.find(path, formats.PARQUET.extensions)
         else:
             return [path]
         if not files:

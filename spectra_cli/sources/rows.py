@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import Source
 from spectra_cli.validate import int_of
 
@@ -82,7 +83,7 @@ class WeightsFile:
 
         self.path = path
         one = "score" if what == "logits" else "weight"
-        if not path.lower().endswith(".npy"):
+        if not formats.NPY.matches(path):
             raise InputError(f"{what} file {path} must be a 1-D .npy array of one {one} per row.")
         self._v = Vector(path, what)
         if self._v.dtype.kind not in "fiu":

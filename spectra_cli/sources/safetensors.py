@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import Source, SourceInfo
 
 DTYPES: dict[str, np.dtype] = {
@@ -23,6 +24,8 @@ DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype("u1"), "U16": np.dtype("<u2"), "U32": np.dtype("<u4"), "U64": np.dtype("<u8"),
 }
 _MAX_HEADER = 100 << 20
+#: The name ending of a sharded checkpoint's index (``model.safetensors.index.json``).
+INDEX_SUFFIX = formats.SAFETENSORS.extension + ".index.json"
 
 
 def read_header(path: str) -> tuple[dict[str, Any], int]:
@@ -121,7 +124,8 @@ def shard_files(directory: str) -> list[str]:
     from spectra_cli.sources.base import read_json as read
 
     listing = _names_in(directory)
-    index = sorted(f for f in listing if f.endswith(".safetensors.index.json"))
+    shard = formats.SAFETENSORS.extension  # (matched as written: the names a checkpoint's index gives)
+    index = sorted(f for f in listing if f.endswith(INDEX_SUFFIX))
     if index:
         maps = []
         for name in index:
@@ -140,7 +144,7 @@ def shard_files(directory: str) -> list[str]:
         names = sorted(set(weight_map.values()))
         for name in names:
             if (not name or os.path.isabs(name) or "/" in name or "\\" in name or name in (".", "..")
-                    or "\x00" in name or not name.endswith(".safetensors")):
+                    or "\x00" in name or not name.endswith(shard)):
                 raise InputError(f"{p} names shard {name!r}; shards must be plain .safetensors file names in the "
                                  "index's directory.")
         files = [_inside(directory, name) for name in names]
@@ -150,7 +154,7 @@ def shard_files(directory: str) -> list[str]:
         for f in files:
             check_link_inside(f, directory)
         check_weight_map(p, weight_map, directory)
-        beside = sorted(f for f in listing if f.endswith(".safetensors") and f not in names
+        beside = sorted(f for f in listing if f.endswith(shard) and f not in names
                         and not f.startswith((".", "_")))
         if beside:
             more = f" (and {len(beside) - 1} more)" if len(beside) > 1 else ""
@@ -158,7 +162,7 @@ def shard_files(directory: str) -> list[str]:
                              "out. Add them to the index, or move the file.")
         return files
     found = sorted(_inside(directory, f) for f in listing
-                   if f.endswith(".safetensors") and not f.startswith((".", "_")) and _is_file(_inside(directory, f)))
+                   if f.endswith(shard) and not f.startswith((".", "_")) and _is_file(_inside(directory, f)))
     for f in found:
         check_link_inside(f, directory)
     return found

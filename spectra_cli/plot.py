@@ -31,6 +31,7 @@ import numpy as np
 
 from spectra_cli import metrics
 from spectra_cli.errors import OptionError, param
+from spectra_cli.sources import formats
 
 __all__ = [
     "COLUMN_WIDTH", "PALETTE", "density", "density_figure", "errorbar", "figure", "lag_energy", "layers",
@@ -59,7 +60,8 @@ COLUMN_WIDTH = 3.4
 FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.fontsize": 6.5,
         "xtick.labelsize": 7.0, "ytick.labelsize": 7.0, "lines.linewidth": 1.2, "svg.fonttype": "none",
         "pdf.fonttype": 42}
-FORMATS = (".png", ".svg", ".pdf")
+#: The extensions a figure may be written to (:data:`spectra_cli.sources.formats.FIGURES`).
+FORMATS = formats.extensions(*formats.FIGURES)
 
 
 def require_matplotlib(needed_by: str | None = None, extra: str = "plot") -> Any:
@@ -711,22 +713,22 @@ def save(fig: Any, path: str | os.PathLike[str], *, dpi: int = 200) -> str:
     from spectra_cli.sinks import atomic_file
 
     path = os.fspath(path)
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
+    fmt = formats.by_path(path, formats.FIGURES)
+    if fmt is None:
         raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
     mpl = require_matplotlib()
     # (a spectrum reaching 1e300 overflows matplotlib's tick arithmetic: numpy's warnings never reach stderr)
     with mpl.rc_context(FONT), atomic_file(path, flag="plot") as f, np.errstate(over="ignore", under="ignore"):
-        fig.savefig(f, format=ext[1:], dpi=dpi, metadata=_metadata(ext))
+        fig.savefig(f, format=fmt.name, dpi=dpi, metadata=_metadata(fmt))
     return path
 
 
-def _metadata(ext: str) -> dict[str, Any]:
+def _metadata(fmt: formats.Format) -> dict[str, Any]:
     from spectra_cli.version import __version__
 
     creator = f"spectra {__version__}"
-    if ext == ".png":
+    if fmt is formats.PNG:
         return {"Software": creator}
-    if ext == ".svg":
+    if fmt is formats.SVG:
         return {"Creator": creator, "Date": None}
     return {"Creator": creator, "CreationDate": None}

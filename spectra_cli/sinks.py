@@ -21,29 +21,28 @@ from typing import IO
 import numpy as np
 
 from spectra_cli.errors import NOTHING_HALF_WRITTEN, OptionError, OutputError, param
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import identity
 
-OUTPUT_EXTENSIONS = (".npy", ".parquet", ".pq")
 #: Temporary files being written right now (removed on any exit path).
 LIVE_TEMPORARIES: set[str] = set()
 
 
-def check_target(path: str, flag: str = "out") -> None:
-    if not path.lower().endswith(OUTPUT_EXTENSIONS):
+def check_target(path: str, flag: str = "out") -> formats.Format:
+    """The format a matrix output is written in (by its name: ``.npy`` or Parquet), once the target is
+    known to be writable and replaceable."""
+    fmt = formats.by_path(path, formats.MATRIX_OUTPUTS)
+    if fmt is None:
         raise OptionError(f"{param(flag, path)}: the output must end in .npy or .parquet.")
     check_directory(path, flag)
     check_replaceable(path, flag)
-
-
-#: The first bytes of each kind of file spectra writes (an existing file without them is not replaced).
-MAGIC = {".npy": (b"\x93NUMPY",), ".parquet": (b"PAR1",), ".pq": (b"PAR1",), ".png": (b"\x89PNG",),
-         ".html": (b"<!DOCTYPE html", b"<!doctype html"), ".htm": (b"<!DOCTYPE html", b"<!doctype html"),
-         ".pdf": (b"%PDF",), ".svg": (b"<?xml", b"<svg"), ".npz": (b"PK",)}
+    return fmt
 
 
 def check_replaceable(path: str, flag: str) -> None:
     """An existing output is replaced only when it is a regular file of the kind its extension names
-    (an earlier output): a FIFO, a device, or a text file named ``notes.npy`` is refused."""
+    (an earlier output: it begins with its format's magic bytes, :mod:`spectra_cli.sources.formats`):
+    a FIFO, a device, or a text file named ``notes.npy`` is refused."""
     if not os.path.lexists(path):
         return
     try:
@@ -53,12 +52,12 @@ def check_replaceable(path: str, flag: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
         raise OutputError(f"{param(flag, path)} exists and is {kind}; name a regular file.")
-    magic = MAGIC.get(os.path.splitext(path)[1].lower())
-    if magic is None or st.st_size == 0:
+    fmt = formats.by_path(path)
+    if fmt is None or not fmt.magic or st.st_size == 0:
         return
     with open(path, "rb") as f:
-        head = f.read(max(len(m) for m in magic))
-    if not head.startswith(magic):
+        head = f.read(max(len(m) for m in fmt.magic))
+    if not fmt.starts(head):
         raise OutputError(f"{param(flag, path)} exists and is not a {os.path.splitext(path)[1]} file (an earlier "
                           "output would be); name a new file.")
 
@@ -96,11 +95,11 @@ def check_not_input(out: str, inputs: Iterable[str | None], flag: str) -> None:
     target_id = identity(out)
     for src in input_files(inputs):
         same = os.path.realpath(src) == target_real or (target_id is not None and identity(src) == target_id)
-        inside = os.path.isdir(src) and target_real.startswith(os.path.realpath(src) + os.sep) and \
-            target_real.lower().endswith((".parquet", ".pq", ".npy"))
+        joins = formats.by_path(target_real, (formats.PARQUET, formats.NPY))  # a directory's members
+        inside = os.path.isdir(src) and target_real.startswith(os.path.realpath(src) + os.sep) and joins is not None
         if same or inside:
-            what = "is" if same else ("would join the Parquet dataset" if target_real.lower().endswith(
-                (".parquet", ".pq")) else "would join the .npy shards of the input directory")
+            what = "is" if same else ("would join the Parquet dataset" if joins is formats.PARQUET
+                                      else "would join the .npy shards of the input directory")
             raise OutputError(f"{param(flag, out)} {what} the input {src}; write the output elsewhere.")
     for pattern in inputs:
         if isinstance(pattern, str) and any(ch in pattern for ch in "*?[") and not os.path.lexists(pattern) \
@@ -253,7 +252,7 @@ class MatrixWriter:
 
     def __init__(self, path: str, *, n: int, d: int, dtype: str | np.dtype = "float32", column: str = "emb",
                  columns: list[str] | None = None) -> None:
-        check_target(path)
+        self.format = check_target(path)
         self.path, self.n, self.d, self.dtype = path, n, d, np.dtype(dtype)
         self.column, self.columns = column, columns
         self.written = 0
@@ -263,7 +262,7 @@ class MatrixWriter:
 
     def __enter__(self) -> MatrixWriter:
         self._file = self._stack.enter_context(atomic_file(self.path))
-        if self.path.lower().endswith(".npy"):
+        if self.format is formats.NPY:
             np.lib.format.write_array_header_2_0(self._file, {
                 "descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
                 "shape": (self.n, self.d)})
@@ -272,7 +271,7 @@ class MatrixWriter:
     def write(self, block: np.ndarray) -> None:
         b = np.ascontiguousarray(block, dtype=self.dtype)
         assert self._file is not None
-        if self.path.lower().endswith(".npy"):
+        if self.format is formats.NPY:
             self._file.write(b.data.cast("B"))
         else:
             import pyarrow as pa
@@ -291,7 +290,7 @@ class MatrixWriter:
         try:
             if self._parquet is not None:
                 self._parquet.close()  # type: ignore[attr-defined]
-            if exc_type is None and self.path.lower().endswith(".npy") and self.written != self.n:
+            if exc_type is None and self.format is formats.NPY and self.written != self.n:
                 raise RuntimeError(f"wrote {self.written} rows to {self.path}, expected {self.n}")
         except BaseException as err:
             self._stack.__exit__(type(err), err, err.__traceback__)

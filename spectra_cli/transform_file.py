@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.sources import formats
 from spectra_cli.version import __version__
 
 #: The arrays every transform file holds (``zeroed`` too since it was added; optional on reading).
-TRANSFORM_KEYS = ("mean", "matrix", "method", "eps", "k", "source", "fingerprint", "ddof", "spectra_version")
+TRANSFORM_KEYS = formats.TRANSFORM.members
 
 
 def is_transform_file(path: str) -> bool:
@@ -35,7 +36,7 @@ def check_target(path: str) -> None:
     """Refuse a path a transform may not be written to (not ``.npz``, no directory, an input, another file)."""
     from spectra_cli.sinks import check_replaceable
 
-    if not path.lower().endswith(".npz"):
+    if not formats.TRANSFORM.matches(path):
         raise OptionError(f"{param('save_transform', path)}: the file must end in .npz.")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):

@@ -8,18 +8,17 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from spectra_cli.errors import OptionError, param
+from spectra_cli.sources import formats
 
 if TYPE_CHECKING:
     from spectra_cli.run.trend import Point
 
-FORMATS = (".png", ".svg", ".pdf")
-
 
 def check_plot_target(path: str) -> None:
     """Fail before any work if the plot cannot be written."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise OptionError(f"{param('plot', path)}: the file must end in {', '.join(FORMATS)}.")
+    if formats.by_path(path, formats.FIGURES) is None:
+        raise OptionError(f"{param('plot', path)}: the file must end in "
+                          f"{', '.join(formats.extensions(*formats.FIGURES))}.")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise OptionError(f"{param('plot', path)}: directory {parent} does not exist.")

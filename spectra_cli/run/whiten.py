@@ -148,8 +148,7 @@ def whiten(
             inp.second_pass([apply], need="whitening", progress=progress)
         kept = apply.rows()
         written = sink.written if sink is not None else len(kept) if kept is not None else 0
-        output = {"path": out, "format": "array" if out is None else "npy" if out.lower().endswith(".npy")
-                  else "parquet", "dtype": out_dtype.name}
+        output = {"path": out, "format": "array" if sink is None else sink.format.name, "dtype": out_dtype.name}
         clock.mark("transform_write_s")
     if save_transform is not None:
         t.save(save_transform)

@@ -29,6 +29,7 @@ from spectra_cli.cli.flags import (
     fit_options,
 )
 from spectra_cli.errors import flag_text
+from spectra_cli.sources import formats
 
 AllowMismatch = Annotated[bool, typer.Option("--allow-option-mismatch", help="Compare reports made with different "
                                              "number-changing options (stated in the output).")]
@@ -133,7 +134,7 @@ def batch(
     from spectra_cli.jsonio import dumps
     from spectra_cli.run.batch import batch as run_batch
 
-    if any(p.lower().endswith(".jsonl") for p in paths) and not summary:
+    if any(formats.JSONL.matches(p) for p in paths) and not summary:
         raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
                           "files).")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),

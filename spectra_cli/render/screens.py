@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spectra_cli.metrics import find, label
+from spectra_cli.sources import formats
 
 
 def _num(x: float | None, fmt: str = ".6g") -> str:
@@ -158,7 +159,7 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     for r in failed:  # the reason of a failed item, whole, below the table
         console.print(f"[red]error[/] {shorten_names([str(x['item']) for x in rows])[rows.index(r)]}: {r['error']}")
     with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
-    if any(str(r["item"]).partition("::")[0].endswith(".safetensors") for r in rows) and not with_ww:
+    if any(str(r["item"]).partition("::")[0].endswith(formats.SAFETENSORS.extension) for r in rows) and not with_ww:
         console.print(f"[dim]{label('fit.alpha')} is the rank-window exponent of the centred rows; WeightWatcher's "
                       "alpha and its 2..6 guidance: --convention weightwatcher[/]")
 

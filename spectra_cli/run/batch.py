@@ -23,13 +23,15 @@ from spectra_cli.errors import InputError, OptionError, OutputError, SpectraErro
 from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA, SKIP_SCHEMA
 from spectra_cli.run.matrix import keywords_checked
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.threads import ENV_VARS, worker_threads
 from spectra_cli.validate import check_choice, check_int, check_number, check_path, check_paths, check_regex
 from spectra_cli.version import __version__
 
-MATRIX_EXT = (".npy", ".npz", ".parquet", ".pq", ".safetensors")
+#: The data files of a folder besides its checkpoint's shards (those are listed by the safetensors reader).
+FOLDER_FORMATS = (formats.NPY, formats.NPZ, formats.PARQUET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +76,6 @@ class Listing:
         return "skipped " + ", ".join(parts) + f" ({why}; --verbose lists them)"
 
 
-PICKLE_EXT = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-
-
 def _pickle_refusal(path: str) -> InputError:
     return InputError(f"{path} is a PyTorch pickle; spectra never unpickles (loading it could run code). Save the "
                       "weights as safetensors (safetensors.torch.save_file, or save_pretrained(..., "
@@ -106,7 +105,7 @@ def _found(directory: str) -> str:
         return ", in it or in its sub-folders: it is empty"
     shown = ", ".join(f"{n} {ext}" for ext, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
     hint = ("; results files (.jsonl) are read by spectra batch --summary, spectra trend and spectra report"
-            if ".jsonl" in kinds else "")
+            if formats.JSONL.extension in kinds else "")
     return f", in it or in its sub-folders (it holds {shown}){hint}"
 
 
@@ -123,7 +122,7 @@ def _expand(path: str, notes: list[str]) -> list[str]:
             from spectra_cli.sources.safetensors import shard_files
 
             shards = shard_files(path)
-            others = [f for f in remote.find(path, MATRIX_EXT[:-1]) if not f.lower().endswith(".safetensors")]
+            others = remote.find(path, formats.extensions(*FOLDER_FORMATS))
             if not shards and not others:
                 raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
             return shards + others
@@ -142,9 +141,9 @@ def _expand(path: str, notes: list[str]) -> list[str]:
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
             for f in files:
                 full = os.path.join(root, f)
-                if f.lower().endswith(PICKLE_EXT) and root == path:
+                if formats.PICKLE.matches(f) and root == path:
                     pickles.append(full)
-                if not f.lower().endswith(MATRIX_EXT[:-1]) or f.startswith((".", "_")):
+                if formats.by_path(f, FOLDER_FORMATS) is None or f.startswith((".", "_")):
                     continue
                 if not _readable_name(full):
                     notes.append(f"skipped a file in {root} whose name is not valid UTF-8 "
@@ -162,16 +161,16 @@ def _expand(path: str, notes: list[str]) -> list[str]:
         return shards + sorted(others)
     if not os.path.lexists(path):
         raise InputError(f"no such file or directory: {path}")
-    if path.lower().endswith(PICKLE_EXT):
+    if formats.PICKLE.matches(path):
         raise _pickle_refusal(path)
     return [path]
 
 
 def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: list[int]) -> list[Item]:
     """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
-    low = f.lower()
+    fmt = formats.by_path(f, formats.DATA)
     out: list[Item] = []
-    if low.endswith(".safetensors"):
+    if fmt is formats.SAFETENSORS:
         from spectra_cli.sources.safetensors import list_tensors, matrix_skip
 
         for t in list_tensors(f):
@@ -185,9 +184,9 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
                 listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
             out.append(Item(name, fingerprint(name), shape=tuple(int(x) for x in t["shape"])))
-    elif low.endswith(".npz") and is_moment_file(f):  # moments of one matrix (``spectra moments``)
+    elif fmt is formats.NPZ and is_moment_file(f):  # moments of one matrix (``spectra moments``)
         out.append(Item(f, fingerprint(f)))
-    elif low.endswith(".npz"):
+    elif fmt is formats.NPZ:
         from spectra_cli.sources.npy import npz_listing
 
         arrays = npz_listing(f)
@@ -200,7 +199,7 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
                                             f"shape {a['shape']} is not a matrix", fingerprint(name)))
             else:
                 out.append(Item(name, fingerprint(name)))
-    elif low.endswith(MATRIX_EXT):
+    elif fmt is not None:
         out.append(Item(f, fingerprint(f)))
     else:
         listing.notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
@@ -235,7 +234,7 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
                 if it.name not in seen:
                     seen.add(it.name)
                     items.append(it)
-            if f.lower().endswith(".safetensors") and pattern is not None and len(names) < 5:
+            if formats.SAFETENSORS.matches(f) and pattern is not None and len(names) < 5:
                 from spectra_cli.sources.safetensors import list_tensors
 
                 try:
@@ -308,9 +307,10 @@ def strict_line(line: bytes, where: str) -> tuple[dict[str, Any] | None, str | N
     return doc, None
 
 
-#: The first bytes of files that are certainly not JSON Lines, and what they are.
-_MAGIC = ((b"PK\x03\x04", "a ZIP archive, such as an .npz or a moment file"), (b"\x93NUMPY", "a .npy array"),
-          (b"PAR1", "a Parquet file"), (b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"))
+#: The formats whose first bytes (their magic, :mod:`spectra_cli.sources.formats`) show a file is certainly
+#: not JSON Lines, and how the refusal names them.
+NOT_RESULTS = {formats.NPZ: "a ZIP archive, such as an .npz or a moment file", formats.NPY: "a .npy array",
+               formats.PARQUET: "a Parquet file", formats.PNG: "a PNG image", formats.PDF: "a PDF document"}
 
 
 def results_file_problem(path: str) -> str | None:
@@ -337,9 +337,9 @@ def results_file_problem(path: str) -> str | None:
             return None  # empty, or nothing but whitespace: nothing to lose
         head = head.lstrip()
         head += f.read(max(0, (1 << 16) - len(head)))  # the whole first line, up to 64 KiB
-    for magic, what in _MAGIC:
-        if head.startswith(magic):
-            return f"it is {what}"
+    found = formats.by_magic(head, tuple(NOT_RESULTS))
+    if found is not None:
+        return f"it is {NOT_RESULTS[found]}"
     first, newline, _ = head.partition(b"\n")
     if not newline and len(head) >= 1 << 16:
         return "its first line is longer than 64 KiB, not a JSON Lines result"
@@ -780,7 +780,7 @@ def batch(
     given, centered = resolve_convention(dict(fitting), centered)
     convention = check_fit_keywords(given)["convention"]
     centered = True if centered is None else centered
-    results_files = [p for p in args if p.lower().endswith(".jsonl")]
+    results_files = [p for p in args if formats.JSONL.matches(p)]
     if results_files:
         if len(results_files) != len(args):
             raise OptionError("a .jsonl PATH is a results file: give only results files (to summarise them), or "

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
+from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
 from spectra_cli.stream.hooks import Capture
 from spectra_cli.validate import check_int, check_path
@@ -176,8 +177,8 @@ def _texts(path: str, column: str) -> Iterator[str]:
     (column ``column``), one at a time."""
     if not os.path.isfile(path):
         raise InputError(f"{param('texts', path)} is not a file.")
-    low = path.lower()
-    if low.endswith((".parquet", ".pq")):
+    fmt = formats.by_path(path, (formats.PARQUET, formats.JSONL))
+    if fmt is formats.PARQUET:
         import pyarrow.parquet as pq
 
         try:
@@ -194,7 +195,7 @@ def _texts(path: str, column: str) -> Iterator[str]:
         return
     with open(path, encoding="utf-8", errors="replace") as fh:
         for i, line in enumerate(fh, 1):
-            if low.endswith(".jsonl"):
+            if fmt is formats.JSONL:
                 if not line.strip():
                     continue
                 try:
@@ -213,7 +214,7 @@ def _texts(path: str, column: str) -> Iterator[str]:
 
 def _count(path: str) -> int:
     """About how many texts a file holds (its lines, or a Parquet file's rows), for the progress bar."""
-    if path.lower().endswith((".parquet", ".pq")):
+    if formats.PARQUET.matches(path):
         import pyarrow.parquet as pq
 
         try:

@@ -19,6 +19,7 @@ from spectra_cli import metrics as registry
 from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import MISSING, lookup, scalar_fields, standard_error
+from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_strings
 
 OPS = (">=", "<=", "==", "!=", ">", "<")
@@ -355,7 +356,7 @@ def check(
                           f"table via {param('config')}).")
     base_path = baseline or cfg["baseline"]
     base = load_report(base_path) if base_path else None
-    if data.lower().endswith(".jsonl"):
+    if formats.JSONL.matches(data):
         doc = evaluate_results(read_results([data]), checks, base)
         return CheckResult(bool(doc["passed"]), doc, items=True)
     flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,

@@ -10,6 +10,7 @@ from typing import Any, Unpack
 from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import check_report_schema, scalar_fields
+from spectra_cli.sources import formats
 from spectra_cli.validate import check_number, check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
@@ -31,7 +32,7 @@ def load_report(path: str) -> dict[str, Any]:
     else:
         with open_regular(path) as f:
             text = f.read()
-    if path.lower().endswith(".jsonl"):
+    if formats.JSONL.matches(path):
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if len(lines) != 1:
             raise InputError(f"{path} holds {len(lines)} reports; compare takes one report per side.")
@@ -43,7 +44,7 @@ def load_report(path: str) -> dict[str, Any]:
 
 def as_report(path: str, fit_options: dict[str, Any]) -> dict[str, Any]:
     """A report file as is, or the ``fit`` report of an input."""
-    if path == "-" or path.lower().endswith((".json", ".jsonl")):
+    if path == "-" or formats.by_path(path, (formats.JSON, formats.JSONL)) is not None:
         return load_report(path)
     from spectra_cli.run import matrix as api
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from spectra_cli.errors import SpectraError
 from spectra_cli.results import json_safe
-from spectra_cli.sources import open_dataset, open_source
+from spectra_cli.sources import formats, open_dataset, open_source
 from spectra_cli.sources.dataset import Dataset, resolve
 
 
@@ -25,20 +25,19 @@ def info(paths: str | os.PathLike[str] | list[str], *, key: str | None = None, c
     if dataset.kind != "single":
         return _describe_dataset(dataset, key=key, column=column, columns=columns)
     path = dataset.arguments[0]
-    lower = path.lower()
     doc: dict[str, Any] = {"path": path}
-    if lower.endswith(".safetensors") and "::" not in path:
+    if formats.SAFETENSORS.matches(path) and "::" not in path:
         from spectra_cli.sources.safetensors import list_tensors
 
         if not os.path.exists(path):
             raise SpectraError(f"no such file or directory: {path}")
         tensors = list_tensors(path)
-        doc.update({"format": "safetensors", "tensors": tensors, "matrices": _matrices(tensors)})
+        doc.update({"format": formats.SAFETENSORS.name, "tensors": tensors, "matrices": _matrices(tensors)})
         return json_safe(doc)
-    if lower.endswith(".npz") and os.path.exists(path):
+    if formats.NPZ.matches(path) and os.path.exists(path):
         from spectra_cli.sources.npy import npz_listing
 
-        doc["format"] = "npz"
+        doc["format"] = formats.NPZ.name
         doc["arrays"] = npz_listing(path)
         bad = [a for a in doc["arrays"] if "error" in a]
         if bad:
@@ -67,8 +66,9 @@ def _describe_dataset(dataset: Dataset, *, key: str | None, column: str | None,
 
         widths: dict[str, list[int]] = {p: next((a["shape"] for a in npz_listing(p) if a["key"] == "m2"), [])
                                        for p in dataset.member_paths()}
-        doc.update({"format": "moments", "layout": f"{len(widths)} moment file{'s' if len(widths) != 1 else ''} "
-                    "(accumulated moments, no rows)", "m2_shapes": [list(s) for s in widths.values()]})
+        files = f"{len(widths)} moment file{'s' if len(widths) != 1 else ''}"
+        doc.update({"format": formats.MOMENTS.name, "layout": f"{files} (accumulated moments, no rows)",
+                    "m2_shapes": [list(s) for s in widths.values()]})
         if len({tuple(s) for s in widths.values()}) > 1:
             doc["warnings"] = ["these moment files have different widths (" + ", ".join(
                 f"{os.path.basename(p)}: d = {s[0] if s else '?'}" for p, s in widths.items()) + "); fit and spectrum "
@@ -84,10 +84,11 @@ def _describe_dataset(dataset: Dataset, *, key: str | None, column: str | None,
 
 
 def _is_checkpoint_dir(path: str) -> bool:
-    """A folder of ``.safetensors`` shards (with or without an index) and no Parquet or ``.npy`` data."""
+    """A folder of ``.safetensors`` shards (with or without an index) and no Parquet or ``.npy`` data (the
+    shards' names matched as written, as the safetensors reader lists them)."""
     names = os.listdir(path)
-    return any(n.endswith(".safetensors") for n in names) and not any(
-        n.lower().endswith((".parquet", ".pq", ".npy")) for n in names)
+    return any(n.endswith(formats.SAFETENSORS.extension) for n in names) and not any(
+        formats.by_path(n, (formats.PARQUET, formats.NPY)) is not None for n in names)
 
 
 def _describe_checkpoint(path: str) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def _describe_checkpoint(path: str) -> dict[str, Any]:
 
     shards = shard_files(path)
     tensors = [{**t, "name": f"{os.path.basename(f)}::{t['name']}"} for f in shards for t in list_tensors(f)]
-    return json_safe({"path": path, "format": "safetensors", "files": len(shards),
+    return json_safe({"path": path, "format": formats.SAFETENSORS.name, "files": len(shards),
                       "layout": f"checkpoint of {len(shards)} shard{'s' if len(shards) != 1 else ''}",
                       "tensors": tensors, "matrices": _matrices(tensors)})
 

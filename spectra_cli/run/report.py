@@ -37,6 +37,7 @@ from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, standard_error, uncertainty
+from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_paths, check_regex
 
 PAGE_SCHEMA = "spectra.page/1"
@@ -101,7 +102,7 @@ def _read(path: str) -> Source:
     from spectra_cli.run.summary import iter_results
     from spectra_cli.sources.base import open_regular
 
-    if path.lower().endswith(".jsonl"):
+    if formats.JSONL.matches(path):
         lines: dict[str, dict[str, Any]] = {}
         repeated = 0
         for i, doc in iter_results(path):
@@ -114,7 +115,7 @@ def _read(path: str) -> Source:
         src = Source(path, list(lines.values()))
         src.repeated = repeated
         return src
-    if not path.lower().endswith(".json"):
+    if not formats.JSON.matches(path):
         raise InputError(f"{path}: spectra report reads reports (.json, from --json) and batch results (.jsonl); "
                          "to analyse a matrix, run spectra fit or spectra batch first.")
     with open_regular(path) as f:
@@ -520,7 +521,7 @@ def report(
     target = None
     if out is not None:
         target = check_path("out", out)
-        if not target.lower().endswith((".html", ".htm")):
+        if not formats.HTML.matches(target):
             raise OptionError(f"{param('out', target)}: the page must end in .html.")
         check_directory(target, "out")
         check_not_input(target, args, "out")

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from spectra_cli.errors import InputError, param
+from spectra_cli.sources import formats
 from spectra_cli.sources.base import Source, SourceInfo, check_numeric_dtype, check_regular, matrix_shape, open_regular
 from spectra_cli.sources.remote import size as file_size
 
@@ -81,7 +82,7 @@ class NpySource(Source):
         self._fd = _descriptor(self._f)
         self.info = SourceInfo(
             path=path,
-            format="npy",
+            format=formats.NPY.name,
             shape=shape,
             dtype=str(dtype),
             n_rows=n_rows,
@@ -201,7 +202,7 @@ class NpzSource(Source):
             raise InputError(f"{path}[{key}] is truncated: its header promises more bytes than the member holds.")
         self._dtype = dtype
         self.info = SourceInfo(
-            path=path, format="npz", shape=shape, dtype=str(dtype), n_rows=n_rows,
+            path=path, format=formats.NPZ.name, shape=shape, dtype=str(dtype), n_rows=n_rows,
             n_features=n_features, layout=layout, key=key,
             details={"arrays": keys},
         )
@@ -398,8 +399,8 @@ class NpyDirSource(Source):
             self._rows.append(info.n_rows)
         assert first is not None
         n = sum(self._rows)
-        self.info = SourceInfo(path=path, format="npy", shape=(n, first.n_features), dtype=first.dtype, n_rows=n,
-                               n_features=first.n_features, layout=f"matrix ({len(files)} .npy shards)",
+        self.info = SourceInfo(path=path, format=formats.NPY.name, shape=(n, first.n_features), dtype=first.dtype,
+                               n_rows=n, n_features=first.n_features, layout=f"matrix ({len(files)} .npy shards)",
                                files=len(files))
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:

@@ -168,7 +168,7 @@ class ParquetSource(Source):
         self._value_dtype = np.dtype(value_type.to_pandas_dtype())
         self.info = SourceInfo(
             path=path,
-            format="parquet",
+            format=formats.PARQUET.name,
             shape=(self._n_rows, d),
             dtype=str(self._value_dtype),
             n_rows=self._n_rows,

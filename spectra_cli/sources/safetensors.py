@@ -287,7 +287,7 @@ class SafetensorsSource(Source):
 
         self._f: io.BufferedReader = open_regular(path)
         dtype = "bfloat16" if self._bf16 else str(self._raw.newbyteorder("="))
-        self.info = SourceInfo(path=f"{path}::{tensor}", format="safetensors", shape=shape, dtype=dtype,
+        self.info = SourceInfo(path=f"{path}::{tensor}", format=formats.SAFETENSORS.name, shape=shape, dtype=dtype,
                                n_rows=shape[0], n_features=shape[1], layout="2-D tensor (rows = first axis)",
                                key=tensor)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions, refuse_over_budget
-from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, iter_selected, open_dataset
+from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, formats, iter_selected, open_dataset
 from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
 from spectra_cli.sources.in_memory import as_array
 from spectra_cli.sources.rows import RowSpec, WeightsArray
@@ -231,7 +231,7 @@ class Input:
         if self.accumulator is not None:
             self._refuse_row_options()
             acc = self.accumulator
-            self.info = SourceInfo(path=self.path or "<accumulator>", format="moments", shape=(acc.n, acc.d),
+            self.info = SourceInfo(path=self.path or "<accumulator>", format=formats.MOMENTS.name, shape=(acc.n, acc.d),
                                    dtype=acc.precision, n_rows=acc.n, n_features=acc.d,
                                    layout="accumulated moments (no rows)",
                                    files=len(self.dataset.members) if self.dataset is not None else 1)

@@ -59,7 +59,8 @@ from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, near_nu
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
 from spectra_cli.stages import reports_progress
-from spectra_cli.stream.accumulator import Accumulator, check_moment_target
+from spectra_cli.stream import moment_file
+from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_bool, check_int
@@ -396,7 +397,7 @@ def moments(
     the merged moments). Reading options as for :func:`fit`."""
     if out is None or out == "":
         raise OptionError(f"moments needs {param('out')} FILE.npz.")
-    path = check_moment_target(out, "out")  # before the pass: a bad target costs no reading
+    path = moment_file.check_target(out, "out")  # before the pass: a bad target costs no reading
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
     dataset = as_dataset(data)
     check_not_input(path, input_paths(dataset, read), "out")

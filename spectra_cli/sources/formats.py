@@ -102,8 +102,7 @@ NPY = Format("npy", "matrix", (".npy",), "an .npy file", (b"\x93NUMPY",), source
              sink="spectra_cli.sinks.MatrixWriter")
 NPZ = Format("npz", "matrix", (".npz",), "an .npz archive", _ZIP, source="spectra_cli.sources.npy.NpzSource")
 MOMENTS = Format("moments", "moments", (".npz",), "a spectra moment file", _ZIP,
-                 source="spectra_cli.stream.accumulator.Accumulator.load",
-                 sink="spectra_cli.stream.accumulator.Accumulator.save",
+                 source="spectra_cli.stream.moment_file.read", sink="spectra_cli.stream.moment_file.write",
                  members=("format", "meta", "m2"))
 TRANSFORM = Format("transform", "transform", (".npz",), "a spectra transform file", _ZIP,
                    source="spectra_cli.transform_file.read", sink="spectra_cli.transform_file.write",

@@ -14,7 +14,7 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -263,44 +263,31 @@ def npz_listing(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def moment_file_sizes(path: str) -> tuple[dict[str, int], int]:
-    """The bytes each array of a moment file takes once read (as float64 where it is numeric, from its
-    header alone, nothing read), and the width of its ``m2``. Members that are not arrays of a moment
-    file are left out (they are never read)."""
+def npz_headers(path: str, keep: Callable[[str], bool]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The shape and dtype of each array of an archive whose key ``keep`` accepts (numeric or text), from
+    its header alone: nothing else is read."""
     z = open_zip(path)
-    sizes: dict[str, int] = {}
-    d = 0
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for name in z.namelist():
-        if not name.endswith(".npy") or not is_moment_member(name[:-4]):
+        if not name.endswith(".npy") or not keep(name[:-4]):
             continue
         try:
             with z.open(name) as f:
                 shape, _, dtype = _read_header(f, f"{path}[{name[:-4]}]", text=True)
         except ZIP_ERRORS as exc:
             raise InputError(f"{path}[{name[:-4]}] is corrupt: {exc}") from None
-        sizes[name[:-4]] = math.prod(shape) * max(dtype.itemsize, 8)
-        if name == "m2.npy" and len(shape) == 2:
-            d = max(shape)
-    return sizes, d
+        out[name[:-4]] = (shape, dtype)
+    return out
 
 
-def is_moment_member(key: str) -> bool:
-    """An array a moment file holds: ``format``, ``meta``, the moments, the cosine sums and groups."""
-    base = {"format", "meta", "scalars", "mean_rel", "m2", "origin", "norms", "fourth", "cos_unit_sum", "cos_scalars"}
-    if key in base:
-        return True
-    head, _, tail = key.partition("_")
-    return head[:1] == "g" and head[1:].isdigit() and tail in ("scalars", "mean_rel", "m2", "origin", "norms", "fourth")
-
-
-def read_npz_arrays(path: str) -> dict[str, np.ndarray]:
-    """The arrays of a moment file read whole: numeric or text arrays only (never objects, so never
-    pickle), each header checked against its member's size before anything is allocated; members that
-    are not arrays of a moment file are never read."""
+def read_npz_members(path: str, keep: Callable[[str], bool]) -> dict[str, np.ndarray]:
+    """The arrays of an archive whose key ``keep`` accepts, read whole: numeric or text arrays only (never
+    objects, so never pickle), each header checked against its member's size before anything is
+    allocated; the other members are never read."""
     z = open_zip(path)
     out: dict[str, np.ndarray] = {}
     for name in z.namelist():
-        if not name.endswith(".npy") or not is_moment_member(name[:-4]):
+        if not name.endswith(".npy") or not keep(name[:-4]):
             continue
         where = f"{path}[{name[:-4]}]"
         try:

@@ -21,6 +21,7 @@ from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, 
 from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
 from spectra_cli.sources.in_memory import as_array
 from spectra_cli.sources.rows import RowSpec, WeightsArray
+from spectra_cli.stream import moment_file
 from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
 from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress, run_pass
@@ -64,7 +65,7 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
         if why is not None:
             raise InputError(f"{p} is not a spectra moment file ({why}).")
         if budget is not None:
-            check_moment_file_budget(p, budget, held=acc.held_bytes() if acc is not None else 0)
+            moment_file.check_budget(p, budget, held=acc.held_bytes() if acc is not None else 0)
         one = Accumulator.load(p, max_memory=UNBOUNDED if budget is not None else None)  # checked just above
         if not one.sources:
             one.sources = [{"path": p}]
@@ -84,17 +85,6 @@ def merge_moment_files(paths: list[str], *, budget: int | None = None) -> Accumu
             raise InputError(f"{p} cannot be merged with {paths[0]}: {exc}") from None
     assert acc is not None
     return acc
-
-
-def check_moment_file_budget(path: str, budget: int, *, held: int = 0) -> None:
-    """Refuse, from its member headers alone, a moment file whose arrays (and the merge's working copy of
-    its d x d moments, beside the ``held`` bytes of the files merged before it) would not fit the budget."""
-    from spectra_cli.sources.npy import moment_file_sizes
-
-    sizes, d = moment_file_sizes(path)
-    nbytes = float(sum(sizes.values())) + 2 * 8.0 * d * d + held  # the merged moments and one product's temporary
-    matrices = max(1, round(nbytes / (8 * d * d))) if d else 0
-    refuse_over_budget(path, "its moments", nbytes, f"{matrices} float64 matrices of {d} x {d}", budget)
 
 
 @dataclass(frozen=True, slots=True)

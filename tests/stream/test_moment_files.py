@@ -123,3 +123,36 @@ def test_a_loaded_accumulator_keeps_its_groups_and_goes_on(tmp_path):
     assert len(back.groups) == 8 and sum(g.n for g in back.groups) == len(X)
     ci = spectra.fit(back, window="2:8", ci=True, ci_replicates=20).fit.ci
     assert ci.groups == 8 and ci.low < ci.high
+
+
+def test_the_moment_file_format_is_written_read_and_checked_in_one_module(tmp_path):
+    """stream/moment_file.py is the format: what it writes it reads back field for field, every array it
+    writes is one it reads, the registry's members of a moment file are among them, and no other module
+    spells the format's arrays or its version."""
+    import zipfile
+
+    from spectra_cli.sources import formats
+    from spectra_cli.stream import moment_file
+    from tests.conftest import ROOT
+
+    acc = spectra.Accumulator(16, groups=3)
+    for lo in range(0, 1200, 300):
+        acc.update(X[lo:lo + 300], np.linspace(0.5, 1.5, 300))
+    acc.sources = [{"path": "x.npy", "rows": [0, 1200]}]
+    path = moment_file.write(tmp_path / "m.npz", acc.contents())
+    with zipfile.ZipFile(path) as z:
+        keys = {n.removesuffix(".npy") for n in z.namelist()}
+    assert all(moment_file.is_member(k) for k in keys) and set(formats.MOMENTS.members) <= keys
+    back = moment_file.read(path)
+    assert back.options() == acc.options() and back.sources == tuple(acc.sources)
+    assert (back.n_dropped, back.weight_sq_sum, back.weighted) == (0, acc.weight_sq_sum, True)
+    for got, want in zip((back.moments, *back.groups), (acc.moments, *acc.groups), strict=True):
+        np.testing.assert_array_equal(got.m2, want.m2)
+        assert (got.n, got.weight_sum, got.scale) == (want.n, want.weight_sum, want.scale)
+    assert back.cosine is not None and acc.cosine is not None
+    np.testing.assert_array_equal(back.cosine.unit_sum, acc.cosine.unit_sum)
+    loaded = spectra.Accumulator.load(path)
+    assert loaded.options() == acc.options() and loaded.n == acc.n
+    elsewhere = [p.name for p in (ROOT / "spectra_cli").rglob("*.py") if p.name != "moment_file.py"
+                 and any(s in p.read_text() for s in ('"cos_scalars"', '"mean_rel"', "spectra.moments/"))]
+    assert not elsewhere, f"the moment-file format is spelt outside stream/moment_file.py: {elsewhere}"

@@ -24,6 +24,7 @@ __all__ = [
     "HTML",
     "JSON",
     "JSONL",
+    "KINDS",
     "MATRIX_OUTPUTS",
     "MOMENTS",
     "NPY",
@@ -44,6 +45,10 @@ __all__ = [
 ]
 
 
+#: What a file may be to spectra (a format's ``kind``).
+KINDS = ("matrix", "moments", "report", "results", "eigenvalues", "transform", "figure", "page", "refused")
+
+
 @dataclass(frozen=True, slots=True)
 class Format:
     """One file format.
@@ -53,10 +58,10 @@ class Format:
     name : str
         What reports and listings call it (``SourceInfo.format``, ``spectra info``'s ``format``).
     kind : str
-        What the file is to spectra: ``matrix`` (rows to analyse), ``moments`` (accumulated moments),
-        ``report`` (one JSON report), ``results`` (JSON Lines, one report a line), ``eigenvalues``
-        (a spectrum computed elsewhere), ``transform`` (a whitening transform), ``figure``, ``page``
-        or ``refused`` (never read: a pickle could run code).
+        What the file is to spectra (one of :data:`KINDS`): ``matrix`` (rows to analyse), ``moments``
+        (accumulated moments), ``report`` (one JSON report), ``results`` (JSON Lines, one report a
+        line), ``eigenvalues`` (a spectrum computed elsewhere), ``transform`` (a whitening transform),
+        ``figure``, ``page`` or ``refused`` (never read: a pickle could run code).
     extensions : tuple of str
         The file-name endings, lower case with the dot; the first is the one messages name.
     a_file : str

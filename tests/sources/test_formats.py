@@ -27,7 +27,7 @@ def test_every_format_is_declared_once_with_well_formed_fields():
     assert set(formats.DATA) | set(formats.MATRIX_OUTPUTS) | set(formats.FIGURES) <= set(formats.FORMATS)
     for f in formats.FORMATS:
         assert f.extensions and all(re.fullmatch(r"\.[a-z0-9]+", e) for e in f.extensions), f.name
-        assert f.extension == f.extensions[0]
+        assert f.extension == f.extensions[0] and f.kind in formats.KINDS
         assert f.a_file.startswith(("a ", "an ")), f.name
         assert all(isinstance(m, bytes) and m for m in f.magic), f.name
         assert formats.by_name(f.name) is f

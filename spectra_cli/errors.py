@@ -23,7 +23,8 @@ def param(name: str, value: object = None, *, show: bool | None = None) -> str:
     """A parameter (and its value) inside a message: ``ddof=-1`` in Python, ``--ddof -1`` on the command line.
 
     ``value`` is shown with ``repr`` for strings (``--precision 'float16'``) and ``str`` otherwise;
-    ``show=False`` leaves it out.
+    ``show=False`` leaves it out. ``True`` names a switch: ``population=True`` in Python, ``--population``
+    on the command line.
     """
     if show is None:
         show = value is not None
@@ -41,7 +42,7 @@ def _render(message: str, *, cli: bool) -> str:
     def sub(m: re.Match[str]) -> str:
         name, value = m.group(1), m.group(2)
         if cli:
-            return flag_of(name) if value is None else f"{flag_of(name)} {value}"
+            return flag_of(name) if value is None or value == "True" else f"{flag_of(name)} {value}"
         return name if value is None else f"{name}={value}"
 
     return _MARK.sub(sub, message)

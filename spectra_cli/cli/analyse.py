@@ -242,8 +242,10 @@ def info(
     doc = run_info(paths, key=key, column=column, columns=split_columns(columns))
     emit(doc, json, lambda d, console: print_info(doc["path"], d, console))
     if not json:  # with --json, emit writes them to stderr itself
+        from spectra_cli.errors import flag_text
+
         for w in doc.get("warnings", []):
-            sys.stderr.write(f"warning: {w}\n")
+            sys.stderr.write(f"warning: {flag_text(w)}\n")
 
 
 @app.command()

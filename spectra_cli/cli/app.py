@@ -173,7 +173,12 @@ def _root(
 def emit(doc: dict[str, Any], as_json: bool, render: Any = None, *, written: tuple[str, ...] = ()) -> None:
     """One strict JSON document on stdout (and each report warning as a stderr line), or the
     tables ``render(doc, console)`` draws (the report tables by default). ``written``: the files this run
-    wrote, removed when stdout refuses the result (a full disk: the run failed, so it leaves nothing)."""
+    wrote, removed when stdout refuses the result (a full disk: the run failed, so it leaves nothing).
+    The report's warnings name options as flags here (``--population``; the library's ``population=True``)."""
+    from spectra_cli.errors import flag_text
+
+    if isinstance(doc.get("warnings"), list):
+        doc = {**doc, "warnings": [flag_text(w) if isinstance(w, str) else w for w in doc["warnings"]]}
     try:
         _emit(doc, as_json, render)
     except (BrokenPipeError, _PipeClosed):

@@ -195,4 +195,4 @@ def summary(
 
 DIRECTIONS_DXD = "eigenvectors of the d x d matrix as numpy.linalg.eigh (LAPACK) returns them"
 DIRECTIONS_GRAM = ("n < d: the r eigenvectors with non-zero eigenvalues from the n x n Gram matrix, each signed so its "
-                   "largest-magnitude entry is positive (SPEC); the d - r null directions have Z = sum w")
+                   "largest-magnitude entry is positive; the d - r null directions have Z = sum w")

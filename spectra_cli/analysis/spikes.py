@@ -48,6 +48,7 @@ from scipy.special import airy
 
 from spectra_cli.analysis.equivalent import Grid, expected_eigenvalues, slope_of
 from spectra_cli.analysis.population import ALPHA_BOUNDS, gauss_newton
+from spectra_cli.errors import Message, param
 
 #: The level of each test: an eigenvalue is a spike when its p-value is below it (one layer's ranks
 #: tested in sequence; a batch of many layers tests many, so the level is small).
@@ -293,15 +294,17 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
         return Spikes(level=level, n=float(n), window=(k0, k1), reason=reason)
 
     if k0 < 2:
-        return skip(f"the rank window starts at rank {k0}: no rank above it to test (a window that starts "
-                    "below the ranks to test: --window K1:K2 with K1 > 1)")
+        return skip(Message(f"the rank window starts at rank {k0}: no rank above it to test; give a window that "
+                            f"starts below the ranks to test ({param('window', 'K1:K2')} with K1 > 1)"))
     if n < 4:
-        return skip(f"{n:.3g} degrees of freedom: too few rows for a sampling bulk")
+        return skip(f"{n:.3g} degrees of freedom: too few rows for a sampling bulk (the test needs at least 4: five "
+                    "rows when centred)")
     if lam.size < k1 or not np.all(lam[:k1] > 0):
-        return skip(f"the window {k0}:{k1} reaches past the non-zero eigenvalues: the bulk cannot "
-                                     "be fitted there")
+        return skip(Message(f"the window {k0}:{k1} reaches past the non-zero eigenvalues: the bulk cannot be fitted "
+                            f"there; end the window before them ({param('window', 'K1:K2')})"))
     if k1 - k0 + 1 < 3:
-        return skip(f"the window {k0}:{k1} holds fewer than 3 ranks: the bulk cannot be fitted")
+        return skip(Message(f"the window {k0}:{k1} holds fewer than 3 ranks: the bulk cannot be fitted; widen it "
+                            f"({param('window', 'K1:K2')} with K2 >= K1 + 2)"))
     resolved = min(dim, int(math.floor(n)) + 1)
     if k0 > HEAD_SHARE * resolved:
         return skip(f"the window starts at rank {k0}, past the first {HEAD_SHARE:.0%} of the {resolved} ranks the "
@@ -340,7 +343,8 @@ def find_spikes(eigenvalues: np.ndarray, *, n: float, window: tuple[int, int], t
         p = null_sf(float(unit_lam[k]), edge, spread)
         if k == 0 and stat < -NOTE_BELOW and edge.mu > float(unit_lam[0]) * math.exp(3.0 * spread):
             note = (f"the bulk's power law carried to rank 1 ({last[2].mu:.4g}) lies above the largest eigenvalue "
-                    f"({lam[0]:.4g}): the head of the spectrum bends below the law, and no rank can stand above it")
+                    f"({lam[0]:.4g}): the head of the spectrum bends below the law, and no rank can stand above it; "
+                    "a window that starts nearer rank 1 fits the head's own law")
         if p >= level:
             next_rank, next_p = k + 1, p
             break

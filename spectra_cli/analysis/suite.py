@@ -27,7 +27,7 @@ from spectra_cli.analysis.powerlaw import (
 from spectra_cli.analysis.rank import EffectiveRanks, effective_ranks
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.eigen.decomposition import Spectrum
-from spectra_cli.errors import FitError, OptionError, param
+from spectra_cli.errors import FitError, Message, OptionError, param, raw
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_numbers
 
 #: ``spectra``: its own defaults; ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred W^T W, the
@@ -303,14 +303,17 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
         if opts.windows:
             raise  # a window the user asked for is an input error
         # A collapsed spectrum: report everything else, with no fit (fit is null, checks on it fail).
-        windows, warnings = [], [f"no power-law fit: {exc}"]
+        windows, warnings = [], [Message(f"no power-law fit: {raw(exc)}")]
     fits = tuple(fit_model(lam, w, method=opts.method, model=opts.model, degree=opts.degree) for w in windows)
     for f in fits:  # a line that does not follow the points is no exponent to report without saying so
         if f.r2 < POOR_FIT_R2 or f.residual_rms > POOR_FIT_RMS:
-            warnings.append(f"the {MODEL_NAMES.get(f.model, f.model)} fits ranks {f.window.k_min}..{f.window.k_max} "
-                            f"poorly (R^2 {f.r2:.2f}, residual RMS {f.residual_rms:.2f} in log lambda): alpha "
-                            f"{f.alpha:.3f} does not summarise this window (look at the figure; another window, or "
-                            "--model)")
+            others = [m for m in ("broken", "log-corrected", "power-law") if m != f.model]
+            warnings.append(Message(
+                f"the {MODEL_NAMES.get(f.model, f.model)} fits ranks {f.window.k_min}..{f.window.k_max} poorly (R^2 "
+                f"{f.r2:.4f}, residual RMS {f.residual_rms:.3g} in log lambda): alpha "
+                f"{f.alpha:.{3 if f.model == 'broken' else 4}f} does not summarise "
+                f"this window. Look at the figure, then try another window ({param('window', 'K1:K2')}) or another "
+                f"model ({param('model', others[0])}, or {others[1]!r})"))
     models = (compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
               if windows else None)
     resolved = spec.resolved()
@@ -321,7 +324,7 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
             kept = lam[: spec.numerical_rank]
             density = density_fit(kept[kept > opts.density_floor] if opts.density_floor > 0 else kept)
         except FitError as exc:  # too few eigenvalues: the same rule as a collapsed rank fit
-            warnings.append(f"no density fit: {exc}")
+            warnings.append(Message(f"no density fit: {raw(exc)}"))
     profile = local_slope_profile(lam, spec.usable_rank)
     cap = None
     if opts.counting or opts.capacity:

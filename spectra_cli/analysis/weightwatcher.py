@@ -51,11 +51,11 @@ def ww_skip(shape: list[int] | tuple[int, ...]) -> str | None:
         return f"shape {list(shape)} is not a matrix"
     big, small = max(shape), min(shape)
     if small < WW_MIN_EVALS:
-        return f"{small} eigenvalues, fewer than WeightWatcher's min_evals = {WW_MIN_EVALS}"
+        return f"{small} eigenvalues; WeightWatcher needs at least {WW_MIN_EVALS} (its min_evals)"
     if small > WW_MAX_EVALS:
-        return f"{small} eigenvalues, more than WeightWatcher's max_evals = {WW_MAX_EVALS}"
+        return f"{small} eigenvalues; WeightWatcher takes at most {WW_MAX_EVALS} (its max_evals)"
     if big > WW_MAX_N:
-        return f"its larger side {big} exceeds WeightWatcher's max_N = {WW_MAX_N}"
+        return f"its larger side is {big}; WeightWatcher takes at most {WW_MAX_N} (its max_N)"
     return None
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 
 from spectra_cli import threads
-from spectra_cli.errors import InputError
+from spectra_cli.errors import InputError, Message, param
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
@@ -317,12 +317,12 @@ def spectrum_from_moments(
     factor = m.scale * m.scale
     method = "eigvalsh of the d x d matrix from streamed block moments (Chan et al. merge)"
     top_info = None
-    declined = None
+    declined: str | None = None
     if top is None and top_reason:  # the caller declined the top-k route, and says why
         method += f"; {top_reason}"
     if top is not None and top > d // TOP_MAX_FRACTION:
-        declined = (f"top={top} (--top {top}) asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
-                    "the full decomposition is cheaper")
+        declined = Message(f"{param('top', top)} asked, but past d/{TOP_MAX_FRACTION} = {d // TOP_MAX_FRACTION} "
+                           "the full decomposition is cheaper")
         method += f"; {declined}"
         top = None
     lam_scaled = None
@@ -331,7 +331,7 @@ def spectrum_from_moments(
 
         found = top_eigenvalues(C, top)
         if found is None:
-            declined = f"top={top} (--top {top}): the Krylov subspace reached its cap before converging"
+            declined = Message(f"{param('top', top)}: the Krylov subspace reached its cap before converging")
             method += f"; {declined}, so all d were computed"
         else:
             trace = float(np.trace(C))
@@ -340,7 +340,7 @@ def spectrum_from_moments(
             top_info = TopK(k=top, trace=trace * factor, participation_ratio=trace * trace / frob if frob > 0 else 0.0,
                             dimension=found.dimension, block=found.block, seed=found.seed,
                             relative_bound=found.max_relative_bound,
-                            requested=top_reason or f"asked: top={top} (--top {top})")
+                            requested=top_reason or Message(f"asked: {param('top', top)}"))
             method = (f"the leading {top} of {d} eigenvalues by block Lanczos (Krylov dimension {found.dimension}) "
                       "of the d x d matrix from streamed block moments (Chan et al. merge)")
     if lam_scaled is None:

@@ -9,7 +9,7 @@ import warnings as _warnings
 from typing import Any
 
 from spectra_cli.eigen.decomposition import NEAR_NULL_GAP, Spectrum
-from spectra_cli.errors import SpectraWarning
+from spectra_cli.errors import Message, SpectraWarning, param, raw
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.stream.passes import Accumulated, Input
 
@@ -22,43 +22,52 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
     out: list[str] = []
     d = spec.n_features
     if first is not None and first.n_dropped:
-        out.append(f"{first.n_dropped} row(s) with NaN or inf entries were dropped (--drop-nonfinite)")
+        out.append(Message(f"{first.n_dropped} row(s) with NaN or inf entries were dropped "
+                           f"({param('drop_nonfinite', True)}); if that is more than a few, look for an overflow "
+                           "upstream (float16 overflows above 65504)"))
     if spec.structural_zeros:
         out.append(
-            f"n = {spec.n_samples} < d = {d}: at most {spec.sampling_rank} non-zero eigenvalues; "
-            f"{spec.structural_zeros} are structural zeros and not listed"
+            f"n = {spec.n_samples} < d = {d}: at most {spec.sampling_rank} non-zero eigenvalues; the other "
+            f"{spec.structural_zeros} are zero whatever the data (structural zeros) and not listed. Use more rows "
+            f"than features to see every direction (n/d >= {SAMPLING_WARN_RATIO:g} keeps the tail's finite-sampling "
+            "bias small)"
         )
     elif first is not None and first.n_effective is not None:
         ratio = first.n_effective / d
         if ratio < SAMPLING_WARN_RATIO:
-            out.append(
-                f"effective n / d = {ratio:.3g} < {SAMPLING_WARN_RATIO:g} (effective sample size (sum w)^2 / sum w^2 "
+            out.append(Message(
+                f"effective n/d = {ratio:.3g} < {SAMPLING_WARN_RATIO:g} (effective sample size (sum w)^2 / sum w^2 "
                 f"= {first.n_effective:.4g} of {spec.n_samples} weighted rows): tail eigenvalues of the sample "
-                "covariance are biased by finite sampling (Marchenko-Pastur)"
-            )
+                "covariance are biased by finite sampling (the leading ranks least). Use more rows (or less "
+                f"concentrated weights), or estimate the population exponent with fit's {param('population', True)}"
+            ))
     elif spec.n_over_d is not None and spec.n_over_d < SAMPLING_WARN_RATIO:
-        out.append(
+        out.append(Message(
             f"n/d = {spec.n_over_d:.3g} < {SAMPLING_WARN_RATIO:g}: tail eigenvalues of the sample covariance "
-            "are biased by finite sampling (Marchenko-Pastur)"
-        )
+            "are biased by finite sampling (the leading ranks least). Use more rows, or estimate the population "
+            f"exponent with fit's {param('population', True)}"
+        ))
     const = first.constant_columns() if first is not None else 0
     if const:
-        out.append(f"{const} constant column(s): each adds an exactly zero eigenvalue")
+        out.append(f"{const} constant column(s): each adds an exactly zero eigenvalue, left out of every fit; drop "
+                   "the columns if they are unused features or padding")
     zeros = spec.sampling_zeros
     if zeros and not spec.structural_zeros:  # (the n < d message above says it of the Gram route)
         kind = "centred rows" if "centred" in spec.definition or "covariance" in spec.definition else "rows"
         out.append(
             f"the last {zeros} eigenvalue(s) are sampling zeros: {spec.n_samples} {kind} span at most "
             f"{spec.sampling_rank} of {spec.n_features} directions, whatever the data (not null directions such as "
-            "LayerNorm's); they enter no logarithm or fit"
+            "LayerNorm's); they enter no logarithm or fit. More rows than features resolve them"
         )
     if spec.top_declined:
-        out.append(f"{spec.top_declined}: all {spec.n_features} eigenvalues were computed")
+        out.append(Message(f"{raw(spec.top_declined)}: all {spec.n_features} eigenvalues were computed (nothing to "
+                           "change: the numbers are those of the full decomposition)"))
     below = spec.below_floor
     if below:
         out.append(
-            f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.3g}: "
-            "null directions (e.g. LayerNorm's, constant or dependent columns); they enter no logarithm or fit"
+            f"{below} eigenvalue(s) at or below the numerical floor {spec.numerical_floor:.4g}: "
+            "null directions (e.g. LayerNorm's, constant or dependent columns); they enter no logarithm or fit. "
+            "Where every direction should carry variance, look for duplicated or derived columns"
         )
     return out
 
@@ -78,9 +87,9 @@ def near_null_warning(spec: Spectrum, suite: Any, *, density: bool) -> list[str]
     what = [f"the fit over ranks {f.window.k_min}..{f.window.k_max}" for f in reached]
     if density:
         what.append("the density fit")
-    return [f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:.0e} times below rank {k}: "
-            "near-null directions (e.g. LayerNorm's, kept above zero by float16 rounding), left out of "
-            + " and ".join(what)]
+    return [f"the last {near} resolved eigenvalue(s) lie more than {1 / NEAR_NULL_GAP:,.0f} times below rank {k}: "
+            "directions with almost no variance (e.g. LayerNorm's, kept above zero by float16 rounding); spectra "
+            "leaves them out of " + " and ".join(what) + ", so there is nothing to change"]
 
 
 def emit_warnings(messages: list[str]) -> None:

@@ -51,7 +51,7 @@ from spectra_cli.analysis.suite import (
     resolve_convention,
     run_suite,
 )
-from spectra_cli.errors import OptionError, param
+from spectra_cli.errors import Message, OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
@@ -135,7 +135,7 @@ def spectrum(
         first = inp.first_pass(progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=top or None,
-                           top_reason=f"asked: top={top} (--top {top})")
+                           top_reason=Message(f"asked: {param('top', top)}"))
         clock.mark("eigen_s")
     clock.mark("analysis_s")
     return assemble("spectrum", inp, first, main, options=inp.options_report(),
@@ -234,7 +234,8 @@ def fit(
         warnings = [w for w in warnings if "biased by finite sampling" not in w]
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
-        warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")
+        warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
+                        "counted in the covariance; if they are padding, remove them before the analysis")
     # RankMe is defined on the singular values of the uncentred matrix: a second decomposition on the
     # d x d route, made only when it is cheap or asked for (one decomposition per spectrum otherwise).
     unc, rankme_source = None, None
@@ -258,7 +259,8 @@ def fit(
 
         skip = ww_skip((first.n_rows, main.n_features))
         if skip:
-            warnings.append(f"WeightWatcher's analyze() would skip this matrix: {skip}")
+            warnings.append(f"WeightWatcher's analysis would skip this matrix ({skip}): spectra's numbers for it have "
+                            "no WeightWatcher counterpart to compare with")
         from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH
 
         opts = dataclasses.replace(opts, density_floor=WW_EVALS_THRESH / max(first.n_rows, 1))
@@ -287,15 +289,21 @@ def fit(
     if ci and suite.fits:
         ratio = (first.n_effective or first.n_rows) / main.n_features
         if ratio < CI_COVERS_N_OVER_D:
-            warnings.append(f"n/d = {ratio:.3g} < {CI_COVERS_N_OVER_D:g}: finite sampling biases the sample slope, and "
-                            "the bootstrap interval (--ci) reproduces that bias: at n/d <= 10 it held the population "
-                            "exponent in about half the runs (bench/README.md); --population estimates the "
-                            "population exponent with an interval that accounts for it")
+            warnings.append(Message(
+                f"n/d = {ratio:.3g} < {CI_COVERS_N_OVER_D:g}: finite sampling biases the sample slope, and the "
+                f"bootstrap interval ({param('ci', True)}) carries the same bias: at n/d <= 10 it held the population "
+                "exponent in only about half of the runs of spectra's coverage benchmark. "
+                + ("The population exponent, also computed, has an interval that accounts for it" if population else
+                   "For the population exponent with an interval that accounts for the bias, use "
+                   f"{param('population', True)}")))
     if control is not None and control.meets_at_rank is not None and suite.fits:
         k2 = suite.fits[0].window.k_max
         if k2 >= control.meets_at_rank:
-            warnings.append(f"the fit window reaches rank {k2}, past rank {control.meets_at_rank} where the "
-                            "spectrum meets the shuffled control (finite-sampling noise)")
+            k1, meets = suite.fits[0].window.k_min, control.meets_at_rank
+            warnings.append(Message(
+                f"the fit window reaches rank {k2}, past rank {meets} where the spectrum meets the shuffled control "
+                "(finite-sampling noise): end the window before it"
+                + (f" ({param('window', f'{k1}:{meets - 1}')})" if meets - 1 > k1 else "")))
     ww = None
     if opts.density:
         from spectra_cli.analysis.weightwatcher import weight_metrics
@@ -344,7 +352,8 @@ def isotropy(
     warnings = spectrum_warnings(main, first)
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
-        warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm")
+        warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
+                        "counted in the covariance; if they are padding, remove them before the analysis")
     _, with_se = steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore)
     iso = with_se if with_se is not None else iso
     clock.mark("analysis_s")
@@ -449,7 +458,7 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
         elif max(ends) > top:
             raise OptionError(f"{param('top', top)} computes {top} eigenvalues, but a window reaches rank "
                               f"{max(ends)}; give a larger {param('top')}.")
-        return top, f"asked: top={top} (--top {top})"
+        return top, Message(f"asked: {param('top', top)}")
     if d < TOP_AUTO_MIN_D or ends is None or needs_all or max(ends) > d // TOP_AUTO_FRACTION:
         return None, ""
     pr = participation_ratio_of(first.moments, centered=centered)

@@ -31,7 +31,7 @@ from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
 from spectra_cli.analysis.suite import FIT_KEYWORDS, FitKeywords, FitOptions, FitSuite, run_suite, windows_for
 from spectra_cli.eigen.decomposition import Spectrum, floor_for, spectrum_from_moments
-from spectra_cli.errors import FitError, InputError, OptionError, describe_choices, param
+from spectra_cli.errors import FitError, InputError, Message, OptionError, describe_choices, param, raw
 from spectra_cli.options import SEQUENCE_REFUSES, ReadOptions, SourceKeywords
 from spectra_cli.results import json_safe
 from spectra_cli.run.assemble import Stopwatch, emit_warnings
@@ -77,11 +77,11 @@ def _suite_doc(spec: Spectrum, opts: FitOptions, warnings: list[str], what: str)
     try:
         suite: FitSuite | None = run_suite(spec, opts)
     except FitError as exc:
-        warnings.append(f"{what}: no fit ({exc})")
+        warnings.append(Message(f"{what}: no fit ({raw(exc)})"))
         suite = None
     fits = [f.to_dict() for f in suite.fits] if suite is not None else []
     if suite is not None:
-        warnings += [f"{what}: {w}" for w in suite.warnings]
+        warnings += [Message(f"{what}: {raw(w)}") for w in suite.warnings]
     return {"spectrum": spec.to_dict(), "fit": fits[0] if fits else None, "fits": fits,
             "rank": suite.rank.to_dict() if suite is not None else None}
 
@@ -202,8 +202,9 @@ def sequence(
         raise InputError(f"{inp.info.path} has {n_ctx} window(s) without padding at the selected positions; the "
                          "context covariance needs at least 3.")
     if n_ctx < n:
-        warnings.append(f"{n - n_ctx} window(s) with padding at a selected position left out of the context "
-                        "statistics")
+        warnings.append(Message(f"{n - n_ctx} window(s) with padding at a selected position left out of the context "
+                                f"statistics; to keep them, select only positions every window fills "
+                                f"({param('positions', '0:K')})"))
     res = context(W, block_diagonal="block-diagonal" in ctrl, stack_bytes=stack_bytes)
     ctx_spec = _given_spectrum(res.eigenvalues, n_ctx, P * k, "context covariance of flattened windows, centred per "
                                "coordinate across windows, ddof 1", "eigvalsh of " + res.route, n_ctx - 1)

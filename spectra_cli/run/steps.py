@@ -23,7 +23,7 @@ from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
 from spectra_cli.analysis.suite import FitOptions, FitSuite
 from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
-from spectra_cli.errors import FitError, OptionError, param
+from spectra_cli.errors import FitError, Message, OptionError, param, raw
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Accumulated, Input
 from spectra_cli.stream.states import RowsBuffer
@@ -114,7 +114,9 @@ def with_bootstrap(suite: FitSuite, first: Accumulated, opts: FitOptions, *, cen
         return suite
     groups = first.groups
     if len(groups) < 10:
-        warnings.append(f"the bootstrap has only {len(groups)} groups of rows; the interval is coarse")
+        warnings.append(f"the bootstrap has only {len(groups)} groups of rows, so its interval is coarse; moment files "
+                        "made with 32 groups (spectra moments --groups 32, or Accumulator(d, groups=32)) give a finer "
+                        "one")
 
     def stat(window: Window) -> Callable[[np.ndarray], float]:
         return lambda lam: fit_model(lam, window, method=opts.method, model=opts.model, degree=opts.degree).alpha
@@ -206,15 +208,19 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         method = {"method": METHOD, **model.to_dict()}
         if model.source.startswith("no histogram") and warnings is not None:
             warnings.append("these moments carry no histogram of row norms (a moment file made before spectra gathered "
-                            "one): the standard errors assume Gaussian rows")
+                            "one): the standard errors assume Gaussian rows; a moment file made again with this "
+                            "version gives errors from the data's own rows")
         pr = participation_ratio(lam)
         if pr > FLAT_PR_SHARE * main.n_features:
             method["caveat"] = (f"a flat spectrum (participation ratio {pr:.4g} of d = {main.n_features}): near-equal "
                                 "eigenvalues repel, and the first-order errors over-state the spread (up to 4x on "
                                 "white noise): comparisons are conservative here")
             if warnings is not None:
-                warnings.append("the standard errors over-state the spread on this flat spectrum "
-                                "(rank.se_method.caveat)")
+                warnings.append(Message(
+                    "the standard errors over-state the spread on this flat spectrum (near-equal eigenvalues "
+                    "repel; up to 4x on white noise): a change flagged against them is real, but a small one may go "
+                    f"unflagged; the bootstrap interval of alpha ({param('ci', True)}) does not "
+                    "rest on them"))
         for name, value in rank_errors(lam, model).items():
             _keep(name, value, rank_se, rank_missing)
         for name, value in isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore).items():
@@ -257,7 +263,8 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
 
     _, dof = sampling_dof(first, centered=centered)
     if not suite.fits:
-        found = Spikes(n=dof, reason="no rank window was fitted: the bulk is the fit's power law")
+        found = Spikes(n=dof, reason="no rank window was fitted (the warning on the fit says why), and the bulk is "
+                                     "the fit's power law")
     else:
         w = suite.fits[0].window
         rows = (first.rows, first.weights) if first.rows is not None else None
@@ -265,13 +272,14 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
                             alpha_se=suite.fits[0].se, dim=main.n_features,
                             vectors=lambda k: leading_vectors(first.moments, rows, k, centered=centered, ddof=ddof))
     if found.reason is not None:
-        warnings.append(f"--spikes: not tested: {found.reason}")
+        warnings.append(Message(f"spikes not tested ({param('spikes', True)}): {raw(found.reason)}"))
     elif found.note is not None:
-        warnings.append(f"--spikes: {found.note}")
+        warnings.append(Message(f"spikes ({param('spikes', True)}): {raw(found.note)}"))
     elif found.rogue_dimensions:
         dims = ", ".join(str(i) for i in found.rogue_dimensions)
-        warnings.append(f"rogue dimension(s) {dims}: one coordinate carries most of a spike's direction "
-                        "(spectrum.spikes)")
+        warnings.append(f"rogue dimension(s) {dims}: one coordinate carries most of a spike's direction (the spikes "
+                        "table lists the loadings); such coordinates dominate norms and cosines: standardise the "
+                        "features, or leave these columns out, to see the spectrum without them")
     return found
 
 
@@ -305,9 +313,10 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where, variances=variances)
               if hist is not None and hist.rows else None)
     if scales is None:
-        warnings.append("--population: these moments carry no histogram of row norms (a moment file made before "
-                        "spectra gathered one): the population exponent assumes Gaussian rows, and the participation "
-                        "ratio is not corrected")
+        warnings.append(Message(
+            f"the population exponent ({param('population', True)}): these moments carry no histogram of row norms (a "
+            "moment file made before spectra gathered one), so it assumes Gaussian rows, and the participation ratio "
+            "is not corrected; a moment file made again with this version gives both from the data's own rows"))
     offset = quad = 0.0
     if not centered:
         mu = first.mean()
@@ -330,12 +339,15 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     if n_eff < MIN_EFFECTIVE_ROWS:
         why = (f"the weights leave an effective sample of {n_eff:.3g} rows ((sum w)^2 / sum w^2, Kish) of {rows}"
                if first.weighted else f"{rows} rows are")
-        warnings.append(f"--population: {why}: too few to say what population they come from (at least "
-                        f"{MIN_EFFECTIVE_ROWS:g} are needed); no population exponent")
+        warnings.append(Message(f"no population exponent ({param('population', True)}): {why}: too few to say what "
+                                f"population they come from; it needs at least {MIN_EFFECTIVE_ROWS:g} (effective) "
+                                "rows"))
         return replace(suite, rank=replace(suite.rank, participation_ratio_population=pr))
     if n_eff < 0.5 * rows:
-        warnings.append(f"--population: the weights concentrate the sample (an effective {n_eff:.4g} of {rows} rows, "
-                        "Kish): they enter the population model as row scales, so its interval is wider")
+        warnings.append(Message(
+            f"the population exponent ({param('population', True)}): the weights concentrate the sample (an effective "
+            f"{n_eff:.4g} of {rows} rows, Kish): they enter the population model as row scales, so its interval is "
+            "wider; more rows, or flatter weights, narrow it"))
 
     subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings)
 
@@ -345,16 +357,18 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
                                  n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls,
                                  subsamples=subsamples)
         except FitError as exc:
-            warnings.append(f"--population over ranks {f.window.k_min}..{f.window.k_max}: {exc}")
+            warnings.append(Message(f"no population exponent over ranks {f.window.k_min}..{f.window.k_max} "
+                                    f"({param('population', True)}): {raw(exc)}"))
             return f
         if not pop.power_law_fits:
             b = pop.bend
             curved, straight = b["curved_alpha"], b["curved_alpha"] - b["model_error"]
-            warnings.append(f"--population over ranks {pop.window[0]}..{pop.window[1]}: the population is not a power "
-                            f"law there (the spectrum bends beyond sampling noise, p = {b['p_value']:.2g}); a "
-                            f"population curved over the window gives {curved:.4g}, the power law {straight:.4g}, and "
-                            "the interval is widened by the difference (fit.population.bend). Read alpha as the "
-                            "window's average slope, or fit a narrower window")
+            warnings.append(Message(
+                f"the population exponent over ranks {pop.window[0]}..{pop.window[1]} ({param('population', True)}): "
+                f"the population is not a power law there (the spectrum bends beyond sampling noise, p = "
+                f"{b['p_value']:.2g}); a population curved over the window gives {curved:.4f}, the power law "
+                f"{straight:.4f}, and the interval is widened by the difference. Read alpha as the window's average "
+                f"slope, or fit a narrower window ({param('window', 'K1:K2')})"))
         return fit_with_population(f, pop)
 
     fits = tuple(one(f) for f in suite.fits)
@@ -381,21 +395,23 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         G = len(first.groups)
         source = f"the pass's {G} row-block groups (runs of consecutive blocks)"
     if G < MIN_SUBSAMPLE_GROUPS:
-        why = (f"{G} rows make too few groups of rows" if first.moments is None else
+        why = (f"{G} rows make too few groups of rows (more rows make more)" if first.moments is None else
                "these moments carry no row groups (made without them: spectra moments --groups 32, or "
                "Accumulator(d, groups=32))" if G == 0 else
                f"only {G} row groups are kept (at least {MIN_SUBSAMPLE_GROUPS} are needed: moment files made with "
                "--groups 32 carry enough; inputs wider than 4,096 features keep fewer, within the 1 GiB the "
                "groups may take)")
-        warnings.append(f"--population: {why}: the estimate rests on the row model alone, unchecked against the "
-                        "data's own sampling curve")
+        warnings.append(Message(f"the population exponent ({param('population', True)}): {why}: the estimate rests on "
+                                "the row model alone, unchecked against the data's own sampling curve"))
         return None
     sizes = None if first.moments is None else np.array([g.n_positive for g in first.groups], dtype=np.float64)
     keep = subsample_design(G, seed=seed, sizes=sizes)
     if keep is None:
-        warnings.append(f"--population: the {G} row groups are too unequal in size to leave out about a quarter of "
-                        "the rows at a time (one holds more than 3/8 of them): the estimate rests on the row model "
-                        "alone, unchecked against the data's own sampling curve")
+        warnings.append(Message(
+            f"the population exponent ({param('population', True)}): the {G} row groups are too unequal in size to "
+            "leave out about a quarter of the rows at a time (one holds more than 3/8 of them): the estimate rests on "
+            "the row model alone, unchecked against the data's own sampling curve; moment files of similar row counts "
+            "(or flatter weights) let it be checked"))
         return None
     R, m = keep.shape[:2]
     flat = keep.reshape(R * m, G)

@@ -167,7 +167,8 @@ def whiten(
     warnings = spectrum_warnings(before, first)
     if t.zeroed:
         warnings.append(f"{t.zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
-                        "scaled by 1/sqrt(lambda)")
+                        "scaled by 1/sqrt(lambda), which would only amplify rounding noise: nothing to change (the "
+                        "whitened rows have that many fewer directions with variance)")
     _, with_se = steps.with_uncertainty(None, iso_before, first, before, centered=True, isoscore=True)
     iso_before = with_se if with_se is not None else iso_before
     clock.mark("analysis_s")

@@ -120,7 +120,8 @@ def test_what_cannot_be_tested_says_why() -> None:
     rep = sp.fit(X, spikes=True, window="1:20")
     assert rep.spikes is not None and rep.spikes.count is None
     assert rep.spikes.reason is not None and "starts at rank 1" in rep.spikes.reason
-    assert any(w.startswith("--spikes: not tested: the rank window starts at rank 1") for w in rep.warnings)
+    assert ("spikes not tested (spikes=True): the rank window starts at rank 1: no rank above it to test; give a "
+            "window that starts below the ranks to test (window='K1:K2' with K1 > 1)") in rep.warnings
     assert rep.to_dict()["spectrum"]["spikes"]["count"] is None
     assert "spikes" not in sp.fit(X).to_dict()["spectrum"]
     with pytest.raises(OptionError, match=r"^spikes needs the number of rows behind the spectrum and its "

@@ -68,11 +68,11 @@ def test_the_layers_weightwatcher_analyses_and_skips(ww_batch):
     assert {r["longname"] for r in rows} == ANALYSED
     why = {s["item"].partition("::")[2]: (s["kind"], s["skipped"]) for s in res.skipped}
     assert why["embeddings.token_type_embeddings.weight"] == (
-        "WeightWatcher-skipped layer", "2 eigenvalues, fewer than WeightWatcher's min_evals = 8")
-    assert why["encoder.layer.0.narrow.weight"][1] == "7 eigenvalues, fewer than WeightWatcher's min_evals = 8"
+        "WeightWatcher-skipped layer", "2 eigenvalues; WeightWatcher needs at least 8 (its min_evals)")
+    assert why["encoder.layer.0.narrow.weight"][1] == "7 eigenvalues; WeightWatcher needs at least 8 (its min_evals)"
     assert why["embeddings.position_ids"][0] == "integer buffer" and why["embeddings.LayerNorm.weight"][0] == "vector"
-    assert ww_skip((60000, 100)) == "its larger side 60000 exceeds WeightWatcher's max_N = 50000"
-    assert ww_skip((20000, 16000)) == "16000 eigenvalues, more than WeightWatcher's max_evals = 15000"
+    assert ww_skip((60000, 100)) == "its larger side is 60000; WeightWatcher takes at most 50000 (its max_N)"
+    assert ww_skip((20000, 16000)) == "16000 eigenvalues; WeightWatcher takes at most 15000 (its max_evals)"
     # the summary lists every skipped tensor with why
     listed = {s["item"]: s["why"] for s in res.summary()["skipped_items"]}
     assert len(listed) == len(res.skipped) == 5
@@ -251,7 +251,7 @@ def test_the_convention_refuses_what_contradicts_it(hf_checkpoint):
         spectra.fit(np.sort(np.random.default_rng(1).random(30))[::-1].copy(), eigenvalues=True,
                     convention="weightwatcher")
     narrow = spectra.fit(np.random.default_rng(8).standard_normal((7, 1000)), convention="weightwatcher")
-    assert any("WeightWatcher's analyze() would skip this matrix: 7 eigenvalues" in w for w in narrow.warnings)
+    assert any("WeightWatcher's analysis would skip this matrix (7 eigenvalues" in w for w in narrow.warnings)
     with pytest.raises(spectra.OptionError, match="hold no WeightWatcher columns"):
         spectra.batch(str(path)).__class__(spectra.batch(str(path)).results, convention="weightwatcher").rows()
 

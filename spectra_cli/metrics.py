@@ -185,7 +185,7 @@ METRICS: tuple[Metric, ...] = (
        views="batch"),
     _m("spectrum.sampling_rank", "sampling rank", "at most min(n - 1, d) non-zero eigenvalues (n when "
        "uncentred)", kind="count", type="integer"),
-    _m("spectrum.near_null", "near-null directions", "resolved eigenvalues more than 1e6 times below the one "
+    _m("spectrum.near_null", "near-null directions", "resolved eigenvalues more than 1e4 times below the one "
        "before them (e.g. LayerNorm's)", kind="count", type="integer", views="batch"),
     _m("spectrum.structural_zeros", "structural zeros", "d - n zero eigenvalues at n < d, not listed",
        kind="count", type="integer"),
@@ -233,9 +233,9 @@ METRICS: tuple[Metric, ...] = (
        type="integer"),
     _m("spectrum.spikes.bulk.edge", "bulk edge", "where the bulk's largest sample eigenvalue sits (El Karoui 2007's "
        "centring)", kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.bulk.bbp_threshold", "BBP threshold", "a population eigenvalue above it separates from the "
-       "bulk at this n and d (Baik, Ben Arous & Peche 2005); below it no test can find it", kind="diagnostic",
-       scale=SPECTRA_SCALE),
+    _m("spectrum.spikes.bulk.bbp_threshold", "spike detection threshold", "a population eigenvalue above it "
+       "separates from the bulk at this n and d (Baik, Ben Arous & Peche 2005); below it no test can find it",
+       kind="diagnostic", scale=SPECTRA_SCALE),
     _m("spectrum.spikes.next.rank", "first rank in the bulk", "the first rank tested and not a spike",
        kind="count", type="integer"),
     _m("spectrum.spikes.next.p_value", "first bulk p-value", "its p-value", kind="diagnostic"),
@@ -259,7 +259,8 @@ METRICS: tuple[Metric, ...] = (
        "rows about the mean), from the moments and the histogram of squared row norms", views="table", fmt=".1f"),
     _m("rank.entropy_rank", "entropy rank", "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
        views="batch layer table", fmt=".1f", better="higher", se="rank.se.entropy_rank"),
-    _m("rank.rankme", "RankMe", "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values of the "
+    _m("rank.rankme", "entropy rank (uncentred singular values)",
+       "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values of the "
        "uncentred matrix (Garrido et al. 2023)", views="batch table", fmt=".1f", better="higher"),
     _m("rank.stable_rank", "stable rank", "sum lambda / lambda_1 = tr C / ||C|| (Rudelson & Vershynin 2007)",
        views="batch table", fmt=".2f", se="rank.se.stable_rank"),
@@ -328,12 +329,12 @@ METRICS: tuple[Metric, ...] = (
        same_as=("weightwatcher.columns.log_spectral_norm",)),
     _m("weightwatcher.stable_rank", "WW stable_rank", "sum lambda / lambda_max", ww_name="stable_rank",
        views="batch layer", fmt=".2f", same_as=("weightwatcher.columns.stable_rank",)),
-    _m("weightwatcher.mp_spikes", "spikes over the MP edge", "eigenvalues above the Marchenko-Pastur edge "
-       "(sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; WeightWatcher fits sigma by kernel "
-       "density)", views="batch layer", type="integer", nullable=False),
+    _m("weightwatcher.mp_spikes", "spikes over the Marchenko-Pastur edge", "eigenvalues above the "
+       "Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; WeightWatcher "
+       "fits sigma by kernel density)", views="batch layer", type="integer", nullable=False),
     _m("weightwatcher.verdict", "verdict", "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
        views="batch", type="string"),
-    _m("weightwatcher.mp_bulk_edge", "MP edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
+    _m("weightwatcher.mp_bulk_edge", "Marchenko-Pastur edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
        kind="diagnostic", scale=WW_SCALE),
     _m("weightwatcher.alpha_range.*", "healthy alpha range", "WeightWatcher's guidance for its alpha (2..6)",
        kind="input"),

@@ -21,7 +21,7 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     t = Table("position", "tokens", label("fit.alpha"), label("rank.participation_ratio"),
               label("isotropy.mean_cosine"), title="Per position", title_justify="left")
     for row in doc["per_position"]:
-        t.add_row(str(row["position"]), str(row["n"]), _num(row["alpha"]), _num(row["participation_ratio"]),
+        t.add_row(str(row["position"]), str(row["n"]), _num(row["alpha"], ".4f"), _num(row["participation_ratio"]),
                   _num(row["mean_cosine"], ".3f"))
     console.print(t)
     s = Table("spectrum", "n", "features", label("fit.alpha"), "window", label("rank.participation_ratio"),
@@ -31,7 +31,7 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
     for name, part in parts:
         sp, fit, rank = part["spectrum"], part.get("fit"), part.get("rank") or {}
-        s.add_row(name, str(sp["n_samples"]), str(sp["n_features"]), _num(fit["alpha"]) if fit else "—",
+        s.add_row(name, str(sp["n_samples"]), str(sp["n_features"]), _num(fit["alpha"], ".4f") if fit else "—",
                   f"{fit['window'][0]}..{fit['window'][1]}" if fit else "—", _num(rank.get("participation_ratio")),
                   _num(rank.get("entropy_rank")))
     console.print(s)

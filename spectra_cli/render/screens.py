@@ -9,12 +9,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spectra_cli.metrics import find, label
+from spectra_cli.metrics import find, get, label
 from spectra_cli.sources import formats
 
 
 def _num(x: float | None, fmt: str = ".6g") -> str:
     return "—" if x is None else format(x, fmt)
+
+
+#: What ``info``'s table calls the fields of its document (the others: their name, with spaces).
+INFO_LABELS = {"n_rows": "rows", "n_features": "features", "fortran_order": "Fortran order", "m2_shapes": "d"}
 
 
 def print_info(path: str, doc: dict[str, Any], console: Console) -> None:
@@ -23,7 +27,7 @@ def print_info(path: str, doc: dict[str, Any], console: Console) -> None:
     t.add_column()
     for k, v in doc.items():
         if k not in ("columns_schema", "arrays", "tensors", "members", "m2_shapes", "warnings") and v is not None:
-            t.add_row(k, str(v))
+            t.add_row(INFO_LABELS.get(k, k.replace("_", " ")), str(v))
     console.print(t)
     if doc.get("members"):
         mt = Table("member", "fingerprint", title="Files", title_justify="left", box=None)
@@ -192,8 +196,8 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
         ("z", ["—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "") for r in shown]),
         ("rel", ["—" if r.rel is None else f"{r.rel * 100:+.1f}%" for r in shown])])
     console.print("[dim]z: the change over its standard error (independent samples); * beyond sampling noise at the "
-                  "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json has each "
-                  "row's se, z, p, significant)[/]")
+                  "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json gives "
+                  "each row's standard error, z, p-value and verdict)[/]")
 
 
 #: Past this many points, trend's table shows each series at its first and last step.
@@ -231,7 +235,7 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
                       [("step", [f"{p.step:g}" for p in points]),
                        *((label(m), [cell(p, m) for p in points]) for m in metrics)])
     if any((p.intervals or {}).get(m) for p in points for m in metrics):
-        console.print("[dim]± the standard error of each report (half the 95 % interval where --ci gave one)[/]")
+        console.print("[dim]± the standard error of each report (half the 95% interval where --ci gave one)[/]")
 
 
 def print_model_summary(doc: dict[str, Any], console: Console) -> None:
@@ -239,11 +243,12 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     title = f"Model: {doc['layers']} layer(s), {doc['failed']} failed, {doc['skipped']} skipped"
     ww = doc.get("weightwatcher_summary")
     if ww:
-        t = Table("get_summary()", "mean", title=f"WeightWatcher's get_summary() of the {ww['layers']} layer(s)",
-                  title_justify="left")
+        t = Table("metric", "mean", title=f"WeightWatcher's summary of the {ww['layers']} layer(s) (its "
+                  "get_summary(): the mean of each metric)", title_justify="left")
         for k, v in ww.items():
-            if k != "layers":
-                t.add_row(k, _num(v))
+            if k != "layers":  # each in the format the tables above and below give it
+                entry = find(f"weightwatcher.columns.{k}")
+                t.add_row(label(f"weightwatcher.columns.{k}"), _num(v, entry.fmt if entry is not None else ".3f"))
         console.print(t)
     if doc.get("verdicts"):
         lo, hi = doc["alpha_range"] or (None, None)
@@ -270,9 +275,9 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
         worst = doc["worst"]
         print_columns(console, "Furthest outside the alpha range", "item",
                       shorten_names([str(x["item"]) for x in worst]),
-                      [(label("weightwatcher.alpha"), [_num(r["alpha"]) for r in worst]),
+                      [(label("weightwatcher.alpha"), [get("weightwatcher.alpha").format(r["alpha"]) for r in worst]),
                        ("verdict", [str(r["verdict"]) for r in worst]),
-                       ("outside by", [_num(r["distance"]) for r in worst])])
+                       ("outside by", [get("weightwatcher.alpha").format(r["distance"]) for r in worst])])
     skipped = doc.get("skipped_items") or []
     if skipped:
         kinds: dict[str, int] = {}

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spectra_cli import metrics as registry
+from spectra_cli.errors import flag_text
 from spectra_cli.metrics import Metric, label
 
 
@@ -39,10 +40,11 @@ def _spikes(spk: dict[str, Any]) -> Any:
     """``spectrum.spikes``: a line when none (or none tested), else a row per spike."""
     bulk = spk.get("bulk") or {}
     if spk.get("reason"):
-        return _kv("Spikes above the bulk", [("not tested", spk["reason"])])
-    about = (f"bulk: power law alpha {_fmt(bulk.get('alpha'), 3)} over ranks {bulk['window'][0]}:{bulk['window'][1]}, "
-             f"edge {_fmt(bulk.get('edge'))}; BBP threshold {_fmt(bulk.get('bbp_threshold'))}; "
-             f"level {spk['level']:g}") if bulk.get("window") else ""
+        return _kv("Spikes above the bulk", [("not tested", flag_text(spk["reason"]))])
+    about = (f"bulk: power law alpha {_fmt(bulk.get('alpha'), 3)} over ranks {bulk['window'][0]}..{bulk['window'][1]}, "
+             f"edge {_fmt(bulk.get('edge'))}; detection threshold {_fmt(bulk.get('bbp_threshold'))} (a population "
+             f"eigenvalue below it cannot stand out of the bulk at this n and d); test level {spk['level']:g}"
+             ) if bulk.get("window") else ""
     if not spk["spikes"]:
         nxt = spk.get("next") or {}
         return _kv("Spikes above the bulk", [("none", f"rank {nxt.get('rank')} is in the bulk (p = "
@@ -94,16 +96,16 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
     parts.append(_kv("", [
         ("k90 / k95 / k99", " / ".join(f"> {sp['top_k']['k']}" if sp[k] is None and sp.get("top_k") else _fmt(sp[k])
                                        for k in ("k90", "k95", "k99"))),
-        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (rounding bound: floor_definition in --json)"),
+        ("numerical floor", f"{_fmt(sp['numerical_floor'])}  (eigenvalues at or below it are rounding error)"),
         ("numerical rank", (f"at least {sp['numerical_rank']}" if sp.get("top_k") else f"{sp['numerical_rank']}")
          + f" of {sp['n_features']}" + (" (only the leading eigenvalues computed)" if sp.get("top_k") else "")),
         ("usable rank", ("at least " if sp.get("top_k") else "")
          + f"{sp['usable_rank']} (sampling limit {sp['sampling_rank']}"
-                        + (f"; {sp['near_null']} near-null direction(s) past it, e.g. LayerNorm's"
+                        + (f"; past it {sp['near_null']} direction(s) with almost no variance, e.g. LayerNorm's"
                            if sp.get("near_null") else "") + ")"),
         *([("computed", f"the leading {tk['k']} of {sp['n_features']} (block Lanczos, Krylov dimension "
                         f"{tk['krylov_dimension']}, relative error bound {_fmt(tk['relative_error_bound'], 2)}); "
-                        f"{tk['requested']}")] if (tk := sp.get("top_k")) else []),
+                        f"{flag_text(tk['requested'])}")] if (tk := sp.get("top_k")) else []),
     ]))
     if isinstance(spk := sp.get("spikes"), dict):
         parts.append(_spikes(spk))
@@ -137,7 +139,10 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
         for f in excluded:
             notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
                          f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "
-                         f"{f['ci']['bias']:+.3g} off; --population estimates the population exponent")
+                         f"{f['ci']['bias']:+.3g} off; " + ("the population exponent below accounts for the bias"
+                                                             if f.get("population") else "for the population "
+                                                             "exponent with an interval that accounts for the bias, "
+                                                             "use --population"))
         for f in fits:
             pop = f.get("population")
             if pop:
@@ -151,13 +156,17 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
                              f"{pop['match_rms']:.2g} in log lambda (RMS)")
         models = doc.get("models")
         if models:
-            cmp = ", ".join(f"{name} {m['alpha']:.3f} (BIC {m['bic']:.1f})" for name, m in models["models"].items())
+            # each alpha as the fit table shows it (the broken law's to 3 decimals, the others' to 4)
+            cmp = ", ".join(f"{name} {m['alpha']:.{3 if name == 'broken' else 4}f} (BIC {m['bic']:.1f})"
+                            for name, m in models["models"].items())
             notes.append(f"models on the first window: {cmp}; best by BIC: {models['best']}")
         parts.append(Text("\n".join(notes), style="dim"))
     dens = doc.get("density")
     if dens:
         parts.append(_kv("Density exponent (p(lambda) ~ lambda^-a, Hill MLE, KS x_min)", [
-            (label("density.alpha"), f"{dens['alpha']:.4f} ± {dens['stderr']:.2g} (SE)"),
+            # alpha in the registry's format: WeightWatcher's alpha, shown below with --density, is this number
+            (label("density.alpha"), f"{registry.get('density.alpha').format(dens['alpha'])} ± "
+                                     f"{dens['stderr']:.2g} (SE)"),
             (label("density.xmin"), f"{_fmt(dens['xmin'])} (on spectra's eigenvalue scale, 1/n)"),
             (label("density.n_tail"), dens["n_tail"]),
             (label("density.ks_distance"), dens["ks_distance"]),
@@ -230,7 +239,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
     if doc["warnings"]:
         warn = Text("Warnings\n", style="bold yellow")
         for line in doc["warnings"]:
-            warn.append(f"  • {line}\n")
+            warn.append(f"  • {flag_text(line)}\n")
         parts.append(warn)
     parts.append(Text(f"total {doc['timings'].get('total_s', 0):.2f} s · {opt['precision']}", style="dim"))
     return Group(*parts)

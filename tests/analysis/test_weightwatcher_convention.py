@@ -261,7 +261,8 @@ def test_fit_in_weightwatchers_convention_shows_its_section_and_no_sampling_warn
     r = cli("fit", tmp_path / "w.npy", "--convention", "weightwatcher")
     assert r.exit_code == 0, r.stderr
     assert "WeightWatcher (its metrics on the eigenvalues of W^T W" in r.stdout
-    for word in ("WW alpha", "WW log_spectral_norm", "spikes over the MP edge", "WW num_spikes", "verdict"):
+    for word in ("WW alpha", "WW log_spectral_norm", "spikes over the Marchenko-Pastur edge", "WW num_spikes",
+                 "verdict"):
         assert word in r.stdout, word
     assert "biased by finite sampling" not in r.stdout  # a weight matrix's rows are no sample
 

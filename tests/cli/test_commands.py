@@ -84,7 +84,7 @@ def test_fit_table_names_every_figure(cli):
     from spectra_cli import metrics
 
     for word in ("alpha", "window", "R^2", "numerical rank", "numerical floor", "k90", "float64",
-                 "near-null direction(s) past it", *(m.label for m in metrics.section("rank", "table")
+                 "past it 1 direction(s) with almost no variance", *(m.label for m in metrics.section("rank", "table")
                                                      if m.name != "participation_ratio_population")):
         assert word in r.stdout, word
     assert r.stderr == ""

@@ -147,9 +147,10 @@ def _expand(path: str, notes: list[str]) -> list[str]:
                     continue
                 if not _readable_name(full):
                     notes.append(f"skipped a file in {root} whose name is not valid UTF-8 "
-                                 f"({full.encode('utf-8', 'replace').decode()})")
+                                 f"({full.encode('utf-8', 'replace').decode()}); rename it to include it")
                 elif not os.path.isfile(full):
-                    notes.append(f"skipped {full}: not a regular file")
+                    notes.append(f"skipped {full}: not a regular file (a pipe, socket or device); copy it to a "
+                                 "regular file to include it")
                 else:
                     others.append(full)
         if not shards and not others:
@@ -157,7 +158,8 @@ def _expand(path: str, notes: list[str]) -> list[str]:
                 raise _pickle_refusal(sorted(pickles)[0])
             raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files{_found(path)}.")
         if pickles and shards:
-            notes.append(f"ignored {len(pickles)} PyTorch pickle(s) beside the safetensors weights (never unpickled)")
+            notes.append(f"ignored {len(pickles)} PyTorch pickle(s) beside the safetensors weights (never unpickled); "
+                         "if they hold other weights, convert them to .safetensors to include them")
         return shards + sorted(others)
     if not os.path.lexists(path):
         raise InputError(f"no such file or directory: {path}")
@@ -202,7 +204,8 @@ def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: 
     elif fmt is not None:
         out.append(Item(f, fingerprint(f)))
     else:
-        listing.notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file")
+        listing.notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file; save it as one of these "
+                             "to include it")
     return out
 
 
@@ -422,7 +425,8 @@ class ResultsFile:
         torn = lines.pop() if lines else b""  # text after the last newline: a cut line
         changed = bool(torn.strip())
         if changed:
-            self.notes.append(f"{self.path}: dropped a cut last line ({len(torn)} bytes; an interrupted run)")
+            self.notes.append(f"{self.path}: dropped a cut last line ({len(torn)} bytes; an interrupted run): its "
+                              "item is analysed again")
         kept: list[bytes] = []
         for i, line in enumerate(lines, 1):
             doc, why = strict_line(line, f"{self.path} line {i}") if line.strip() else (None, None)
@@ -435,7 +439,8 @@ class ResultsFile:
                 if why is not None:
                     self.notes.append(f"dropped {why}")
                 elif doc is not None and "error" not in doc and not isinstance(fp, str):
-                    self.notes.append(f"dropped {self.path} line {i}: a report without a source fingerprint")
+                    self.notes.append(f"dropped {self.path} line {i}: a report without a source fingerprint: its "
+                                      "item is analysed again")
                 continue
             if expected is not None and "skipped" not in doc:
                 self.mismatch = check_same_options(doc, expected, what=f"{self.path} and this run", allow=allow)

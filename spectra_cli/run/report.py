@@ -35,7 +35,7 @@ import numpy as np
 from spectra_cli import metrics as registry
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.drawable import finite, item_name
-from spectra_cli.errors import InputError, OptionError, SpectraError, param
+from spectra_cli.errors import InputError, Message, OptionError, SpectraError, param
 from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, standard_error, uncertainty
 from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_paths, check_regex
@@ -539,7 +539,9 @@ def report(
     singles = [s for s in sources if s.single]
     if singles and len(singles) != len(sources):
         raise OptionError("give JSON reports (.json) or batch results (.jsonl), not both in one page.")
-    notes: list[str] = [f"{s.path}: {s.repeated} item(s) appear on more than one line; the last line of each is shown"
+    notes: list[str] = [Message(f"{s.path}: {s.repeated} item(s) appear on more than one line; the last line of each "
+                                f"is shown (two batches into one file? {param('overwrite', True)} on the batch starts "
+                                "the file afresh)")
                         for s in sources if s.repeated]
     reports_in = [d for s in sources for d in s.lines if d.get("schema") == SCHEMA_VERSION]
     run_notes: list[str] = []

@@ -41,7 +41,8 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
     if pattern is not None:
         m = pattern.search(item)
         if not m or not m.groups():
-            raise InputError(f"{param('step_regex')} found no step in item {item!r}.")
+            raise InputError(f"{param('step_regex')} found no step in item {item!r}; give a regex whose group 1 "
+                             "matches the step in every item's name.")
         try:
             step = float(m.group(1))
         except ValueError:
@@ -123,15 +124,19 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: re.Pattern
     if len(files) > 1:
         empty = [path for (path, _), docs in zip(files, usable, strict=True) if not docs]
         if empty:
-            notes.append(f"left out {', '.join(empty)}: no successful report in it")
+            notes.append(Message(f"left out {', '.join(empty)}: no successful report in it (rerun its batch with "
+                                 f"{param('resume', True)} to retry failed items)"))
             kept = [(f, docs) for f, docs in zip(files, usable, strict=True) if docs]
             files, usable = [f for f, _ in kept], [docs for _, docs in kept]
         steps = [file_step(path, pattern) for path, _ in files]
         if pattern is not None and any(s is None for s in steps):
             bad = next(path for (path, _), st in zip(files, steps, strict=True) if st is None)
-            raise InputError(f"{param('step_regex')} found no step in the path {bad!r}.")
+            raise InputError(f"{param('step_regex')} found no step in the path {bad!r}; give a regex whose group 1 "
+                             "matches the step in every results file's path.")
         if any(s is None for s in steps) or len(set(steps)) != len(steps):
-            notes.append("the results files' paths do not each carry a distinct step number: their order is the step")
+            notes.append(Message("the results files' paths do not each carry a distinct step number: their order is "
+                                 "the step; put the step in each path (runs/step_100/results.jsonl) or pass "
+                                 f"{param('step_regex')}"))
             steps = [float(i) for i in range(len(files))]
         for docs, step in zip(usable, steps, strict=True):
             for doc in docs:
@@ -154,7 +159,8 @@ def _usable(doc: dict[str, Any], notes: list[str]) -> bool:
     if "skipped" in doc:
         return False  # not a weight matrix (spectra batch records why)
     if "error" in doc:
-        notes.append(f"{item_name(doc, '?')}: failed in the batch ({str(doc['error'])[:200]})")
+        notes.append(Message(f"{item_name(doc, '?')}: failed in the batch ({str(doc['error'])[:200]}); left out "
+                             f"(rerun the batch with {param('resume', True)} to retry it)"))
         return False
     return True
 

@@ -182,10 +182,12 @@ class SequenceSource(Source):
         self.has_weights = False
         self.notes = list(getattr(base, "notes", []))
         if dropped and doc_column is None:
-            self.notes.append(f"{dropped} token row(s) past the last whole window of {L} were left out")
+            self.notes.append(f"{dropped} token row(s) past the last whole window of {L} were left out; pad the rows "
+                              f"to a multiple of {L} to keep them")
         elif dropped:
             self.notes.append(f"{dropped} token row(s) left out: the ends of documents ({doc_column}) too short "
-                              f"for another window of {L} (windows never cross a document boundary)")
+                              f"for another window of {L} (windows never cross a document boundary); pad each "
+                              f"document to a multiple of {L} rows to keep them")
         self.info = SourceInfo(
             path=info.path, format=info.format, shape=info.shape, dtype=info.dtype, n_rows=n, n_features=d,
             layout=self.layout.describe(), column=info.column, key=info.key, files=info.files,

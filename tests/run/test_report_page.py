@@ -300,7 +300,8 @@ def test_a_repeated_item_shows_its_last_line_with_a_note(model_jsonl, tmp_path):
     dup = tmp_path / "dup.jsonl"
     dup.write_text("\n".join(lines + [lines[-1]]) + "\n")
     page = spectra.report(str(dup), worst=0)
-    assert page.notes == (f"{dup}: 1 item(s) appear on more than one line; the last line of each is shown",)
+    assert page.notes == (f"{dup}: 1 item(s) appear on more than one line; the last line of each is shown (two "
+                          "batches into one file? overwrite=True on the batch starts the file afresh)",)
     assert page.items == 9
 
 

@@ -135,7 +135,7 @@ def spectrum(
         first = inp.first_pass(progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=top or None,
-                           top_reason=Message(f"asked: {param('top', top)}"))
+                           top_reason=Message(f"asked: {param('top', top)}") if top else "")
         clock.mark("eigen_s")
     clock.mark("analysis_s")
     return assemble("spectrum", inp, first, main, options=inp.options_report(),

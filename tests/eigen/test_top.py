@@ -57,7 +57,7 @@ def test_spectrum_top_lists_the_leading_values_with_the_exact_total():
     np.testing.assert_allclose(top.spectrum.explained_variance_ratio(),
                                full.spectrum.explained_variance_ratio()[:30], rtol=1e-10)
     doc = top.to_dict()["spectrum"]
-    assert doc["top_k"]["k"] == 30 and doc["top_k"]["requested"] == "asked: top=30 (--top 30)"
+    assert doc["top_k"]["k"] == 30 and doc["top_k"]["requested"] == "asked: top=30"
     assert doc["top_k"]["relative_error_bound"] <= 1e-12
     assert doc["method"].startswith("the leading 30 of 400 eigenvalues by block Lanczos")
     assert full.to_dict()["spectrum"]["top_k"] is None
@@ -147,7 +147,7 @@ def test_the_participation_ratio_that_decides_the_route_equals_the_eigenvalues_o
 def test_past_d_over_8_the_full_decomposition_is_made():
     rep = spectra.spectrum(X, top=60)
     assert rep.spectrum.top is None and rep.spectrum.eigenvalues.size == 400
-    assert "top=60 (--top 60) asked, but past d/8 = 50 the full decomposition is cheaper" in rep.spectrum.method
+    assert "top=60 asked, but past d/8 = 50 the full decomposition is cheaper" in rep.spectrum.method
 
 
 def test_the_n_by_n_route_ignores_top():
@@ -193,5 +193,14 @@ def test_an_asked_top_that_runs_the_full_decomposition_says_so():
     X = np.random.default_rng(0).standard_normal((600, 300))
     rep = spectra.fit(X, window="11:60", top=200)
     assert rep.spectrum.top is None and len(rep.to_dict()["spectrum"]["eigenvalues"]) == 300
-    assert ("top=200 (--top 200) asked, but past d/8 = 37 the full decomposition is cheaper: all 300 eigenvalues "
-            "were computed") in rep.warnings
+    assert ("top=200 asked, but past d/8 = 37 the full decomposition is cheaper: all 300 eigenvalues were "
+            "computed (nothing to change: the numbers are those of the full decomposition)") in rep.warnings
+
+
+def test_the_command_line_names_the_flag_where_the_library_names_the_keyword(cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((600, 300)))
+    r = cli("fit", tmp_path / "x.npy", "--window", "11:60", "--top", "200", "--json")
+    said = ("--top 200 asked, but past d/8 = 37 the full decomposition is cheaper: all 300 eigenvalues were computed "
+            "(nothing to change: the numbers are those of the full decomposition)")
+    assert r.exit_code == 0 and said in r.json()["warnings"] and f"warning: {said}\n" in r.stderr
+    assert f"• {said}" in cli("fit", tmp_path / "x.npy", "--window", "11:60", "--top", "200").stdout

@@ -315,7 +315,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legen
         iv = f", 95% CI {ci[0]:.3f}–{ci[1]:.3f}" if finite(ci[0]) is not None and finite(ci[1]) is not None else ""
         nd = finite(pop.get("n_over_d"))
         ax.plot([], [], " ", label=f"population α = {pop['alpha']:.3f}{iv}\n(finite-n corrected"
-                                   f"{f', n/d = {nd:.2g}' if nd is not None else ''})")
+                                   f"{f', n/d = {nd:.3g}' if nd is not None else ''})")
     control = doc.get("control")
     if isinstance(control, dict) and isinstance(control.get("eigenvalues"), list):
         c = np.asarray([np.nan if v is None else v for v in control["eigenvalues"]], dtype=float)

@@ -146,7 +146,8 @@ def whiten(
     partition_isotropy: Annotated[bool, typer.Option("--partition-isotropy", help="Also partition isotropy before "
                                                      "and after (more arithmetic in the second pass).")] = False,
     scale: Annotated[str, typer.Option("--scale", metavar="seed|none",
-                                       help="Partition-isotropy scaling: seed | none.")] = "seed",
+                                       help="The scale s of partition isotropy's Z(c): seed (the std of all "
+                                       "entries) | none (1).")] = "seed",
     json: Json = False,
     *,
     reading: ReadKeywords,

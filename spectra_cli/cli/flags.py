@@ -157,8 +157,9 @@ FIT_OPTIONS: dict[str, Any] = {
     "scale": Annotated[str | None, _opt("--scale", "seed | none: the scale s of partition isotropy's Z(c) (the "
                                         "std of all entries, or 1).", "NAME")],
     "rankme": Annotated[bool | None, typer.Option(
-        "--rankme/--no-rankme", help="RankMe's second (uncentred) eigendecomposition: default only when cheap "
-        "(the matrix decomposed at most 1024 wide).", show_default=False)],
+        "--rankme/--no-rankme", help="The entropy rank of the uncentred singular values (RankMe, Garrido et al. "
+        "2023), which takes a second eigendecomposition: by default only when cheap (the matrix decomposed at most "
+        "1024 wide).", show_default=False)],
     "top": Top,
 }
 

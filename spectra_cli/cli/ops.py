@@ -41,7 +41,7 @@ def check(
     path: Annotated[str, typer.Argument(metavar="PATH", help="Input matrix, a spectra JSON report (.json; - reads "
                                         "it from stdin), or a batch's results .jsonl (every item checked).",
                                         show_default=False)],
-    require: Annotated[list[str] | None, typer.Option("--require", metavar="SPEC", help="'FIELD OP VALUE', "
+    require: Annotated[list[str] | None, typer.Option("--require", metavar="CHECK", help="'FIELD OP VALUE', "
                                                       "'FIELD between LO HI' or 'FIELD == VALUE +- TOL' "
                                                       "(repeatable).")] = None,
     config: Annotated[str | None, typer.Option("--config", metavar="FILE.toml", help="spectra.toml with a [check] "
@@ -61,7 +61,7 @@ def check(
     *,
     fitting: FitKeywords,
 ) -> None:
-    """Evaluate thresholds on a report: exit 0 when all pass, 1 when any fails, 2 on bad input or spec.
+    """Evaluate thresholds on a report: exit 0 when all pass, 1 when any fails, 2 on bad input or a bad check.
 
     Flags win over the config's [fit] table, which wins over the defaults.
 

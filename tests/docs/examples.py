@@ -1,6 +1,7 @@
 """What the documentation's examples need to run as written, in a scratch folder: a small shell for their
 command lines, the files they name (small, under the names the pages use), the Python names a reader brings
-(``X``, ``model``, ``loader`` ...), and the few lines that cannot run here, each with why.
+(``X``, ``model``, ``loader`` ...), and the few lines that cannot run here, each with why. The setup lives
+here, per page, not in the pages: what a reader sees is what a user types.
 
 The shell knows what the pages use and refuses the rest, so a new kind of line fails loudly instead of
 being skipped: words with ``'`` and ``"`` quotes, unquoted globs expanded as bash does (no match: the word

@@ -56,6 +56,10 @@ def test_the_api_page_documents_every_public_name() -> None:
     assert set(spectra_cli.__all__) - {"__version__"} <= shown
 
 
+def examples_text(page: str) -> str:
+    return "\n".join(b.code for b in blocks(page))
+
+
 def test_every_block_is_a_kind_that_runs_and_every_not_run_line_is_on_its_page() -> None:
     for page in pages():
         for b in blocks(page):
@@ -66,10 +70,6 @@ def test_every_block_is_a_kind_that_runs_and_every_not_run_line_is_on_its_page()
         assert entry.start in examples_text(entry.page) and entry.said in examples_text(entry.page), entry
     for page, written, _ in SMALLER:
         assert written in examples_text(page)
-
-
-def examples_text(page: str) -> str:
-    return "\n".join(b.code for b in blocks(page))
 
 
 @pytest.fixture

@@ -503,6 +503,11 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
 MOVERS_NAMED = 4
 
 
+def layer_name_size(count: int) -> float:
+    """The type size (points) of the layer names along a per-layer figure's bottom."""
+    return 4.5 if count > 24 else 6.0
+
+
 def _short(name: str, keep: int = 48) -> str:
     return name if len(name) <= keep else "…" + name[-(keep - 1):]
 
@@ -536,13 +541,16 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     errorbar(ax, xs, vals, errs, color=PALETTE[0], marker="o", ms=2.6, lw=0.7, ls="-")
     ax.set_xticks(range(len(labels)))
     if names:
-        ax.set_xticklabels(labels, rotation=90, fontsize=4.5 if len(labels) > 24 else 6)
+        ax.set_xticklabels(labels, rotation=90)
     else:
         ax.tick_params(labelbottom=False)
     ax.set_xlim(-0.7, len(labels) - 0.3)
     ax.set_ylabel(label or metrics.label(metric))
     ax.grid(True, axis="y", alpha=0.25, lw=0.5)
-    return _style(ax)
+    _style(ax)
+    if names:  # (after the house sizes: many names take a smaller type, which the report page's margin counts on)
+        ax.tick_params(axis="x", labelsize=layer_name_size(len(labels)))
+    return ax
 
 
 def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation_ratio") -> Any:

@@ -342,5 +342,6 @@ def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:
 
 def print_page(doc: dict[str, Any], console: Console) -> None:
     """What ``spectra report`` wrote, in one line."""
-    console.print(f"{doc['kind']} page [bold]{doc['title']}[/]: {doc['items']} report(s), {doc['figures']} figures, "
+    console.print(f"{doc['kind']} page [bold]{doc['title']}[/]: {doc['items']} report(s), {doc['figures']} "
+                  f"figure{'' if doc['figures'] == 1 else 's'}, "
                   f"{doc['bytes'] / 1e6:.2f} MB -> {doc['path']}")

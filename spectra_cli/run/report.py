@@ -224,7 +224,7 @@ def _options_line(doc: dict[str, Any]) -> str:
 
 def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
                    worst: int) -> dict[str, Any]:
-    from spectra_cli.plot import density, figure, layer_names, layers, natural_key, spectrum
+    from spectra_cli.plot import density, figure, layer_name_size, layer_names, layers, natural_key, spectrum
     from spectra_cli.run.summary import summarize
 
     summary = summarize(lines).to_dict()
@@ -238,7 +238,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     figs.total = 1 + min(worst, len(docs))
 
     longest = max(len(n) for n in short.values())
-    names_in = 0.15 + longest * (4.5 if len(docs) > 24 else 6) * 0.62 / 72  # the rotated names' height
+    names_in = 0.15 + longest * layer_name_size(len(docs)) * 0.62 / 72  # the rotated names' height
 
     def draw() -> Any:  # one figure, a panel per metric, the layer names once along the bottom
         fig = figure(7.2, 0.15 + 1.2 * len(plots_of) + names_in,

@@ -363,12 +363,16 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
         if not pop.power_law_fits:
             b = pop.bend
             curved, straight = b["curved_alpha"], b["curved_alpha"] - b["model_error"]
+            half = 0.5 * (pop.high - pop.low) - abs(b["model_error"])  # (the half-width before the widening)
             warnings.append(Message(
                 f"the population exponent over ranks {pop.window[0]}..{pop.window[1]} ({param('population', True)}): "
                 f"the population is not a power law there (the spectrum bends beyond sampling noise, p = "
                 f"{b['p_value']:.2g}); a population curved over the window gives {curved:.4f}, the power law "
-                f"{straight:.4f}, and the interval is widened by the difference. Read alpha as the window's average "
-                f"slope, or fit a narrower window ({param('window', 'K1:K2')})"))
+                f"{straight:.4f}, and the interval is widened by the difference"
+                + (f" ({abs(b['model_error']):.2g}, {abs(b['model_error']) / half:.0%} of its half-width: alpha "
+                   "stands as the window's average slope)" if 0 < half and abs(b["model_error"]) < 0.1 * half else
+                   f". Read alpha as the window's average slope, or fit a narrower window "
+                   f"({param('window', 'K1:K2')})")))
         return fit_with_population(f, pop)
 
     fits = tuple(one(f) for f in suite.fits)

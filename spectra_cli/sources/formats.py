@@ -119,7 +119,7 @@ SAFETENSORS = Format("safetensors", "matrix", (".safetensors",), "a .safetensors
                      source="spectra_cli.sources.safetensors.SafetensorsSource")
 JSON = Format("json", "report", (".json",), "a JSON report", source="spectra_cli.run.compare.load_report")
 JSONL = Format("jsonl", "results", (".jsonl",), "a results file", source="spectra_cli.run.summary.read_results",
-               sink="spectra_cli.run.batch.ResultsFile")
+               sink="spectra_cli.run.results_file.ResultsFile")
 CSV = Format("csv", "eigenvalues", (".csv", ".txt"), "a CSV column",
              source="spectra_cli.sources.eigenvalues.read_eigenvalues")
 TSV = Format("tsv", "eigenvalues", (".tsv",), "a tab-separated column",

@@ -87,7 +87,7 @@ def test_the_cli_takes_threads(cli, tmp_path):
 
 
 def test_batch_takes_threads_for_itself_and_its_workers(tmp_path, monkeypatch, cli):
-    import spectra_cli.run.batch as batch_module
+    import spectra_cli.run.batch_workers as batch_module
 
     for i in range(2):
         np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(300, 12, 1.0, seed=i))

@@ -256,7 +256,7 @@ def test_trend_reads_each_files_step_from_the_part_that_names_it(cli, tmp_path):
 
 def test_an_interrupted_batch_says_its_results_file_keeps_whole_lines_for_resume(tmp_path):
     from spectra_cli import sinks
-    from spectra_cli.run.batch import ResultsFile
+    from spectra_cli.run.results_file import ResultsFile
 
     assert sinks.interrupted_note() == "no output file was left half-written"
     out = tmp_path / "r.jsonl"

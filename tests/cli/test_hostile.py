@@ -303,7 +303,7 @@ def test_a_width_beyond_the_memory_budget_is_refused_before_reading(cli, tmp_pat
 
 
 def test_an_archive_of_many_arrays_is_opened_once(tmp_path, monkeypatch):
-    from spectra_cli.run import batch
+    from spectra_cli.run import batch_items, batch_workers
     from spectra_cli.sources import npy
 
     rng = np.random.default_rng(0)
@@ -312,8 +312,8 @@ def test_an_archive_of_many_arrays_is_opened_once(tmp_path, monkeypatch):
     real = zipfile.ZipFile
     monkeypatch.setattr(npy.zipfile, "ZipFile", lambda *a, **k: opened.append(a) or real(*a, **k))
     npy._ZIP_CACHE.clear()
-    items, _ = batch.enumerate_items([str(tmp_path / "many.npz")])
-    docs = list(batch.run_batch(items, {"window": "1:3"}))
+    items, _ = batch_items.enumerate_items([str(tmp_path / "many.npz")])
+    docs = list(batch_workers.run_batch(items, {"window": "1:3"}))
     assert len(docs) == 120 and not any("error" in d for d in docs)
     assert len(opened) == 1
 

@@ -95,7 +95,7 @@ def test_safetensors_headers(entries, data, meta):
             f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * data)
 
     def call(path: str) -> None:
-        from spectra_cli.run.batch import enumerate_items
+        from spectra_cli.run.batch_items import enumerate_items
         from spectra_cli.sources import open_source
 
         items, _ = enumerate_items([path])
@@ -163,7 +163,7 @@ def test_toml_where_spectra_reads_toml(table, key, value, junk):
 
 @pytest.mark.parametrize("kind", ["list", "string", "deep", "long int"])
 def test_resume_lines_of_any_shape_are_dropped_not_fatal(tmp_path, kind):
-    from spectra_cli.run.batch import ResultsFile
+    from spectra_cli.run.results_file import ResultsFile
 
     line = {"list": "[1, 2]", "string": '"x"', "deep": "[" * 5000 + "]" * 5000, "long int": "1" * 5000}[kind]
     failed = '{"schema": "spectra.batch-error/1", "item": "x", "fingerprint": "f", "error": "e"}'

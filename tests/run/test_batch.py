@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
-from spectra_cli.run.batch import enumerate_items, run_batch
-from spectra_cli.run.batch import run_item as _REAL_RUN_ITEM
+from spectra_cli.run.batch_items import enumerate_items
+from spectra_cli.run.batch_workers import run_batch
+from spectra_cli.run.batch_workers import run_item as _REAL_RUN_ITEM
 from tests.conftest import powerlaw_matrix
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -94,7 +95,7 @@ def _dies_on_m3(name, fingerprint, options, error=None):
 
 
 def test_a_dying_worker_fails_its_items_not_the_batch(tmp_path, monkeypatch):
-    import spectra_cli.run.batch as batch
+    import spectra_cli.run.batch_workers as batch
 
     for i in range(6):
         np.save(tmp_path / f"m_{i}.npy", powerlaw_matrix(200, 8, 1.0, seed=i))

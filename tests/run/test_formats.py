@@ -16,7 +16,8 @@ import pytest
 
 import spectra_cli
 from spectra_cli import sinks
-from spectra_cli.run.batch import NOT_RESULTS, enumerate_items, results_file_problem
+from spectra_cli.run.batch_items import enumerate_items
+from spectra_cli.run.results_file import NOT_RESULTS, results_file_problem
 from spectra_cli.sources import formats, open_source
 from spectra_cli.sources.base import expand_glob
 from spectra_cli.sources.dataset import is_moment_file, resolve

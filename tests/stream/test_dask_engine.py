@@ -106,7 +106,8 @@ def test_without_the_extra_the_message_names_it(without):
 
 
 def test_batch_fans_items_out_over_the_cluster(scheduler, tmp_path):
-    from spectra_cli.run.batch import enumerate_items, run_batch
+    from spectra_cli.run.batch_items import enumerate_items
+    from spectra_cli.run.batch_workers import run_batch
 
     for i in range(4):
         np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(800, 16, 1.0, seed=i))

@@ -1,0 +1,244 @@
+"""What a batch runs: its PATHs (files, directories, globs, URLs) listed as items, one per matrix.
+
+A ``.safetensors`` checkpoint (or a sharded folder) gives one :class:`Item` per 2-D tensor, an
+``.npz`` archive one per array; what is not a weight matrix (a vector, an integer buffer) is a
+:class:`Skip` with the reason, and what cannot be read at all a note of the :class:`Listing`. A file
+whose header cannot even be listed becomes one failed item, not a failed batch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from spectra_cli.errors import InputError, OptionError, SpectraError, param
+from spectra_cli.results import SKIP_SCHEMA
+from spectra_cli.sources import formats
+from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
+from spectra_cli.sources.dataset import is_moment_file
+from spectra_cli.validate import check_regex
+from spectra_cli.version import __version__
+
+#: The data files of a folder besides its checkpoint's shards (those are listed by the safetensors reader).
+FOLDER_FORMATS = (formats.NPY, formats.NPZ, formats.PARQUET)
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    name: str  # what open_source takes: a path, path::tensor or path::key
+    fingerprint: str
+    error: str | None = None  # the file could not even be listed: the item fails with this
+    shape: tuple[int, ...] | None = None  # a checkpoint tensor's, from its header
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A tensor or array that is not a weight matrix: why, and under which kind it is counted."""
+
+    name: str
+    kind: str  # "vector", "scalar", "integer buffer", "boolean buffer", "tensor of 3+ dimensions", ...
+    reason: str
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SKIP_SCHEMA, "spectra_version": __version__, "item": self.name,
+                "fingerprint": self.fingerprint, "skipped": self.reason, "kind": self.kind}
+
+
+@dataclass
+class Listing:
+    """What enumerating the inputs found besides the items."""
+
+    skipped: list[Skip]
+    notes: list[str]
+
+    def skip_summary(self) -> str | None:
+        """One line: ``skipped 66 vectors, 1 integer buffer``."""
+        if not self.skipped:
+            return None
+        counts: dict[str, int] = {}
+        for sk in self.skipped:
+            counts[sk.kind] = counts.get(sk.kind, 0) + 1
+        parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+        why = ("not weight matrices, or layers WeightWatcher skips" if "WeightWatcher-skipped layer" in counts
+               else "not weight matrices")
+        return "skipped " + ", ".join(parts) + f" ({why}; --verbose lists them)"
+
+
+def _pickle_refusal(path: str) -> InputError:
+    return InputError(f"{path} is a PyTorch pickle; spectra never unpickles (loading it could run code). Save the "
+                      "weights as safetensors (safetensors.torch.save_file, or save_pretrained(..., "
+                      "safe_serialization=True)) and pass the .safetensors file or its folder.")
+
+
+def _readable_name(path: str) -> bool:
+    """File names that are not valid UTF-8 cannot be reported in JSON: they are skipped with a note."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _found(directory: str) -> str:
+    """What a directory without matrices holds instead (its sub-folders are searched too), and what reads it."""
+    kinds: dict[str, int] = {}
+    for _, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for f in files:
+            ext = os.path.splitext(f)[1].lower() or "(no extension)"
+            kinds[ext] = kinds.get(ext, 0) + 1
+        if sum(kinds.values()) > 10_000:
+            break
+    if not kinds:
+        return ", in it or in its sub-folders: it is empty"
+    shown = ", ".join(f"{n} {ext}" for ext, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+    hint = ("; results files (.jsonl) are read by spectra batch --summary, spectra trend and spectra report"
+            if formats.JSONL.extension in kinds else "")
+    return f", in it or in its sub-folders (it holds {shown}){hint}"
+
+
+def _expand(path: str, notes: list[str]) -> list[str]:
+    from spectra_cli.sources import remote
+
+    if remote.is_url(path):  # data where it lives: a Hub repository, a bucket, through the same rules
+        if remote.is_glob_url(path):
+            found = remote.glob(path)
+            if not found:
+                raise InputError(f"no files match {path}")
+            return found
+        if remote.isdir(path):
+            from spectra_cli.sources.safetensors import shard_files
+
+            shards = shard_files(path)
+            others = remote.find(path, formats.extensions(*FOLDER_FORMATS))
+            if not shards and not others:
+                raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files.")
+            return shards + others
+        if not remote.exists(path):
+            raise InputError(f"no such file or directory: {path}")
+        return [path]
+    if is_glob(path):
+        return expand_glob(path)
+    if os.path.isdir(path):
+        from spectra_cli.sources.safetensors import shard_files
+
+        shards = shard_files(path)
+        others = []
+        pickles = []
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            for f in files:
+                full = os.path.join(root, f)
+                if formats.PICKLE.matches(f) and root == path:
+                    pickles.append(full)
+                if formats.by_path(f, FOLDER_FORMATS) is None or f.startswith((".", "_")):
+                    continue
+                if not _readable_name(full):
+                    notes.append(f"skipped a file in {root} whose name is not valid UTF-8 "
+                                 f"({full.encode('utf-8', 'replace').decode()}); rename it to include it")
+                elif not os.path.isfile(full):
+                    notes.append(f"skipped {full}: not a regular file (a pipe, socket or device); copy it to a "
+                                 "regular file to include it")
+                else:
+                    others.append(full)
+        if not shards and not others:
+            if pickles:
+                raise _pickle_refusal(sorted(pickles)[0])
+            raise InputError(f"directory {path} holds no .npy, .npz, .parquet or .safetensors files{_found(path)}.")
+        if pickles and shards:
+            notes.append(f"ignored {len(pickles)} PyTorch pickle(s) beside the safetensors weights (never unpickled); "
+                         "if they hold other weights, convert them to .safetensors to include them")
+        return shards + sorted(others)
+    if not os.path.lexists(path):
+        raise InputError(f"no such file or directory: {path}")
+    if formats.PICKLE.matches(path):
+        raise _pickle_refusal(path)
+    return [path]
+
+
+def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: list[int]) -> list[Item]:
+    """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
+    fmt = formats.by_path(f, formats.DATA)
+    out: list[Item] = []
+    if fmt is formats.SAFETENSORS:
+        from spectra_cli.sources.safetensors import list_tensors, matrix_skip
+
+        for t in list_tensors(f):
+            counts[0] += 1
+            name = f"{f}::{t['name']}"
+            if pattern is not None and not pattern.search(t["name"]):
+                continue
+            counts[1] += 1
+            why = matrix_skip(str(t["dtype"]), list(t["shape"]))
+            if why is not None:
+                listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
+                continue
+            out.append(Item(name, fingerprint(name), shape=tuple(int(x) for x in t["shape"])))
+    elif fmt is formats.NPZ and is_moment_file(f):  # moments of one matrix (``spectra moments``)
+        out.append(Item(f, fingerprint(f)))
+    elif fmt is formats.NPZ:
+        from spectra_cli.sources.npy import npz_listing
+
+        arrays = npz_listing(f)
+        for a in arrays:
+            name = f"{f}::{a['key']}" if len(arrays) > 1 else f
+            if "error" in a:
+                out.append(Item(name, fingerprint(name), a["error"]))
+            elif len(a["shape"]) not in (2, 3):
+                listing.skipped.append(Skip(name, "vector" if len(a["shape"]) == 1 else "not a matrix",
+                                            f"shape {a['shape']} is not a matrix", fingerprint(name)))
+            else:
+                out.append(Item(name, fingerprint(name)))
+    elif fmt is not None:
+        out.append(Item(f, fingerprint(f)))
+    else:
+        listing.notes.append(f"skipped {f}: not a .npy, .npz, .parquet or .safetensors file; save it as one of these "
+                             "to include it")
+    return out
+
+
+def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], Listing]:
+    """Items in a stable order, and what was skipped (vectors, integer buffers, ...) with notes. A file
+    that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch."""
+    pattern = check_regex("tensors", tensors) if tensors else None
+    items: list[Item] = []
+    listing = Listing([], [])
+    seen: set[str] = set()
+    counts = [0, 0]  # tensors seen, tensors matching --tensors
+    names: list[str] = []
+    files_seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        for f in _expand(path, listing.notes):
+            try:
+                st = os.stat(f.partition("::")[0])
+                ident = (st.st_dev, st.st_ino)
+            except OSError:
+                ident = None
+            if ident is not None and files_seen.setdefault(ident, f) != f:
+                listing.notes.append(f"skipped {f}: the same file as {files_seen[ident]} (a link), analysed once")
+                continue
+            try:
+                found = _listing(f, pattern, listing, counts)
+            except SpectraError as exc:
+                found = [Item(f, fingerprint(f), str(exc))]
+            for it in found:
+                if it.name not in seen:
+                    seen.add(it.name)
+                    items.append(it)
+            if formats.SAFETENSORS.matches(f) and pattern is not None and len(names) < 5:
+                from spectra_cli.sources.safetensors import list_tensors
+
+                try:
+                    names += [t["name"] for t in list_tensors(f)][: 5 - len(names)]
+                except SpectraError:
+                    pass
+    if pattern is not None and counts[0] and not counts[1]:
+        raise OptionError(f"{param('tensors', tensors)} matches none of the {counts[0]} tensors "
+                          f"(e.g. {', '.join(names)}).")
+    if not items:
+        why = listing.skip_summary() or "; ".join(listing.notes[:3])
+        raise InputError("no matrices to analyse" + (f" ({why})" if why else "") + ".")
+    return items, listing

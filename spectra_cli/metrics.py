@@ -4,11 +4,13 @@ Each :class:`Metric` says, once, what a number is: its dotted ``path`` in the JS
 index), the ``label`` a reader sees (terminal tables, the report page, the batch summary, figure
 axes), its ``definition`` (with the paper it comes from), the ``scale`` its value is on where that
 matters (spectra's eigenvalues carry ``1/n``; WeightWatcher's are those of ``W^T W``, with no
-``1/N``), its ``fmt``, the direction that is ``better`` where there is one, and its WeightWatcher
-name (``ww_name``) where it has one. The tables, ``to_pandas()``, the page, ``--summary``, the
-figures, ``check``'s list of fields and the JSON Schema (:func:`spectra_cli.results.report_schema`,
-whose metric properties are filled from here) all read this list; a test walks every report kind and
-fails on a number this list does not know, and on two numbers that share a label.
+``1/N``), its ``fmt``, the direction that is ``better`` where there is one, its WeightWatcher
+name (``ww_name``) where it has one, the fit keywords that put it in a report (``added_by``) and
+whether ``compare`` subtracts it (``compared``). The tables, ``to_pandas()``, the page, ``--summary``,
+the figures, ``check``'s list of fields and its hints, ``compare``'s fields and the JSON Schema
+(:func:`spectra_cli.results.report_schema`, whose metric properties are filled from here) all read
+this list; a test walks every report kind and fails on a number this list does not know, and on two
+numbers that share a label.
 
 ``kind`` sorts the entries: ``metric`` (a property of the data: what people compare and gate on),
 ``diagnostic`` (of an estimate: R², a standard error, a KS distance), ``count`` (sizes and ranks of
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: Where a metric is shown besides the JSON: ``batch`` (a column of a batch's rows and
@@ -59,6 +61,12 @@ class Metric:
     se: str | None = None
     #: The schema of the documents that hold it (``report``: spectra.report/1; ``sequence``).
     document: str = "report"
+    #: The fit keywords, each with its value, that put it in a report (any one of them: ``(("spikes", True),)``);
+    #: empty when every report of its kind holds it. ``check`` names them when a report lacks the field.
+    added_by: tuple[tuple[str, Any], ...] = ()
+    #: Whether ``compare`` subtracts it: False for numbers that name rather than measure (a spike's rank and
+    #: coordinates, a window's ends, the input's shape). Costs and echoed options are never compared.
+    compared: bool = True
 
     @property
     def section(self) -> str:
@@ -81,17 +89,30 @@ class Metric:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "label": self.label, "definition": self.definition, "kind": self.kind,
                 "scale": self.scale, "better": self.better, "ww_name": self.ww_name, "format": self.fmt,
-                "views": sorted(self.views), "same_as": list(self.same_as), "se": self.se}
+                "views": sorted(self.views), "same_as": list(self.same_as), "se": self.se,
+                "added_by": dict(self.added_by), "compared": self.compared}
 
 
 def _m(path: str, label: str, definition: str, *, views: str = "", **kw: Any) -> Metric:
     return Metric(path, label, definition, views=frozenset(views.split()), **kw)
 
 
+def _added_by(keywords: tuple[tuple[str, Any], ...], *entries: Metric) -> tuple[Metric, ...]:
+    """``entries``, each put in a report by one of ``keywords`` (a section that an option adds)."""
+    return tuple(replace(m, added_by=keywords) for m in entries)
+
+
+_CI = (("ci", True),)
+_POPULATION = (("population", True),)
+_SPIKES = (("spikes", True),)
+_CONTROL = (("shuffled_control", True),)
+_DENSITY = (("density", True), ("convention", "weightwatcher"))
+_PARTITION = (("partition_isotropy", True),)
 _PL = "Marchenko-Pastur"
 METRICS: tuple[Metric, ...] = (
     _m("source.n_rows", "rows", "rows stored", kind="count", type="integer", views="batch"),
     _m("source.n_features", "features", "features (columns) stored", kind="count", type="integer", views="batch"),
+    _m("source.shape.*", "shape", "the input's shape as stored", kind="count", type="integer", compared=False),
     # -- the rank-window power law ------------------------------------------------------------------
     _m("fit.alpha", "alpha (rank fit)", "the exponent of lambda_j ~ j^(-alpha) over the fit's rank window (least "
        "squares on log lambda against log j, or the method named in fit.method)", views="batch layer", fmt=".3f",
@@ -115,56 +136,60 @@ METRICS: tuple[Metric, ...] = (
     _m("fit.alpha_2", "alpha after the break", "the exponent past the crossover of the broken law", fmt=".3f"),
     _m("fit.crossover", "crossover rank", "the rank where the broken law's two exponents meet", kind="diagnostic"),
     _m("fit.degree", "degree (log-corrected)", "the degree p of the log correction", kind="input", type="integer"),
-    _m("fit.ci.low", "alpha (rank fit) CI low", "the low end of the bias-corrected (basic) bootstrap interval",
-       kind="diagnostic", views="batch"),
-    _m("fit.ci.high", "alpha (rank fit) CI high", "the high end of the bias-corrected (basic) bootstrap interval",
-       kind="diagnostic", views="batch"),
-    _m("fit.ci.bias", "bootstrap bias", "mean of the bootstrap replicates minus the fitted exponent",
-       kind="diagnostic"),
-    _m("fit.ci.percentile_low", "percentile CI low", "the 2.5 % quantile of the bootstrap replicates",
-       kind="diagnostic"),
-    _m("fit.ci.percentile_high", "percentile CI high", "the 97.5 % quantile of the bootstrap replicates",
-       kind="diagnostic"),
-    _m("fit.ci.level", "CI level", "the interval's coverage", kind="input"),
-    _m("fit.ci.replicates", "bootstrap replicates", "replicates of the bootstrap", kind="input", type="integer"),
-    _m("fit.ci.seed", "bootstrap seed", "the bootstrap's seed", kind="input", type="integer"),
-    _m("fit.ci.groups", "bootstrap groups", "row groups resampled by the bootstrap", kind="count", type="integer"),
-    _m("fit.population.alpha", "alpha (population)", "the exponent of the population's power law that, sampled "
-       "at this n and d, gives the observed spectrum (deterministic equivalent, with the data's sampling curve)",
-       views="batch", fmt=".3f"),
-    _m("fit.population.ci.*", "alpha (population) CI", "the population exponent's interval (low, high)",
-       kind="diagnostic"),
-    _m("fit.population.naive_alpha", "alpha (sample slope)", "the sample spectrum's slope over the population "
-       "fit's window", kind="diagnostic", fmt=".3f"),
-    _m("fit.population.model_alpha", "alpha (row model alone)", "the population exponent from the row model, "
-       "before the sampling curve", kind="diagnostic", fmt=".3f"),
-    _m("fit.population.shape_alpha", "alpha (shape match)", "the exponent matched on the spectrum's shape",
-       kind="diagnostic"),
-    _m("fit.population.match_rms", "match RMS (population)", "RMS of log10 of the matched against the observed "
-       "eigenvalues", kind="diagnostic", fmt=".3g"),
-    _m("fit.population.intercept", "intercept (population)", "the population law's log10 lambda at rank 1",
-       kind="diagnostic"),
-    _m("fit.population.slope_gain", "slope gain", "d(sample slope) / d(population exponent) at the estimate",
-       kind="diagnostic"),
-    _m("fit.population.level", "population CI level", "the interval's coverage", kind="input"),
-    _m("fit.population.n_over_d", "n/d (population)", "rows (effective, when weighted) per feature",
-       kind="count"),
-    _m("fit.population.n_effective", "effective n (population)", "Kish's effective sample size", kind="count"),
-    _m("fit.population.window.*", "window (population)", "the population fit's rank window", kind="count",
-       type="integer"),
-    _m("fit.population.ranks_matched.*", "ranks matched", "the ranks the population fit matched", kind="count",
-       type="integer"),
-    _m("fit.population.bend.**", "bend test", "the test of the power-law population: the window's bend (the "
-       "coefficient of -(log j - m)^2) against the bends of the bootstrap samples", kind="diagnostic"),
-    _m("fit.population.bootstrap.**", "population bootstrap", "the parametric bootstrap of the population fit",
-       kind="diagnostic"),
-    _m("fit.population.sampling_curve.**", "sampling curve", "the data's own sampling curve: the slope of "
-       "sub-samples of its row groups against the model's", kind="diagnostic"),
-    _m("fit.population.rows.**", "row model", "the row model of the population fit: spread of row scales, "
-       "coordinates' kurtosis", kind="diagnostic"),
-    _m("fit.population.segments.**", "population segments", "the knots and exponents of the curved alternative",
-       kind="diagnostic"),
-    _m("fit.population.cost.**", "population cost", "seconds and evaluations of the population fit", kind="cost"),
+    *_added_by(_CI,
+        _m("fit.ci.low", "alpha (rank fit) CI low", "the low end of the bias-corrected (basic) bootstrap interval",
+           kind="diagnostic", views="batch"),
+        _m("fit.ci.high", "alpha (rank fit) CI high", "the high end of the bias-corrected (basic) bootstrap interval",
+           kind="diagnostic", views="batch"),
+        _m("fit.ci.bias", "bootstrap bias", "mean of the bootstrap replicates minus the fitted exponent",
+           kind="diagnostic"),
+        _m("fit.ci.percentile_low", "percentile CI low", "the 2.5 % quantile of the bootstrap replicates",
+           kind="diagnostic"),
+        _m("fit.ci.percentile_high", "percentile CI high", "the 97.5 % quantile of the bootstrap replicates",
+           kind="diagnostic"),
+        _m("fit.ci.level", "CI level", "the interval's coverage", kind="input"),
+        _m("fit.ci.replicates", "bootstrap replicates", "replicates of the bootstrap", kind="input", type="integer"),
+        _m("fit.ci.seed", "bootstrap seed", "the bootstrap's seed", kind="input", type="integer"),
+        _m("fit.ci.groups", "bootstrap groups", "row groups resampled by the bootstrap", kind="count", type="integer"),
+    ),
+    *_added_by(_POPULATION,
+        _m("fit.population.alpha", "alpha (population)", "the exponent of the population's power law that, sampled "
+           "at this n and d, gives the observed spectrum (deterministic equivalent, with the data's sampling curve)",
+           views="batch", fmt=".3f"),
+        _m("fit.population.ci.*", "alpha (population) CI", "the population exponent's interval (low, high)",
+           kind="diagnostic"),
+        _m("fit.population.naive_alpha", "alpha (sample slope)", "the sample spectrum's slope over the population "
+           "fit's window", kind="diagnostic", fmt=".3f"),
+        _m("fit.population.model_alpha", "alpha (row model alone)", "the population exponent from the row model, "
+           "before the sampling curve", kind="diagnostic", fmt=".3f"),
+        _m("fit.population.shape_alpha", "alpha (shape match)", "the exponent matched on the spectrum's shape",
+           kind="diagnostic"),
+        _m("fit.population.match_rms", "match RMS (population)", "RMS of log10 of the matched against the observed "
+           "eigenvalues", kind="diagnostic", fmt=".3g"),
+        _m("fit.population.intercept", "intercept (population)", "the population law's log10 lambda at rank 1",
+           kind="diagnostic"),
+        _m("fit.population.slope_gain", "slope gain", "d(sample slope) / d(population exponent) at the estimate",
+           kind="diagnostic"),
+        _m("fit.population.level", "population CI level", "the interval's coverage", kind="input"),
+        _m("fit.population.n_over_d", "n/d (population)", "rows (effective, when weighted) per feature",
+           kind="count"),
+        _m("fit.population.n_effective", "effective n (population)", "Kish's effective sample size", kind="count"),
+        _m("fit.population.window.*", "window (population)", "the population fit's rank window", kind="count",
+           type="integer"),
+        _m("fit.population.ranks_matched.*", "ranks matched", "the ranks the population fit matched", kind="count",
+           type="integer"),
+        _m("fit.population.bend.**", "bend test", "the test of the power-law population: the window's bend (the "
+           "coefficient of -(log j - m)^2) against the bends of the bootstrap samples", kind="diagnostic"),
+        _m("fit.population.bootstrap.**", "population bootstrap", "the parametric bootstrap of the population fit",
+           kind="diagnostic"),
+        _m("fit.population.sampling_curve.**", "sampling curve", "the data's own sampling curve: the slope of "
+           "sub-samples of its row groups against the model's", kind="diagnostic"),
+        _m("fit.population.rows.**", "row model", "the row model of the population fit: spread of row scales, "
+           "coordinates' kurtosis", kind="diagnostic"),
+        _m("fit.population.segments.**", "population segments", "the knots and exponents of the curved alternative",
+           kind="diagnostic"),
+        _m("fit.population.cost.**", "population cost", "seconds and evaluations of the population fit", kind="cost"),
+    ),
     _m("local_slope.**", "local slope", "the slope of log lambda against log j in a sliding window of "
        "width_decades", kind="diagnostic"),
     # -- the spectrum -------------------------------------------------------------------------------
@@ -201,51 +226,56 @@ METRICS: tuple[Metric, ...] = (
     _m("spectrum.top_k.**", "top-k route", "the block Lanczos run: block size, Krylov dimension, seed",
        kind="input"),
     # -- spikes above the power-law bulk (--spikes; not WeightWatcher's MP spikes) -------------------------
-    _m("spectrum.spikes.count", "spikes above the bulk", "eigenvalues above the power-law bulk of the rank window at "
-       "this n and d (a sequential Tracy-Widom test at spectrum.spikes.level; not WeightWatcher's num_spikes, whose "
-       "bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer"),
-    _m("spectrum.spikes.spikes.*.rank", "spike rank", "the spike's rank in the spectrum", kind="count",
-       type="integer"),
-    _m("spectrum.spikes.spikes.*.eigenvalue", "spike eigenvalue", "the spike's eigenvalue", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.spikes.*.p_value", "spike p-value", "1 - F_1 of its Tracy-Widom statistic, under the bulk "
-       "that the ranks below it make", kind="diagnostic"),
-    _m("spectrum.spikes.spikes.*.statistic", "spike TW statistic", "(lambda - mu) / sigma: the eigenvalue above the "
-       "bulk's edge in Tracy-Widom units", kind="diagnostic"),
-    _m("spectrum.spikes.spikes.*.edge", "spike bulk edge", "mu: where the largest eigenvalue of the bulk below it "
-       "sits (El Karoui 2007)", kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.spikes.*.share", "spike share", "lambda / sum lambda: the share of the variance on the "
-       "spike's direction", fmt=".4f"),
-    _m("spectrum.spikes.spikes.*.features.*", "spike feature", "the coordinates (0-based column indices) with the "
-       "largest squared loadings on the spike's eigenvector", kind="count", type="integer"),
-    _m("spectrum.spikes.spikes.*.loadings.*", "spike loading", "the squared loadings of those coordinates (the "
-       "eigenvector has unit norm: they sum to at most 1)", kind="diagnostic", fmt=".3f"),
-    _m("spectrum.spikes.rogue_dimensions.*", "rogue dimension", "a coordinate that carries at least half of a "
-       "spike's direction (0-based column index)", kind="count", type="integer"),
-    _m("spectrum.spikes.level", "spike test level", "the level of each test of the sequence", kind="input"),
-    _m("spectrum.spikes.n", "spike test rows", "the degrees of freedom of the sampling model (rows - 1 centred)",
-       kind="input"),
-    _m("spectrum.spikes.bulk.alpha", "bulk alpha (spikes)", "the exponent of the power-law population behind the "
-       "bulk, fitted over the window below the spikes through its deterministic equivalent", kind="diagnostic",
-       fmt=".3f"),
-    _m("spectrum.spikes.bulk.scale", "bulk scale (spikes)", "C of the bulk's population tau_j = C j^-alpha",
-       kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.bulk.window.*", "window (spikes)", "the rank window the bulk is fitted over", kind="count",
-       type="integer"),
-    _m("spectrum.spikes.bulk.edge", "bulk edge", "where the bulk's largest sample eigenvalue sits (El Karoui 2007's "
-       "centring)", kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.bulk.bbp_threshold", "spike detection threshold", "a population eigenvalue above it "
-       "separates from the bulk at this n and d (Baik, Ben Arous & Peche 2005); below it no test can find it",
-       kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("spectrum.spikes.next.rank", "first rank in the bulk", "the first rank tested and not a spike",
-       kind="count", type="integer"),
-    _m("spectrum.spikes.next.p_value", "first bulk p-value", "its p-value", kind="diagnostic"),
-    _m("spectrum.spikes.cost.**", "spikes cost", "seconds and evaluations of the spike test", kind="cost"),
-    _m("control.eigenvalues.*", "shuffled eigenvalue", "eigenvalues with each column permuted independently",
-       kind="diagnostic", scale=SPECTRA_SCALE),
-    _m("control.meets_at_rank", "control meets data at rank", "the first rank where the shuffled control's "
-       "eigenvalue reaches the data's", kind="diagnostic", type="integer"),
-    _m("control.rows", "control rows", "rows of the shuffled control", kind="count", type="integer"),
-    _m("control.seed", "control seed", "the permutations' seed", kind="input", type="integer"),
+    *_added_by(_SPIKES,
+        _m("spectrum.spikes.count", "spikes above the bulk", "eigenvalues above the power-law bulk of the rank window "
+           "at this n and d (a sequential Tracy-Widom test at spectrum.spikes.level; not WeightWatcher's num_spikes, "
+           "whose bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer"),
+        _m("spectrum.spikes.spikes.*.rank", "spike rank", "the spike's rank in the spectrum", kind="count",
+           type="integer", compared=False),
+        _m("spectrum.spikes.spikes.*.eigenvalue", "spike eigenvalue", "the spike's eigenvalue", scale=SPECTRA_SCALE,
+           compared=False),
+        _m("spectrum.spikes.spikes.*.p_value", "spike p-value", "1 - F_1 of its Tracy-Widom statistic, under the bulk "
+           "that the ranks below it make", kind="diagnostic", compared=False),
+        _m("spectrum.spikes.spikes.*.statistic", "spike TW statistic", "(lambda - mu) / sigma: the eigenvalue above "
+           "the bulk's edge in Tracy-Widom units", kind="diagnostic", compared=False),
+        _m("spectrum.spikes.spikes.*.edge", "spike bulk edge", "mu: where the largest eigenvalue of the bulk below it "
+           "sits (El Karoui 2007)", kind="diagnostic", scale=SPECTRA_SCALE, compared=False),
+        _m("spectrum.spikes.spikes.*.share", "spike share", "lambda / sum lambda: the share of the variance on the "
+           "spike's direction", fmt=".4f", compared=False),
+        _m("spectrum.spikes.spikes.*.features.*", "spike feature", "the coordinates (0-based column indices) with the "
+           "largest squared loadings on the spike's eigenvector", kind="count", type="integer", compared=False),
+        _m("spectrum.spikes.spikes.*.loadings.*", "spike loading", "the squared loadings of those coordinates (the "
+           "eigenvector has unit norm: they sum to at most 1)", kind="diagnostic", fmt=".3f", compared=False),
+        _m("spectrum.spikes.rogue_dimensions.*", "rogue dimension", "a coordinate that carries at least half of a "
+           "spike's direction (0-based column index)", kind="count", type="integer", compared=False),
+        _m("spectrum.spikes.level", "spike test level", "the level of each test of the sequence", kind="input"),
+        _m("spectrum.spikes.n", "spike test rows", "the degrees of freedom of the sampling model (rows - 1 centred)",
+           kind="input"),
+        _m("spectrum.spikes.bulk.alpha", "bulk alpha (spikes)", "the exponent of the power-law population behind the "
+           "bulk, fitted over the window below the spikes through its deterministic equivalent", kind="diagnostic",
+           fmt=".3f"),
+        _m("spectrum.spikes.bulk.scale", "bulk scale (spikes)", "C of the bulk's population tau_j = C j^-alpha",
+           kind="diagnostic", scale=SPECTRA_SCALE),
+        _m("spectrum.spikes.bulk.window.*", "window (spikes)", "the rank window the bulk is fitted over", kind="count",
+           type="integer", compared=False),
+        _m("spectrum.spikes.bulk.edge", "bulk edge", "where the bulk's largest sample eigenvalue sits (El Karoui "
+           "2007's centring)", kind="diagnostic", scale=SPECTRA_SCALE),
+        _m("spectrum.spikes.bulk.bbp_threshold", "spike detection threshold", "a population eigenvalue above it "
+           "separates from the bulk at this n and d (Baik, Ben Arous & Peche 2005); below it no test can find it",
+           kind="diagnostic", scale=SPECTRA_SCALE),
+        _m("spectrum.spikes.next.rank", "first rank in the bulk", "the first rank tested and not a spike",
+           kind="count", type="integer"),
+        _m("spectrum.spikes.next.p_value", "first bulk p-value", "its p-value", kind="diagnostic"),
+        _m("spectrum.spikes.cost.**", "spikes cost", "seconds and evaluations of the spike test", kind="cost"),
+    ),
+    *_added_by(_CONTROL,
+        _m("control.eigenvalues.*", "shuffled eigenvalue", "eigenvalues with each column permuted independently",
+           kind="diagnostic", scale=SPECTRA_SCALE),
+        _m("control.meets_at_rank", "control meets data at rank", "the first rank where the shuffled control's "
+           "eigenvalue reaches the data's", kind="diagnostic", type="integer"),
+        _m("control.rows", "control rows", "rows of the shuffled control", kind="count", type="integer"),
+        _m("control.seed", "control seed", "the permutations' seed", kind="input", type="integer"),
+    ),
     _m("capacity.counting.*.eps", "eps", "the threshold of N(eps)", kind="input"),
     _m("capacity.counting.*.N", "N(eps)", "#{lambda >= eps}", type="integer"),
     _m("capacity.capacity.*.tau", "tau", "the scale of N(tau)", kind="input"),
@@ -256,7 +286,8 @@ METRICS: tuple[Metric, ...] = (
     _m("rank.participation_ratio_population", "participation ratio (population)",
        "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): the ratio of unbiased "
        "estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong 2010; p = w / sum w, y_i the "
-       "rows about the mean), from the moments and the histogram of squared row norms", views="table", fmt=".1f"),
+       "rows about the mean), from the moments and the histogram of squared row norms", views="table", fmt=".1f",
+       added_by=_POPULATION),
     _m("rank.entropy_rank", "entropy rank", "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
        views="batch layer table", fmt=".1f", better="higher", se="rank.se.entropy_rank"),
     _m("rank.rankme", "entropy rank (uncentred singular values)",
@@ -278,35 +309,41 @@ METRICS: tuple[Metric, ...] = (
        "the rows' scale spread, n_effective", kind="diagnostic"),
     _m("rank.bounds.**", "rank bounds", "on the top-k route: the interval of a bounded rank", kind="diagnostic"),
     # -- the density exponent -----------------------------------------------------------------------
-    _m("density.alpha", "alpha (density)", "p(lambda) ~ lambda^(-alpha) on the tail lambda >= xmin: continuous "
-       "Hill MLE, xmin minimising the KS distance (Clauset et al. 2009)", views="batch", fmt=".3f",
-       se="density.stderr"),
-    _m("density.stderr", "alpha (density) SE", "(alpha - 1) / sqrt(n_tail), the Hill estimator's standard error",
-       kind="diagnostic"),
-    _m("density.xmin", "x_min (density)", "the start of the density fit's tail", kind="diagnostic",
-       scale=SPECTRA_SCALE, views="batch"),
-    _m("density.ks_distance", "KS distance (density)", "the Kolmogorov-Smirnov distance of the tail and the fit",
-       kind="diagnostic", views="batch", better="lower"),
-    _m("density.n_tail", "tail size (density)", "eigenvalues at or above x_min", kind="count", type="integer",
-       views="batch"),
-    _m("density.n_candidates", "x_min candidates", "the candidate x_min values", kind="count", type="integer"),
-    _m("density.candidates_scanned", "x_min candidates scanned", "the candidates fitted", kind="count",
-       type="integer"),
-    _m("density.rank_exponent_equivalent", "rank exponent equivalent (density)", "1 / (alpha - 1): the rank "
-       "exponent of the density law"),
+    *_added_by(_DENSITY,
+        _m("density.alpha", "alpha (density)", "p(lambda) ~ lambda^(-alpha) on the tail lambda >= xmin: continuous "
+           "Hill MLE, xmin minimising the KS distance (Clauset et al. 2009)", views="batch", fmt=".3f",
+           se="density.stderr"),
+        _m("density.stderr", "alpha (density) SE", "(alpha - 1) / sqrt(n_tail), the Hill estimator's standard error",
+           kind="diagnostic"),
+        _m("density.xmin", "x_min (density)", "the start of the density fit's tail", kind="diagnostic",
+           scale=SPECTRA_SCALE, views="batch"),
+        _m("density.ks_distance", "KS distance (density)", "the Kolmogorov-Smirnov distance of the tail and the fit",
+           kind="diagnostic", views="batch", better="lower"),
+        _m("density.n_tail", "tail size (density)", "eigenvalues at or above x_min", kind="count", type="integer",
+           views="batch"),
+        _m("density.n_candidates", "x_min candidates", "the candidate x_min values", kind="count", type="integer"),
+        _m("density.candidates_scanned", "x_min candidates scanned", "the candidates fitted", kind="count",
+           type="integer"),
+        _m("density.rank_exponent_equivalent", "rank exponent equivalent (density)", "1 / (alpha - 1): the rank "
+           "exponent of the density law"),
+    ),
     # -- isotropy -----------------------------------------------------------------------------------
     _m("isotropy.partition_isotropy", "partition isotropy", "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i "
        "/ s), c the eigenvectors of sum w x x^T / s^2 as numpy.linalg.eigh returns them (Mu & Viswanath 2018); "
-       "s = std of all entries ('seed') or 1 ('none'); log-sum-exp accumulation", views="table", better="higher"),
+       "s = std of all entries ('seed') or 1 ('none'); log-sum-exp accumulation", views="table", better="higher",
+       added_by=_PARTITION),
     _m("isotropy.partition_isotropy_symmetric", "partition isotropy (±c)", "the same over c and -c (independent "
-       "of eigenvector signs)", views="table", better="higher"),
+       "of eigenvector signs)", views="table", better="higher", added_by=_PARTITION),
     _m("isotropy.se.**", "isotropy SE", "the standard error of each isotropy measure (isotropy.se_method)",
        kind="diagnostic"),
     _m("isotropy.se_method.**", "isotropy SE row model", "the row model of the standard errors (as rank.se_method)",
        kind="diagnostic"),
-    _m("isotropy.log_z_min", "log Z min", "log of the smallest partition function", kind="diagnostic"),
-    _m("isotropy.log_z_max", "log Z max", "log of the largest partition function", kind="diagnostic"),
-    _m("isotropy.scale_value", "partition scale s", "the scale s of the partition function", kind="input"),
+    _m("isotropy.log_z_min", "log Z min", "log of the smallest partition function", kind="diagnostic",
+       added_by=_PARTITION),
+    _m("isotropy.log_z_max", "log Z max", "log of the largest partition function", kind="diagnostic",
+       added_by=_PARTITION),
+    _m("isotropy.scale_value", "partition scale s", "the scale s of the partition function", kind="input",
+       added_by=_PARTITION),
     _m("isotropy.mean_cosine", "mean cosine", "exact mean cosine over pairs i != j, (||sum w u||^2 - sum w^2) / "
        "((sum w)^2 - sum w^2), u = x/||x||; zero rows excluded", views="batch table", better="lower"),
     _m("isotropy.zero_rows", "zero rows", "rows of norm 0, excluded from the cosine", kind="count",
@@ -315,65 +352,68 @@ METRICS: tuple[Metric, ...] = (
        better="lower", se="isotropy.se.top_pc_share"),
     _m("isotropy.mean_norm_ratio", "mean-norm ratio", "||mean|| / mean ||x_i||", views="table", better="lower"),
     _m("isotropy.isoscore", "IsoScore", "Rudman et al. 2022 from the d covariance eigenvalues", views="table",
-       better="higher", se="isotropy.se.isoscore"),
+       better="higher", se="isotropy.se.isoscore", added_by=(("isoscore", True),)),
     # -- WeightWatcher's metrics (Martin & Mahoney) -------------------------------------------------
-    _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
-       "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",
-       same_as=("weightwatcher.columns.alpha",), se="density.stderr"),
-    _m("weightwatcher.alpha_weighted", "WW alpha_weighted", "alpha * log10(lambda_max)", ww_name="alpha_weighted",
-       views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.alpha_weighted",)),
-    _m("weightwatcher.log_norm", "WW log_norm", "log10(sum lambda) = log10 ||W||_F^2", ww_name="log_norm",
-       views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.log_norm",)),
-    _m("weightwatcher.log_spectral_norm", "WW log_spectral_norm", "log10(lambda_max) = log10 ||W||_2^2",
-       ww_name="log_spectral_norm", views="batch layer", fmt=".3f", scale=WW_SCALE,
-       same_as=("weightwatcher.columns.log_spectral_norm",)),
-    _m("weightwatcher.stable_rank", "WW stable_rank", "sum lambda / lambda_max", ww_name="stable_rank",
-       views="batch layer", fmt=".2f", same_as=("weightwatcher.columns.stable_rank",)),
-    _m("weightwatcher.mp_spikes", "spikes over the Marchenko-Pastur edge", "eigenvalues above the "
-       "Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; WeightWatcher "
-       "fits sigma by kernel density)", views="batch layer", type="integer", nullable=False),
-    _m("weightwatcher.verdict", "verdict", "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
-       views="batch", type="string"),
-    _m("weightwatcher.mp_bulk_edge", "Marchenko-Pastur edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
-       kind="diagnostic", scale=WW_SCALE),
-    _m("weightwatcher.alpha_range.*", "healthy alpha range", "WeightWatcher's guidance for its alpha (2..6)",
-       kind="input"),
-    _m("weightwatcher.parameters", "parameters", "N x M entries of the weight matrix", kind="count",
-       type="integer", nullable=False),
-    # WeightWatcher 0.7.7's analyze() columns by its names (on W^T W's eigenvalues)
-    *(_m(f"weightwatcher.columns.{name}", f"WW {name}", text, ww_name=name, kind=kind,
-         scale=WW_SCALE if scaled else None, type="integer" if integer else "number",
-         views="layer" if name in ("num_spikes", "mp_softrank") else "", fmt=".3f" if name == "mp_softrank" else ".4g")
-      for name, text, kind, scaled, integer in (
-          ("N", "the larger side of the weight matrix", "count", False, True),
-          ("M", "the smaller side of the weight matrix", "count", False, True),
-          ("Q", "N / M", "count", False, False),
-          ("num_evals", "eigenvalues of W^T W", "count", False, True),
-          ("xmin", "the start of the density fit's tail", "diagnostic", True, False),
-          ("xmax", "the largest eigenvalue", "diagnostic", True, False),
-          ("D", "the KS distance of the density fit", "diagnostic", False, False),
-          ("sigma", "the density fit's standard error (alpha - 1) / sqrt(num_pl_spikes)", "diagnostic", False,
-           False),
-          ("num_pl_spikes", "eigenvalues in the density fit's tail", "count", False, True),
-          ("norm", "sum lambda = ||W||_F^2", "metric", True, False),
-          ("spectral_norm", "lambda_max = ||W||_2^2", "metric", True, False),
-          ("log_alpha_norm", "log10 sum lambda^alpha", "metric", False, False),
-          ("lambda_max", "the largest eigenvalue", "metric", True, False),
-          ("sv_max", "the largest singular value", "metric", False, False),
-          ("sv_min", "the smallest singular value", "metric", False, False),
-          ("matrix_rank", "singular values above max(sv) N eps (numpy's matrix_rank)", "metric", False, True),
-          ("rank_loss", "M - matrix_rank", "metric", False, True),
-          ("weak_rank_loss", "eigenvalues below 1e-6", "metric", False, True),
-          ("entropy", "the matrix entropy -sum p log p / log(rank), p = lambda / sum lambda", "metric", False,
-           False),
-          ("num_spikes", "eigenvalues above the bulk edge of WeightWatcher's Marchenko-Pastur fit (kernel density "
-           "sigma, Tracy-Widom margin)", "metric", False, True),
-          ("sigma_mp", "the Marchenko-Pastur fit's sigma", "diagnostic", False, False),
-          ("mp_softrank", "bulk_max / lambda_max", "metric", False, False),
-          ("bulk_max", "the Marchenko-Pastur fit's bulk edge", "diagnostic", True, False),
-          ("bulk_min", "the Marchenko-Pastur fit's lower edge", "diagnostic", True, False),
-          ("W_scale", "the weight matrix's scale in the Marchenko-Pastur fit", "diagnostic", False, False),
-      )),
+    *_added_by(_DENSITY,
+        _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
+           "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",
+           same_as=("weightwatcher.columns.alpha",), se="density.stderr"),
+        _m("weightwatcher.alpha_weighted", "WW alpha_weighted", "alpha * log10(lambda_max)", ww_name="alpha_weighted",
+           views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.alpha_weighted",)),
+        _m("weightwatcher.log_norm", "WW log_norm", "log10(sum lambda) = log10 ||W||_F^2", ww_name="log_norm",
+           views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.log_norm",)),
+        _m("weightwatcher.log_spectral_norm", "WW log_spectral_norm", "log10(lambda_max) = log10 ||W||_2^2",
+           ww_name="log_spectral_norm", views="batch layer", fmt=".3f", scale=WW_SCALE,
+           same_as=("weightwatcher.columns.log_spectral_norm",)),
+        _m("weightwatcher.stable_rank", "WW stable_rank", "sum lambda / lambda_max", ww_name="stable_rank",
+           views="batch layer", fmt=".2f", same_as=("weightwatcher.columns.stable_rank",)),
+        _m("weightwatcher.mp_spikes", "spikes over the Marchenko-Pastur edge", "eigenvalues above the "
+           "Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; "
+           "WeightWatcher fits sigma by kernel density)", views="batch layer", type="integer", nullable=False),
+        _m("weightwatcher.verdict", "verdict", "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
+           views="batch", type="string"),
+        _m("weightwatcher.mp_bulk_edge", "Marchenko-Pastur edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
+           kind="diagnostic", scale=WW_SCALE),
+        _m("weightwatcher.alpha_range.*", "healthy alpha range", "WeightWatcher's guidance for its alpha (2..6)",
+           kind="input"),
+        _m("weightwatcher.parameters", "parameters", "N x M entries of the weight matrix", kind="count",
+           type="integer", nullable=False),
+        # WeightWatcher 0.7.7's analyze() columns by its names (on W^T W's eigenvalues)
+        *(_m(f"weightwatcher.columns.{name}", f"WW {name}", text, ww_name=name, kind=kind,
+             scale=WW_SCALE if scaled else None, type="integer" if integer else "number",
+             views="layer" if name in ("num_spikes", "mp_softrank") else "",
+             fmt=".3f" if name == "mp_softrank" else ".4g")
+          for name, text, kind, scaled, integer in (
+              ("N", "the larger side of the weight matrix", "count", False, True),
+              ("M", "the smaller side of the weight matrix", "count", False, True),
+              ("Q", "N / M", "count", False, False),
+              ("num_evals", "eigenvalues of W^T W", "count", False, True),
+              ("xmin", "the start of the density fit's tail", "diagnostic", True, False),
+              ("xmax", "the largest eigenvalue", "diagnostic", True, False),
+              ("D", "the KS distance of the density fit", "diagnostic", False, False),
+              ("sigma", "the density fit's standard error (alpha - 1) / sqrt(num_pl_spikes)", "diagnostic", False,
+               False),
+              ("num_pl_spikes", "eigenvalues in the density fit's tail", "count", False, True),
+              ("norm", "sum lambda = ||W||_F^2", "metric", True, False),
+              ("spectral_norm", "lambda_max = ||W||_2^2", "metric", True, False),
+              ("log_alpha_norm", "log10 sum lambda^alpha", "metric", False, False),
+              ("lambda_max", "the largest eigenvalue", "metric", True, False),
+              ("sv_max", "the largest singular value", "metric", False, False),
+              ("sv_min", "the smallest singular value", "metric", False, False),
+              ("matrix_rank", "singular values above max(sv) N eps (numpy's matrix_rank)", "metric", False, True),
+              ("rank_loss", "M - matrix_rank", "metric", False, True),
+              ("weak_rank_loss", "eigenvalues below 1e-6", "metric", False, True),
+              ("entropy", "the matrix entropy -sum p log p / log(rank), p = lambda / sum lambda", "metric", False,
+               False),
+              ("num_spikes", "eigenvalues above the bulk edge of WeightWatcher's Marchenko-Pastur fit (kernel density "
+               "sigma, Tracy-Widom margin)", "metric", False, True),
+              ("sigma_mp", "the Marchenko-Pastur fit's sigma", "diagnostic", False, False),
+              ("mp_softrank", "bulk_max / lambda_max", "metric", False, False),
+              ("bulk_max", "the Marchenko-Pastur fit's bulk edge", "diagnostic", True, False),
+              ("bulk_min", "the Marchenko-Pastur fit's lower edge", "diagnostic", True, False),
+              ("W_scale", "the weight matrix's scale in the Marchenko-Pastur fit", "diagnostic", False, False),
+          )),
+    ),
     # -- whitening ----------------------------------------------------------------------------------
     _m("whitening.k", "whitening k", "the directions kept", kind="input", type="integer"),
     _m("whitening.eps", "whitening eps", "the eigenvalue floor added before the inverse square root",
@@ -527,6 +567,32 @@ def se_path(path: str) -> str | None:
     if not m.se.startswith(stem + ".") or not path.endswith("." + m.name):
         return m.se
     return path[: len(path) - len(m.name) - 1] + m.se[len(stem):]
+
+
+def added_by(path: str) -> tuple[tuple[str, Any], ...]:
+    """The fit keywords (with their values) that put the number at ``path`` in a report, any one of them;
+    for a section (``spectrum.spikes``), those of every number in it. Empty when every report holds it."""
+    m = find(path)
+    if m is not None:
+        return m.added_by
+    key = canonical(path)
+    below = {x.added_by for x in METRICS if x.path.startswith(key + ".")}
+    return below.pop() if len(below) == 1 else ()
+
+
+#: Sub-reports that ``compare`` leaves out: ``fits.0`` repeats ``fit``, and ``models`` is the report's own
+#: comparison of the models over the window (the chosen model's fit is ``fit``).
+NOT_COMPARED = re.compile(r"^(?:fits\.0|models)\.")
+
+
+def compared(path: str) -> bool:
+    """Whether ``compare`` subtracts the number at ``path``: a measured number (not a cost, an option echoed or
+    a number that names, such as a spike's rank) that is not repeated under another name. An unknown path is
+    compared."""
+    if NOT_COMPARED.match(path):
+        return False
+    m = find(path)
+    return m is None or (m.compared and m.kind not in ("cost", "input"))
 
 
 def view(name: str) -> tuple[Metric, ...]:

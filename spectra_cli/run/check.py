@@ -105,21 +105,14 @@ def parse_max_change(text: str) -> Check:
                  in_se=unit == "se")
 
 
-#: The sections that an option adds to a report: a check on one of them without it says which.
-ASKED_FOR = {"spectrum.spikes": "--spikes", "fit.population": "--population", "fits.0.population": "--population",
-             "rank.participation_ratio_population": "--population", "density.": "--density",
-             "weightwatcher.": "--density (or --convention weightwatcher)", "control.": "--shuffled-control",
-             "isotropy.partition_isotropy": "--partition-isotropy", "isotropy.isoscore": "--isoscore",
-             "fit.ci.": "--ci"}
-
-
 def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
     v = lookup(doc, field)
     if v is MISSING or isinstance(v, dict | list | str | bool):
         names = sorted(k for k in scalar_fields(doc) if (m := registry.find(k)) is not None and k == m.path
                        and m.kind in ("metric", "diagnostic", "count") and not m.path.endswith(".**"))
         kind = "not a number" if v is not MISSING else "not a field"
-        asked = next((flag for prefix, flag in ASKED_FOR.items() if field.startswith(prefix)), None)
+        # a field that an option adds to a report (the registry's added_by): the check says which
+        asked = " or ".join(param(name, value) for name, value in registry.added_by(field))
         hint = f" ({field} is in the report with {asked})" if v is MISSING and asked else ""
         raise OptionError(
             f"{what} field {field!r} is {kind} of the report{hint}; valid fields: {', '.join(names)} "
@@ -132,7 +125,7 @@ def evaluate(doc: dict[str, Any], checks: list[Check], baseline: dict[str, Any] 
     """Verdicts in order; a missing (null) value fails its check. Raises OptionError for unknown fields."""
     out = []
     for c in checks:
-        value = _value(doc, c.field, "--max-change" if c.op == "max-change" else "--require")
+        value = _value(doc, c.field, param("max_change") if c.op == "max-change" else param("require"))
         base = None
         if c.op == "max-change":
             if baseline is None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
+from spectra_cli import metrics
 from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import check_report_schema, scalar_fields
@@ -14,10 +15,6 @@ from spectra_cli.sources import formats
 from spectra_cli.validate import check_number, check_path
 
 COMPARE_SCHEMA = "spectra.compare/1"
-# Sections whose numbers describe the run, not the data.
-SKIP_PREFIXES = ("timings.", "options.", "source.shape.", "fits.0.", "models.",
-                 # each spike's rank, coordinates and loadings are labels, not amounts (their count is compared)
-                 "spectrum.spikes.spikes.", "spectrum.spikes.rogue_dimensions.", "spectrum.spikes.bulk.window.")
 
 
 def load_report(path: str) -> dict[str, Any]:
@@ -141,13 +138,9 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
 
 
 def _compared(field: str) -> bool:
-    """A field compared: not the run's costs or options, not a standard error travelling beside its field."""
-    from spectra_cli import metrics
-
-    if field.startswith(SKIP_PREFIXES) or _is_error(field):
-        return False
-    m = metrics.find(field)
-    return m is None or m.kind not in ("cost", "input")
+    """A field compared: one the registry says compare subtracts (:func:`spectra_cli.metrics.compared`: not the
+    run's costs or options, not a number that names), and not a standard error travelling beside its field."""
+    return metrics.compared(field) and not _is_error(field)
 
 
 def _is_error(field: str) -> bool:

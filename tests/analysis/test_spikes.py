@@ -173,7 +173,7 @@ def test_check_names_the_option_and_compare_counts_without_subtracting_coordinat
     np.save(X, _planted(0.0, 120, 600, seed=2, above=(8.0,), below=(), coords=(37,)))
     np.save(Y, _planted(0.0, 120, 600, seed=3, above=(8.0,), below=(), coords=(100,)))
     with pytest.raises(OptionError, match=r"'spectrum\.spikes\.count' is not a field of the report "
-                                          r"\(spectrum\.spikes\.count is in the report with --spikes\)"):
+                                          r"\(spectrum\.spikes\.count is in the report with spikes=True\)"):
         sp.check(X, require=["spectrum.spikes.count == 0"])
     assert sp.check(X, require=["spectrum.spikes.count == 1"], spikes=True, window="11:30").passed
     fields = [r["field"] for r in sp.compare(X, Y, spikes=True, window="11:30").to_dict()["metrics"]]

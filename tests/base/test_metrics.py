@@ -153,3 +153,16 @@ def test_a_new_metric_needs_no_schema_edit(monkeypatch: pytest.MonkeyPatch) -> N
     doc = spectra.fit(np.random.default_rng(1).standard_normal((200, 12))).to_dict()
     doc["rank"]["brand_new_rank"] = 3.5
     jsonschema.validate(doc, schema)
+
+
+def test_what_compare_subtracts_and_what_adds_a_field_are_the_registrys() -> None:
+    for path in ("fit.alpha", "fits.1.alpha", "spectrum.spikes.count", "rank.participation_ratio", "source.n_rows"):
+        assert metrics.compared(path), path
+    for path in ("fits.0.alpha", "models.models.broken.alpha_2", "timings.total", "options.ddof", "source.shape.0",
+                 "spectrum.spikes.spikes.0.rank", "spectrum.spikes.spikes.1.features.3",
+                 "spectrum.spikes.bulk.window.1", "spectrum.spikes.rogue_dimensions.0", "fit.population.cost.seconds"):
+        assert not metrics.compared(path), path
+    assert metrics.added_by("fits.2.population.alpha") == (("population", True),)
+    assert metrics.added_by("spectrum.spikes") == (("spikes", True),)  # a section: that of every number in it
+    assert ("convention", "weightwatcher") in metrics.added_by("weightwatcher.columns.num_spikes")
+    assert metrics.added_by("fit.alpha") == () and metrics.added_by("rank.nope") == ()

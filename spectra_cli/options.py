@@ -11,6 +11,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypedDict, Unpack
 
 import numpy as np
@@ -20,6 +21,34 @@ from spectra_cli.sources.rows import RowSpec
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_str, product_dtype
 
 ENGINES = ("local", "dask")
+
+
+class Convention(StrEnum):
+    """Whose definitions a fit follows (the fit keyword ``convention``), told apart here once: code asks
+    :attr:`is_weightwatcher`, never compares the raw string.
+
+    ``spectra``: its own defaults. ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred ``W^T W``,
+    the density exponent, its layer selection and tiny-eigenvalue cut, its column names and verdicts).
+    """
+
+    SPECTRA = "spectra"
+    WEIGHTWATCHER = "weightwatcher"
+
+    @property
+    def is_weightwatcher(self) -> bool:
+        return self is Convention.WEIGHTWATCHER
+
+    @classmethod
+    def of(cls, value: object) -> Convention:
+        """The convention ``value`` names (a member or its string; anything else, None included, is
+        ``spectra``: a value given is checked where it is given, by the fit keywords' constraints)."""
+        return cls.WEIGHTWATCHER if value == cls.WEIGHTWATCHER.value else cls.SPECTRA
+
+    @classmethod
+    def of_report(cls, doc: Mapping[str, Any]) -> Convention:
+        """The convention a report (or a batch's line) was made under: its ``options.convention``."""
+        options = doc.get("options")
+        return cls.of(options.get("convention") if isinstance(options, Mapping) else None)
 DEFAULT_BLOCK_ROWS = 8192
 #: The default memory budget is this fraction of the machine's physical memory.
 MEMORY_FRACTION = 0.5

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spectra_cli.metrics import find, get, label
+from spectra_cli.options import Convention
 from spectra_cli.sources import formats
 
 
@@ -111,7 +112,7 @@ def print_columns(console: Console, title: str, key: str, keys: Sequence[str],
 
 
 def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | None,
-                console: Console, convention: str = "spectra") -> None:
+                console: Console, convention: str = Convention.SPECTRA) -> None:
     results = [r for r in results if "skipped" not in r]
     prefix, _ = common_part([str(r["item"]) for r in results])
     title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
@@ -120,8 +121,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
 
     rows = sorted(results, key=lambda r: natural_key(str(r["item"])))  # layer.2 before layer.10, step_200 before 1000
     names = shorten_names([str(r["item"]) for r in rows])
-    ww_convention = convention == "weightwatcher" or any(
-        (r.get("options") or {}).get("convention") == "weightwatcher" for r in rows)
+    ww_convention = Convention.of(convention).is_weightwatcher or any(
+        Convention.of_report(r).is_weightwatcher for r in rows)
     failed = [r for r in rows if "error" in r]
     if ww_convention:  # WeightWatcher's analyze() columns, by its names
         cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",

@@ -19,6 +19,7 @@ from typing import Any, Unpack
 
 from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords, resolve_convention
 from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.options import Convention
 from spectra_cli.run.batch_items import Item, Skip, enumerate_items
 from spectra_cli.run.batch_result import BatchResult
 from spectra_cli.run.batch_workers import run_batch
@@ -148,7 +149,7 @@ def batch(
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
     given, centered = resolve_convention(dict(fitting), centered)
-    convention = check_fit_keywords(given)["convention"]
+    convention = Convention.of(check_fit_keywords(given)["convention"])
     centered = True if centered is None else centered
     results_files = [p for p in args if formats.JSONL.matches(p)]
     if results_files:
@@ -158,11 +159,12 @@ def batch(
         from spectra_cli.run.summary import read_results
 
         lines = read_results(args)
-        made = {str((d.get("options") or {}).get("convention", "spectra")) for d in lines if "options" in d}
+        made = {Convention.of_report(d) for d in lines if "options" in d}
         return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d),
-                           convention=convention if convention != "spectra" or len(made) != 1 else made.pop())
+                           convention=(made.pop() if not convention.is_weightwatcher and len(made) == 1
+                                       else convention).value)
     items, listing = enumerate_items(args, tensors)
-    if convention == "weightwatcher":  # its layer selection (weightwatcher.py layer_supported)
+    if convention.is_weightwatcher:  # its layer selection (weightwatcher.py layer_supported)
         from spectra_cli.analysis.weightwatcher import ww_skip
 
         kept = []
@@ -197,4 +199,4 @@ def batch(
                        connect_timeout=check_number("connect_timeout", connect_timeout, positive=True), verbose=verbose)
     return BatchResult(tuple(run.results), tuple(s.to_dict() for s in listing.skipped),
                        tuple(it.name for it in items), tuple([*listing.notes, *run.notes]), run.skipped,
-                       tuple(run.option_mismatch), out, listing.skip_summary(), run.retried, convention)
+                       tuple(run.option_mismatch), out, listing.skip_summary(), run.retried, convention.value)

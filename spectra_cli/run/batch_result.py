@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli.options import Convention
+
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:
@@ -28,6 +30,12 @@ class BatchResult:
     retried: int = 0
     convention: str = "spectra"
 
+    @property
+    def is_weightwatcher(self) -> bool:
+        """Whether its lines follow WeightWatcher's convention (then its rows, table and summary are
+        WeightWatcher's)."""
+        return Convention.of(self.convention).is_weightwatcher
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter((*self.results, *self.skipped))
 
@@ -41,7 +49,7 @@ class BatchResult:
         from spectra_cli.frames import batch_rows, ww_rows
 
         lines = [*self.results, *self.skipped]
-        return ww_rows(lines) if self.convention == "weightwatcher" else batch_rows(lines)
+        return ww_rows(lines) if self.is_weightwatcher else batch_rows(lines)
 
     def to_pandas(self, *, skipped: bool = False) -> Any:
         """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``): the items analysed
@@ -52,14 +60,14 @@ class BatchResult:
         rows = self.rows()
         if not skipped:
             rows = [r for r in rows if r.get("status") != "skipped"]
-        return frame(rows, WW_COLUMNS if self.convention == "weightwatcher" else None)
+        return frame(rows, WW_COLUMNS if self.is_weightwatcher else None)
 
     def _repr_html_(self) -> str:
         from spectra_cli.frames import html_table
 
         rows = self.rows()
         cols = (["longname", "N", "M", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank",
-                 "num_spikes", "mp_softrank", "warning"] if self.convention == "weightwatcher"
+                 "num_spikes", "mp_softrank", "warning"] if self.is_weightwatcher
                 else ["item", "status", "shape", "fit.alpha", "fit.r2", "rank.participation_ratio",
                       "weightwatcher.alpha", "why"])
         return html_table(rows, cols, title=f"spectra batch: {len(self.results)} item(s), {len(self.failed)} "
@@ -79,7 +87,7 @@ class BatchResult:
         lines = read_results([self.jsonl]) if self.jsonl else [*self.skipped, *self.results]
         doc = summarize(lines).to_dict()
         ww = doc.get("weightwatcher_summary")
-        if self.convention == "weightwatcher" and ww:  # get_summary()'s keys, at the top as it has them
+        if self.is_weightwatcher and ww:  # get_summary()'s keys, at the top as it has them
             doc.update({k: v for k, v in ww.items() if k != "layers"})
         return dict(doc)
 

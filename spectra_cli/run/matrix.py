@@ -52,7 +52,7 @@ from spectra_cli.analysis.suite import (
     run_suite,
 )
 from spectra_cli.errors import Message, OptionError, param
-from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
+from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, Convention, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, near_null_warning, spectrum_warnings
@@ -230,7 +230,8 @@ def fit(
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
     warnings = spectrum_warnings(main, first)
-    if opts.convention == "weightwatcher":  # a weight matrix's rows are not a sample: no sampling bias to warn of
+    weightwatcher = Convention.of(opts.convention).is_weightwatcher
+    if weightwatcher:  # a weight matrix's rows are not a sample: no sampling bias to warn of
         warnings = [w for w in warnings if "biased by finite sampling" not in w]
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
@@ -254,7 +255,7 @@ def fit(
     else:
         rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
                          f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
-    if opts.convention == "weightwatcher":  # its cut is on W^T W's eigenvalues: ours times the rows
+    if weightwatcher:  # its cut is on W^T W's eigenvalues: ours times the rows
         from spectra_cli.analysis.weightwatcher import ww_skip
 
         skip = ww_skip((first.n_rows, main.n_features))

@@ -159,6 +159,22 @@ def test_the_pass_loop_is_short_and_the_library_does_not_dispatch_on_a_command()
     assert engine_compares == [str(PACKAGE / "options.py")]  # the engine is chosen in one place
 
 
+def test_the_convention_is_told_apart_in_one_place():
+    """``options.Convention`` says whether a fit follows WeightWatcher's convention; no module compares the raw
+    string. (analysis/suite.py, which declares the fit keywords' choices, still does: it may take Convention.)"""
+    import re
+
+    from spectra_cli.analysis.suite import CONVENTIONS
+    from spectra_cli.options import Convention
+
+    assert tuple(Convention) == CONVENTIONS
+    assert Convention.of("weightwatcher").is_weightwatcher and not Convention.of(None).is_weightwatcher
+    assert Convention.of_report({"options": {"convention": "weightwatcher"}}).is_weightwatcher
+    compare = re.compile(r"""[!=]=\s*["']weightwatcher["']|["']weightwatcher["']\s*[!=]=""")
+    raw = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if compare.search(p.read_text()))
+    assert set(raw) <= {"analysis/suite.py"}, raw
+
+
 def test_every_reading_option_is_declared_once_and_reaches_every_reader():
     from spectra_cli.analysis.suite import FIT_KEYWORDS
     from spectra_cli.cli.flags import READ_OPTIONS

@@ -108,7 +108,14 @@ def test_run_from_several_results_files_takes_the_step_from_their_paths(tmp_path
         spectra.batch(str(d / "acts.npy"), jsonl=str(d / "results.jsonl"), window="3:30")
     files = sorted(str(p) for p in tmp_path.glob("step_*/results.jsonl"))
     page = spectra.report(files, out=str(tmp_path / "run.html"))
-    assert page.kind == "run" and page.figures == 3  # fit.alpha, participation ratio, entropy rank
+    # a figure per metric of the registry's layer view that the lines hold (fit.alpha, the ranks, ...)
+    from spectra_cli import metrics
+    from spectra_cli.results import lookup
+
+    lines = [json.loads(open(f).readline()) for f in files]
+    drawn = [m.path for m in metrics.view("layer") if any(isinstance(lookup(d, m.path), int | float) for d in lines)]
+    assert {"fit.alpha", "rank.participation_ratio", "rank.entropy_rank"} <= set(drawn)
+    assert page.kind == "run" and page.figures == len(drawn)
     html = page.html
     assert "100, 200, 300" in html and "Layers whose metrics moved most" in html
     first, last = (json.loads(open(f).readline())["fit"]["alpha"] for f in (files[0], files[-1]))

@@ -28,11 +28,12 @@ from spectra_cli.analysis.rank import EffectiveRanks, effective_ranks
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import FitError, Message, OptionError, param, raw
+from spectra_cli.options import Convention
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_numbers
 
 #: ``spectra``: its own defaults; ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred W^T W, the
 #: density exponent, its layer selection and tiny-eigenvalue cut, its column names and verdicts).
-CONVENTIONS = ("spectra", "weightwatcher")
+CONVENTIONS = tuple(c.value for c in Convention)
 #: A rank fit below this R^2, or above this residual RMS (natural log of lambda), is said to fit poorly.
 POOR_FIT_R2 = 0.9
 MODEL_NAMES = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
@@ -152,7 +153,7 @@ def resolve_convention(fitting: dict[str, Any], centered: Any, *, eigenvalues: b
     ``centered=False`` (WeightWatcher's uncentred ``W^T W``) and ``density=True`` (its alpha) and needs
     every eigenvalue of the matrix; a contradicting choice given is refused by name, never overridden.
     Returns the fit keywords and ``centered`` as the convention has them (unchanged for ``spectra``)."""
-    if fitting.get("convention") != "weightwatcher":
+    if not Convention.of(fitting.get("convention")).is_weightwatcher:
         return fitting, centered
     preset = param("convention", "weightwatcher")
     for name, value, wanted in (("centered", centered, False), ("density", fitting.get("density"), True)):
@@ -226,7 +227,8 @@ class FitOptions:
         are checked and left to the caller)."""
         v = check_fit_keywords(fitting)
         return cls(windows=v["window"], method=v["method"], model=v["model"], degree=v["degree"],
-                   auto_tolerance=v["auto_tolerance"], density=v["density"] or v["convention"] == "weightwatcher",
+                   auto_tolerance=v["auto_tolerance"],
+                   density=v["density"] or Convention.of(v["convention"]).is_weightwatcher,
                    counting=v["counting"], capacity=v["capacity"], alpha_range=v["alpha_range"],
                    convention=v["convention"])
 

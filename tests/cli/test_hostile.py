@@ -318,36 +318,79 @@ def test_an_archive_of_many_arrays_is_opened_once(tmp_path, monkeypatch):
     assert len(opened) == 1
 
 
+# The batch command whose pool workers each create the file READY/<pid> once their initializer (the one that asks
+# for death with the parent) has returned.
+_WORKERS_SAY_READY = """\
+import os
+import spectra_cli.run.batch as batch
+
+real = batch._worker_init
+
+def init(threads):
+    real(threads)
+    open(os.path.join({ready!r}, str(os.getpid())), "w").close()
+
+batch._worker_init = init
+from spectra_cli.cli import main; main()
+"""
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (Z: a zombie, dead but not reaped), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
 def test_workers_die_with_a_killed_batch(tmp_path):
     import signal
 
+    data, ready = tmp_path / "data", tmp_path / "ready"
+    data.mkdir()
+    ready.mkdir()
     for i in range(8):
-        np.save(tmp_path / f"m{i}.npy", powerlaw_matrix(3000, 120, 1.0, seed=i))
-    proc = subprocess.Popen([sys.executable, "-c", "from spectra_cli.cli import main; main()", "batch",
-                             str(tmp_path), "--workers", "2", "--model", "broken", "--json"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    children: set[int] = set()
-    deadline = time.time() + 20
-    while time.time() < deadline and len(children) < 2 and proc.poll() is None:
-        for task in Path(f"/proc/{proc.pid}/task").glob("*"):
+        np.save(data / f"m{i}.npy", powerlaw_matrix(3000, 120, 1.0, seed=i))
+    # every item a minute of CPU (20,000 bootstrap replicates of the broken law): still running at the kill
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _WORKERS_SAY_READY.format(ready=str(ready)), "batch",
+                                 str(data), "--workers", "2", "--model", "broken", "--ci", "--ci-replicates", "20000",
+                                 "--json"], stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120  # (only a batch that never starts its workers takes this long)
+        while len(workers) < 2:
+            assert proc.poll() is None, f"the batch ended first (exit {proc.returncode}): " \
+                                        f"{(tmp_path / 'stderr').read_text()}"
+            assert time.monotonic() < deadline, "no two workers said they were ready within 120 s"
+            time.sleep(0.01)
+            workers = [int(p.name) for p in ready.iterdir()]
+        assert [_parent(w) for w in workers] == [proc.pid, proc.pid]  # the batch's own pool workers
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=120) == -signal.SIGKILL  # killed while its workers ran items
+        deadline = time.monotonic() + 60  # (they die at once; a busy machine may take its time to run the exits)
+        while any(_state(w) not in (None, "Z") for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = [w for w in workers if _state(w) not in (None, "Z")]
+        assert not alive, f"workers {alive} outlived their parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for w in workers:  # (where the test failed: no orphan left spinning)
             try:
-                children.update(int(c) for c in (task / "children").read_text().split())
+                if _state(w) not in (None, "Z") and str(ready) in Path(f"/proc/{w}/cmdline").read_text():
+                    os.kill(w, signal.SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.05)
-    if proc.poll() is not None or not children:
-        pytest.skip("the batch finished before its workers could be seen")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    deadline = time.time() + 10
-    while time.time() < deadline and any(Path(f"/proc/{c}").exists() and "Z" not in
-                                         Path(f"/proc/{c}/stat").read_text().split()[2] for c in children
-                                         if Path(f"/proc/{c}/stat").exists()):
-        time.sleep(0.1)
-    alive = [c for c in children if Path(f"/proc/{c}/stat").exists()
-             and Path(f"/proc/{c}/stat").read_text().split()[2] != "Z"]
-    assert not alive, f"workers {alive} outlived their parent"
 
 
 def _whiten_stopped_while_writing(tmp_path: Path) -> subprocess.Popen[str]:
@@ -370,7 +413,7 @@ def test_sigterm_removes_the_temporary_output(tmp_path):
     proc = _whiten_stopped_while_writing(tmp_path)
     assert not (tmp_path / "w.npy").exists()  # the output appears only when complete
     proc.terminate()
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + 15 and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]
 
@@ -563,7 +606,7 @@ def test_a_killed_writer_not_yet_reaped_leaves_nothing_after_the_next_run(tmp_pa
                             text=True, cwd=ROOT)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
     proc.kill()
-    time.sleep(0.2)  # (not waited for: a zombie until the end of the test)
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # dead, and not reaped: a zombie until the end
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".spectra-")]
     r = subprocess.run([sys.executable, "-m", "spectra_cli", *argv], capture_output=True, text=True, timeout=60,
                        cwd=ROOT)

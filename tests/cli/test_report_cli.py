@@ -83,20 +83,66 @@ def test_report_without_jinja2_names_the_extra(cli, results, tmp_path, without):
                         "'spectra-cli[report]' (from a checkout: pip install '.[report]').\n")
 
 
+# The console script's entry with the command line's import held in the middle, as a slow disk or a busy machine
+# holds it: the first module from outside spectra_cli that spectra_cli.cli asks for is not found until a Ctrl-C.
+# Before it waits, it writes to the file `ready` the module it holds and whether Python's own SIGINT handler is
+# still the one in place (the CLI installs its own once the import is done).
+_HOLD_THE_IMPORT = """\
+import os, signal, sys, time
+
+class HoldTheImport:
+    def find_spec(self, name, path=None, target=None):
+        if "spectra_cli.cli" in sys.modules and name.partition(".")[0] != "spectra_cli":
+            sys.meta_path.remove(self)
+            default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            with open({ready!r} + ".part", "w") as f:
+                f.write(f"{{name}} {{default}}")
+            os.replace({ready!r} + ".part", {ready!r})
+            time.sleep(600)
+        return None
+
+sys.meta_path.insert(0, HoldTheImport())
+from spectra_cli.__main__ import main  # what the console script runs
+main()
+"""
+
+
+def _wait_for(condition, proc, what: str, seconds: float = 120) -> None:
+    """Until ``condition()``; fails only if ``proc`` ends first or nothing happens within ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no sign within {seconds} s that {what}: {proc.communicate()}")
+        time.sleep(0.01)
+
+
 def test_ctrl_c_while_the_command_line_imports_is_the_same_one_line(tmp_path):
     """The entry point (``spectra``, ``python -m spectra_cli``) turns Ctrl-C during its own imports into the
-    run's one line and exit 130, not a traceback."""
+    run's one line and exit 130, not a traceback. The import is held in the middle until the Ctrl-C (a fixed
+    sleep missed that phase on a busy machine, or came before Python could take a Ctrl-C at all)."""
     import signal
     import subprocess
     import sys
-    import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "x.npy")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.15)  # the interpreter is up (0.02 s); the command line is not imported yet (0.4 s)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and stdout == ""
+    ready = tmp_path / "importing"
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_THE_IMPORT.format(ready=str(ready)), "fit",
+                             str(tmp_path / "x.npy")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready.exists, proc, "the command line's import was held")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    held, default_handler = ready.read_text().split()
+    assert default_handler == "True", f"the CLI had installed its own SIGINT handler when {held} was imported"
+    assert proc.returncode == 130 and stdout == "", (proc.returncode, stderr)
     assert stderr == "interrupted (Ctrl-C): no output file was left half-written\n"
 
 
@@ -111,23 +157,48 @@ def test_every_written_file_is_named_on_stderr(cli, tmp_path):
     assert f"wrote {tmp_path / 'w.npy'}" in r.stderr and f"wrote {tmp_path / 't.npz'}" in r.stderr
 
 
+# `python -m spectra_cli` (runpy, as -m runs it) that creates the file `ready` when its run reaches the bootstrap
+# replicates: the stage the command line's progress bar is told about (LazyProgress.stage), after the import.
+_AT_THE_BOOTSTRAP = """\
+import runpy
+from spectra_cli.render.progress import LazyProgress
+
+real = LazyProgress.stage
+
+def stage(self, label, total):
+    real(self, label, total)
+    if label == "bootstrap replicates":
+        open({ready!r}, "w").close()
+
+LazyProgress.stage = stage
+runpy.run_module("spectra_cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
-    import os
     import signal
     import subprocess
     import sys
-    import time
 
-    X = tmp_path / "x.npy"
+    work = tmp_path / "run"
+    work.mkdir()
+    X = work / "x.npy"
     np.save(X, powerlaw_matrix(4000, 96, 1.0, seed=0))
-    plot = tmp_path / "f.png"
-    # a run long enough to interrupt: thousands of bootstrap replicates, then a figure
-    proc = subprocess.Popen([sys.executable, "-m", "spectra_cli", "fit", str(X),  # the console script's entry
+    plot = work / "f.png"
+    ready = tmp_path / "bootstrapping"
+    # a run long enough to interrupt: 20,000 bootstrap replicates (20 s of CPU), then a figure; Ctrl-C once the
+    # replicates have begun (a fixed sleep came before Python could take a Ctrl-C on a busy machine)
+    proc = subprocess.Popen([sys.executable, "-c", _AT_THE_BOOTSTRAP.format(ready=str(ready)), "fit", str(X),
                              "--window", "3:40", "--ci", "--ci-replicates", "20000", "--plot", str(plot)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    time.sleep(1.0)  # while it imports (on a busy machine) or runs: the same one line either way
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and stdout == ""
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready.exists, proc, "the run reached its bootstrap replicates")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and stdout == "", (proc.returncode, stderr)
     assert stderr == "interrupted (Ctrl-C): no output file was left half-written\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+    assert sorted(p.name for p in work.iterdir()) == ["x.npy"]

@@ -123,14 +123,9 @@ def test_batch_fans_items_out_over_the_cluster(scheduler, tmp_path):
             assert remote[name]["spectrum"]["eigenvalues"] == doc["spectrum"]["eigenvalues"]
 
 
-def _die_soon() -> None:
-    import os
-    import threading
-
-    threading.Timer(0.05, os._exit, (1,)).start()
-
-
 def test_a_worker_killed_mid_run_gives_the_right_spectrum_or_a_clear_error(scheduler, tmp_path):
+    import os
+    import signal
     import threading
     import time
 
@@ -147,13 +142,23 @@ def test_a_worker_killed_mid_run_gives_the_right_spectrum_or_a_clear_error(sched
         except Exception as exc:  # noqa: BLE001 - the contract allows a clear error
             outcome["error"] = exc
 
-    t = threading.Thread(target=run)
-    t.start()
-    time.sleep(0.3)  # the tasks are running
     with distributed.Client(scheduler) as c:
-        victim = sorted(c.scheduler_info()["workers"])[0]
-        c.run(_die_soon, workers=[victim])  # the worker process dies, as when the OOM killer ends it
-    t.join(120)
+        pids = c.run(os.getpid)
+        t = threading.Thread(target=run)
+        t.start()
+        # the victim: a worker the scheduler has given tasks of the run (a fixed sleep could come before the
+        # tasks, or after them on a busy machine)
+        deadline = time.monotonic() + 120
+        victim = None
+        while victim is None:
+            time.sleep(0.005)
+            assert t.is_alive(), f"the run ended before any of its tasks was seen on a worker: {outcome}"
+            assert time.monotonic() < deadline, "no task of the run reached a worker within 120 s"
+            victim = next((w for w, keys in sorted(c.processing().items()) if keys), None)
+        os.kill(pids[victim], signal.SIGKILL)  # the worker process dies, as when the OOM killer ends it
+        mid_run = t.is_alive()
+        t.join(300)
+    print(f"killed worker: the run was {'still' if mid_run else 'no longer'} running when it died")
     assert not t.is_alive()
     if "error" in outcome:  # a clear error: a SpectraError or Dask's own account of the lost worker
         assert str(outcome["error"]), outcome

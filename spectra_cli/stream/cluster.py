@@ -155,7 +155,10 @@ def client(scheduler: str | None, workers: int | None, *, connect_timeout: float
                 c.close()
             return
         n = check_workers(workers or 2, budget if budget is not None else memory_budget(None))
+        # (no dashboard, and the scheduler's own HTTP routes on a free port: the default 8787 taken by another
+        # cluster on the machine made distributed warn on stderr, "Port 8787 is already in use")
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                           scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
                                            silence_logs=logging_level(verbose))
         try:
             c = distributed.Client(cluster)

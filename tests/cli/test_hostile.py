@@ -322,15 +322,15 @@ def test_an_archive_of_many_arrays_is_opened_once(tmp_path, monkeypatch):
 # for death with the parent) has returned.
 _WORKERS_SAY_READY = """\
 import os
-import spectra_cli.run.batch as batch
+import spectra_cli.run.batch_workers as workers
 
-real = batch._worker_init
+real = workers._worker_init
 
 def init(threads):
     real(threads)
     open(os.path.join({ready!r}, str(os.getpid())), "w").close()
 
-batch._worker_init = init
+workers._worker_init = init
 from spectra_cli.cli import main; main()
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,28 +122,37 @@ def _wait_for(condition, proc, what: str, seconds: float = 120) -> None:
         time.sleep(0.01)
 
 
-def test_ctrl_c_while_the_command_line_imports_is_the_same_one_line(tmp_path):
-    """The entry point (``spectra``, ``python -m spectra_cli``) turns Ctrl-C during its own imports into the
-    run's one line and exit 130, not a traceback. The import is held in the middle until the Ctrl-C (a fixed
-    sleep missed that phase on a busy machine, or came before Python could take a Ctrl-C at all)."""
+def _ctrl_c_once(args: list[str], ready: Path, what: str) -> tuple[int, str, str]:
+    """Run ``args``, send Ctrl-C once ``ready`` exists (the child's sign that it reached ``what``); its exit
+    code, stdout and stderr. The child is killed if the test fails on the way."""
     import signal
     import subprocess
-    import sys
 
-    ready = tmp_path / "importing"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD_THE_IMPORT.format(ready=str(ready)), "fit",
-                             str(tmp_path / "x.npy")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(ready.exists, proc, "the command line's import was held")
+        _wait_for(ready.exists, proc, what)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    return proc.returncode, stdout, stderr
+
+
+def test_ctrl_c_while_the_command_line_imports_is_the_same_one_line(tmp_path):
+    """The entry point (``spectra``, ``python -m spectra_cli``) turns Ctrl-C during its own imports into the
+    run's one line and exit 130, not a traceback. The import is held in the middle until the Ctrl-C (a fixed
+    sleep missed that phase on a busy machine, or came before Python could take a Ctrl-C at all)."""
+    import sys
+
+    ready = tmp_path / "importing"
+    returncode, stdout, stderr = _ctrl_c_once(
+        [sys.executable, "-c", _HOLD_THE_IMPORT.format(ready=str(ready)), "fit", str(tmp_path / "x.npy")], ready,
+        "the command line's import was held")
     held, default_handler = ready.read_text().split()
     assert default_handler == "True", f"the CLI had installed its own SIGINT handler when {held} was imported"
-    assert proc.returncode == 130 and stdout == "", (proc.returncode, stderr)
+    assert returncode == 130 and stdout == "", (returncode, stderr)
     assert stderr == "interrupted (Ctrl-C): no output file was left half-written\n"
 
 
@@ -176,8 +186,6 @@ runpy.run_module("spectra_cli", run_name="__main__", alter_sys=True)
 
 
 def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
-    import signal
-    import subprocess
     import sys
 
     work = tmp_path / "run"
@@ -188,17 +196,9 @@ def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
     ready = tmp_path / "bootstrapping"
     # a run long enough to interrupt: 20,000 bootstrap replicates (20 s of CPU), then a figure; Ctrl-C once the
     # replicates have begun (a fixed sleep came before Python could take a Ctrl-C on a busy machine)
-    proc = subprocess.Popen([sys.executable, "-c", _AT_THE_BOOTSTRAP.format(ready=str(ready)), "fit", str(X),
-                             "--window", "3:40", "--ci", "--ci-replicates", "20000", "--plot", str(plot)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(ready.exists, proc, "the run reached its bootstrap replicates")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130 and stdout == "", (proc.returncode, stderr)
+    returncode, stdout, stderr = _ctrl_c_once(
+        [sys.executable, "-c", _AT_THE_BOOTSTRAP.format(ready=str(ready)), "fit", str(X), "--window", "3:40", "--ci",
+         "--ci-replicates", "20000", "--plot", str(plot)], ready, "the run reached its bootstrap replicates")
+    assert returncode == 130 and stdout == "", (returncode, stderr)
     assert stderr == "interrupted (Ctrl-C): no output file was left half-written\n"
     assert sorted(p.name for p in work.iterdir()) == ["x.npy"]

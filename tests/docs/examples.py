@@ -147,6 +147,17 @@ def _tokens(line: str) -> list[Word | str]:
     return out
 
 
+def _split(tokens: list[Word | str], operator: str) -> list[list[Word | str]]:
+    """The runs of ``tokens`` between the operators ``operator`` (``&&`` between commands, ``|`` between stages)."""
+    runs: list[list[Word | str]] = [[]]
+    for t in tokens:
+        if t == operator:
+            runs.append([])
+        else:
+            runs[-1].append(t)
+    return runs
+
+
 def _expanded(words: list[Word]) -> list[str]:
     argv: list[str] = []
     for w in words:
@@ -194,20 +205,8 @@ class Shell:
             if page == self.page and written in line:
                 line = line.replace(written, run)
                 self.smaller.append(written)
-        tokens = _tokens(line)
-        chain: list[list[Word | str]] = [[]]
-        for t in tokens:
-            if t == "&&":
-                chain.append([])
-            else:
-                chain[-1].append(t)
-        for pipeline in chain:
-            stages: list[list[Word | str]] = [[]]
-            for t in pipeline:
-                if t == "|":
-                    stages.append([])
-                else:
-                    stages[-1].append(t)
+        for pipeline in _split(_tokens(line), "&&"):
+            stages = _split(pipeline, "|")
             first = " ".join(w.text for w in stages[0] if isinstance(w, Word))
             if not first or self.not_run(first, line, block):
                 continue

@@ -86,10 +86,10 @@ def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarr
 
 
 def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray,
-                    ptt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    ptt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
     """``sum_a pt_a / (tau_a X - z)`` and ``sum_a ptt_a / (tau_a X - z)^2`` at every point, in real arithmetic
     (``1 / D = conj(D) / |D|^2``: about three times numpy's complex division, the same numbers to ~1e-14;
-    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch)."""
+    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch); ``ptt`` None: the first alone."""
     re = np.multiply.outer(X.real, tau)
     re -= z.real[:, None]
     im = np.multiply.outer(X.imag, tau)
@@ -100,6 +100,8 @@ def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarra
     re *= den
     im *= den  # 1 / D = re - i im
     first = re @ pt - 1j * (im @ pt)
+    if ptt is None:  # (the first sum alone: a residual)
+        return first, None
     np.multiply(re, re, out=den)
     den -= im * im
     im *= re  # (re - i im)^2 = re^2 - im^2 - 2 i re im
@@ -134,6 +136,7 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
             X = q @ (p * w)
             dX = -c * ((q * q) @ (p * w * w))
         s1, s2 = _resolvent_sums(X, za, tau, pt, ptt)
+        assert s2 is not None
         step = (ea - s1) / (1.0 + dX * s2)
         new = ea - step
         bad = np.flatnonzero(new.imag < 0)
@@ -177,7 +180,7 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
     else:
         e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
         # a point whose steps were halved at the axis can stop short of the root: the residual tells
-        s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, pi * tau * tau)[0]
+        s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, None)[0]
         left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
         if left.size:
             e[left] = _continued(x[left], tau, pi, scales, c)

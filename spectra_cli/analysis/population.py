@@ -427,7 +427,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     xw = np.log(ranks[win].astype(np.float64))
     slope_w[win] = -(xw - xw.mean()) / float((xw - xw.mean()) @ (xw - xw.mean()))
     a_lin = (slope_w - tail_gain @ P[2:]) / gain
-    sd_first = math.sqrt(2.0 * m2_scales / n) * float(np.linalg.norm(a_lin))
+    sd_rank = math.sqrt(2.0 * m2_scales / n)  # each log eigenvalue's own, first order
+    sd_first = sd_rank * float(np.linalg.norm(a_lin))
     t_fit = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
@@ -538,7 +539,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     observed_bend = bend_of(y[win] - f_final[win])
     if first_order:  # (the bend is linear in log lambda: its first-order sd, about a mean of 0)
         bend = bend_test(observed_bend, None, level=level,
-                         null=(0.0, math.sqrt(2.0 * m2_scales / n) * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
+                         null=(0.0, sd_rank * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
     else:
         bend = bend_test(observed_bend, bends, level=level)
     if not bend["fits"]:

@@ -254,8 +254,19 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     return np.diff(Mk)
 
 
+def _centred_log_ranks(k0: int, count: int) -> np.ndarray:
+    x = np.log(np.arange(k0, k0 + count, dtype=np.float64))
+    return x - x.mean()
+
+
 def slope_of(log_lam: np.ndarray, k0: int) -> float:
     """The OLS exponent of log eigenvalues given from rank ``k0`` on."""
-    x = np.log(np.arange(k0, k0 + log_lam.size, dtype=np.float64))
-    xc = x - x.mean()
+    xc = _centred_log_ranks(k0, log_lam.size)
     return float(-(xc @ (log_lam - log_lam.mean())) / (xc @ xc))
+
+
+def slope_weights(k0: int, count: int) -> np.ndarray:
+    """``w`` with ``slope_of(v, k0) = w . v`` for ``count`` log eigenvalues from rank ``k0`` (the exponent is linear
+    in them)."""
+    xc = _centred_log_ranks(k0, count)
+    return -xc / float(xc @ xc)

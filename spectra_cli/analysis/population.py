@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.equivalent import MIN_RANKS, Grid, expected_eigenvalues, slope_of
+from spectra_cli.analysis.equivalent import MIN_RANKS, Grid, expected_eigenvalues, slope_of, slope_weights
 from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
 from spectra_cli.analysis.sampling_curve import CURVE_GRID_FACTOR, CURVE_SIMULATIONS, Subsamples, sampling_curve
 from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_spectrum
@@ -424,8 +424,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # one of variance 2 E[s^2] / n; the replicate statistic is linear in log lambda, a' log lambda
     m2_scales = 1.0 if sc is None else float(sc[1] @ (sc[0] * sc[0]))
     slope_w = np.zeros(ranks.size)
-    xw = np.log(ranks[win].astype(np.float64))
-    slope_w[win] = -(xw - xw.mean()) / float((xw - xw.mean()) @ (xw - xw.mean()))
+    slope_w[win] = slope_weights(k0, k1 - k0 + 1)
     a_lin = (slope_w - tail_gain @ P[2:]) / gain
     sd_rank = math.sqrt(2.0 * m2_scales / n)  # each log eigenvalue's own, first order
     sd_first = sd_rank * float(np.linalg.norm(a_lin))

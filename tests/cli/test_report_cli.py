@@ -128,7 +128,11 @@ def _ctrl_c_once(args: list[str], ready: Path, what: str) -> tuple[int, str, str
     import signal
     import subprocess
 
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def default_sigint() -> None:  # a shell's background job inherits SIGINT ignored; Python then never sees it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         _wait_for(ready.exists, proc, what)
         proc.send_signal(signal.SIGINT)

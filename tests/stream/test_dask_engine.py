@@ -15,7 +15,8 @@ X = powerlaw_matrix(6000, 24, 1.0, seed=11, offset=20.0).astype(np.float32)
 @pytest.fixture(scope="module")
 def scheduler():
     distributed = pytest.importorskip("distributed")  # imported here: collecting the suite stays fast
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"})
     try:
         yield cluster.scheduler_address
     finally:

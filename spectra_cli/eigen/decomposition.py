@@ -381,19 +381,22 @@ def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool) -> tu
     """The rows as the Gram route multiplies them: float64, divided by a power of two near their largest
     magnitude (returned: exact to undo), centred on their (weighted) mean, each times ``sqrt(p_i)`` when
     weighted (``p = w / sum w``)."""
-    X = np.asarray(X, dtype=np.float64)
-    amax = float(np.max(np.abs(X))) if X.size else 0.0
+    X = np.asarray(X)
+    # max |x| without a temporary |X| (exact in the input's own type, as is its conversion to float64)
+    amax = max(float(np.max(X)), -float(np.min(X))) if X.size else 0.0
     scale = 2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0
-    A = X / scale
+    # One float64 copy, then the same operations in place (no temporaries of the rows' size)
+    A = np.array(X, dtype=np.float64, order="K")  # (the layout kept: the mean sums in the same order)
+    A /= scale
     if w is None:
         mean, root = A.mean(axis=0), None
     else:
         p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
         mean, root = p @ A, np.sqrt(p)
     if centered:
-        A = A - mean
+        A -= mean
     if root is not None:
-        A = A * root[:, None]
+        A *= root[:, None]
     return A, float(scale)
 
 

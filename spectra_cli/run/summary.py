@@ -53,6 +53,9 @@ class ModelSummary:
     skipped_items: tuple[dict[str, Any], ...] = ()
     #: WeightWatcher's ``get_summary()`` of these layers (None when no layer has its columns)
     weightwatcher: dict[str, Any] | None = None
+    #: the matrix the metrics are of: "centred" (the covariance of the rows), "uncentred" (X^T X / n, as
+    #: WeightWatcher's convention), "mixed", or None (no layer says)
+    matrix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from spectra_cli.results import json_safe
@@ -68,7 +71,10 @@ class ModelSummary:
             "worst": list(self.worst),
             "skipped_items": list(self.skipped_items),
             "weightwatcher_summary": self.weightwatcher,
+            "matrix": self.matrix,
             "definitions": {
+                "matrix": "the matrix each layer's metrics are of: centred (the covariance of its rows, 1/n), "
+                "uncentred (X^T X / n of its rows, WeightWatcher's convention), or mixed",
                 "weighted": "each layer weighted by its parameter count (rows x columns)",
                 "worst": "layers furthest outside the alpha range (distance 0 inside it), at most 5",
                 "verdicts": "WeightWatcher's: over-trained alpha < lo, under-trained alpha > hi (needs --density)",
@@ -158,8 +164,10 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
         for name in WW_SUMMARY:
             vals = [v for v in (finite(c.get(name)) for c in cols) if v is not None]
             ww_summary[name] = sum(vals) / len(vals) if vals else None
+    centring = {c for c in ((doc.get("options") or {}).get("centered") for doc in layers) if isinstance(c, bool)}
+    matrix = None if not centring else "mixed" if len(centring) > 1 else "centred" if centring.pop() else "uncentred"
     return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst),
-                        tuple(skipped_items), ww_summary)
+                        tuple(skipped_items), ww_summary, matrix)
 
 
 def iter_results(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -17,12 +17,14 @@ the children), and how many matrices were analysed, failed and skipped (with why
     python bench/bench_llm.py --kind 1b                 # the whole 1B class (writes 1.9 GB under --dir)
     python bench/bench_llm.py --kind 7b --blocks 2      # a 2-block slice of the 7B class
     python bench/bench_llm.py --kind 1b --blocks 4 --conventions spectra
+    python bench/bench_llm.py --kind 7b --blocks 2 --conventions spectra --workers 1,2 --precision float64,float32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -132,20 +134,52 @@ PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
 
 
-def run(directory: Path, convention: str, jsonl: Path) -> dict[str, object]:
+def _tree_rss(root: int) -> int:
+    """The resident memory of ``root`` and all its descendants now (bytes; Linux's /proc)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            rss[int(entry.name)] = int(fields[21]) * page
+    tree, total = {root}, 0
+    for _ in range(8):  # (a batch's tree is at most 3 deep)
+        tree |= {p for p, parent in parents.items() if parent in tree}
+    for p in tree:
+        total += rss.get(p, 0)
+    return total
+
+
+def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
+        extra: tuple[str, ...] = ()) -> dict[str, object]:
+    """One whole-process batch: its wall time, the largest resident set of one process of its tree
+    (the kernel's rusage) and the largest sum over the tree (sampled every 0.2 s: the workers together)."""
     jsonl.unlink(missing_ok=True)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m", "spectra_cli", "batch", str(directory),
-                        "--convention", convention, "--jsonl", str(jsonl)], capture_output=True, text=True)
+    err = jsonl.with_suffix(".stderr")
+    with open(err, "w") as f:  # (a file, not a pipe: nothing blocks while the memory is sampled)
+        proc = subprocess.Popen([sys.executable, "-c", PEAK, sys.executable, "-m", "spectra_cli", "batch",
+                                 str(directory), "--convention", convention, "--jsonl", str(jsonl), "--workers",
+                                 str(workers), *extra], stdout=subprocess.DEVNULL, stderr=f)
+    total = 0
+    while proc.poll() is None:
+        total = max(total, _tree_rss(proc.pid))
+        time.sleep(0.2)
+    stderr = err.read_text()
     wall = time.perf_counter() - t
-    peak = int(r.stderr.strip().splitlines()[-1]) if r.stderr.strip() else 0  # KiB
+    peak = int(stderr.strip().splitlines()[-1]) if stderr.strip() else 0  # KiB
     lines = [json.loads(x) for x in jsonl.read_text().splitlines()] if jsonl.exists() else []
     ok = [x for x in lines if "error" not in x and "skipped" not in x]
     failed = [x for x in lines if "error" in x]
     skipped = [x for x in lines if "skipped" in x]
-    return {"rc": r.returncode, "wall_s": wall, "peak_rss_gb": peak / 2**20, "analysed": len(ok),
-            "failed": len(failed), "skipped": len(skipped),
-            "skipped_kinds": sorted({str(x.get("kind")) for x in skipped}), "stderr": r.stderr[-400:]}
+    return {"rc": proc.returncode, "wall_s": wall, "peak_rss_gb": peak / 2**20, "tree_rss_gb": total / 2**30,
+            "analysed": len(ok), "failed": len(failed), "skipped": len(skipped),
+            "skipped_kinds": sorted({str(x.get("kind")) for x in skipped}), "stderr": stderr[-400:]}
 
 
 def main() -> None:
@@ -155,6 +189,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/spectra-bench-llm"))
     ap.add_argument("--conventions", default="spectra,weightwatcher")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
+    ap.add_argument("--workers", default="1", help="spectra batch --workers, one run per value (e.g. 1,2)")
+    ap.add_argument("--precision", default="float64", help="spectra batch --precision, one run per value "
+                    "(e.g. float64,float32)")
     args = ap.parse_args()
     ckpt = args.dir / f"{args.kind}-{args.blocks or 'all'}"
     t = time.perf_counter()
@@ -165,9 +202,13 @@ def main() -> None:
         matrices, params = -1, index["metadata"]["total_size"] // 2
     print(f"{args.kind} class, blocks {args.blocks or 'all'}: {matrices} matrices, {params / 1e9:.2f} B parameters, "
           f"written in {time.perf_counter() - t:.0f} s")
-    for conv in args.conventions.split(","):
-        res = run(ckpt, conv, args.dir / f"{args.kind}-{conv}.jsonl")
-        print(f"  batch --convention {conv}: {res['wall_s']:.1f} s, peak RSS {res['peak_rss_gb']:.2f} GB, "
+    runs = ((c, int(w), p) for c in args.conventions.split(",") for w in args.workers.split(",")
+            for p in args.precision.split(","))
+    for conv, workers, precision in runs:
+        res = run(ckpt, conv, args.dir / f"{args.kind}-{conv}-{workers}-{precision}.jsonl", workers,
+                  ("--precision", precision))
+        print(f"  batch --convention {conv} --workers {workers} --precision {precision}: {res['wall_s']:.1f} s,"
+              f" peak RSS {res['peak_rss_gb']:.2f} GB (one process), {res['tree_rss_gb']:.2f} GB (all), "
               f"{res['analysed']} analysed, {res['failed']} failed, {res['skipped']} skipped "
               f"({', '.join(res['skipped_kinds'])}); exit {res['rc']}")
         if res["rc"] != 0:

@@ -51,9 +51,10 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     return doc
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent: int | None = None) -> None:
     """Worker initializer: ``threads`` BLAS threads (workers x threads <= cores), and death with the
-    parent (Linux), so a killed batch leaves no workers running."""
+    parent (Linux), so a killed batch leaves no workers running. ``parent``: the batch's process id; a
+    worker whose parent died before it asked for the signal (it would never come) exits at once."""
     for var in ENV_VARS:
         os.environ[var] = str(threads)  # the worker's cap (threads.threads_for respects it)
     if sys.platform.startswith("linux"):
@@ -63,6 +64,8 @@ def _worker_init(threads: int) -> None:
 
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if parent is not None and os.getppid() != parent:  # reparented already: the batch is gone
+            os._exit(1)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(threads)
@@ -76,7 +79,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     threads = worker_threads(workers)  # the cores shared out (not the machine's count: its affinity mask)
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                               initializer=_worker_init, initargs=(threads,))
+                               initializer=_worker_init, initargs=(threads, os.getpid()))
 
 
 def run_batch(

@@ -326,13 +326,25 @@ import spectra_cli.run.batch_workers as workers
 
 real = workers._worker_init
 
-def init(threads):
-    real(threads)
+def init(*args):
+    real(*args)
     open(os.path.join({ready!r}, str(os.getpid())), "w").close()
 
 workers._worker_init = init
 from spectra_cli.cli import main; main()
 """
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_batch_died_before_it_started_exits():
+    """The signal asked for on the parent's death never comes when the parent died first: the worker checks
+    that its parent is still the batch, after asking."""
+    code = "from spectra_cli.run.batch_workers import _worker_init as i; import os; i(1, os.getppid()); print('ok')"
+    alive = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert alive.returncode == 0 and alive.stdout == "ok\n", alive.stderr
+    code = "from spectra_cli.run.batch_workers import _worker_init as i; import os; i(1, os.getppid() + 1); print('x')"
+    orphan = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert orphan.returncode == 1 and orphan.stdout == "", orphan.stderr
 
 
 def _state(pid: int) -> str | None:

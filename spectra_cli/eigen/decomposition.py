@@ -421,11 +421,14 @@ def spectrum_from_rows(
     else:
         denom = 1.0
         npos = int(np.count_nonzero(np.asarray(w, dtype=np.float64) / float(np.sum(w))))  # rows of positive p
-    if product_dtype(precision) != np.float64:
-        A32 = A.astype(np.float32)
-        G = (A32 @ A32.T).astype(np.float64)
-    else:
-        G = A @ A.T
+    # n^2 d flops (a symmetric product): on the threads the policy gives it (outside, a library call's
+    # BLAS runs on one thread: a 4,096 x 11,008 Gram took 3.6 s instead of 2.1 s on 2 cores)
+    with threads.blas(float(n) * n * d):
+        if product_dtype(precision) != np.float64:
+            A32 = A.astype(np.float32)
+            G = (A32 @ A32.T).astype(np.float64)
+        else:
+            G = A @ A.T
     lam = _finish(eigvalsh_checked(G / denom), scale * scale)
     floor = floor_for(lam, d, d, precision)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos

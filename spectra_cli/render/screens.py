@@ -267,10 +267,10 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
         entry = find(str(row["field"]))
         return entry.fmt if entry is not None and entry.type != "integer" else ".4g"
 
-    of = {"centred": " of the centred rows (the covariance, 1/n)",
-          "uncentred": " of the uncentred rows (X^T X / n, WeightWatcher's matrix)",
-          "mixed": " (centred rows for some layers, uncentred for others)"}.get(str(doc.get("matrix")), "")
-    print_columns(console, f"Metrics{of} (plain, and weighted by parameters)", "metric", [r["label"] for r in rows],
+    of = {"centred": " of the centred rows, the covariance",
+          "uncentred": " of the uncentred rows, X^T X / n (WeightWatcher's convention)",
+          "mixed": ", centred rows for some layers and uncentred for others"}.get(str(doc.get("matrix")), "")
+    print_columns(console, f"Metrics{of}: plain, and weighted by parameters", "metric", [r["label"] for r in rows],
                   [("layers", [str(r["layers"]) for r in rows]),
                    *((head, [_num(r[k], fmt_of(r)) for r in rows])
                      for head, k in (("mean", "mean"), ("median", "median"), ("weighted mean", "weighted_mean"),

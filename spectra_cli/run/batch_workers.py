@@ -65,7 +65,7 @@ def _worker_init(threads: int, parent: int | None = None) -> None:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if parent is not None and os.getppid() != parent:  # reparented already: the batch is gone
-            os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)  # what the signal asked for would have done
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(threads)

@@ -344,7 +344,7 @@ def test_a_worker_whose_batch_died_before_it_started_exits():
     assert alive.returncode == 0 and alive.stdout == "ok\n", alive.stderr
     code = "from spectra_cli.run.batch_workers import _worker_init as i; import os; i(1, os.getppid() + 1); print('x')"
     orphan = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert orphan.returncode == 1 and orphan.stdout == "", orphan.stderr
+    assert orphan.returncode == -9 and orphan.stdout == "", orphan.stderr
 
 
 def _state(pid: int) -> str | None:

@@ -66,6 +66,7 @@ def test_model_page_has_summary_layers_in_order_table_and_worst_esd(model_jsonl,
     assert page.kind == "model" and page.items == 9 and page.path == str(model_jsonl.parent / "model.html")
     html = open(page.path).read()
     assert html == page.html and html.startswith("<!DOCTYPE html>")
+    assert "spectra's metrics below are of each layer's uncentred rows, X<sup>T</sup>X / n" in html  # centred=False
     summary = spectra.batch(str(model_jsonl)).summary()
     for verdict, n in summary["verdicts"].items():
         assert (f"<b>{n}</b>{verdict}" in html) == (n > 0)  # a badge for each verdict a layer has

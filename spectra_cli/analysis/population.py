@@ -33,7 +33,7 @@ import numpy as np
 from spectra_cli.analysis.equivalent import MIN_RANKS, Grid, expected_eigenvalues, slope_of, slope_weights
 from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
 from spectra_cli.analysis.sampling_curve import CURVE_GRID_FACTOR, CURVE_SIMULATIONS, Subsamples, sampling_curve
-from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_spectrum
+from spectra_cli.analysis.simulate import parallel_count, partition_spectra, simulated_rows, simulated_spectra
 from spectra_cli.errors import FitError
 
 #: The exponents the population model spans; an estimate at either bound is not reported.
@@ -434,10 +434,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
     bend_of = BendStatistic(ranks[win])
 
-    def replicate() -> tuple[float, float]:
+    def replicate(spectrum: np.ndarray) -> tuple[float, float]:
         """One simulated sample spectrum: its window slope, less what its own tail moves the expected slope by,
         mapped through the gain to an exponent; and its bend over the window about the expected spectrum."""
-        log_b = np.log(np.maximum(simulated_spectrum(tau_hat, n, rng, sc)[ranks - 1], 1e-300))
+        log_b = np.log(np.maximum(spectrum[ranks - 1], 1e-300))
         d_tail = (P @ (log_b - fitted))[2:]
         return (alpha + (slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
                 bend_of(log_b[win] - f_final[win]))
@@ -460,9 +460,12 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
         draws = np.empty(replicates)
         bends = np.empty(replicates)
-        for b in range(replicates):
-            draws[b], bends[b] = replicate()
-            tick(b + 1)
+        b, at_once = 0, parallel_count(n, d)
+        while b < replicates:  # a few samples at a time, drawn in turn and decomposed side by side
+            for spectrum in simulated_spectra(tau_hat, n, rng, sc, min(at_once, replicates - b)):
+                draws[b], bends[b] = replicate(spectrum)
+                b += 1
+                tick(b)
         bias = float(draws.mean() - alpha)
         sd = float(draws.std(ddof=1))
         # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of

@@ -5,6 +5,10 @@ spectrum does not depend on the rotation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TypeVar
+
 import numpy as np
 
 from spectra_cli.eigen.decomposition import eigvalsh_checked
@@ -13,6 +17,30 @@ from spectra_cli.eigen.decomposition import eigvalsh_checked
 #: in float64. A float32 product's rounding is relative to each entry's scale (about 6e-8 sqrt(n)): far below the
 #: scatter of a simulated sample, which is what the simulations measure.
 SIMULATION_DTYPE = np.float32
+
+#: The most bytes of simulated rows held at once to decompose several samples side by side.
+PARALLEL_BYTES = 1 << 28
+
+T = TypeVar("T")
+
+
+def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
+    """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where the thread policy
+    gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950), the tasks run side by
+    side on the cores this process may use, each task's BLAS and LAPACK calls on one thread (numpy releases the
+    GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
+    Otherwise one after another, as the policy sizes each. The results are the same bits either way."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spectra_cli import threads
+    from spectra_cli.eigen.decomposition import EIGVALSH_FLOPS
+
+    workers = min(len(tasks), threads.threads_for(float("inf")))  # the cores, or the threads a caller allows
+    if workers <= 1 or threads.threads_for(EIGVALSH_FLOPS * float(order) ** 3, threads.SMALL_EIGEN_FLOPS) > 1:
+        return [task() for task in tasks]
+    with threads.call(1):  # every BLAS call inside on one thread (the policy's setting is global, not per thread)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda task: task(), tasks))
 
 
 def simulated_rows(tau: np.ndarray, n: int, rng: np.random.Generator,
@@ -36,21 +64,29 @@ def _gram(Z: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         return (A.T @ A).astype(np.float64)
 
 
-def _gram_spectrum(Z: np.ndarray, denom: float) -> np.ndarray:
-    """The eigenvalues (descending, length d) of ``Z^T Z / denom``, by the smaller Gram matrix (formed in ``Z``'s
-    precision, decomposed in float64)."""
+def _small_gram(Z: np.ndarray) -> np.ndarray:
+    """The smaller Gram matrix of the rows ``Z`` (``Z Z^T`` when n < d, else ``Z^T Z``), formed in ``Z``'s
+    precision on the threads the policy gives the product, in float64."""
     from spectra_cli import threads
 
     n, d = Z.shape
     if n < d:
         with threads.blas(2.0 * n * n * d):
-            G = (Z @ Z.T).astype(np.float64)
-    else:
-        G = _gram(Z)
+            return (Z @ Z.T).astype(np.float64)
+    return _gram(Z)
+
+
+def _spectrum_of_gram(G: np.ndarray, d: int, denom: float) -> np.ndarray:
     ev = eigvalsh_checked(G, "a simulated sample's Gram matrix")[::-1] / denom
     out = np.zeros(d)
     out[:ev.size] = ev
     return out
+
+
+def _gram_spectrum(Z: np.ndarray, denom: float) -> np.ndarray:
+    """The eigenvalues (descending, length d) of ``Z^T Z / denom``, by the smaller Gram matrix (formed in ``Z``'s
+    precision, decomposed in float64)."""
+    return _spectrum_of_gram(_small_gram(Z), Z.shape[1], denom)
 
 
 def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.ndarray]:
@@ -61,20 +97,22 @@ def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.nd
     from spectra_cli import threads
 
     n, d = Z.shape
-    out = []
     if n >= d:
         P = [_gram(Z, part == q) for q in range(parts)]
         S = [Z[part == q].sum(axis=0, dtype=np.float64) for q in range(parts)]
         N = [int(np.count_nonzero(part == q)) for q in range(parts)]
         total, s_all = sum(P), sum(S)
-        for q in (None, *range(parts)):
+
+        def covariance_spectrum(q: int | None) -> np.ndarray:
             M, s_, m = (total, s_all, n) if q is None else (total - P[q], s_all - S[q], n - N[q])
             C = (M - np.outer(s_, s_) / m) / (m - 1)
-            out.append(eigvalsh_checked(C, "a simulated sample's covariance")[::-1])
-        return out
+            return eigvalsh_checked(C, "a simulated sample's covariance")[::-1]
+
+        return side_by_side([partial(covariance_spectrum, q) for q in (None, *range(parts))], d)
     with threads.blas(2.0 * n * n * d):
         K = (Z @ Z.T).astype(np.float64)
-    for q in (None, *range(parts)):
+
+    def gram_spectrum(q: int | None) -> np.ndarray:
         idx = np.arange(n) if q is None else np.flatnonzero(part != q)
         Kq = K[np.ix_(idx, idx)]
         r = Kq.mean(axis=0)
@@ -82,8 +120,27 @@ def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.nd
         ev = eigvalsh_checked(Kc, "a simulated sample's Gram matrix")[::-1] / (idx.size - 1)
         v = np.zeros(d)
         v[:ev.size] = ev
-        out.append(v)
-    return out
+        return v
+
+    return side_by_side([partial(gram_spectrum, q) for q in (None, *range(parts))], n)
+
+
+def simulated_spectra(tau: np.ndarray, n: int, rng: np.random.Generator,
+                      scales: tuple[np.ndarray, np.ndarray] | None, count: int) -> list[np.ndarray]:
+    """``count`` of :func:`simulated_spectrum`, the rows drawn one sample after another from ``rng`` (the same
+    stream as ``count`` calls of it) and decomposed side by side (:func:`side_by_side`)."""
+    # the products one after another (each on the threads the policy gives it: the same bits as one sample at a
+    # time), the decompositions, most of the cost, side by side
+    grams = [_small_gram(simulated_rows(tau, n, rng, scales)) for _ in range(count)]
+    return side_by_side([partial(_spectrum_of_gram, G, tau.size, float(n)) for G in grams], min(n, tau.size))
+
+
+def parallel_count(n: int, d: int) -> int:
+    """How many simulated samples of ``n`` x ``d`` float32 rows to hold at once: the cores, within
+    :data:`PARALLEL_BYTES`."""
+    from spectra_cli import threads
+
+    return max(1, min(threads.threads_for(float("inf")), PARALLEL_BYTES // max(1, 4 * n * d)))
 
 
 def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,

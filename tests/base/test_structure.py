@@ -294,11 +294,3 @@ def test_the_analyses_do_no_file_io():
         found = re.findall(r"\b(?:open|np\.save|np\.savez|np\.load|atomic_file|open_regular)\(", text)
         assert not found, f"{path.name} does file I/O: {found}"
 
-
-def test_the_tests_are_grouped_by_floor_as_the_package_is():
-    """Each folder of tests/ is a floor's name (its tests test that floor's modules), or docs/ (the site's
-    pages and the README, run as written)."""
-    tests = ROOT / "tests"
-    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__" and p.name != "golden"}
-    assert folders <= {name for name, _ in FLOORS} | {"docs"}, folders - {name for name, _ in FLOORS}
-    assert not [p.name for p in tests.glob("test_*.py") if p.name != "test_lint.py"], "a test outside every floor"

@@ -1,0 +1,52 @@
+"""Simulated samples decomposed side by side: the same numbers, in the same order, as one after another."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from spectra_cli import threads
+from spectra_cli.analysis.simulate import (
+    parallel_count,
+    partition_spectra,
+    side_by_side,
+    simulated_rows,
+    simulated_spectra,
+    simulated_spectrum,
+)
+
+
+def test_samples_drawn_together_are_the_samples_drawn_one_at_a_time():
+    tau = np.arange(1, 61, dtype=np.float64) ** -1.0
+    for n in (40, 200):  # the n x n and the d x d Gram route
+        together = simulated_spectra(tau, n, np.random.default_rng(7), None, 3)
+        rng = np.random.default_rng(7)
+        alone = [simulated_spectrum(tau, n, rng, None) for _ in range(3)]
+        assert len(together) == 3 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
+
+
+def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call():
+    rng = np.random.default_rng(0)
+    mats = [(lambda A: A @ A.T)(rng.standard_normal((80, 80))) for _ in range(5)]
+    seq = [np.linalg.eigvalsh(M) for M in mats]
+    par = side_by_side([partial(np.linalg.eigvalsh, M) for M in mats], 80)
+    assert all(np.array_equal(a, b) for a, b in zip(seq, par, strict=True))
+    with threads.call(1):  # a caller that allows one thread: one sample at a time
+        assert parallel_count(100, 10) == 1
+        assert all(np.array_equal(a, b) for a, b in zip(seq, side_by_side([partial(np.linalg.eigvalsh, M)
+                                                                           for M in mats], 80), strict=True))
+
+
+def test_partition_spectra_are_each_sub_samples_covariance_spectrum():
+    rng = np.random.default_rng(1)
+    tau = np.arange(1, 21, dtype=np.float64) ** -0.8
+    for n in (60, 12):  # more rows than features, and fewer
+        Z = simulated_rows(tau, n, rng, None)
+        part = np.arange(n) % 3
+        got = partition_spectra(Z, part, 3)
+        for q, v in zip((None, 0, 1, 2), got, strict=True):
+            X = Z.astype(np.float64)[part != q] if q is not None else Z.astype(np.float64)
+            ref = np.sort(np.linalg.eigvalsh(np.cov(X, rowvar=False)))[::-1]
+            k = min(X.shape[0] - 1, X.shape[1])
+            assert np.allclose(v[:k], ref[:k], rtol=1e-5, atol=1e-6 * ref[0])

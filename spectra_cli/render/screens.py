@@ -71,6 +71,24 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
                   [(head, [r[i] for r in rows]) for i, head in ((1, "value"), (2, "bound"), (3, "verdict"))])
 
 
+def wrap_name(name: str, width: int) -> str:
+    """A long name broken into lines of at most ``width`` after its dots, slashes, colons and underscores
+    (``encoder.layer.0.attention.`` / ``output.dense.weight``), not inside a word; a part longer than a line is
+    left to the table, which folds it. A name that fits, or that has a line break of its own, is returned as it is."""
+    import re
+
+    if len(name) <= width or width < 8 or "\n" in name:
+        return name
+    lines, line = [], ""
+    for part in re.findall(r"[^./:_]*[./:_]+|[^./:_]+$", name):
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def column_tables(width: int, title: str, key: str, keys: Sequence[str],
                   columns: Sequence[tuple[str, Sequence[str]]], *, box: Any = "simple") -> list[Table]:
     """A table of items (``keys``, under the heading ``key``) and columns of text, split into as many
@@ -83,14 +101,17 @@ def column_tables(width: int, title: str, key: str, keys: Sequence[str],
     widths = [max([len(v) for v in vals] + [w]) for (_, vals), w in zip(columns, widest_word, strict=True)]
     key_min = min(max([len(k) for k in keys] + [len(key)]), max(16, width // 3))
 
+    title = "\n".join(wrap_name(line, width - 2) for line in title.split("\n"))  # a long path breaks at a slash
+
     def build(group: list[int], part: str) -> Table:
         t = Table(title=title + part, title_justify="left", box=boxes.SIMPLE_HEAD if box == "simple" else None,
                   pad_edge=False)
         t.add_column(key, overflow="fold", min_width=key_min, ratio=1 if box == "simple" else None)
         for i in group:  # exactly as wide as its widest value (a heading wraps at its spaces)
             t.add_column(columns[i][0], justify="right", width=widths[i], overflow="fold")
+        room = max(key_min, width - 3 - sum(widths[i] + 3 for i in group))  # what the item column gets, at least
         for r, k in enumerate(keys):
-            t.add_row(k, *(columns[i][1][r] for i in group))
+            t.add_row(wrap_name(k, room), *(columns[i][1][r] for i in group))
         return t
 
     def fits(group: list[int]) -> bool:  # each column, its padding and the space between columns

@@ -313,3 +313,28 @@ def test_the_command_list_is_never_cut_short():
     text = r.stdout + (r.stderr if r.stderr_bytes is not None else "")
     assert "..." not in text.split("Commands:")[1]
     assert "exit 0 when all pass, 1 when any" in " ".join(text.split())
+
+
+def test_long_item_names_break_after_a_dot_not_inside_a_word():
+    import io
+
+    from rich.console import Console
+
+    from spectra_cli.render.screens import print_columns, wrap_name
+
+    assert wrap_name("encoder.layer.0.attention.output.dense.weight", 30) == \
+        "encoder.layer.0.attention.\noutput.dense.weight"
+    assert wrap_name("short.name", 30) == "short.name"  # fits: as it is
+    assert wrap_name("a" * 40, 30) == "a" * 40  # nowhere to break: the table folds it
+    assert wrap_name("/tmp/models/run_7/model.safetensors", 20) == "/tmp/models/run_7/\nmodel.safetensors"
+    names = [f"encoder.layer.{i}.attention.self.query.weight" for i in range(3)]
+    out = io.StringIO()
+    print_columns(Console(file=out, width=60), "3 items", "item", names,
+                  [("alpha (rank fit)", ["0.474", "0.589", "0.662"]), ("participation ratio", ["122.0"] * 3),
+                   ("shape", ["384x384"] * 3)])
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 60 and "…" not in out.getvalue()
+    for i in range(3):  # each name whole across its lines, broken only after a dot
+        at = next(j for j, line in enumerate(lines) if f"encoder.layer.{i}." in line)
+        first, second = lines[at].split()[0], lines[at + 1].split()[0]
+        assert first.endswith(".") and (first + second).startswith(names[i][:len(first + second)])

@@ -72,15 +72,17 @@ def print_checks(path: str, verdicts: Sequence[Any], console: Console) -> None:
 
 
 def wrap_name(name: str, width: int) -> str:
-    """A long name broken into lines of at most ``width`` after its dots, slashes, colons and underscores
-    (``encoder.layer.0.attention.`` / ``output.dense.weight``), not inside a word; a part longer than a line is
-    left to the table, which folds it. A name that fits, or that has a line break of its own, is returned as it is."""
+    """A long name broken into lines of at most ``width`` after its slashes (a path), else after its dots, colons
+    and underscores (``encoder.layer.0.attention.`` / ``output.dense.weight``), not inside a word; a part longer
+    than a line is left to the table, which folds it. A name that fits, or that has a line break of its own, is
+    returned as it is."""
     import re
 
     if len(name) <= width or width < 8 or "\n" in name:
         return name
+    seps = "/" if "/" in name else ".:_"
     lines, line = [], ""
-    for part in re.findall(r"[^./:_]*[./:_]+|[^./:_]+$", name):
+    for part in re.findall(rf"[^{seps}]*[{seps}]+|[^{seps}]+$", name):
         if line and len(line) + len(part) > width:
             lines.append(line)
             line = ""
@@ -101,7 +103,8 @@ def column_tables(width: int, title: str, key: str, keys: Sequence[str],
     widths = [max([len(v) for v in vals] + [w]) for (_, vals), w in zip(columns, widest_word, strict=True)]
     key_min = min(max([len(k) for k in keys] + [len(key)]), max(16, width // 3))
 
-    title = "\n".join(wrap_name(line, width - 2) for line in title.split("\n"))  # a long path breaks at a slash
+    # a word longer than a line (a path) breaks after a slash or a dot; the rest wraps at its spaces
+    title = "\n".join(" ".join(wrap_name(word, width - 2) for word in line.split(" ")) for line in title.split("\n"))
 
     def build(group: list[int], part: str) -> Table:
         t = Table(title=title + part, title_justify="left", box=boxes.SIMPLE_HEAD if box == "simple" else None,

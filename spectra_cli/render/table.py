@@ -130,8 +130,13 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
                                     (f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—") if any_ci else "",
                                     f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"])), strict=True):
                 cells[c].append(v)
+        if all(f["n_points"] == f["window"][1] - f["window"][0] + 1 for f in fits):
+            del cells["points"]  # every rank of each window was fitted: the window says how many (and 80 columns fit)
+        shared = ""
+        if len(set(cells["model"])) == 1 and len(set(cells["method"])) == 1:  # said once, in the title
+            shared = f"; model {cells.pop('model')[0]}, method {cells.pop('method')[0]}"
         windows = [f"{f['window'][0]}..{f['window'][1]} {f['window_source']}" for f in fits]
-        parts.extend(column_tables(width or 400, "Power-law fits (lambda_j ~ j^-alpha over a window of ranks)",
+        parts.extend(column_tables(width or 400, f"Power-law fits (lambda_j ~ j^-alpha over a window of ranks{shared})",
                                    "window", windows, list(cells.items()), box=None))
         notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
                  "samples of this size); LS SE: the least-squares scatter of the points about the line, which "

@@ -288,8 +288,9 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     rows = doc["metrics"]
 
     def fmt_of(row: dict[str, Any]) -> str:
-        entry = find(str(row["field"]))
-        return entry.fmt if entry is not None and entry.type != "integer" else ".4g"
+        from spectra_cli.run.summary import summary_format
+
+        return summary_format(str(row["field"]))
 
     of = {"centred": " of the centred rows, the covariance",
           "uncentred": " of the uncentred rows, X^T X / n (WeightWatcher's convention)",

@@ -592,6 +592,7 @@ def report(
         figs.total = len(docs)
         context["reports"] = [_report_section(d, figs) for d in docs]
         default_title = context["reports"][0]["title"] if len(docs) == 1 else f"{len(docs)} reports"
+    from spectra_cli.run.summary import summary_format
     from spectra_cli.version import __version__
 
     page_title = title or default_title
@@ -600,6 +601,8 @@ def report(
     env = jinja2.Environment(loader=jinja2.PackageLoader("spectra_cli", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = lambda v: "—" if finite(v) is None else _show(float(v), ".4g")
+    # a summary's mean or median as the terminal's summary shows it (run.summary.summary_format)
+    env.filters["metric"] = lambda v, field: "—" if finite(v) is None else _show(float(v), summary_format(field))
     html = env.get_template("report.html.j2").render(**context)
     if target is not None:
         with atomic_file(target, flag="out") as f:

@@ -25,6 +25,13 @@ WW_SUMMARY = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spec
               "mp_softrank")
 
 
+def summary_format(field: str) -> str:
+    """The format of a metric's mean and median in a summary (the terminal's and the page's, the same): the
+    registry's, or 4 significant digits for a count's mean (and an unknown field)."""
+    entry = registry.find(field)
+    return entry.fmt if entry is not None and entry.type != "integer" else ".4g"
+
+
 @dataclass(frozen=True, slots=True)
 class MetricSummary:
     field: str

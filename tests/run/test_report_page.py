@@ -325,3 +325,25 @@ def test_a_page_of_activation_dumps_speaks_of_items_and_a_checkpoint_of_layers(m
     layers = model_page.html
     assert "layers analysed" in layers and "Per layer, in network order" in layers
     assert "weighted by parameters" in layers
+
+
+def test_the_page_rounds_the_summary_as_the_terminal_does(model_jsonl, model_page):
+    """Each metric's mean and median, the same text on the page as in `spectra batch --summary`."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from spectra_cli.render.screens import print_model_summary
+
+    summary = spectra.batch(str(model_jsonl)).summary()
+    out = io.StringIO()
+    print_model_summary(summary, Console(file=out, width=200))
+    terminal = out.getvalue()
+    html = open(model_page.path).read()
+    for m in summary["metrics"]:
+        row = re.search(rf'title="{re.escape(m["field"])}">[^<]*</td><td>\d+</td><td>([^<]*)</td><td>([^<]*)</td>', html)
+        assert row is not None, m["field"]
+        mean, median = row.groups()
+        line = next(x for x in terminal.splitlines() if x.strip().startswith(m["label"]))
+        assert f" {mean} " in f"{line} " and f" {median} " in f"{line} ", (m["field"], mean, median, line)

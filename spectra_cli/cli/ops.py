@@ -164,6 +164,16 @@ def batch(
     if verbose:
         for sk in result.skipped:
             sys.stderr.write(f"note: skipped {sk['item']}: {sk['skipped']}\n")
+    warned = [r for r in result.results if "skipped" not in r and "error" not in r and r.get("warnings")]
+    if warned:  # each report keeps its warnings; the table has no room for them
+        analysed = sum(1 for r in result.results if "skipped" not in r and "error" not in r)
+        where = f"the lines of {jsonl}" if jsonl else "each report (--json prints them)"
+        sys.stderr.write(f"note: {len(warned)} of {analysed} item(s) have warnings, kept in {where}"
+                         + ("" if verbose else "; --verbose names the items") + "\n")
+        if verbose:
+            for r in warned:  # each warning's first clause (the whole text is in the report)
+                sys.stderr.write(f"note: {r['item']}: " + "; ".join(str(w).split(":")[0] for w in r["warnings"])
+                                 + "\n")
     if resume:
         added = sum(1 for r in result.results if "skipped" not in r)
         sys.stderr.write(f"note: --resume kept {result.resumed} item(s) already in {jsonl}, retried "

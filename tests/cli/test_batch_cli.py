@@ -263,3 +263,18 @@ def test_an_interrupted_batch_says_its_results_file_keeps_whole_lines_for_resume
     with ResultsFile(str(out), resume=False, inputs=[]):
         assert str(out) in sinks.interrupted_note() and "--resume goes on from them" in sinks.interrupted_note()
     assert sinks.interrupted_note() == "no output file was left half-written"  # closed: nothing said of it
+
+
+def test_items_with_warnings_are_counted_and_verbose_names_them(cli, tmp_path):
+    np.save(tmp_path / "wide.npy", powerlaw_matrix(40, 120, 1.0, seed=1))  # n < d: a warning
+    np.save(tmp_path / "tall.npy", powerlaw_matrix(4000, 30, 1.0, seed=2))  # n/d > 100: none expected
+    out = tmp_path / "r.jsonl"
+    r = cli("batch", tmp_path / "wide.npy", tmp_path / "tall.npy", "--window", "2:8", "--jsonl", out)
+    assert r.exit_code == 0, r.stderr
+    lines = {json.loads(x)["item"]: json.loads(x) for x in out.read_text().splitlines()}
+    warned = [k for k, d in lines.items() if d.get("warnings")]
+    assert warned == [str(tmp_path / "wide.npy")]
+    assert f"note: 1 of 2 item(s) have warnings, kept in the lines of {out}; --verbose names the items" in r.stderr
+    r = cli("batch", tmp_path / "wide.npy", tmp_path / "tall.npy", "--window", "2:8", "--verbose")
+    first = lines[str(tmp_path / "wide.npy")]["warnings"][0].split(":")[0]
+    assert f"note: {tmp_path / 'wide.npy'}: {first}" in r.stderr and "n = 40 < d = 120" in r.stderr

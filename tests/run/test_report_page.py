@@ -342,7 +342,8 @@ def test_the_page_rounds_the_summary_as_the_terminal_does(model_jsonl, model_pag
     terminal = out.getvalue()
     html = open(model_page.path).read()
     for m in summary["metrics"]:
-        row = re.search(rf'title="{re.escape(m["field"])}">[^<]*</td><td>\d+</td><td>([^<]*)</td><td>([^<]*)</td>', html)
+        cells = r"</td><td>\d+</td><td>([^<]*)</td><td>([^<]*)</td>"
+        row = re.search(rf'title="{re.escape(m["field"])}">[^<]*' + cells, html)
         assert row is not None, m["field"]
         mean, median = row.groups()
         line = next(x for x in terminal.splitlines() if x.strip().startswith(m["label"]))

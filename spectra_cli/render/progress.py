@@ -1,4 +1,5 @@
-"""A rich progress bar on stderr that shows itself only for work longer than ~1 s."""
+"""A rich progress bar on stderr that shows itself only for work longer than ~1 s; where stderr is not a
+terminal (a pipe, a CI log), one line for a stage that will take long."""
 
 from __future__ import annotations
 
@@ -6,14 +7,22 @@ import sys
 import time
 from typing import Any
 
+#: Without a terminal, a stage projected to last longer than this (seconds) gets one line on stderr, once it
+#: has run NOTE_AFTER seconds (its pace measured, not guessed).
+NOTE_PAST = 30.0
+NOTE_AFTER = 5.0
+
 
 class LazyProgress:
-    """Callable ``(done, total)``; draws on stderr after ``delay`` seconds, on a terminal only."""
+    """Callable ``(done, total)``; draws on stderr after ``delay`` seconds, on a terminal. Elsewhere it writes
+    one line for a stage that will take longer than :data:`NOTE_PAST` seconds at its measured pace."""
 
     def __init__(self, label: str, *, delay: float = 1.0, enabled: bool | None = None) -> None:
         self._label = label
         self._delay = delay
         self._t0 = time.monotonic()
+        self._stage_t0 = self._t0
+        self._noted = False
         self._enabled = sys.stderr.isatty() if enabled is None else enabled
         self._progress: Any = None
         self._task: Any = None
@@ -21,11 +30,25 @@ class LazyProgress:
     def stage(self, label: str, total: int) -> None:
         """A new stage (the bootstrap after the read, ...): the bar restarts under its name."""
         self._label = label
+        self._stage_t0 = time.monotonic()
+        self._noted = False
         if self._progress is not None:
             self._progress.update(self._task, description=label, completed=0, total=total)
 
+    def _note_if_long(self, done: int, total: int) -> None:
+        elapsed = time.monotonic() - self._stage_t0
+        if self._noted or done <= 0 or total <= done or elapsed < NOTE_AFTER:
+            return
+        left = elapsed / done * (total - done)
+        if left > NOTE_PAST:
+            self._noted = True
+            when = f"about {left / 60:.0f} min" if left >= 90 else f"about {left:.0f} s"
+            sys.stderr.write(f"note: {self._label}: {done} of {total} done in {elapsed:.0f} s, {when} more\n")
+            sys.stderr.flush()
+
     def __call__(self, done: int, total: int) -> None:
         if not self._enabled:
+            self._note_if_long(done, total)
             return
         if self._progress is None:
             if time.monotonic() - self._t0 < self._delay:

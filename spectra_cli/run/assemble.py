@@ -17,9 +17,12 @@ from spectra_cli.stream.passes import Accumulated, Input
 SAMPLING_WARN_RATIO = 10.0
 
 
-def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
-    """Suspect but computable facts about a spectrum, one sentence each."""
+def spectrum_warnings(spec: Spectrum, first: Accumulated | None, *, population: bool = False) -> list[str]:
+    """Suspect but computable facts about a spectrum, one sentence each. ``population``: the population exponent
+    is being estimated (the advice to ask for it is then replaced by saying that it accounts for the bias)."""
     out: list[str] = []
+    remedy = ("; the population exponent asked for here accounts for it" if population else
+              f", or estimate the population exponent with fit's {param('population', True)}")
     d = spec.n_features
     if first is not None and first.n_dropped:
         out.append(Message(f"{first.n_dropped} row(s) with NaN or inf entries were dropped "
@@ -39,13 +42,12 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None) -> list[str]:
                 f"effective n/d = {ratio:.3g} < {SAMPLING_WARN_RATIO:g} (effective sample size (sum w)^2 / sum w^2 "
                 f"= {first.n_effective:.4g} of {spec.n_samples} weighted rows): tail eigenvalues of the sample "
                 "covariance are biased by finite sampling (the leading ranks least). Use more rows (or less "
-                f"concentrated weights), or estimate the population exponent with fit's {param('population', True)}"
+                f"concentrated weights){remedy}"
             ))
     elif spec.n_over_d is not None and spec.n_over_d < SAMPLING_WARN_RATIO:
         out.append(Message(
             f"n/d = {spec.n_over_d:.3g} < {SAMPLING_WARN_RATIO:g}: tail eigenvalues of the sample covariance "
-            "are biased by finite sampling (the leading ranks least). Use more rows, or estimate the population "
-            f"exponent with fit's {param('population', True)}"
+            f"are biased by finite sampling (the leading ranks least). Use more rows{remedy}"
         ))
     const = first.constant_columns() if first is not None else 0
     if const:

@@ -229,7 +229,7 @@ def fit(
                                              ddof=read.ddof)
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
-    warnings = spectrum_warnings(main, first)
+    warnings = spectrum_warnings(main, first, population=bool(population))
     weightwatcher = Convention.of(opts.convention).is_weightwatcher
     if weightwatcher:  # a weight matrix's rows are not a sample: no sampling bias to warn of
         warnings = [w for w in warnings if "biased by finite sampling" not in w]

@@ -206,6 +206,8 @@ def test_the_cli_reports_the_population_in_json_and_tables(cli, tmp_path, valida
     assert pop["window"] == [11, 32] and pop["ci"][0] < pop["alpha"] < pop["ci"][1]
     assert doc["rank"]["participation_ratio_population"] > 0
     assert doc["options"]["population"]["replicates"] == 40
+    bias = next(w for w in doc["warnings"] if "biased by finite sampling" in w)  # n/d = 5: said, not advised again
+    assert bias.endswith("Use more rows; the population exponent asked for here accounts for it"), bias
     r = cli("fit", tmp_path / "x.npy", "--window", "11:32", "--population")
     assert "population exponent over 11..32" in r.stdout and "participation ratio (population)" in r.stdout
     r = cli("fit", tmp_path / "x.npy", "--population", "--model", "broken")

@@ -52,3 +52,23 @@ def test_entry_point_streams(tmp_path):
     r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "none.npy")],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+
+
+def test_a_long_stage_without_a_terminal_gets_one_line_with_its_time_left(monkeypatch, capsys):
+    from spectra_cli.render import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    bar = progress.LazyProgress("reading x.npy", enabled=False)
+    bar.stage("population: simulated spectra (ranks 11..38)", 48)
+    clock[0] += 2.0
+    bar(1, 48)  # too early to tell
+    clock[0] += 8.0
+    bar(4, 48)  # 10 s for 4: 110 s more
+    bar(5, 48)  # said once a stage
+    assert capsys.readouterr().err == ("note: population: simulated spectra (ranks 11..38): 4 of 48 done in 10 s, "
+                                       "about 2 min more\n")
+    bar.stage("population: simulated sampling curves", 8)
+    clock[0] += 6.0
+    bar(4, 8)  # 6 s more: not long
+    assert capsys.readouterr().err == ""

@@ -144,6 +144,7 @@ SLOW_TESTS = (
     "tests/cli/test_report_cli.py::test_ctrl_c",
     "tests/cli/test_checkpoints.py::test_resume_after_a_killed_batch",
     "tests/cli/test_cli.py::test_entry_point_streams",
+    "tests/run/test_report_page.py::test_page_in_a_real_browser",  # headless Chromium opens the page
     # every figure drawn many times over
     "tests/results/test_fuzz.py::test_every_figure_draws_or_refuses",
     "tests/results/test_fuzz.py::test_the_page_draws_or_refuses_edge_reports",
@@ -158,6 +159,8 @@ SLOW_TESTS = (
     "tests/analysis/test_population.py::test_the_population_does_not_depend_on_the_units",
     "tests/analysis/test_population.py::test_a_population_that_bends_in_the_window_is_flagged",
     "tests/analysis/test_population.py::test_at_many_rows_per_feature_the_interval_is_first_order",
+    "tests/analysis/test_population.py::test_fit_population_corrects_the_small_sample_bias",
+    "tests/analysis/test_population.py::test_the_participation_ratio_estimate_removes_most_of_the_bias",
     "tests/stream/test_norms.py::test_the_coordinates_fourth_moments_are_unbiased",
 )
 

@@ -18,7 +18,8 @@ from spectra_cli.eigen.decomposition import eigvalsh_checked
 #: scatter of a simulated sample, which is what the simulations measure.
 SIMULATION_DTYPE = np.float32
 
-#: The most bytes of simulated rows held at once to decompose several samples side by side.
+#: The most bytes of simulated samples' Gram matrices (and their decompositions' copies) held at once to
+#: decompose several side by side.
 PARALLEL_BYTES = 1 << 28
 
 T = TypeVar("T")
@@ -33,14 +34,24 @@ def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     from concurrent.futures import ThreadPoolExecutor
 
     from spectra_cli import threads
-    from spectra_cli.eigen.decomposition import EIGVALSH_FLOPS
 
     workers = min(len(tasks), threads.threads_for(float("inf")))  # the cores, or the threads a caller allows
-    if workers <= 1 or threads.threads_for(EIGVALSH_FLOPS * float(order) ** 3, threads.SMALL_EIGEN_FLOPS) > 1:
+    if workers <= 1 or not _one_thread_each(order):
         return [task() for task in tasks]
-    with threads.call(1):  # every BLAS call inside on one thread (the policy's setting is global, not per thread)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda task: task(), tasks))
+    # The process's BLAS setting is global: set to one thread here, once, by this thread (each task's own sizing
+    # then asks for one thread too); the policy's override, which is also global, is not touched.
+    with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda task: task(), tasks))
+
+
+def _one_thread_each(order: int) -> bool:
+    """Whether the thread policy runs a decomposition of ``order`` rows, and the calls it sizes as small, on one
+    thread (no caller fixed more): then several side by side give the same bits as one after another."""
+    from spectra_cli import threads
+    from spectra_cli.eigen.decomposition import EIGVALSH_FLOPS
+
+    return threads.threads_for(0.0) == 1 and threads.threads_for(EIGVALSH_FLOPS * float(order) ** 3,
+                                                                    threads.SMALL_EIGEN_FLOPS) == 1
 
 
 def simulated_rows(tau: np.ndarray, n: int, rng: np.random.Generator,
@@ -136,11 +147,15 @@ def simulated_spectra(tau: np.ndarray, n: int, rng: np.random.Generator,
 
 
 def parallel_count(n: int, d: int) -> int:
-    """How many simulated samples of ``n`` x ``d`` float32 rows to hold at once: the cores, within
-    :data:`PARALLEL_BYTES`."""
+    """How many simulated samples of ``n`` x ``d`` rows to decompose at once: the cores, where they run side by
+    side (:func:`side_by_side`), within :data:`PARALLEL_BYTES` of their float64 Gram matrices (each held, and
+    copied by the decomposition); else one."""
     from spectra_cli import threads
 
-    return max(1, min(threads.threads_for(float("inf")), PARALLEL_BYTES // max(1, 4 * n * d)))
+    m = min(n, d)
+    if not _one_thread_each(m):
+        return 1
+    return max(1, min(threads.threads_for(float("inf")), PARALLEL_BYTES // max(1, 16 * m * m)))
 
 
 def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,

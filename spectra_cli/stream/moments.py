@@ -29,6 +29,15 @@ _TINY = 2.0**-900
 DRIFT_TEST_FIRST_D = 512
 
 
+
+def _power_of_two_above(amax: float) -> float:
+    """The power of two at or above ``amax`` that the rows are divided by; past 2^1023 (or an overflowed
+    difference) there is none, and the covariance, their square, is beyond float64 at any scale."""
+    if not amax <= 2.0 ** 1023:
+        raise InputError("the covariance exceeds the float64 range (values or their differences from the mean "
+                         "reach 1e308); rescale the input (e.g. divide by its largest magnitude).")
+    return float(2.0 ** np.ceil(np.log2(amax)))
+
 @dataclass(frozen=True, slots=True)
 class Moments:
     """Sufficient statistics of a set of rows.
@@ -111,7 +120,7 @@ class Moments:
                 return cls(n, W, npos, mean, np.zeros((d, d)), 1.0, w is not None, n, None, NormHistogram.empty())
             # Finite values whose sum overflows: divide by a power of two first.
             amax = float(np.max(np.abs(X)))
-            scale = float(2.0 ** np.ceil(np.log2(amax)))
+            scale = _power_of_two_above(amax)
             X = X.astype(np.float64) / scale
             mean = X.mean(axis=0) if w is None else (w @ X) / W
         if out is None or out.shape[0] < n:
@@ -124,7 +133,7 @@ class Moments:
         top = float(np.max(np.diag(m2))) if d else 0.0
         if not np.isfinite(top) or (top < _TINY and (top > 0.0 or np.any(xc))):
             amax = float(np.max(np.abs(xc)))
-            s = float(2.0 ** np.ceil(np.log2(amax))) if amax > 0 else 1.0
+            s = _power_of_two_above(amax) if amax > 0 else 1.0
             xc /= s
             mean = mean / s
             scale *= s

@@ -120,3 +120,15 @@ def test_a_checkpoint_folder_is_described_and_a_shard_beside_its_index_is_not_le
     st.save_file({"b.weight": np.ones((5, 3), np.float32)}, str(d / "model-2.safetensors"))
     refused(cli, tmp_path, "batch", d, match="does not name the shard model-2.safetensors beside it; its tensors "
                                              "would be left out.")
+
+
+def test_values_near_the_float64_limit_are_one_line_not_a_traceback(cli, tmp_path):
+    """Rows of +-1e308 (scipy ships such a test file): their covariance is past float64 at any scale."""
+    X = np.random.default_rng(0).standard_normal((50, 4))
+    X[:25, 0], X[25:, 0] = 1e308, -1e308
+    np.save(tmp_path / "near.npy", X)
+    for args in (("fit", tmp_path / "near.npy"), ("fit", tmp_path / "near.npy", "--json")):
+        r = cli(*args)
+        assert r.exit_code == 2 and r.stdout == ""
+        assert r.stderr == ("error: the covariance exceeds the float64 range (values or their differences from the "
+                            "mean reach 1e308); rescale the input (e.g. divide by its largest magnitude).\n")

@@ -9,7 +9,6 @@ runs on 2 cores gave a median 1.10x at d = 4,096 but 0.83x at d = 8,192 (52-72 s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -95,8 +94,26 @@ def top_eigenvalues(C: np.ndarray, k: int, *, tolerance: float = TOP_TOLERANCE, 
     None when the subspace reaches its cap (``8 k + 16 b``, ``d / 2 + 16 b`` or ``d - b``) first: the caller falls
     back to the full decomposition. ``C`` is not modified.
     """
+    from spectra_cli import threads
+
     d = C.shape[0]
-    b = block or (16 if d < 8192 else 32)
+    # Each step's products (C times a block, the projections on the basis) are level-3 BLAS of at least
+    # 2 d^2 b flops: on the threads the policy gives them (a library call's other BLAS runs on one)
+    with threads.blas(2.0 * d * d * (block or _block_size(d))):
+        return _top_eigenvalues(C, k, tolerance=tolerance, block=block, seed=seed)
+
+
+def _block_size(d: int) -> int:
+    return 16 if d < 8192 else 32
+
+
+def _top_eigenvalues(C: np.ndarray, k: int, *, tolerance: float = TOP_TOLERANCE, block: int | None = None,
+                    seed: int = 0) -> TopEigenvalues | None:
+    """:func:`top_eigenvalues`, on the threads its caller set."""
+    import scipy.linalg
+
+    d = C.shape[0]
+    b = block or _block_size(d)
     want = k + b  # Ritz values beyond k give the gap of the k-th
     cap = min(d - b, 8 * k + 16 * b, d // 2 + 16 * b)  # basis + projection stay within 3/4 d^2 floats
     if want + b > cap:
@@ -105,29 +122,15 @@ def top_eigenvalues(C: np.ndarray, k: int, *, tolerance: float = TOP_TOLERANCE, 
     V = np.empty((d, cap + b))
     T = np.zeros((cap + b, cap + b))
     V[:, :b], _ = np.linalg.qr(rng.standard_normal((d, b)))
+    m = b
     every = max(1, (k // 4) // b)  # steps between checks: about k/4 columns
     start = max(want, (5 * k) // 2)  # power-law spectra converge near 3k (measured at d = 4,096 and 8,192)
-    from spectra_cli import threads
-    from spectra_cli.stages import stage
-
-    tick = stage(f"Lanczos: leading {k} eigenvalues (basis columns, at most)", cap)
-    # Each step's products (C times a block, the projections on the basis) are level-3 BLAS of at least
-    # 2 d^2 b flops: on the threads the policy gives them (a library call's other BLAS runs on one)
-    with threads.blas(2.0 * d * d * b):
-        return _iterate(C, V, T, rng, tick, d=d, b=b, k=k, want=want, cap=cap, every=every, start=start,
-                        tolerance=tolerance, seed=seed)
-
-
-def _iterate(C: np.ndarray, V: np.ndarray, T: np.ndarray, rng: np.random.Generator, tick: Any, *, d: int, b: int,
-             k: int, want: int, cap: int, every: int, start: int, tolerance: float,
-             seed: int) -> TopEigenvalues | None:
-    """The block Lanczos steps of :func:`top_eigenvalues` (its state allocated there)."""
-    import scipy.linalg
-
-    m = b
     step = 0
     prev: np.ndarray | None = None
     eps = float(np.finfo(np.float64).eps)
+    from spectra_cli.stages import stage
+
+    tick = stage(f"Lanczos: leading {k} eigenvalues (basis columns, at most)", cap)
     while m + b <= cap:
         Z = C @ V[:, m - b:m]
         H = V[:, :m].T @ Z

@@ -286,18 +286,14 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     else:
         console.print(title + " (no verdicts: run the batch with --density)")
     rows = doc["metrics"]
-
-    def fmt_of(row: dict[str, Any]) -> str:
-        from spectra_cli.run.summary import summary_format
-
-        return summary_format(str(row["field"]))
+    from spectra_cli.run.summary import summary_format
 
     of = {"centred": " of the centred rows, the covariance",
           "uncentred": " of the uncentred rows, X^T X / n (WeightWatcher's convention)",
           "mixed": ", centred rows for some layers and uncentred for others"}.get(str(doc.get("matrix")), "")
     print_columns(console, f"Metrics{of}: plain, and weighted by parameters", "metric", [r["label"] for r in rows],
                   [("layers", [str(r["layers"]) for r in rows]),
-                   *((head, [_num(r[k], fmt_of(r)) for r in rows])
+                   *((head, [_num(r[k], summary_format(str(r["field"]))) for r in rows])
                      for head, k in (("mean", "mean"), ("median", "median"), ("weighted mean", "weighted_mean"),
                                      ("weighted median", "weighted_median")))])
     if doc.get("worst"):

@@ -164,21 +164,39 @@ def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: boo
     centred) of the rows of the groups each row of the boolean ``keep`` (shape ``(k, groups)``) keeps: every
     eigenvalue, one decomposition each, from the group sums (nothing re-read). A sub-sample of no weight or
     fewer than 4 such rows gets NaN and 0."""
+    from functools import partial
+
+    from spectra_cli.analysis.simulate import parallel_count, side_by_side
+
     weighted = any(g.weighted for g in groups)
     sums = group_sums(groups)
     d = sums.S1.shape[1]
-    C = np.empty((d, d))
-    spectra = np.empty((len(keep), d))
+    spectra = np.full((len(keep), d), np.nan)
     dof = np.empty(len(keep))
     positive = np.array([g.n_positive for g in groups], dtype=np.float64)
+    todo = []
     for i, mask in enumerate(np.asarray(keep, dtype=bool)):
         counts = mask.astype(np.float64)
         dof[i] = float(counts @ positive) - (1.0 if centered else 0.0)
         if not (float(counts @ sums.W) > 0 and dof[i] >= 3):  # (a sub-sample without weight has no spectrum)
-            spectra[i], dof[i] = np.nan, 0.0
+            dof[i] = 0.0
             continue
-        replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
-        spectra[i] = leading_eigenvalues(C, None) * (sums.scale * sums.scale)
+        todo.append((i, counts))
+    # a few covariances at a time (within the side-by-side memory budget), each decomposed on its own thread where
+    # the thread policy gives such a decomposition one (the same bits as one after another)
+    at_once = parallel_count(d, d)
+    buffers = [np.empty((d, d)) for _ in range(min(at_once, len(todo)))]
+
+    def decompose(C: np.ndarray) -> np.ndarray:
+        return leading_eigenvalues(C, None) * (sums.scale * sums.scale)
+
+    for a in range(0, len(todo), at_once):
+        batch = todo[a:a + at_once]
+        for C, (_, counts) in zip(buffers, batch, strict=False):  # (the last batch may be shorter)
+            replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
+        done = side_by_side([partial(decompose, C) for C in buffers[:len(batch)]], d)
+        for (i, _), values in zip(batch, done, strict=True):
+            spectra[i] = values
     return spectra, dof
 
 

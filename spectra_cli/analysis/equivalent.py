@@ -164,6 +164,15 @@ def _continued(x: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.
     return e
 
 
+#: The expected spectrum's grid is solved in pieces of this many points, side by side on the cores this process
+#: may use (the points are independent, and numpy's element-wise kernels run on one core). The pieces are the
+#: same whatever the cores (numpy's vectorised loops can round a point differently by where it falls in an
+#: array, in the last bit): the same bits on any machine.
+CHUNK_POINTS = 512
+#: Grid points times atoms from which the pieces are solved side by side.
+PARALLEL_WORK = 1 << 20
+
+
 def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
                    x: np.ndarray, *, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The limiting density of the sample spectrum's non-zero part on the grid ``x`` (``Im m(x + i0) / pi``,
@@ -173,7 +182,34 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
     ``start``: a solution at nearby parameters on the same grid (a warm start). Newton then runs at the last
     ``eps`` alone, and the points it leaves unconverged in :data:`WARM_ITERATIONS` take the continuation: the
     solution in the upper half plane is unique (Silverstein & Bai 1995) and every step is kept there, so both
-    routes give the same numbers to the solver's tolerance."""
+    routes give the same numbers to the solver's tolerance.
+
+    Every point is solved on its own, in pieces of :data:`CHUNK_POINTS` points solved side by side on the
+    threads the policy gives (:func:`spectra_cli.threads.threads_for`), each on one BLAS thread."""
+    from spectra_cli import threads
+
+    parts = [slice(a, min(a + CHUNK_POINTS, x.size)) for a in range(0, x.size, CHUNK_POINTS)]
+
+    def piece(s: slice) -> tuple[np.ndarray, np.ndarray]:
+        return _density_piece(tau, pi, scales, c, x[s], None if start is None else start[s])
+
+    # (side by side only where the pieces are long enough to pay for the threads: measured on 2 cores, 4,783 points
+    # x 262 atoms took 0.148 s a warm evaluation on one thread and 0.105 s on two, 2,100 x 133 0.037 and 0.044 s)
+    workers = min(len(parts), threads.threads_for(float("inf"))) if x.size * tau.size >= PARALLEL_WORK else 1
+    if workers <= 1:
+        done = [piece(s) for s in parts]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # (threadpoolctl's limit is global to the process: set here, once, by this thread)
+        with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(piece, parts))
+    return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
+
+
+def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                   x: np.ndarray, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sample_density` on the points ``x``, in this thread."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
     if start is None:
         e = _continued(x, tau, pi, scales, c)
@@ -185,7 +221,7 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
         if left.size:
             e[left] = _continued(x[left], tau, pi, scales, c)
     X = _x_of(e, scales, c)
-    m = (1.0 / (tau[None, :] * X[:, None] - z[:, None])) @ pi
+    m = _resolvent_sums(X, z, tau, pi, None)[0]  # sum_a pi_a / (tau_a X - z)
     if c > 1:
         m = m + (1.0 - 1.0 / c) / z
     return np.maximum(m.imag, 0.0) / np.pi, e

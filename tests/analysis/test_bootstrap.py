@@ -133,3 +133,25 @@ def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkey
     small = spectra.fit(X, window=["3:10", "5:16"], ci=True, ci_replicates=10, ci_seed=2, top=16)
     assert small.spectrum.top is not None and small.suite.fits[0].ci.top is None
     assert small.suite.fits[0].ci.low == pytest.approx(full.suite.fits[0].ci.low, rel=1e-9)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_sub_sample_spectra_are_the_kept_rows_covariance_spectra_at_any_thread_count(workers):
+    from spectra_cli import threads
+    from spectra_cli.analysis.bootstrap import subset_spectra
+
+    rows, _ = _data(3)
+    groups = [Moments.from_block(r) for r in rows]
+    keep = np.array([[g != q for g in range(G)] for q in range(G)] + [[g == 0 for g in range(G)]])
+    with threads.call(workers):  # (decomposed two or three at a time where the policy gives each one thread)
+        spectra, dof = subset_spectra(groups, keep, centered=True, ddof=1)
+    for i, mask in enumerate(keep[:G]):
+        X = np.concatenate([r for r, k in zip(rows, mask, strict=True) if k])
+        assert dof[i] == len(X) - 1
+        ref = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+        assert np.allclose(spectra[i], ref, rtol=1e-10, atol=1e-12 * ref[0])
+    # one group of 40 rows: still a spectrum; its bits the same as decomposed alone
+    assert dof[G] == 39 and np.all(np.isfinite(spectra[G]))
+    with threads.call(1):
+        alone, _ = subset_spectra(groups, keep, centered=True, ddof=1)
+    assert np.array_equal(alone, spectra)

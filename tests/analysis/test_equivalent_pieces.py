@@ -1,0 +1,39 @@
+"""The expected spectrum's grid is solved in fixed pieces, side by side: the same bits on any number of cores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spectra_cli import threads
+from spectra_cli.analysis import equivalent
+from spectra_cli.analysis.equivalent import CHUNK_POINTS, Grid, expected_eigenvalues, sample_density
+
+
+@pytest.mark.parametrize("scales", [None, (np.array([0.5, 1.0, 2.0]), np.array([0.25, 0.5, 0.25]))])
+def test_the_density_is_the_same_bits_on_one_two_or_three_threads(monkeypatch, scales):
+    monkeypatch.setattr(equivalent, "PARALLEL_WORK", 0)  # (side by side even on this small grid)
+    tau = np.arange(1, 121, dtype=np.float64) ** -1.0
+    pi = np.full(tau.size, 1.0 / tau.size)
+    x = np.geomspace(1e-4, 6.0, 3 * CHUNK_POINTS + 17)  # pieces of unequal length
+    got = []
+    for workers in (1, 2, 3):
+        with threads.call(workers):
+            f, e = sample_density(tau, pi, scales, 0.4, x)
+            warm, _ = sample_density(tau * 1.01, pi, scales, 0.4, x, start=e)
+        got.append((f, e, warm))
+    for f, e, warm in got[1:]:
+        assert np.array_equal(f, got[0][0]) and np.array_equal(e, got[0][1]) and np.array_equal(warm, got[0][2])
+    # the pieces hold the density: its mass is the d non-zero eigenvalues' (c < 1), about
+    lx = np.log(x)
+    mass = float(np.sum((got[0][0] * x)[1:] * np.diff(lx)))
+    assert mass == pytest.approx(1.0, abs=0.01)
+
+
+def test_expected_eigenvalues_do_not_depend_on_the_threads():
+    tau = np.arange(1, 301, dtype=np.float64) ** -1.2
+    out = []
+    for workers in (1, 2):
+        with threads.call(workers):
+            out.append(expected_eigenvalues(tau, 0.02, 200, grid=Grid()))  # n/d = 50: a grid of thousands
+    assert np.array_equal(out[0], out[1])

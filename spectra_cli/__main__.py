@@ -8,6 +8,9 @@ import sys
 
 
 def main() -> None:
+    from spectra_cli.memory import keep_freed_memory
+
+    keep_freed_memory()  # (a process that ends with its result: freed memory kept for reuse)
     try:
         from spectra_cli.cli import main as run
     except KeyboardInterrupt:

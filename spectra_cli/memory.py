@@ -1,0 +1,36 @@
+"""The C allocator's settings for the ``spectra`` process.
+
+glibc's ``malloc`` hands every free block above its *trim threshold* back to the system and maps every
+request above its *mmap threshold* afresh (both adapt, between 128 KiB and 32 MiB). The expected spectrum
+of ``fit --population`` makes and frees arrays of a few MiB thousands of times; each time the heap is trimmed
+and grown again, and every page of the next array is a fresh page fault: on 2 cores, 2-5 s of system time in a
+5-10 s run (``bench/README.md``). The command line (a process that ends with its result) keeps freed memory
+for reuse instead: blocks up to 32 MiB come from the heap and the heap is not trimmed below 1 GiB of free space.
+This changes no number and not the peak: memory freed is reused, not added to. A program that imports
+:mod:`spectra_cli` as a library keeps its own allocator settings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+#: ``mallopt`` parameters (glibc's malloc.h) and the values set.
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+TRIM_BYTES = 1 << 30
+MMAP_BYTES = 32 << 20  # (glibc's largest: HEAP_MAX_SIZE / 2 on 64-bit)
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep freed memory for reuse (see the module's docstring); False where the C
+    library is not glibc (macOS, Windows, musl) or refuses: nothing is changed there."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # (the process's own symbols: the C library's, where it is glibc)
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))

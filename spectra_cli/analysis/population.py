@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli.analysis.equivalent import MIN_RANKS, Grid, expected_eigenvalues, slope_of, slope_weights
+from spectra_cli.analysis.equivalent import (
+    MIN_RANKS,
+    PARALLEL_WORK,
+    Grid,
+    expected_eigenvalues,
+    slope_of,
+    slope_weights,
+)
 from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
 from spectra_cli.analysis.sampling_curve import CURVE_GRID_FACTOR, CURVE_SIMULATIONS, Subsamples, sampling_curve
 from spectra_cli.analysis.simulate import parallel_count, partition_spectra, simulated_rows, simulated_spectra
@@ -116,6 +123,22 @@ def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0
 # --------------------------------------------------------------------------------------------------
 
 
+def evaluate_side_by_side(one: Callable[[np.ndarray], np.ndarray], points: list[np.ndarray],
+                          work: int) -> list[np.ndarray]:
+    """``one`` at each point, side by side on the cores this process may use where one evaluation's grid (``work``:
+    its points times atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (solved on one core),
+    else one after another; ``one`` must not depend on the order (each evaluation on its own grid)."""
+    from spectra_cli import threads
+
+    workers = min(len(points), threads.threads_for(float("inf"))) if work < PARALLEL_WORK else 1
+    if workers <= 1:
+        return [one(p) for p in points]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:  # (set once, by this thread)
+        return list(pool.map(one, points))
+
+
 def population_spectrum(log_c: float, alpha: float, tail: np.ndarray | tuple[float, ...], d: int,
                         knots: tuple[int, ...], *, bend: tuple[float, int] | None = None) -> np.ndarray:
     """``tau_j = C j^-alpha`` for ``j <= knots[0]`` (the window's end), then a log-linear segment of slope
@@ -154,11 +177,15 @@ def tail_knots(k1: int, r_max: int, d: int) -> tuple[int, ...]:
 
 
 def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.ndarray], *,
-                  h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray, int]:
+                 h: float = 1e-2, max_iter: int = 8, tol: float = 1e-3,
+                 many: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Least squares of ``y - log C - f(exponents)``, ``log C`` profiled out (a column of ones): Gauss-Newton
     with forward differences, steps of at most 0.3 and halved while the sum of squares grows. Returns
-    the exponents, ``f`` there and the evaluations made. (Broyden's secant updates in place of the differences
-    save a third of the evaluations but stop early on flat tails: match RMS 0.027 against 0.008 at n = d.)"""
+    the exponents, ``f`` there and the evaluations made. ``many``: ``f`` at several points at once (the
+    differences' points, independent of each other), in place of one after another. (Broyden's secant updates
+    in place of the differences save a third of the evaluations but stop early on flat tails: match RMS 0.027
+    against 0.008 at n = d.)"""
 
     def sse(f0: np.ndarray) -> float:
         r = y - f0
@@ -168,7 +195,7 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
     f0 = f(ab)
     s0, evals = sse(f0), 1
     for _ in range(max_iter):
-        J = _jacobian(ab, f, f0, h=h, central=False)
+        J = _jacobian(ab, f, f0, h=h, central=False, many=many)
         evals += ab.size
         # (a column below 1e-9 of the largest singular value is no direction: an exponent clipped at its bound gives
         # an exactly zero column, whose rounding would otherwise be read as a slope and take the whole step)
@@ -189,14 +216,19 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
 
 
 def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndarray, *, h: float = 5e-3,
-              central: bool = True) -> np.ndarray:
-    """``[1, df/d exponent_1, ...]`` by finite differences (central at the solution, for the bootstrap)."""
-    cols = [np.ones_like(f0)]
-    for k in range(ab.size):
-        e = np.zeros(ab.size)
-        e[k] = h
-        cols.append((f(ab + e) - f(ab - e)) / (2 * h) if central else (f(ab + e) - f0) / h)
-    return np.column_stack(cols)
+              central: bool = True, many: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> np.ndarray:
+    """``[1, df/d exponent_1, ...]`` by finite differences (central at the solution, for the bootstrap); ``many``:
+    ``f`` at all the differences' points at once."""
+    steps = [h * np.eye(ab.size)[k] for k in range(ab.size)]
+    if many is None:
+        cols = [np.ones_like(f0)]
+        for e in steps:
+            cols.append((f(ab + e) - f(ab - e)) / (2 * h) if central else (f(ab + e) - f0) / h)
+        return np.column_stack(cols)
+    up = many([ab + e for e in steps] + ([ab - e for e in steps] if central else []))
+    k = ab.size
+    return np.column_stack([np.ones_like(f0)] + [(up[i] - up[k + i]) / (2 * h) if central else (up[i] - f0) / h
+                                                 for i in range(k)])
 
 
 METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over the window (continued to rank 1) "
@@ -360,19 +392,33 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     tick_fit = stage(f"population: matching the expected spectrum (ranks {k0}..{k1})", TYPICAL_EVALUATIONS)
     done = [0]
 
-    def f(ab: np.ndarray) -> np.ndarray:
+    def f_on(ab: np.ndarray, g: Grid) -> np.ndarray:
         ab = np.clip(ab, *ALPHA_BOUNDS)
         tau = population_spectrum(0.0, ab[0], ab[1:], d, knots or (k1,))
-        out = np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid)[ranks - 1],
-                                1e-300))
+        return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=g)[ranks - 1],
+                                 1e-300))
+
+    def f(ab: np.ndarray) -> np.ndarray:
+        out = f_on(ab, grid)
         done[0] += 1
         tick_fit(min(done[0], TYPICAL_EVALUATIONS))
         return out
 
+    def many(points: list[np.ndarray]) -> list[np.ndarray]:
+        """``f`` at each point, each from the last evaluation's solution on its own copy of the grid (so the same
+        bits whatever the order), side by side on the cores where one evaluation's grid is solved on one."""
+        def one(ab: np.ndarray) -> np.ndarray:
+            return f_on(ab, Grid(groups=grid.groups, last=grid.last))
+
+        out = evaluate_side_by_side(one, points, grid.points * grid.atoms)
+        done[0] += len(points)
+        tick_fit(min(done[0], TYPICAL_EVALUATIONS))
+        return out
+
     start = np.full(1 + len(knots), naive)
-    ab, f0, evals = gauss_newton(y, start, f)
+    ab, f0, evals = gauss_newton(y, start, f, many=many)
     grid.groups = None  # the atoms merged for the fitted population, then a few more steps from there
-    ab, f0, more = gauss_newton(y, ab, f, max_iter=3)
+    ab, f0, more = gauss_newton(y, ab, f, max_iter=3, many=many)
     evals += more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
@@ -389,7 +435,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
     h = 1e-2
     alpha = shape_alpha
-    gain = (slope(alpha + h) - slope(alpha - h)) / (2 * h)
+    up, down = many([np.r_[alpha + h, ab[1:]], np.r_[alpha - h, ab[1:]]])
+    gain = (slope_of(up[win], k0) - slope_of(down[win], k0)) / (2 * h)
     evals += 2
     if not gain > 0.05:
         raise FitError(f"the population exponent is not identified over ranks {k0}..{k1}: the expected sample slope "
@@ -412,7 +459,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     fitted = float(np.mean(y - f_final)) + f_final
     # the tail's part: how the expected window slope moves with each tail exponent, and how the tail moves
     # with the data (one Gauss-Newton step of the whole-shape match, linearised at the fitted population)
-    J = _jacobian(final, f, f_final)
+    J = _jacobian(final, f, f_final, many=many)
     P = np.linalg.pinv(J)
     # (the window slope is linear in the log eigenvalues: its derivatives are the slopes of J's columns)
     tail_gain = np.array([slope_of(J[win, 1 + i], k0) for i in range(1, final.size)])

@@ -109,6 +109,26 @@ def test_the_fit_recovers_the_population_from_its_own_expected_spectrum():
     assert pf.low < pf.alpha < pf.high
 
 
+def test_the_population_is_the_same_bits_on_one_core_or_two(monkeypatch):
+    # the match's differences and the simulated samples are evaluated side by side on two cores and one after
+    # another on one: each difference on its own copy of the grid, each sample from its place in the stream (the
+    # thread policy's own sizes: a caller's --threads fixes every product's threads, whose last bits follow them)
+    from spectra_cli import threads
+
+    d, n = 96, 192
+    tau = population_spectrum(0.0, 0.9, (1.2,), d, (40,))
+    lam = np.zeros(d)
+    lam[:90] = expected_eigenvalues(tau, d / n, 90) * np.exp(np.random.default_rng(2).normal(0, 0.01, 90))
+    fits = []
+    for cores in (1, 2):
+        monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+        with threads.call(None):
+            fits.append(population_fit(lam, n=n, window=(11, 40), replicates=6).to_dict())
+    for out in fits:
+        out.pop("cost")
+    assert fits[0] == fits[1]
+
+
 @pytest.mark.parametrize("elliptical", [False, True])
 def test_fit_population_corrects_the_small_sample_bias(elliptical):
     rng = np.random.default_rng(5)

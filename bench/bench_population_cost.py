@@ -8,12 +8,17 @@ Prints the median seconds of each, their ratio, and the population step's own sp
 (``fit.population.cost``: the fit, then the simulations).
 
     python bench/bench_population_cost.py --d 384 1024 --ratios 2 50
+    python bench/bench_population_cost.py --before /path/to/a/checkout/of/an/earlier/commit
+
+``--before``: that checkout's ``--population`` runs too (``PYTHONPATH``), alternating with this one's, and the
+ratio of the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,9 +42,13 @@ def rows(d: int, n: int, alpha: float, seed: int) -> np.ndarray:
     return out
 
 
-def run(args: list[str]) -> tuple[float, dict]:
+def run(args: list[str], code: str | None = None) -> tuple[float, dict]:
+    """One whole ``spectra`` process (``code``: a checkout of another commit to run instead), started in the
+    input's folder (a checkout in the working directory would come first on ``sys.path``)."""
+    env = dict(os.environ, PYTHONPATH=code) if code else None
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "spectra_cli", *args], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "spectra_cli", *args], capture_output=True, text=True, check=False,
+                          env=env, cwd=Path(args[1]).parent)
     seconds = time.perf_counter() - t
     if done.returncode not in (0, 1):
         raise SystemExit(f"spectra {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
@@ -52,10 +61,12 @@ def main() -> None:
     ap.add_argument("--ratios", type=float, nargs="+", default=[2.0, 50.0])
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--before", help="a checkout of an earlier commit: its --population runs alternate with these")
     a = ap.parse_args()
-    print("| d | n | plain s | --population s | ratio | population fit s | simulations s | evaluations | "
-          "alpha (population) | 95 % interval |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| d | n | plain s | --population s | ratio | " + ("before s | before / now | " if a.before else "")
+          + "population fit s | simulations s | evaluations | alpha (population) | 95 % interval |")
+    print("| ---: | ---: | ---: | ---: | ---: | " + ("---: | ---: | " if a.before else "")
+          + "---: | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for d in a.d:
             for ratio in a.ratios:
@@ -63,15 +74,19 @@ def main() -> None:
                 path = Path(tmp) / f"x_{d}_{n}.npy"
                 np.save(path, rows(d, n, a.alpha, seed=d + n))
                 window = f"11:{max(40, d // 10)}"
-                plain, pop = [], []
+                plain, pop, before = [], [], []
                 report: dict = {}
                 for _ in range(a.runs):
                     plain.append(run(["fit", str(path), "--window", window, "--json"])[0])
                     s, report = run(["fit", str(path), "--window", window, "--population", "--json"])
                     pop.append(s)
+                    if a.before:
+                        before.append(run(["fit", str(path), "--window", window, "--population", "--json"],
+                                          a.before)[0])
                 p = report["fit"]["population"]
                 mp, mq = statistics.median(plain), statistics.median(pop)
-                print(f"| {d} | {n} | {mp:.2f} | {mq:.2f} | {mq / mp:.1f} | {p['cost']['fit_s']:.2f} | "
+                then = f"{statistics.median(before):.2f} | {statistics.median(before) / mq:.2f} | " if before else ""
+                print(f"| {d} | {n} | {mp:.2f} | {mq:.2f} | {mq / mp:.1f} | {then}{p['cost']['fit_s']:.2f} | "
                       f"{p['cost']['bootstrap_s']:.2f} | {p['cost']['evaluations']} | {p['alpha']:.4f} | "
                       f"{p['ci'][0]:.4f}..{p['ci'][1]:.4f} |", flush=True)
                 path.unlink()

@@ -105,7 +105,14 @@ def main() -> None:
     ap.add_argument("--rows-model", choices=["gaussian", "elliptical", "both"], default="both")
     ap.add_argument("--json", help="write every fit here")
     ap.add_argument("--timing", help="comma-separated widths: measure the cost instead")
+    ap.add_argument("--first-order-ratio", type=float,
+                    help="the n/d from which the interval is first order instead of simulated (a study of the "
+                         "threshold; default: the package's)")
     args = ap.parse_args()
+    if args.first_order_ratio is not None:
+        from spectra_cli.analysis import population
+
+        population.FIRST_ORDER_RATIO = args.first_order_ratio
     if args.timing:
         timing([int(v) for v in args.timing.split(",")])
     else:

@@ -10,8 +10,9 @@ Prints the median seconds of each, their ratio, and the population step's own sp
     python bench/bench_population_cost.py --d 384 1024 --ratios 2 50
     python bench/bench_population_cost.py --before /path/to/a/checkout/of/an/earlier/commit
 
-``--before``: that checkout's ``--population`` runs too (``PYTHONPATH``), alternating with this one's, and the
-ratio of the medians.
+``--busy 2``: two processes spinning on the cores meanwhile (the loaded case). ``--before``: that
+checkout's ``--population`` runs too (``PYTHONPATH``), alternating with this one's, and the ratio of the
+medians.
 """
 
 from __future__ import annotations
@@ -62,7 +63,19 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", help="a checkout of an earlier commit: its --population runs alternate with these")
+    ap.add_argument("--busy", type=int, default=0, help="this many busy processes on the cores meanwhile (loaded)")
     a = ap.parse_args()
+    if a.busy:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from busy import busy
+
+        with busy(a.busy, seconds=3600):
+            table(a)
+    else:
+        table(a)
+
+
+def table(a: argparse.Namespace) -> None:
     print("| d | n | plain s | --population s | ratio | " + ("before s | before / now | " if a.before else "")
           + "population fit s | simulations s | evaluations | alpha (population) | 95 % interval |")
     print("| ---: | ---: | ---: | ---: | ---: | " + ("---: | ---: | " if a.before else "")

@@ -43,10 +43,14 @@ def rows(d: int, n: int, alpha: float, seed: int) -> np.ndarray:
     return out
 
 
+#: The checkout this script belongs to: its code is the one measured as "now".
+HERE = Path(__file__).resolve().parents[1]
+
+
 def run(args: list[str], code: str | None = None) -> tuple[float, dict]:
-    """One whole ``spectra`` process (``code``: a checkout of another commit to run instead), started in the
+    """One whole ``spectra`` process of this checkout's code (``code``: another checkout's), started in the
     input's folder (a checkout in the working directory would come first on ``sys.path``)."""
-    env = dict(os.environ, PYTHONPATH=code) if code else None
+    env = dict(os.environ, PYTHONPATH=str(Path(code).resolve() if code else HERE))
     t = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "spectra_cli", *args], capture_output=True, text=True, check=False,
                           env=env, cwd=Path(args[1]).parent)

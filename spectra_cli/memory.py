@@ -24,8 +24,9 @@ MMAP_BYTES = 8 << 20
 
 
 def keep_freed_memory() -> bool:
-    """Ask glibc's allocator to keep freed memory for reuse (see the module's docstring); False where the C
-    library is not glibc (macOS, Windows, musl) or refuses: nothing is changed there."""
+    """Ask glibc's allocator to keep freed memory for reuse (see the module's docstring). False where the C
+    library is not glibc (macOS, Windows, musl: nothing is changed there) or refuses either setting (the other
+    may stand: both only change when memory goes back to the system)."""
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -35,6 +35,7 @@ from spectra_cli.analysis.equivalent import (
     PARALLEL_WORK,
     Grid,
     expected_eigenvalues,
+    map_side_by_side,
     slope_of,
     slope_weights,
 )
@@ -126,18 +127,11 @@ def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0
 
 def evaluate_side_by_side(one: Callable[[np.ndarray], np.ndarray], points: list[np.ndarray],
                           work: int) -> list[np.ndarray]:
-    """``one`` at each point, side by side on the cores this process may use where one evaluation's grid (``work``:
-    its points times atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (solved on one core),
-    else one after another; ``one`` must not depend on the order (each evaluation on its own grid)."""
-    from spectra_cli import threads
-
-    workers = min(len(points), threads.threads_for(float("inf"))) if work < PARALLEL_WORK else 1
-    if workers <= 1:
-        return [one(p) for p in points]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:  # (set once, by this thread)
-        return list(pool.map(one, points))
+    """``one`` at each point, side by side on the cores where one evaluation's grid (``work``: its points times
+    atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (its pieces solved on one core), else one
+    after another (:func:`~spectra_cli.analysis.equivalent.map_side_by_side`); ``one`` must not depend on the order
+    (each evaluation on its own grid)."""
+    return map_side_by_side(one, points, wanted=work < PARALLEL_WORK)
 
 
 def population_spectrum(log_c: float, alpha: float, tail: np.ndarray | tuple[float, ...], d: int,
@@ -594,17 +588,25 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     if not bend["fits"]:
         grid_b = Grid(last=grid.last)
 
-        def f_bent(ab: np.ndarray) -> np.ndarray:
+        def f_bent(ab: np.ndarray, g: Grid = grid_b) -> np.ndarray:
             a = float(np.clip(ab[0], *ALPHA_BOUNDS))
             beta = float(np.clip(ab[1], -a / bend_of.span, a / bend_of.span))  # (kept monotone over the window)
             tau = population_spectrum(0.0, a, np.clip(ab[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
-            return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=grid_b)[ranks - 1],
+            return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=g)[ranks - 1],
                                      1e-300))
 
         # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
         # moved (the bend and the tail kept) until its expected slope is the observed one
+        def many_bent(points: list[np.ndarray]) -> list[np.ndarray]:
+            last = grid_b.last  # (each difference from the same solution, on its own grid: see many)
+
+            def one(ab: np.ndarray) -> np.ndarray:
+                return f_bent(ab, Grid(groups=grid_b.groups, last=last))
+
+            return evaluate_side_by_side(one, points, grid_b.points * grid_b.atoms)
+
         ab_b, fb, more = gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
-                                       max_iter=BEND_ITERATIONS)
+                                       max_iter=BEND_ITERATIONS, many=many_bent)
         evals += more
         a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
         beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))

@@ -11,14 +11,15 @@ from spectra_cli.analysis.equivalent import CHUNK_POINTS, Grid, expected_eigenva
 
 
 @pytest.mark.parametrize("scales", [None, (np.array([0.5, 1.0, 2.0]), np.array([0.25, 0.5, 0.25]))])
-def test_the_density_is_the_same_bits_on_one_two_or_three_threads(monkeypatch, scales):
+def test_the_density_is_the_same_bits_on_one_two_or_three_cores(monkeypatch, scales):
     monkeypatch.setattr(equivalent, "PARALLEL_WORK", 0)  # (side by side even on this small grid)
     tau = np.arange(1, 121, dtype=np.float64) ** -1.0
     pi = np.full(tau.size, 1.0 / tau.size)
     x = np.geomspace(1e-4, 6.0, 3 * CHUNK_POINTS + 17)  # pieces of unequal length
     got = []
-    for workers in (1, 2, 3):
-        with threads.call(workers):
+    for cores in (1, 2, 3):
+        monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+        with threads.call(None):
             f, e = sample_density(tau, pi, scales, 0.4, x)
             warm, _ = sample_density(tau * 1.01, pi, scales, 0.4, x, start=e)
         got.append((f, e, warm))
@@ -30,10 +31,32 @@ def test_the_density_is_the_same_bits_on_one_two_or_three_threads(monkeypatch, s
     assert mass == pytest.approx(1.0, abs=0.01)
 
 
-def test_expected_eigenvalues_do_not_depend_on_the_threads():
+def test_expected_eigenvalues_do_not_depend_on_the_cores(monkeypatch):
     tau = np.arange(1, 301, dtype=np.float64) ** -1.2
     out = []
-    for workers in (1, 2):
-        with threads.call(workers):
+    for cores in (1, 2):
+        monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+        with threads.call(None):
             out.append(expected_eigenvalues(tau, 0.02, 200, grid=Grid()))  # n/d = 50: a grid of thousands
     assert np.array_equal(out[0], out[1])
+
+
+def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    main = threading.get_ident()
+
+    def where(_: int) -> int:
+        return threading.get_ident()
+
+    with threads.call(None):  # the policy: small operations on one thread, two cores
+        assert any(t != main for t in equivalent.map_side_by_side(where, [0, 1, 2, 3], wanted=True))
+        assert set(equivalent.map_side_by_side(where, [0, 1], wanted=False)) == {main}
+        # inside a task, a second map runs in that task's thread
+        inner = equivalent.map_side_by_side(lambda _: (threading.get_ident(),
+                                                       equivalent.map_side_by_side(where, [0, 1], wanted=True)),
+                                            [0, 1], wanted=True)
+        assert all(set(nested) == {outer} for outer, nested in inner)
+    with threads.call(2):  # --threads 2: every BLAS call on two threads, so the tasks one after another
+        assert set(equivalent.map_side_by_side(where, [0, 1, 2], wanted=True)) == {main}

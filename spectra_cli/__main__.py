@@ -8,10 +8,10 @@ import sys
 
 
 def main() -> None:
-    from spectra_cli.memory import keep_freed_memory
-
-    keep_freed_memory()  # (a process that ends with its result: freed memory kept for reuse)
     try:
+        from spectra_cli.memory import keep_freed_memory
+
+        keep_freed_memory()  # (a process that ends with its result: freed memory kept for reuse)
         from spectra_cli.cli import main as run
     except KeyboardInterrupt:
         from spectra_cli.errors import NOTHING_HALF_WRITTEN

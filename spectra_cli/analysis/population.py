@@ -41,7 +41,7 @@ from spectra_cli.analysis.equivalent import (
 )
 from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
 from spectra_cli.analysis.sampling_curve import CURVE_GRID_FACTOR, CURVE_SIMULATIONS, Subsamples, sampling_curve
-from spectra_cli.analysis.simulate import parallel_count, partition_spectra, simulated_rows, simulated_spectra
+from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_stream
 from spectra_cli.errors import FitError
 
 #: The exponents the population model spans; an estimate at either bound is not reported.
@@ -501,12 +501,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
         draws = np.empty(replicates)
         bends = np.empty(replicates)
-        b, at_once = 0, parallel_count(n, d)
-        while b < replicates:  # a few samples at a time, drawn in turn and decomposed side by side
-            for spectrum in simulated_spectra(tau_hat, n, rng, sc, min(at_once, replicates - b)):
-                draws[b], bends[b] = replicate(spectrum)
-                b += 1
-                tick(b)
+        # (a few samples at a time, drawn in turn and decomposed side by side, the next ones drawn meanwhile)
+        for b, spectrum in enumerate(simulated_stream(tau_hat, n, rng, sc, replicates)):
+            draws[b], bends[b] = replicate(spectrum)
+            tick(b + 1)
         bias = float(draws.mean() - alpha)
         sd = float(draws.std(ddof=1))
         # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of

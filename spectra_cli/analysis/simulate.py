@@ -5,7 +5,7 @@ spectrum does not depend on the rotation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -136,14 +136,33 @@ def partition_spectra(Z: np.ndarray, part: np.ndarray, parts: int) -> list[np.nd
     return side_by_side([partial(gram_spectrum, q) for q in (None, *range(parts))], n)
 
 
-def simulated_spectra(tau: np.ndarray, n: int, rng: np.random.Generator,
-                      scales: tuple[np.ndarray, np.ndarray] | None, count: int) -> list[np.ndarray]:
-    """``count`` of :func:`simulated_spectrum`, the rows drawn one sample after another from ``rng`` (the same
-    stream as ``count`` calls of it) and decomposed side by side (:func:`side_by_side`)."""
-    # the products one after another (each on the threads the policy gives it: the same bits as one sample at a
-    # time), the decompositions, most of the cost, side by side
-    grams = [_small_gram(simulated_rows(tau, n, rng, scales)) for _ in range(count)]
-    return side_by_side([partial(_spectrum_of_gram, G, tau.size, float(n)) for G in grams], min(n, tau.size))
+def simulated_stream(tau: np.ndarray, n: int, rng: np.random.Generator,
+                     scales: tuple[np.ndarray, np.ndarray] | None, count: int) -> Iterator[np.ndarray]:
+    """``count`` of :func:`simulated_spectrum` in order (the same stream, the same bits), a few at a time
+    (:func:`parallel_count`): where their decompositions run side by side, the next few samples' rows are drawn
+    meanwhile (the draw is one core's work; the products stay between the decompositions, on the policy's
+    threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spectra_cli import threads
+
+    at_once = parallel_count(n, tau.size)
+    sizes = [min(at_once, count - a) for a in range(0, count, at_once)]
+    if at_once <= 1:
+        for _ in range(count):
+            yield simulated_spectrum(tau, n, rng, scales)
+        return
+    rows = [simulated_rows(tau, n, rng, scales) for _ in range(sizes[0])]
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        for k in range(len(sizes)):
+            grams = [_small_gram(Z) for Z in rows]
+            rows = []  # (freed before the next ones are drawn)
+            with threads.blas(0.0):  # (set once, by this thread: each decomposition on one thread)
+                futures = [pool.submit(_spectrum_of_gram, G, tau.size, float(n)) for G in grams]
+                if k + 1 < len(sizes):
+                    rows = [simulated_rows(tau, n, rng, scales) for _ in range(sizes[k + 1])]
+                done = [f.result() for f in futures]
+            yield from done
 
 
 def parallel_count(n: int, d: int) -> int:

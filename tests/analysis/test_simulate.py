@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
 
 from spectra_cli import threads
 from spectra_cli.analysis.simulate import (
@@ -12,18 +13,24 @@ from spectra_cli.analysis.simulate import (
     partition_spectra,
     side_by_side,
     simulated_rows,
-    simulated_spectra,
     simulated_spectrum,
+    simulated_stream,
 )
 
 
-def test_samples_drawn_together_are_the_samples_drawn_one_at_a_time():
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
+    # side by side (two or three at a time, the next ones drawn meanwhile) or one after another: the same rows from
+    # the same stream, the same bits, in order; 7 samples: a last batch shorter than the others
+    monkeypatch.setattr(threads, "usable_cores", lambda: cores)
     tau = np.arange(1, 61, dtype=np.float64) ** -1.0
+    scales = (np.array([0.5, 1.5]), np.array([0.5, 0.5]))
     for n in (40, 200):  # the n x n and the d x d Gram route
-        together = simulated_spectra(tau, n, np.random.default_rng(7), None, 3)
+        with threads.call(None):
+            together = list(simulated_stream(tau, n, np.random.default_rng(7), scales, 7))
         rng = np.random.default_rng(7)
-        alone = [simulated_spectrum(tau, n, rng, None) for _ in range(3)]
-        assert len(together) == 3 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
+        alone = [simulated_spectrum(tau, n, rng, scales) for _ in range(7)]
+        assert len(together) == 7 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
 
 
 def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call():

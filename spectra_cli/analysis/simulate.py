@@ -30,18 +30,11 @@ def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950), the tasks run side by
     side on the cores this process may use, each task's BLAS and LAPACK calls on one thread (numpy releases the
     GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
-    Otherwise one after another, as the policy sizes each. The results are the same bits either way."""
-    from concurrent.futures import ThreadPoolExecutor
+    Otherwise one after another, as the policy sizes each (:func:`~spectra_cli.analysis.equivalent.
+    map_side_by_side`). The results are the same bits either way."""
+    from spectra_cli.analysis.equivalent import map_side_by_side
 
-    from spectra_cli import threads
-
-    workers = min(len(tasks), threads.threads_for(float("inf")))  # the cores, or the threads a caller allows
-    if workers <= 1 or not _one_thread_each(order):
-        return [task() for task in tasks]
-    # The process's BLAS setting is global: set to one thread here, once, by this thread (each task's own sizing
-    # then asks for one thread too); the policy's override, which is also global, is not touched.
-    with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda task: task(), tasks))
+    return map_side_by_side(lambda task: task(), tasks, wanted=_one_thread_each(order))
 
 
 def _one_thread_each(order: int) -> bool:

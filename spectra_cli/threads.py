@@ -18,8 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: The environment variables through which a user caps BLAS threads (respected, never overwritten).
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
@@ -129,3 +133,28 @@ def blas(flops: float, small: float = SMALL_FLOPS) -> Iterator[int]:
         return
     with limiter:
         yield n
+
+
+_in_pool = threading.local()
+
+
+def map_side_by_side(fn: Callable[[T], R], items: Sequence[T], *, wanted: bool) -> list[R]:
+    """``[fn(item) for item in items]``, side by side on the cores this process may use when ``wanted`` and the
+    thread policy runs small operations on one thread (no caller fixed more: each task's BLAS calls then on one
+    thread, never two tasks of two threads each on two cores), else one after another; never from inside such a
+    task (no pool within a pool). ``fn`` must not depend on the order: the results are the same either way."""
+    workers = min(len(items), threads_for(float("inf")))
+    if not wanted or workers <= 1 or threads_for(0.0) != 1 or getattr(_in_pool, "active", False):
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    def task(item: T) -> R:
+        _in_pool.active = True
+        try:
+            return fn(item)
+        finally:
+            _in_pool.active = False
+
+    # (threadpoolctl's limit is global to the process: set here, once, by this thread)
+    with blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(task, items))

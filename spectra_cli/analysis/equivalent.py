@@ -13,15 +13,9 @@ spikes' bulk (:mod:`spectra_cli.analysis.spikes`).
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 #: Fewer ranks than this and no slope is read off them (the population exponent, the sampling curve).
 MIN_RANKS = 5
@@ -191,7 +185,9 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
     routes give the same numbers to the solver's tolerance.
 
     Every point is solved on its own, in pieces of :data:`CHUNK_POINTS` points, solved side by side where the
-    grid is large (:func:`map_side_by_side`)."""
+    grid is large (:func:`spectra_cli.threads.map_side_by_side`)."""
+    from spectra_cli import threads
+
     parts = [slice(a, min(a + CHUNK_POINTS, x.size)) for a in range(0, x.size, CHUNK_POINTS)]
 
     def piece(s: slice) -> tuple[np.ndarray, np.ndarray]:
@@ -199,35 +195,8 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
 
     # (side by side only where the pieces are long enough to pay for the threads: measured on 2 cores, 4,783 points
     # x 262 atoms took 0.148 s a warm evaluation on one thread and 0.105 s on two, 2,100 x 133 0.037 and 0.044 s)
-    done = map_side_by_side(piece, parts, wanted=x.size * tau.size >= PARALLEL_WORK)
+    done = threads.map_side_by_side(piece, parts, wanted=x.size * tau.size >= PARALLEL_WORK)
     return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
-
-
-_in_pool = threading.local()
-
-
-def map_side_by_side(fn: Callable[[T], R], items: Sequence[T], *, wanted: bool) -> list[R]:
-    """``[fn(item) for item in items]``, side by side on the cores this process may use when ``wanted`` and the
-    thread policy runs small operations on one thread (no caller fixed more: each task's BLAS calls then on one
-    thread, never two tasks of two threads each on two cores), else one after another; never from inside such a
-    task (no pool within a pool). ``fn`` must not depend on the order: the results are the same either way."""
-    from spectra_cli import threads
-
-    workers = min(len(items), threads.threads_for(float("inf")))
-    if not wanted or workers <= 1 or threads.threads_for(0.0) != 1 or getattr(_in_pool, "active", False):
-        return [fn(item) for item in items]
-    from concurrent.futures import ThreadPoolExecutor
-
-    def task(item: T) -> R:
-        _in_pool.active = True
-        try:
-            return fn(item)
-        finally:
-            _in_pool.active = False
-
-    # (threadpoolctl's limit is global to the process: set here, once, by this thread)
-    with threads.blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(task, items))
 
 
 def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,

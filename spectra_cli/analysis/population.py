@@ -35,7 +35,6 @@ from spectra_cli.analysis.equivalent import (
     PARALLEL_WORK,
     Grid,
     expected_eigenvalues,
-    map_side_by_side,
     slope_of,
     slope_weights,
 )
@@ -125,13 +124,20 @@ def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0
 # --------------------------------------------------------------------------------------------------
 
 
-def evaluate_side_by_side(one: Callable[[np.ndarray], np.ndarray], points: list[np.ndarray],
-                          work: int) -> list[np.ndarray]:
-    """``one`` at each point, side by side on the cores where one evaluation's grid (``work``: its points times
-    atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (its pieces solved on one core), else one
-    after another (:func:`~spectra_cli.analysis.equivalent.map_side_by_side`); ``one`` must not depend on the order
-    (each evaluation on its own grid)."""
-    return map_side_by_side(one, points, wanted=work < PARALLEL_WORK)
+def on_grid_copies(f_on: Callable[[np.ndarray, Grid], np.ndarray],
+                   grid: Grid) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """``f_on`` at several points at once (a finite difference's), each from ``grid``'s last solution on its own
+    copy of it, so that the order does not matter: side by side on the cores where one evaluation's grid (its
+    points times atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (its pieces then solved on
+    one core), else one after another (:func:`spectra_cli.threads.map_side_by_side`)."""
+    from spectra_cli import threads
+
+    def many(points: list[np.ndarray]) -> list[np.ndarray]:
+        groups, last = grid.groups, grid.last
+        return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last)), points,
+                                        wanted=grid.points * grid.atoms < PARALLEL_WORK)
+
+    return many
 
 
 def population_spectrum(log_c: float, alpha: float, tail: np.ndarray | tuple[float, ...], d: int,
@@ -213,14 +219,10 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
 def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndarray, *, h: float = 5e-3,
               central: bool = True, many: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> np.ndarray:
     """``[1, df/d exponent_1, ...]`` by finite differences (central at the solution, for the bootstrap); ``many``:
-    ``f`` at all the differences' points at once."""
+    ``f`` at all the differences' points at once (else ``f`` at each in turn)."""
     steps = [h * np.eye(ab.size)[k] for k in range(ab.size)]
-    if many is None:
-        cols = [np.ones_like(f0)]
-        for e in steps:
-            cols.append((f(ab + e) - f(ab - e)) / (2 * h) if central else (f(ab + e) - f0) / h)
-        return np.column_stack(cols)
-    up = many([ab + e for e in steps] + ([ab - e for e in steps] if central else []))
+    points = [ab + e for e in steps] + ([ab - e for e in steps] if central else [])
+    up = many(points) if many is not None else [f(p) for p in points]
     k = ab.size
     return np.column_stack([np.ones_like(f0)] + [(up[i] - up[k + i]) / (2 * h) if central else (up[i] - f0) / h
                                                  for i in range(k)])
@@ -399,13 +401,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         tick_fit(min(done[0], TYPICAL_EVALUATIONS))
         return out
 
-    def many(points: list[np.ndarray]) -> list[np.ndarray]:
-        """``f`` at each point, each from the last evaluation's solution on its own copy of the grid (so the same
-        bits whatever the order), side by side on the cores where one evaluation's grid is solved on one."""
-        def one(ab: np.ndarray) -> np.ndarray:
-            return f_on(ab, Grid(groups=grid.groups, last=grid.last))
+    on_copies = on_grid_copies(f_on, grid)
 
-        out = evaluate_side_by_side(one, points, grid.points * grid.atoms)
+    def many(points: list[np.ndarray]) -> list[np.ndarray]:
+        out = on_copies(points)
         done[0] += len(points)
         tick_fit(min(done[0], TYPICAL_EVALUATIONS))
         return out
@@ -595,16 +594,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
 
         # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
         # moved (the bend and the tail kept) until its expected slope is the observed one
-        def many_bent(points: list[np.ndarray]) -> list[np.ndarray]:
-            last = grid_b.last  # (each difference from the same solution, on its own grid: see many)
-
-            def one(ab: np.ndarray) -> np.ndarray:
-                return f_bent(ab, Grid(groups=grid_b.groups, last=last))
-
-            return evaluate_side_by_side(one, points, grid_b.points * grid_b.atoms)
-
         ab_b, fb, more = gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
-                                       max_iter=BEND_ITERATIONS, many=many_bent)
+                                       max_iter=BEND_ITERATIONS, many=on_grid_copies(f_bent, grid_b))
         evals += more
         a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
         beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))

@@ -30,11 +30,11 @@ def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950), the tasks run side by
     side on the cores this process may use, each task's BLAS and LAPACK calls on one thread (numpy releases the
     GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
-    Otherwise one after another, as the policy sizes each (:func:`~spectra_cli.analysis.equivalent.
-    map_side_by_side`). The results are the same bits either way."""
-    from spectra_cli.analysis.equivalent import map_side_by_side
+    Otherwise one after another, as the policy sizes each (:func:`spectra_cli.threads.map_side_by_side`). The
+    results are the same bits either way."""
+    from spectra_cli import threads
 
-    return map_side_by_side(lambda task: task(), tasks, wanted=_one_thread_each(order))
+    return threads.map_side_by_side(lambda task: task(), tasks, wanted=_one_thread_each(order))
 
 
 def _one_thread_each(order: int) -> bool:

@@ -51,12 +51,12 @@ def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested
         return threading.get_ident()
 
     with threads.call(None):  # the policy: small operations on one thread, two cores
-        assert any(t != main for t in equivalent.map_side_by_side(where, [0, 1, 2, 3], wanted=True))
-        assert set(equivalent.map_side_by_side(where, [0, 1], wanted=False)) == {main}
+        assert any(t != main for t in threads.map_side_by_side(where, [0, 1, 2, 3], wanted=True))
+        assert set(threads.map_side_by_side(where, [0, 1], wanted=False)) == {main}
         # inside a task, a second map runs in that task's thread
-        inner = equivalent.map_side_by_side(lambda _: (threading.get_ident(),
-                                                       equivalent.map_side_by_side(where, [0, 1], wanted=True)),
+        inner = threads.map_side_by_side(lambda _: (threading.get_ident(),
+                                                       threads.map_side_by_side(where, [0, 1], wanted=True)),
                                             [0, 1], wanted=True)
         assert all(set(nested) == {outer} for outer, nested in inner)
     with threads.call(2):  # --threads 2: every BLAS call on two threads, so the tasks one after another
-        assert set(equivalent.map_side_by_side(where, [0, 1, 2], wanted=True)) == {main}
+        assert set(threads.map_side_by_side(where, [0, 1, 2], wanted=True)) == {main}

@@ -6,6 +6,7 @@ command of the CLI a library function of the same name."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sys
 import typing
@@ -24,10 +25,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per test process (three tests walk every module)."""
+    return ast.parse(path.read_text())
+
+
 def _imports(path: Path) -> set[str]:
     """Every package module a module imports, at its top or inside any function (only ``if
     TYPE_CHECKING:`` blocks are left out: they never run)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     skipped: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -44,6 +51,7 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
     names = {_module_name(p): p for p in MODULES}
     graph: dict[str, set[str]] = {}
@@ -133,7 +141,7 @@ def test_module_names_say_which_is_which():
 
 def test_no_private_name_is_used_across_modules():
     for path in MODULES:
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         own = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
         own |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
         for node in ast.walk(tree):

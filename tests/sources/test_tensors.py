@@ -16,28 +16,29 @@ def test_bfloat16_bits_to_float32_is_exact():
     np.testing.assert_array_equal(bfloat16_to_float32(bits), x)
 
 
-torch = pytest.importorskip("torch")
+@pytest.fixture
+def torch():
+    """torch, imported by the tests that use it rather than by the module: each test worker collects every module,
+    and torch takes ~1.7 s to import (a worker that runs none of these tests does not pay it)."""
+    return pytest.importorskip("torch")
 
 
-def _reference(x: torch.Tensor) -> np.ndarray:
-    return x.to(torch.float64).numpy()
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_low_precision_tensors_match_a_float64_reference(dtype):
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
+def test_low_precision_tensors_match_a_float64_reference(torch, name):
+    dtype = getattr(torch, name)
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(3000, 24, generator=g, dtype=torch.float64) * torch.arange(1, 25) ** -0.5).to(dtype)
     acc = spectra.Accumulator(d=24)
     acc.update(x)
     ref = spectra.Accumulator(d=24)
-    ref.update(_reference(x))
+    ref.update(x.to(torch.float64).numpy())
     a = spectra.fit(acc, window="2:12").spectrum.eigenvalues
     b = spectra.fit(ref, window="2:12").spectrum.eigenvalues
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
-    assert as_array(x).dtype == (np.float32 if dtype == torch.bfloat16 else np.dtype(str(dtype).split(".")[1]))
+    assert as_array(x).dtype == (np.float32 if name == "bfloat16" else np.dtype(name))
 
 
-def test_masked_update_equals_dropping_the_padded_rows():
+def test_masked_update_equals_dropping_the_padded_rows(torch):
     g = torch.Generator().manual_seed(1)
     h = torch.randn(4, 7, 16, generator=g, requires_grad=True)  # hidden states of a batch, still in the graph
     mask = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1] * 7, [1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0]])
@@ -80,7 +81,7 @@ def test_a_tensor_on_a_device_that_cannot_move_is_one_clear_error():
         spectra.Accumulator(d=4).update(GpuTensor())
 
 
-def test_the_readme_hook_example_runs_as_written():
+def test_the_readme_hook_example_runs_as_written(torch):
     """The notebook guide's forward hook, on a model shaped like a Hugging Face encoder (model.encoder.layer)."""
     import re
     from pathlib import Path

@@ -14,7 +14,7 @@ spread of scales, matches the observed one over the window; its parts live besid
 - :mod:`spectra_cli.analysis.sampling_curve`: the data's own sampling curve, which checks the row model
   (real rows are not all such draws: repeated tokens, rows of one document that depend on each other);
 - :mod:`spectra_cli.analysis.simulate`: samples simulated from the fitted population (the interval below
-  ``n/d = 30``, and the sampling curve's scatter).
+  ``n/d = 10``, and the sampling curve's scatter).
 
 This module holds the population's shape, the match, the interval and the test of the power law over the
 window (the bend).
@@ -47,11 +47,13 @@ from spectra_cli.errors import FitError
 ALPHA_BOUNDS = (0.0, 12.0)
 #: Evaluations of the expected spectrum a fit typically makes (the length of its progress bar).
 TYPICAL_EVALUATIONS = 60
-#: At n >= FIRST_ORDER_RATIO d the interval and the bend test are first order (Anderson 1963) instead of simulated:
-#: there the simulations' standard deviation is a median 0.88-0.92 of it (d = 512, both row models; the intervals
-#: 0-20 % wider, the same coverage: bench/README), at the cost of 40 samples of n rows (5-10x the rest of the
-#: population step there). Lowered from 40 (issue 33): at n/d = 20 the first order was up to 29 % wider.
-FIRST_ORDER_RATIO = 30.0
+#: With at least FIRST_ORDER_RATIO d rows the interval and the bend test are first order (Anderson 1963) instead of
+#: simulated. Study (bench/README, d = 512, Gaussian and elliptical rows, alpha 0.5-1.5, 5 seeds each): at n/d = 10,
+#: 15 and 20 the first-order intervals are a median 7 % wider than the simulated ones (-1 % to +29 %), with the same
+#: coverage (59/60 each at 15-20; 29/30 against 28/30 at 10) and medians within 0.001 of them, in 0.14-0.46 of the
+#: time: the 40 simulated samples of n rows are 2 n d^2 flops each, a cost that grows where the correction shrinks.
+#: Lowered from 40 to 30, then to 10 (issue 33).
+FIRST_ORDER_RATIO = 10.0
 #: The power-law population is said not to fit when the window's bend has a p-value below this.
 BEND_P = 0.01
 #: Gauss-Newton iterations of the curved alternative's fit (at most).
@@ -485,16 +487,16 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
     from scipy.special import ndtri, stdtrit
 
-    first_order = n >= FIRST_ORDER_RATIO * d
+    first_order = n + 1 >= FIRST_ORDER_RATIO * d  # (n the degrees of freedom: 10 d centred rows give 10 d - 1)
     if first_order:
-        # at this many rows per feature the simulations would only restate the first order (within ~10-20 %, it the
+        # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it
         draws, bends = np.empty(0), np.empty(0)
         bias, sd, share = 0.0, sd_first, 0.0
         zq = float(ndtri(0.5 + level / 2))
         notes.append(f"n/d = {n / d:.3g} >= {FIRST_ORDER_RATIO:g}: the interval and the bend test are first order "
                      "(each sample eigenvalue its population one times the mean of n squared draws: Anderson 1963) "
-                     f"instead of {replicates} simulated samples; with this many rows they agree within about 10-20 %, "
+                     f"instead of {replicates} simulated samples; with this many rows they agree within about 0-30 %, "
                      "the first order the wider")
     else:
         tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)

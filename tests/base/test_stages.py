@@ -26,17 +26,17 @@ class Recorder:
 
 def test_fit_reports_the_read_then_the_replicates_then_the_population():
     rec = Recorder()
-    spectra.fit(powerlaw_matrix(800, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
+    spectra.fit(powerlaw_matrix(200, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
                 progress=rec)
     assert rec.stages() == ["bootstrap replicates", "population: sub-sample spectra",
                             "population: matching the expected spectrum (ranks 3..16)",
                             "population: simulated spectra (ranks 3..16)", "population: simulated sampling curves"]
     first = rec.events.index(("stage", "bootstrap replicates", 12))
-    assert rec.events[first - 1] == (800, 800)  # the read ended before
+    assert rec.events[first - 1] == (200, 200)  # the read ended before
     assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
-    # at n/d >= 30 the population's interval is first order: nothing is simulated
+    # with n >= 10 d rows the population's interval is first order: nothing is simulated
     rec = Recorder()
-    spectra.fit(powerlaw_matrix(1000, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
+    spectra.fit(powerlaw_matrix(320, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
     assert rec.stages() == ["population: sub-sample spectra",
                             "population: matching the expected spectrum (ranks 3..16)"]
 

@@ -49,6 +49,15 @@ def stage(label: str, total: int) -> Callable[[int], None]:
     return tick
 
 
+def expect(label: str, seconds: float, why: str) -> None:
+    """Tell the current progress (when it has an ``expect(label, seconds, why)`` method: the command line's) that a
+    stage named ``label`` is expected to take about ``seconds``, for the reason ``why``, before it starts."""
+    progress = _current.get()
+    told: Any = getattr(progress, "expect", None)
+    if callable(told):
+        told(label, seconds, why)
+
+
 def reports_progress(func: Any) -> Any:
     """Decorate a library function whose keyword ``progress`` is the run's: current for its stages."""
     import functools

@@ -321,6 +321,23 @@ class PopulationFit:
         }
 
 
+def is_first_order(n: int, d: int) -> bool:
+    """Whether :func:`population_fit` takes the first-order route (no simulated samples) at ``n`` degrees of freedom
+    and ``d`` dimensions: from FIRST_ORDER_RATIO d rows (``n + 1``: 10 d centred rows are 10 d - 1 degrees of
+    freedom)."""
+    return n + 1 >= FIRST_ORDER_RATIO * d
+
+
+def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None) -> int:
+    """How many eigendecompositions of simulated samples (each of the smaller of ``n`` and ``d``) one window's
+    :func:`population_fit` makes: none on the first-order route; else the bootstrap's ``replicates`` and, with the
+    data's sampling curve (``curve_parts``: its parts; None without one), CURVE_SIMULATIONS samples of
+    ``curve_parts + 1`` spectra."""
+    if is_first_order(n, d):
+        return 0
+    return replicates + (CURVE_SIMULATIONS * (curve_parts + 1) if curve_parts else 0)
+
+
 def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
                    offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
                    level: float = 0.95, null_directions: int = 0,
@@ -487,7 +504,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
     from scipy.special import ndtri, stdtrit
 
-    first_order = n + 1 >= FIRST_ORDER_RATIO * d  # (n the degrees of freedom: 10 d centred rows give 10 d - 1)
+    first_order = is_first_order(n, d)
     if first_order:
         # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it

@@ -13,6 +13,10 @@ NOTE_PAST = 30.0
 NOTE_AFTER = 5.0
 
 
+def _duration(seconds: float) -> str:
+    return f"about {seconds / 60:.0f} min" if seconds >= 90 else f"about {seconds:.0f} s"
+
+
 class LazyProgress:
     """Callable ``(done, total)``; draws on stderr after ``delay`` seconds, on a terminal. Elsewhere it writes
     one line for a stage that will take longer than :data:`NOTE_PAST` seconds at its measured pace."""
@@ -35,6 +39,18 @@ class LazyProgress:
         if self._progress is not None:
             self._progress.update(self._task, description=label, completed=0, total=total)
 
+    def expect(self, label: str, seconds: float, why: str) -> None:
+        """Before a stage: one line on stderr (above the bar on a terminal) when it is expected to take longer than
+        :data:`NOTE_PAST` seconds."""
+        if not seconds > NOTE_PAST:
+            return
+        line = f"note: {label} will take {_duration(seconds)} or more ({why})"
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
     def _note_if_long(self, done: int, total: int) -> None:
         elapsed = time.monotonic() - self._stage_t0
         if self._noted or done <= 0 or total <= done or elapsed < NOTE_AFTER:
@@ -42,7 +58,7 @@ class LazyProgress:
         left = elapsed / done * (total - done)
         if left > NOTE_PAST:
             self._noted = True
-            when = f"about {left / 60:.0f} min" if left >= 90 else f"about {left:.0f} s"
+            when = _duration(left)
             sys.stderr.write(f"note: {self._label}: {done} of {total} done in {elapsed:.0f} s, {when} more\n")
             sys.stderr.flush()
 

@@ -275,7 +275,7 @@ def fit(
     if population:
         clock.mark("analysis_s")
         suite = steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
-                                      warnings=warnings)
+                                      warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"))
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,

@@ -292,10 +292,11 @@ def _keep(name: str, value: float | None, errors: dict[str, float | None], missi
 
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
-                    warnings: list[str]) -> FitSuite:
+                    warnings: list[str], eigen_seconds: float | None = None) -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
     (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
-    squared norms."""
+    squared norms. ``eigen_seconds``: what the spectrum's own decomposition took (the expected time of the
+    population's decompositions is told from it, before they start)."""
     from spectra_cli.analysis.population import population_fit
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
     from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
@@ -349,6 +350,8 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
             f"{n_eff:.4g} of {rows} rows, Kish): they enter the population model as row scales, so its interval is "
             "wider; more rows, or flatter weights, narrow it"))
 
+    if eigen_seconds is not None and suite.fits:
+        _expect_population(first, lam.size, dof, len(suite.fits), eigen_seconds)
     subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings)
 
     def one(f: RankFit) -> RankFit:
@@ -377,6 +380,23 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
     fits = tuple(one(f) for f in suite.fits)
     return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))
+
+
+def _expect_population(first: Accumulated, d: int, dof: int, windows: int, eigen_seconds: float) -> None:
+    """Tell the progress how long the population's eigendecompositions will take at the spectrum's own pace: the
+    data's sub-samples and, below the first-order ratio, each window's simulated samples (the match's evaluations
+    come on top: hence "or more")."""
+    from spectra_cli.analysis.population import simulated_decompositions
+    from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, SUBSAMPLE_PARTITIONS, SUBSAMPLE_PARTS
+    from spectra_cli.stages import expect
+
+    groups = len(first.groups) if first.moments is not None else min(GRAM_GROUPS, first.n_rows)
+    curve = SUBSAMPLE_PARTS if groups >= MIN_SUBSAMPLE_GROUPS else None
+    count = (SUBSAMPLE_PARTITIONS * SUBSAMPLE_PARTS if curve else 0) + windows * simulated_decompositions(
+        dof, d, replicates=POPULATION_REPLICATES, curve_parts=curve)
+    m = min(first.n_rows, d)
+    expect("the population exponent", count * eigen_seconds,
+           f"{count} eigendecompositions of {m:,} x {m:,} at the spectrum's {eigen_seconds:.2g} s each")
 
 
 #: Groups of consecutive rows on the n x n route (the d x d route has the pass's row-block groups).

@@ -4,6 +4,7 @@ plain callable and to one that takes stage names; none without a progress."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import spectra_cli as spectra
 from spectra_cli import stages
@@ -100,3 +101,40 @@ def test_a_second_pass_is_a_stage_named_by_its_analysis(tmp_path):
     spectra.fit(str(path), window="3:12", partition_isotropy=True, progress=rec)
     assert rec.stages() == ["second pass: --partition-isotropy"]
     assert rec.events[-1] == (1500, 1500)
+
+
+class Expecting(Recorder):
+    def expect(self, label: str, seconds: float, why: str) -> None:
+        self.events.append(("expect", label, seconds, why))
+
+
+def test_the_population_tells_its_expected_time_before_it_starts():
+    """Before the sub-samples: the data's 16 sub-sample decompositions and, below 10 d rows, each window's 40
+    bootstrap samples and 8 sampling-curve samples of 5 spectra, at the spectrum's own pace."""
+    from spectra_cli.analysis.population import simulated_decompositions
+
+    for rows, windows, count in ((200, 1, 16 + 80), (200, 2, 16 + 2 * 80), (320, 1, 16)):
+        rec = Expecting()
+        rep = spectra.fit(powerlaw_matrix(rows, 32, 1.0, seed=0), window=["3:16", "3:12"][:windows], population=True,
+                          progress=rec)
+        told = [e for e in rec.events if e[0] == "expect"]
+        assert len(told) == 1 and rec.events.index(told[0]) < rec.events.index(("stage", "population: sub-sample "
+                                                                                "spectra", 16))
+        _, label, seconds, why = told[0]
+        assert label == "the population exponent"
+        assert why.startswith(f"{count} eigendecompositions of 32 x 32 at the spectrum's ")
+        assert seconds == pytest.approx(count * rep.timings["eigen_s"])
+    assert simulated_decompositions(198, 20, replicates=40, curve_parts=4) == 80  # 199 centred rows: n/d 9.95
+    assert simulated_decompositions(198, 20, replicates=40, curve_parts=None) == 40
+    assert simulated_decompositions(199, 20, replicates=40, curve_parts=4) == 0  # 200 rows: first order
+
+
+def test_a_long_expected_stage_is_one_note_before_it_on_stderr(capsys):
+    from spectra_cli.render.progress import LazyProgress
+
+    bar = LazyProgress("reading x", enabled=False)
+    bar.expect("the population exponent", 20.0, "short")
+    assert capsys.readouterr().err == ""
+    bar.expect("the population exponent", 340.0, "96 eigendecompositions of 4,096 x 4,096 at the spectrum's 3.5 s each")
+    assert capsys.readouterr().err == ("note: the population exponent will take about 6 min or more (96 "
+                                       "eigendecompositions of 4,096 x 4,096 at the spectrum's 3.5 s each)\n")

@@ -49,6 +49,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
     return {
         "fit sample": ["fit", s5],
         "fit sample ci": ["fit", s5, "--ci", "--ci-replicates", "20", "--window", "11:38", "--window", "5:60"],
+        "fit sample population": ["fit", s5, "--population"],  # (n/d = 10.7: the first-order route)
+        "fit x population": ["fit", x, "--rows", "0:300", "--population", "--window", "3:30"],  # (simulated)
         "fit parquet": ["fit", pq, "--column", "emb", "--density", "--uncentered"],
         "fit emb extras": ["fit", emb, "--shuffled-control", "--partition-isotropy", "--isoscore",
                            "--counting", "0.01", "--capacity", "0.1", "--model", "broken"],

@@ -47,12 +47,13 @@ from spectra_cli.errors import FitError
 ALPHA_BOUNDS = (0.0, 12.0)
 #: Evaluations of the expected spectrum a fit typically makes (the length of its progress bar).
 TYPICAL_EVALUATIONS = 60
-#: With at least FIRST_ORDER_RATIO d rows the interval and the bend test are first order (Anderson 1963) instead of
-#: simulated. Study (bench/README, d = 512, Gaussian and elliptical rows, alpha 0.5-1.5, 5 seeds each): at n/d = 10,
-#: 15 and 20 the first-order intervals are a median 7 % wider than the simulated ones (-1 % to +29 %), with the same
-#: coverage (59/60 each at 15-20; 29/30 against 28/30 at 10) and medians within 0.001 of them, in 0.14-0.46 of the
-#: time: the 40 simulated samples of n rows are 2 n d^2 flops each, a cost that grows where the correction shrinks.
-#: Lowered from 40 to 30, then to 10 (issue 33).
+#: With n >= FIRST_ORDER_RATIO d (n the degrees of freedom) the interval and the bend test are first order (Anderson
+#: 1963) instead of simulated, and so is the sampling curve's scatter (the partitions' own). Study (bench/README,
+#: d = 512, Gaussian and elliptical rows, alpha 0.5-1.5, 5 seeds each): at n/d = 10, 15 and 20 the first-order
+#: intervals are a median 7 % wider than the simulated ones (-1 % to +29 %), with the same coverage (59/60 each at
+#: 15-20; 29/30 against 28/30 at 10) and medians within 0.001 of them, in 0.14-0.46 of the time: the 40 simulated
+#: samples of n rows are 2 n d^2 flops each, a cost that grows where the correction shrinks. Lowered from 40 to 30,
+#: then to 10 (issue 33).
 FIRST_ORDER_RATIO = 10.0
 #: The power-law population is said not to fit when the window's bend has a p-value below this.
 BEND_P = 0.01
@@ -241,7 +242,9 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
           "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
           "interval: a linearised parametric bootstrap from the fitted population, widened to the "
-          "grouped jackknife of the sample slope where that is wider")
+          "grouped jackknife of the sample slope where that is wider; with n (degrees of freedom) >= "
+          f"{FIRST_ORDER_RATIO:g} d the bootstrap's spread is first order (Anderson 1963) and the sampling curve's "
+          "scatter the partitions' own, nothing simulated (bootstrap.route \"first order\")")
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,9 +326,8 @@ class PopulationFit:
 
 def is_first_order(n: int, d: int) -> bool:
     """Whether :func:`population_fit` takes the first-order route (no simulated samples) at ``n`` degrees of freedom
-    and ``d`` dimensions: from FIRST_ORDER_RATIO d rows (``n + 1``: 10 d centred rows are 10 d - 1 degrees of
-    freedom)."""
-    return n + 1 >= FIRST_ORDER_RATIO * d
+    (rows - 1 centred) and ``d`` dimensions: n >= FIRST_ORDER_RATIO d."""
+    return n >= FIRST_ORDER_RATIO * d
 
 
 def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None) -> int:

@@ -44,7 +44,7 @@ class LazyProgress:
         :data:`NOTE_PAST` seconds."""
         if not seconds > NOTE_PAST:
             return
-        line = f"note: {label} will take {_duration(seconds)} or more ({why})"
+        line = f"note: {label} will take {_duration(seconds)} ({why})"
         if self._progress is not None:
             self._progress.console.print(line, markup=False, highlight=False)
         else:

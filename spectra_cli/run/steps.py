@@ -350,9 +350,19 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
             f"{n_eff:.4g} of {rows} rows, Kish): they enter the population model as row scales, so its interval is "
             "wider; more rows, or flatter weights, narrow it"))
 
-    if eigen_seconds is not None and suite.fits:
-        _expect_population(first, lam.size, dof, len(suite.fits), eigen_seconds)
-    subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings)
+    told: list[bool] = []
+
+    def announce(sub_count: int, sub_size: int) -> None:
+        if eigen_seconds is not None and suite.fits:
+            main_size = main.n_features if first.moments is not None else min(first.n_rows, main.n_features)
+            _expect_population(sub_count, sub_size, dof=dof, d=lam.size, windows=len(suite.fits),
+                               main_size=main_size, eigen_seconds=eigen_seconds)
+        told.append(True)
+
+    subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings,
+                             announce=announce)
+    if not told:  # (no sub-samples: the simulated samples alone, without the sampling curve's)
+        announce(0, 0)
 
     def one(f: RankFit) -> RankFit:
         try:
@@ -382,21 +392,25 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))
 
 
-def _expect_population(first: Accumulated, d: int, dof: int, windows: int, eigen_seconds: float) -> None:
-    """Tell the progress how long the population's eigendecompositions will take at the spectrum's own pace: the
-    data's sub-samples and, below the first-order ratio, each window's simulated samples (the match's evaluations
-    come on top: hence "or more")."""
+def _expect_population(sub_count: int, sub_size: int, *, dof: int, d: int, windows: int, main_size: int,
+                       eigen_seconds: float) -> None:
+    """Tell the progress how long the population's eigendecompositions will take, at the pace of the spectrum's own
+    (``eigen_seconds`` for ``main_size`` rows, the cost growing as the cube of the size): the data's ``sub_count``
+    sub-samples of ``sub_size`` and, below the first-order ratio, each window's simulated samples (the sampling
+    curve's with sub-samples only). An estimate: the match, the simulated rows' products and the decompositions
+    that run side by side move it either way."""
     from spectra_cli.analysis.population import simulated_decompositions
-    from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, SUBSAMPLE_PARTITIONS, SUBSAMPLE_PARTS
+    from spectra_cli.analysis.sampling_curve import SUBSAMPLE_PARTS
     from spectra_cli.stages import expect
 
-    groups = len(first.groups) if first.moments is not None else min(GRAM_GROUPS, first.n_rows)
-    curve = SUBSAMPLE_PARTS if groups >= MIN_SUBSAMPLE_GROUPS else None
-    count = (SUBSAMPLE_PARTITIONS * SUBSAMPLE_PARTS if curve else 0) + windows * simulated_decompositions(
-        dof, d, replicates=POPULATION_REPLICATES, curve_parts=curve)
-    m = min(first.n_rows, d)
-    expect("the population exponent", count * eigen_seconds,
-           f"{count} eigendecompositions of {m:,} x {m:,} at the spectrum's {eigen_seconds:.2g} s each")
+    simulated = windows * simulated_decompositions(dof, d, replicates=POPULATION_REPLICATES,
+                                                   curve_parts=SUBSAMPLE_PARTS if sub_count else None)
+    sim_size = min(dof, d)
+    seconds = eigen_seconds * (sub_count * (sub_size / main_size) ** 3 + simulated * (sim_size / main_size) ** 3)
+    largest = max(sub_size if sub_count else 0, sim_size if simulated else 0)
+    expect("the population exponent", seconds,
+           f"{sub_count + simulated} eigendecompositions of up to {largest:,} x {largest:,}, at the pace of the "
+           f"spectrum's own, {main_size:,} x {main_size:,} in {eigen_seconds:.2g} s")
 
 
 #: Groups of consecutive rows on the n x n route (the d x d route has the pass's row-block groups).
@@ -404,10 +418,11 @@ GRAM_GROUPS = 32
 
 
 def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, seed: int,
-                warnings: list[str]) -> Subsamples | None:
+                warnings: list[str], announce: Callable[[int, int], None] | None = None) -> Subsamples | None:
     """The spectra of the sub-samples that check the row model (:func:`spectra_cli.analysis.sampling_curve.
     sampling_curve`): from the pass's row-block groups, or, on the n x n route, from groups of consecutive
-    rows; their leading ``width`` eigenvalues. None (and a warning) when there are too few groups."""
+    rows; their leading ``width`` eigenvalues. None (and a warning) when there are too few groups.
+    ``announce(count, size)``: told how many decompositions of what size they take, before they start."""
     from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, Subsamples, subsample_design
 
     if first.moments is None:
@@ -439,6 +454,12 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         return None
     R, m = keep.shape[:2]
     flat = keep.reshape(R * m, G)
+    if announce is not None:
+        if first.moments is not None:
+            announce(R * m, first.moments.m2.shape[0])
+        else:
+            assert first.rows is not None
+            announce(R * m, min(first.rows.shape[1], len(first.rows) * (m - 1) // m))
     from spectra_cli.stages import stage
 
     tick = stage("population: sub-sample spectra", R * m)

@@ -570,7 +570,7 @@ def test_heavy_tailed_coordinates_are_not_read_as_row_scales():
 
 
 def test_at_many_rows_per_feature_the_interval_is_first_order_and_agrees_with_the_simulations(monkeypatch):
-    """n >= 10 d rows: the interval and the bend's null come from each eigenvalue's own first-order sampling (Anderson
+    """n >= 10 d: the interval and the bend's null come from each eigenvalue's own first-order sampling (Anderson
     1963) instead of 40 simulated samples; the simulations, forced, give the same standard deviation (within their
     own scatter: 11 % at B = 40) and the same estimate."""
     import spectra_cli.analysis.population as pop

@@ -4,7 +4,6 @@ plain callable and to one that takes stage names; none without a progress."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import spectra_cli as spectra
 from spectra_cli import stages
@@ -35,9 +34,9 @@ def test_fit_reports_the_read_then_the_replicates_then_the_population():
     first = rec.events.index(("stage", "bootstrap replicates", 12))
     assert rec.events[first - 1] == (200, 200)  # the read ended before
     assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
-    # with n >= 10 d rows the population's interval is first order: nothing is simulated
+    # from n = 10 d degrees of freedom the population's interval is first order: nothing is simulated
     rec = Recorder()
-    spectra.fit(powerlaw_matrix(320, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
+    spectra.fit(powerlaw_matrix(330, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
     assert rec.stages() == ["population: sub-sample spectra",
                             "population: matching the expected spectrum (ranks 3..16)"]
 
@@ -104,29 +103,58 @@ def test_a_second_pass_is_a_stage_named_by_its_analysis(tmp_path):
 
 
 class Expecting(Recorder):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
     def expect(self, label: str, seconds: float, why: str) -> None:
         self.events.append(("expect", label, seconds, why))
+        self.log.append("told")
 
 
-def test_the_population_tells_its_expected_time_before_it_starts():
-    """Before the sub-samples: the data's 16 sub-sample decompositions and, below 10 d rows, each window's 40
-    bootstrap samples and 8 sampling-curve samples of 5 spectra, at the spectrum's own pace."""
+def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
+    """Before its decompositions, as many as it then makes: the data's 16 sub-samples and, below n = 10 d, each
+    window's 40 bootstrap samples and 8 sampling-curve samples of 5 spectra (none of the curve's without
+    sub-samples), on the d x d route, the n x n route and moments without row groups."""
+    from spectra_cli.analysis import bootstrap, simulate
     from spectra_cli.analysis.population import simulated_decompositions
+    from spectra_cli.run import steps
 
-    for rows, windows, count in ((200, 1, 16 + 80), (200, 2, 16 + 2 * 80), (320, 1, 16)):
-        rec = Expecting()
-        rep = spectra.fit(powerlaw_matrix(rows, 32, 1.0, seed=0), window=["3:16", "3:12"][:windows], population=True,
-                          progress=rec)
+    made: list[str] = []
+    def counting(real):
+        def counted(*a, **k):
+            made.append("decomposition")
+            return real(*a, **k)
+
+        return counted
+
+    for module, name in ((simulate, "eigvalsh_checked"), (bootstrap, "leading_eigenvalues"),
+                         (steps, "spectrum_from_rows")):
+        monkeypatch.setattr(module, name, counting(getattr(module, name)))
+    bare = spectra.Accumulator(d=32)  # (no row groups: no sub-samples, no sampling curve)
+    bare.update(powerlaw_matrix(200, 32, 1.0, seed=3))
+    cases = (  # data, windows, decompositions, of up to
+        (powerlaw_matrix(200, 32, 1.0, seed=0), 1, 16 + 80, "32 x 32"),
+        (powerlaw_matrix(200, 32, 1.0, seed=0), 2, 16 + 2 * 80, "32 x 32"),
+        (powerlaw_matrix(321, 32, 1.0, seed=0), 1, 16, "32 x 32"),  # 10 d degrees of freedom: first order
+        (powerlaw_matrix(36, 48, 1.0, seed=1), 1, 16 + 80, "35 x 35"),  # n < d: the n x n route
+        (bare, 1, 40, "32 x 32"),
+    )
+    for data, windows, count, size in cases:
+        rec = Expecting(made)
+        made.clear()
+        rep = spectra.fit(data, window=["3:12", "3:10"][:windows], population=True, progress=rec)
+        assert all(f.population is not None for f in rep.fits)
         told = [e for e in rec.events if e[0] == "expect"]
-        assert len(told) == 1 and rec.events.index(told[0]) < rec.events.index(("stage", "population: sub-sample "
-                                                                                "spectra", 16))
+        assert len(told) == 1 and made.count("told") == 1
         _, label, seconds, why = told[0]
-        assert label == "the population exponent"
-        assert why.startswith(f"{count} eigendecompositions of 32 x 32 at the spectrum's ")
-        assert seconds == pytest.approx(count * rep.timings["eigen_s"])
-    assert simulated_decompositions(198, 20, replicates=40, curve_parts=4) == 80  # 199 centred rows: n/d 9.95
-    assert simulated_decompositions(198, 20, replicates=40, curve_parts=None) == 40
-    assert simulated_decompositions(199, 20, replicates=40, curve_parts=4) == 0  # 200 rows: first order
+        after = made[made.index("told") + 1:]  # (the spectrum's own decompositions came before)
+        assert label == "the population exponent" and after.count("decomposition") == count
+        assert why.startswith(f"{count} eigendecompositions of up to {size}, at the pace of the spectrum's own")
+        assert seconds > 0
+    assert simulated_decompositions(199, 20, replicates=40, curve_parts=4) == 80  # 200 centred rows: n/d 9.95
+    assert simulated_decompositions(199, 20, replicates=40, curve_parts=None) == 40
+    assert simulated_decompositions(200, 20, replicates=40, curve_parts=4) == 0  # 201 rows: first order
 
 
 def test_a_long_expected_stage_is_one_note_before_it_on_stderr(capsys):
@@ -135,6 +163,10 @@ def test_a_long_expected_stage_is_one_note_before_it_on_stderr(capsys):
     bar = LazyProgress("reading x", enabled=False)
     bar.expect("the population exponent", 20.0, "short")
     assert capsys.readouterr().err == ""
-    bar.expect("the population exponent", 340.0, "96 eigendecompositions of 4,096 x 4,096 at the spectrum's 3.5 s each")
-    assert capsys.readouterr().err == ("note: the population exponent will take about 6 min or more (96 "
-                                       "eigendecompositions of 4,096 x 4,096 at the spectrum's 3.5 s each)\n")
+    bar.expect("the population exponent", 340.0, "96 eigendecompositions")
+    assert capsys.readouterr().err == "note: the population exponent will take about 6 min (96 eigendecompositions)\n"
+    bar = LazyProgress("reading x", delay=0.0, enabled=True)  # on a terminal: above the bar
+    bar(1, 10)
+    bar.expect("the population exponent", 340.0, "96 eigendecompositions")
+    bar.close()
+    assert "note: the population exponent will take about 6 min (96 eigendecompositions)" in capsys.readouterr().err

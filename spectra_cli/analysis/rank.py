@@ -83,6 +83,7 @@ def entropy_rank(lam: np.ndarray) -> float:
     if total <= 0:
         return 0.0
     q = lam[lam > 0] / total
+    q = q[q > 0]  # (a positive eigenvalue below 1e-308 of the total underflows to 0: it adds nothing)
     return float(np.exp(-np.sum(q * np.log(q))))
 
 

@@ -54,3 +54,14 @@ def test_effective_ranks_lie_in_1_to_d(values):
 def test_participation_ratio_is_at_most_entropy_rank_for_a_power_law():
     lam = np.arange(1, 200, dtype=float) ** -1.0
     assert participation_ratio(lam) <= entropy_rank(lam)
+
+
+def test_entropy_rank_of_eigenvalues_spanning_more_than_float64_is_that_of_the_resolved_ones():
+    """An eigenvalue below 1e-308 of the total underflows to a share of 0 (0 log 0 would be NaN): it adds nothing,
+    as its share is below any float64 could show."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert entropy_rank(np.array([1e300, 1e-300])) == 1.0
+        assert entropy_rank(np.array([1e300, 1e300, 1e-300])) == pytest.approx(2.0, rel=1e-15)

@@ -46,7 +46,10 @@ class LazyProgress:
             return
         line = f"note: {label} will take {_duration(seconds)} ({why})"
         if self._progress is not None:
-            self._progress.console.print(line, markup=False, highlight=False)
+            from rich.text import Text
+
+            # (a Text, not markup=False: the call re-renders the bar below it with the same options)
+            self._progress.console.print(Text(line))
         else:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()

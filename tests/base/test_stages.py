@@ -165,8 +165,24 @@ def test_a_long_expected_stage_is_one_note_before_it_on_stderr(capsys):
     assert capsys.readouterr().err == ""
     bar.expect("the population exponent", 340.0, "96 eigendecompositions")
     assert capsys.readouterr().err == "note: the population exponent will take about 6 min (96 eigendecompositions)\n"
-    bar = LazyProgress("reading x", delay=0.0, enabled=True)  # on a terminal: above the bar
+
+
+
+def test_on_a_terminal_the_note_is_printed_above_the_bar_and_the_bar_keeps_its_styles(monkeypatch):
+    import io
+
+    import rich.console
+
+    screen = io.StringIO()
+    real = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console", lambda **k: real(file=screen, force_terminal=True, width=100))
+    from spectra_cli.render.progress import LazyProgress
+
+    bar = LazyProgress("reading x", delay=0.0, enabled=True)
     bar(1, 10)
-    bar.expect("the population exponent", 340.0, "96 eigendecompositions")
+    bar.expect("the population exponent", 340.0, "96 eigendecompositions [of d x d]")
+    bar(2, 10)
     bar.close()
-    assert "note: the population exponent will take about 6 min (96 eigendecompositions)" in capsys.readouterr().err
+    shown = screen.getvalue()
+    assert "note: the population exponent will take about 6 min (96 eigendecompositions [of d x d])" in shown
+    assert "[progress.description]" not in shown  # (the bar, re-rendered below the note, read as markup)

@@ -242,9 +242,10 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
           "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
           "interval: a linearised parametric bootstrap from the fitted population, widened to the "
-          "grouped jackknife of the sample slope where that is wider; with n (degrees of freedom) >= "
-          f"{FIRST_ORDER_RATIO:g} d the bootstrap's spread is first order (Anderson 1963) and the sampling curve's "
-          "scatter the partitions' own, nothing simulated (bootstrap.route \"first order\")")
+          "grouped jackknife of the sample slope where that is wider; with n (degrees of freedom; weighted rows: "
+          f"Kish's effective sample where fewer) >= {FIRST_ORDER_RATIO:g} d the bootstrap's spread is first order "
+          "(Anderson 1963) and the sampling curve's scatter the partitions' own, nothing simulated (bootstrap.route "
+          "\"first order\")")
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,12 +331,21 @@ def is_first_order(n: int, d: int) -> bool:
     return n >= FIRST_ORDER_RATIO * d
 
 
-def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None) -> int:
+def _effective(n: int, n_effective: float | None) -> int:
+    """The degrees of freedom the first-order route is decided on: weighted rows count as Kish's effective sample
+    when that is fewer."""
+    if n_effective is None or not math.isfinite(n_effective):
+        return n
+    return min(n, int(math.floor(n_effective)))
+
+
+def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None,
+                             n_effective: float | None = None) -> int:
     """How many eigendecompositions of simulated samples (each of the smaller of ``n`` and ``d``) one window's
     :func:`population_fit` makes: none on the first-order route; else the bootstrap's ``replicates`` and, with the
     data's sampling curve (``curve_parts``: its parts; None without one), CURVE_SIMULATIONS samples of
     ``curve_parts + 1`` spectra."""
-    if is_first_order(n, d):
+    if is_first_order(_effective(n, n_effective), d):
         return 0
     return replicates + (CURVE_SIMULATIONS * (curve_parts + 1) if curve_parts else 0)
 
@@ -349,7 +359,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
     sample's degrees of freedom (rows - 1 centred, rows uncentred); ``scales``: the rows' squared norms
     (None: Gaussian rows), ``offset`` added to each (uncentred moments: the mean's squared norm);
-    ``n_effective``: reported only (Kish's, for weighted rows); ``null_directions``: how many directions
+    ``n_effective``: Kish's, for weighted rows (reported; the first-order route needs it, not n, at the
+    ratio); ``null_directions``: how many directions
     the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
     ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
     sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
@@ -506,7 +517,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
     from scipy.special import ndtri, stdtrit
 
-    first_order = is_first_order(n, d)
+    first_order = is_first_order(_effective(n, n_effective), d)
     if first_order:
         # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it

@@ -356,7 +356,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
         if eigen_seconds is not None and suite.fits:
             main_size = main.n_features if first.moments is not None else min(first.n_rows, main.n_features)
             _expect_population(sub_count, sub_size, dof=dof, d=lam.size, windows=len(suite.fits),
-                               main_size=main_size, eigen_seconds=eigen_seconds)
+                               main_size=main_size, eigen_seconds=eigen_seconds, n_effective=n_eff)
         told.append(True)
 
     subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings,
@@ -393,7 +393,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
 
 def _expect_population(sub_count: int, sub_size: int, *, dof: int, d: int, windows: int, main_size: int,
-                       eigen_seconds: float) -> None:
+                       eigen_seconds: float, n_effective: float | None = None) -> None:
     """Tell the progress how long the population's eigendecompositions will take, at the pace of the spectrum's own
     (``eigen_seconds`` for ``main_size`` rows, the cost growing as the cube of the size): the data's ``sub_count``
     sub-samples of ``sub_size`` and, below the first-order ratio, each window's simulated samples (the sampling
@@ -404,7 +404,8 @@ def _expect_population(sub_count: int, sub_size: int, *, dof: int, d: int, windo
     from spectra_cli.stages import expect
 
     simulated = windows * simulated_decompositions(dof, d, replicates=POPULATION_REPLICATES,
-                                                   curve_parts=SUBSAMPLE_PARTS if sub_count else None)
+                                                   curve_parts=SUBSAMPLE_PARTS if sub_count else None,
+                                                   n_effective=n_effective)
     sim_size = min(dof, d)
     seconds = eigen_seconds * (sub_count * (sub_size / main_size) ** 3 + simulated * (sim_size / main_size) ** 3)
     largest = max(sub_size if sub_count else 0, sim_size if simulated else 0)

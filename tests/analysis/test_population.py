@@ -589,3 +589,17 @@ def test_at_many_rows_per_feature_the_interval_is_first_order_and_agrees_with_th
     assert first.bend["simulated_sd"] == pytest.approx(simulated.bend["simulated_sd"], rel=0.3)
     assert first.alpha == pytest.approx(simulated.alpha, abs=simulated.bootstrap_sd)
     assert first.cost["sd_first_order"] == first.bootstrap_sd
+
+
+def test_weighted_rows_take_the_first_order_route_by_their_effective_sample():
+    """640 rows of 32 features are n/d = 20, but weights that concentrate them on a fifth leave Kish's effective
+    sample at 5.7 d: the interval is simulated, as for that many rows."""
+    from tests.conftest import powerlaw_matrix
+
+    X = powerlaw_matrix(640, 32, 1.0, seed=4)
+    w = np.where(np.arange(640) % 5 == 0, 1.0, 0.05)
+    assert w.sum() ** 2 / (w * w).sum() == pytest.approx(182.5, abs=0.1)
+    weighted = spectra.fit(X, weights=w, window="3:12", population=True).fit.population
+    plain = spectra.fit(X, window="3:12", population=True).fit.population
+    assert weighted.replicates == 40 and weighted.to_dict()["bootstrap"]["route"] == "simulated"
+    assert plain.replicates == 0 and plain.to_dict()["bootstrap"]["route"] == "first order"

@@ -47,8 +47,9 @@ from spectra_cli.errors import FitError
 ALPHA_BOUNDS = (0.0, 12.0)
 #: Evaluations of the expected spectrum a fit typically makes (the length of its progress bar).
 TYPICAL_EVALUATIONS = 60
-#: With n >= FIRST_ORDER_RATIO d (n the degrees of freedom) the interval and the bend test are first order (Anderson
-#: 1963) instead of simulated, and so is the sampling curve's scatter (the partitions' own). Study (bench/README,
+#: With n >= FIRST_ORDER_RATIO d (n the degrees of freedom; weighted rows: Kish's effective sample where fewer) the
+#: interval and the bend test are first order (Anderson 1963) instead of simulated, and so is the sampling curve's
+#: scatter (the partitions' own). Study (bench/README,
 #: d = 512, Gaussian and elliptical rows, alpha 0.5-1.5, 5 seeds each): at n/d = 10, 15 and 20 the first-order
 #: intervals are a median 7 % wider than the simulated ones (-1 % to +29 %), with the same coverage (59/60 each at
 #: 15-20; 29/30 against 28/30 at 10) and medians within 0.001 of them, in 0.14-0.46 of the time: the 40 simulated
@@ -86,7 +87,8 @@ BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the wi
                    "population slope of the curved alternative (log tau = log C - alpha log j - curvature (log j - "
                    "m)^2 over the window, the same tail), matched like alpha, and |model_error| = |curved_alpha - "
                    "alpha| widens the interval on both sides; null \"first order\" (n/d >= "
-                   f"{FIRST_ORDER_RATIO:g}): simulated_mean 0 and simulated_sd the bend's first-order sd "
+                   f"{FIRST_ORDER_RATIO:g}, n the degrees of freedom or Kish's effective sample where fewer): "
+                   "simulated_mean 0 and simulated_sd the bend's first-order sd "
                    "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value")
 
 
@@ -314,7 +316,8 @@ class PopulationFit:
                                       "linear between); with a sampling curve, the half-width is the larger of "
                                       "that and t(0.975, partitions (parts - 1)) sampling_curve.sd (the data's own; "
                                       "sampling_curve.interval_from says which); route \"first order\" (n/d >= "
-                                      f"{FIRST_ORDER_RATIO:g}, replicates 0): sd is sd_first_order, the standard "
+                                      f"{FIRST_ORDER_RATIO:g}, n the degrees of freedom or Kish's effective sample "
+                                      "where fewer; replicates 0): sd is sd_first_order, the standard "
                                       "deviation of the same linear statistic when each log eigenvalue moves "
                                       "independently by sqrt(2 E[s^2] / n) (Anderson 1963), and t becomes the "
                                       "normal quantile"},
@@ -333,8 +336,8 @@ def is_first_order(n: int, d: int) -> bool:
 
 def _effective(n: int, n_effective: float | None) -> int:
     """The degrees of freedom the first-order route is decided on: weighted rows count as Kish's effective sample
-    when that is fewer."""
-    if n_effective is None or not math.isfinite(n_effective):
+    when that is fewer (equal weights, whose Kish is n less rounding, count as n)."""
+    if n_effective is None or not math.isfinite(n_effective) or n_effective >= n * (1.0 - 1e-9):
         return n
     return min(n, int(math.floor(n_effective)))
 

@@ -79,7 +79,14 @@ def participation_ratio(lam: np.ndarray) -> float:
 
 
 def entropy_rank(lam: np.ndarray) -> float:
-    total = float(lam.sum())
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(lam.sum())
+    if not math.isfinite(total):  # a sum past float64's range: the same shares from lam / its largest
+        top = float(np.max(lam)) if lam.size else 0.0
+        if not (math.isfinite(top) and top > 0):
+            return float("nan")  # (an infinite or NaN eigenvalue has no shares)
+        lam = lam / top
+        total = float(lam.sum())
     if total <= 0:
         return 0.0
     q = lam[lam > 0] / total

@@ -65,3 +65,8 @@ def test_entropy_rank_of_eigenvalues_spanning_more_than_float64_is_that_of_the_r
         warnings.simplefilter("error")
         assert entropy_rank(np.array([1e300, 1e-300])) == 1.0
         assert entropy_rank(np.array([1e300, 1e300, 1e-300])) == pytest.approx(2.0, rel=1e-15)
+        # a sum past float64's range: the same shares, from the eigenvalues over their largest
+        assert entropy_rank(np.array([1e308, 1e308])) == pytest.approx(2.0, rel=1e-15)
+        assert entropy_rank(np.array([1e308, 1e308, 1e308, 1.0])) == pytest.approx(3.0, rel=1e-15)
+        # an infinite or NaN eigenvalue has no shares: NaN, never a confident 1
+        assert np.isnan(entropy_rank(np.array([np.inf, 1.0]))) and np.isnan(entropy_rank(np.array([np.nan, 1.0])))

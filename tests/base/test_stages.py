@@ -133,17 +133,20 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
         monkeypatch.setattr(module, name, counting(getattr(module, name)))
     bare = spectra.Accumulator(d=32)  # (no row groups: no sub-samples, no sampling curve)
     bare.update(powerlaw_matrix(200, 32, 1.0, seed=3))
-    cases = (  # data, windows, decompositions, of up to
-        (powerlaw_matrix(200, 32, 1.0, seed=0), 1, 16 + 80, "32 x 32"),
-        (powerlaw_matrix(200, 32, 1.0, seed=0), 2, 16 + 2 * 80, "32 x 32"),
-        (powerlaw_matrix(321, 32, 1.0, seed=0), 1, 16, "32 x 32"),  # 10 d degrees of freedom: first order
-        (powerlaw_matrix(36, 48, 1.0, seed=1), 1, 16 + 80, "35 x 35"),  # n < d: the n x n route
-        (bare, 1, 40, "32 x 32"),
+    concentrated = np.where(np.arange(640) % 5 == 0, 1.0, 0.05)  # Kish 182.5 of 640 rows: 5.7 d
+    cases = (  # data, weights, windows, decompositions, of up to
+        (powerlaw_matrix(200, 32, 1.0, seed=0), None, 1, 16 + 80, "32 x 32"),
+        (powerlaw_matrix(200, 32, 1.0, seed=0), None, 2, 16 + 2 * 80, "32 x 32"),
+        (powerlaw_matrix(321, 32, 1.0, seed=0), None, 1, 16, "32 x 32"),  # 10 d degrees of freedom: first order
+        (powerlaw_matrix(321, 32, 1.0, seed=0), np.full(321, 0.3), 1, 16, "32 x 32"),  # equal weights: the same
+        (powerlaw_matrix(640, 32, 1.0, seed=4), concentrated, 1, 16 + 80, "32 x 32"),  # by Kish's: simulated
+        (powerlaw_matrix(36, 48, 1.0, seed=1), None, 1, 16 + 80, "35 x 35"),  # n < d: the n x n route
+        (bare, None, 1, 40, "32 x 32"),
     )
-    for data, windows, count, size in cases:
+    for data, weights, windows, count, size in cases:
         rec = Expecting(made)
         made.clear()
-        rep = spectra.fit(data, window=["3:12", "3:10"][:windows], population=True, progress=rec)
+        rep = spectra.fit(data, weights=weights, window=["3:12", "3:10"][:windows], population=True, progress=rec)
         assert all(f.population is not None for f in rep.fits)
         told = [e for e in rec.events if e[0] == "expect"]
         assert len(told) == 1 and made.count("told") == 1

@@ -43,6 +43,7 @@ from spectra_cli.sources.npy import npz_headers, read_npz_members
 from spectra_cli.stream.isotropy_sums import CosineAccumulator
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import HIGHEST, LOWEST, NormHistogram
+from spectra_cli.stream.states import MAX_WEIGHT, MIN_WEIGHT
 from spectra_cli.validate import PRECISIONS, check_path, product_dtype
 from spectra_cli.version import __version__
 
@@ -399,9 +400,9 @@ def _contents(arrays: dict[str, np.ndarray], path: str) -> MomentFile:
         # (sum w)^2 / sum w^2 lies in [1, rows of positive weight] (products, never powers: no OverflowError)
         raise InputError(f"{path}: meta weight_sq_sum {w2:g} with a weight sum of {W:g} gives an effective sample size "
                          f"(sum w)^2 / sum w^2 outside [1, {m.n_positive}] (the rows of positive weight).")
-    if m.weighted and m.n_positive and not 1e-250 <= W / m.n_positive <= 1e250 * m.n_positive:
+    if m.weighted and m.n_positive and not MIN_WEIGHT <= W / m.n_positive <= MAX_WEIGHT * m.n_positive:
         raise InputError(f"{path}: a weight sum of {W:g} over {m.n_positive} rows lies outside the weights spectra "
-                         "accepts (1e-250 to 1e250 a row).")
+                         f"accepts ({MIN_WEIGHT:g} to {MAX_WEIGHT:g} a row).")
     sources = meta.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
         raise f.bad("meta sources", sources, "a list of objects")

@@ -19,8 +19,9 @@ from spectra_cli.errors import InputError, param
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
-#: Row weights outside this range would overflow or underflow their sums (only ratios matter).
-MAX_WEIGHT, MIN_WEIGHT = 1e250, 1e-250
+#: Row weights outside this range would overflow or underflow their sums, or their squares' (Kish's effective sample
+#: from sum w^2: a weight of 1e-170 squares to 0); only ratios matter.
+MAX_WEIGHT, MIN_WEIGHT = 1e150, 1e-150
 
 
 class State(Protocol):
@@ -181,8 +182,8 @@ class RowGuard:
             if np.any(big) or np.any(tiny):
                 i = int(np.flatnonzero(big if np.any(big) else tiny)[0])
                 raise InputError(f"weight of row {row_id(i)} is {float(w[i]):.3g}; positive weights must lie within "
-                                 f"[{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] (their sums must stay finite and exact): rescale "
-                                 "them, only their ratios matter.")
+                                 f"[{MIN_WEIGHT:g}, {MAX_WEIGHT:g}] (their sums and their squares' must stay finite "
+                                 "and exact): rescale them, only their ratios matter.")
         ok = finite_rows(X)
         if ok is None:
             return (X[:0], None if w is None else w[:0]) if self.bad else (X, w)

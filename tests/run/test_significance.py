@@ -92,5 +92,8 @@ def test_a_number_under_two_names_is_tested_once_and_costs_are_not_compared(tmp_
     assert len(same) >= 2 and len({r["significant"] for r in same}) == 1
     tested = sum(r["p"] is not None for r in res["metrics"])
     assert res["significance"]["tested"] < tested  # the repeats share one test
-    pop = spectra.compare(str(tmp_path / "wa.npy"), str(tmp_path / "wa.npy"), population=True).to_dict()
+    np.save(tmp_path / "tall.npy", rng.standard_normal((400, 32)) * np.arange(1, 33) ** -0.4)  # (first order: cheap)
+    pop = spectra.compare(str(tmp_path / "tall.npy"), str(tmp_path / "tall.npy"), population=True,
+                          window="3:12").to_dict()
+    assert any(r["field"].startswith("fit.population.") for r in pop["metrics"])
     assert not [r for r in pop["metrics"] if ".cost." in r["field"] or r["field"].startswith("timings.")]

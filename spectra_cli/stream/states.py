@@ -19,9 +19,10 @@ from spectra_cli.errors import InputError, param
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
-#: Row weights outside this range would overflow or underflow their sums, or their squares' (Kish's effective sample
-#: from sum w^2: a weight of 1e-170 squares to 0); only ratios matter.
-MAX_WEIGHT, MIN_WEIGHT = 1e150, 1e-150
+#: Row weights outside this range would overflow or underflow their squares or the squares of their sums (Kish's
+#: effective sample (sum w)^2 / sum w^2, the weighted mean cosine): within it, a sum over up to 1e50 rows squares to
+#: a finite number and a single weight to a normal one (1e-170 squared to 0); only ratios matter.
+MAX_WEIGHT, MIN_WEIGHT = 1e100, 1e-100
 
 
 class State(Protocol):

@@ -524,7 +524,8 @@ def test_negative_seeds_and_sizes(cli, tmp_path, args, match):
     refused(cli, tmp_path, "fit", tmp_path / "a.npy", *args, match=match)
 
 
-@pytest.mark.parametrize("value", [1e308, 5e-324, 1e-170, 1e160])  # (1e-170 squares to 0: Kish's n was 0 / 0)
+# (1e-170 squares to 0: Kish's n was 0 / 0; 20,000 rows of 1e150 overflowed the square of their sum)
+@pytest.mark.parametrize("value", [1e308, 5e-324, 1e-170, 1e160, 1e150])
 def test_weights_beyond_the_safe_range(cli, tmp_path, value):
     np.save(tmp_path / "a.npy", X)
     np.save(tmp_path / "w.npy", np.full(len(X), value))

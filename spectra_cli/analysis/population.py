@@ -328,18 +328,13 @@ class PopulationFit:
         }
 
 
-def is_first_order(n: int, d: int) -> bool:
+def is_first_order(n: int, d: int, n_effective: float | None = None) -> bool:
     """Whether :func:`population_fit` takes the first-order route (no simulated samples) at ``n`` degrees of freedom
-    (rows - 1 centred) and ``d`` dimensions: n >= FIRST_ORDER_RATIO d."""
+    (rows - 1 centred) and ``d`` dimensions: n >= FIRST_ORDER_RATIO d, weighted rows counting as Kish's effective
+    sample ``n_effective`` where that is fewer (equal weights, whose Kish is n less rounding, count as n)."""
+    if n_effective is not None and math.isfinite(n_effective) and n_effective < n * (1.0 - 1e-9):
+        n = int(math.floor(n_effective))
     return n >= FIRST_ORDER_RATIO * d
-
-
-def _effective(n: int, n_effective: float | None) -> int:
-    """The degrees of freedom the first-order route is decided on: weighted rows count as Kish's effective sample
-    when that is fewer (equal weights, whose Kish is n less rounding, count as n)."""
-    if n_effective is None or not math.isfinite(n_effective) or n_effective >= n * (1.0 - 1e-9):
-        return n
-    return min(n, int(math.floor(n_effective)))
 
 
 def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None,
@@ -348,7 +343,7 @@ def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: in
     :func:`population_fit` makes: none on the first-order route; else the bootstrap's ``replicates`` and, with the
     data's sampling curve (``curve_parts``: its parts; None without one), CURVE_SIMULATIONS samples of
     ``curve_parts + 1`` spectra."""
-    if is_first_order(_effective(n, n_effective), d):
+    if is_first_order(n, d, n_effective):
         return 0
     return replicates + (CURVE_SIMULATIONS * (curve_parts + 1) if curve_parts else 0)
 
@@ -520,7 +515,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
     from scipy.special import ndtri, stdtrit
 
-    first_order = is_first_order(_effective(n, n_effective), d)
+    first_order = is_first_order(n, d, n_effective)
     if first_order:
         # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it

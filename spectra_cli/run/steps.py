@@ -5,7 +5,7 @@ the isotropy summary and the bootstrap of the fits."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -350,19 +350,11 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
             f"{n_eff:.4g} of {rows} rows, Kish): they enter the population model as row scales, so its interval is "
             "wider; more rows, or flatter weights, narrow it"))
 
-    told: list[bool] = []
-
-    def announce(sub_count: int, sub_size: int) -> None:
-        if eigen_seconds is not None and suite.fits:
-            main_size = main.n_features if first.moments is not None else min(first.n_rows, main.n_features)
-            _expect_population(sub_count, sub_size, dof=dof, d=lam.size, windows=len(suite.fits),
-                               main_size=main_size, eigen_seconds=eigen_seconds, n_effective=n_eff)
-        told.append(True)
-
-    subsamples = _subsamples(first, lam.size, centered=centered, ddof=ddof, seed=seed, warnings=warnings,
-                             announce=announce)
-    if not told:  # (no sub-samples: the simulated samples alone, without the sampling curve's)
-        announce(0, 0)
+    plan = _subsample_plan(first, seed=seed, warnings=warnings)
+    if eigen_seconds is not None and suite.fits:
+        _expect_population(plan, first, main, dof=dof, d=lam.size, windows=len(suite.fits),
+                           eigen_seconds=eigen_seconds, n_effective=n_eff)
+    subsamples = None if plan is None else _subsamples(first, plan, lam.size, centered=centered, ddof=ddof)
 
     def one(f: RankFit) -> RankFit:
         try:
@@ -392,17 +384,19 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     return replace(suite, fits=fits, rank=replace(suite.rank, participation_ratio_population=pr))
 
 
-def _expect_population(sub_count: int, sub_size: int, *, dof: int, d: int, windows: int, main_size: int,
-                       eigen_seconds: float, n_effective: float | None = None) -> None:
+def _expect_population(plan: SubsamplePlan | None, first: Accumulated, main: Spectrum, *, dof: int, d: int,
+                       windows: int, eigen_seconds: float, n_effective: float | None = None) -> None:
     """Tell the progress how long the population's eigendecompositions will take, at the pace of the spectrum's own
-    (``eigen_seconds`` for ``main_size`` rows, the cost growing as the cube of the size): the data's ``sub_count``
-    sub-samples of ``sub_size`` and, below the first-order ratio, each window's simulated samples (the sampling
-    curve's with sub-samples only). An estimate: the match, the simulated rows' products and the decompositions
-    that run side by side move it either way."""
+    (``main``'s, ``eigen_seconds``; the cost growing as the cube of the size): the data's sub-samples
+    (``plan``; None: none) and, below the first-order ratio, each window's simulated samples (the sampling curve's
+    with sub-samples only). An estimate: the match, the simulated rows' products and the decompositions that run
+    side by side move it either way."""
     from spectra_cli.analysis.population import simulated_decompositions
     from spectra_cli.analysis.sampling_curve import SUBSAMPLE_PARTS
     from spectra_cli.stages import expect
 
+    main_size = main.n_features if first.moments is not None else min(first.n_rows, main.n_features)
+    sub_count, sub_size = (0, 0) if plan is None else (plan.keep.shape[0] * plan.keep.shape[1], plan.size(first))
     simulated = windows * simulated_decompositions(dof, d, replicates=POPULATION_REPLICATES,
                                                    curve_parts=SUBSAMPLE_PARTS if sub_count else None,
                                                    n_effective=n_effective)
@@ -418,18 +412,33 @@ def _expect_population(sub_count: int, sub_size: int, *, dof: int, d: int, windo
 GRAM_GROUPS = 32
 
 
-def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, seed: int,
-                warnings: list[str], announce: Callable[[int, int], None] | None = None) -> Subsamples | None:
-    """The spectra of the sub-samples that check the row model (:func:`spectra_cli.analysis.sampling_curve.
-    sampling_curve`): from the pass's row-block groups, or, on the n x n route, from groups of consecutive
-    rows; their leading ``width`` eigenvalues. None (and a warning) when there are too few groups.
-    ``announce(count, size)``: told how many decompositions of what size they take, before they start."""
-    from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, Subsamples, subsample_design
+@dataclass(frozen=True)
+class SubsamplePlan:
+    """Which row groups each sub-sample of the sampling curve keeps (``keep``: partitions x parts x groups), and
+    where the groups come from."""
+
+    keep: np.ndarray
+    source: str
+
+    def size(self, first: Accumulated) -> int:
+        """The order of each sub-sample's decomposition: d x d from the groups' moments; on the n x n route the
+        Gram matrix of the rows it keeps (all but one part)."""
+        if first.moments is not None:
+            return int(first.moments.m2.shape[0])
+        assert first.rows is not None
+        m = self.keep.shape[1]
+        return min(first.rows.shape[1], len(first.rows) * (m - 1) // m)
+
+
+def _subsample_plan(first: Accumulated, *, seed: int, warnings: list[str]) -> SubsamplePlan | None:
+    """The sub-samples that check the row model (:func:`spectra_cli.analysis.sampling_curve.sampling_curve`): from
+    the pass's row-block groups, or, on the n x n route, from groups of consecutive rows. None (and a warning)
+    when there are too few groups, or groups too unequal to leave out a quarter of the rows at a time."""
+    from spectra_cli.analysis.sampling_curve import MIN_SUBSAMPLE_GROUPS, subsample_design
 
     if first.moments is None:
         assert first.rows is not None
-        n = len(first.rows)
-        G = min(GRAM_GROUPS, n)
+        G = min(GRAM_GROUPS, len(first.rows))
         source = f"{G} groups of consecutive rows"
     else:
         G = len(first.groups)
@@ -453,14 +462,15 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
             "the row model alone, unchecked against the data's own sampling curve; moment files of similar row counts "
             "(or flatter weights) let it be checked"))
         return None
-    R, m = keep.shape[:2]
-    flat = keep.reshape(R * m, G)
-    if announce is not None:
-        if first.moments is not None:
-            announce(R * m, first.moments.m2.shape[0])
-        else:
-            assert first.rows is not None
-            announce(R * m, min(first.rows.shape[1], len(first.rows) * (m - 1) // m))
+    return SubsamplePlan(keep, source)
+
+
+def _subsamples(first: Accumulated, plan: SubsamplePlan, width: int, *, centered: bool, ddof: int) -> Subsamples:
+    """The spectra of the planned sub-samples: their leading ``width`` eigenvalues."""
+    from spectra_cli.analysis.sampling_curve import Subsamples
+
+    R, m, G = plan.keep.shape
+    flat = plan.keep.reshape(R * m, G)
     from spectra_cli.stages import stage
 
     tick = stage("population: sub-sample spectra", R * m)
@@ -471,6 +481,7 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
         tick(R * m)
     else:
         assert first.rows is not None
+        n = len(first.rows)
         label = np.arange(n) * G // n
         spectra = np.zeros((R * m, first.rows.shape[1]))
         dof = np.empty(R * m)
@@ -488,4 +499,4 @@ def _subsamples(first: Accumulated, width: int, *, centered: bool, ddof: int, se
     out = np.zeros((R * m, width))
     k = min(width, spectra.shape[1])
     out[:, :k] = np.where(np.isnan(spectra[:, :k]), np.nan, np.maximum(spectra[:, :k], 0.0))
-    return Subsamples(out.reshape(R, m, width), dof.reshape(R, m), G, source)
+    return Subsamples(out.reshape(R, m, width), dof.reshape(R, m), G, plan.source)

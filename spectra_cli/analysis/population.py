@@ -32,9 +32,9 @@ import numpy as np
 
 from spectra_cli.analysis.equivalent import (
     MIN_RANKS,
-    PARALLEL_WORK,
     Grid,
     expected_eigenvalues,
+    pieces_side_by_side,
     slope_of,
     slope_weights,
 )
@@ -132,15 +132,15 @@ def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0
 def on_grid_copies(f_on: Callable[[np.ndarray, Grid], np.ndarray],
                    grid: Grid) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """``f_on`` at several points at once (a finite difference's), each from ``grid``'s last solution on its own
-    copy of it, so that the order does not matter: side by side on the cores where one evaluation's grid (its
-    points times atoms) is below :data:`~spectra_cli.analysis.equivalent.PARALLEL_WORK` (its pieces then solved on
-    one core), else one after another (:func:`spectra_cli.threads.map_side_by_side`)."""
+    copy of it, so that the order does not matter: side by side on the cores where one evaluation does not solve
+    its own pieces side by side (:func:`~spectra_cli.analysis.equivalent.pieces_side_by_side`), else one after
+    another (:func:`spectra_cli.threads.map_side_by_side`)."""
     from spectra_cli import threads
 
     def many(points: list[np.ndarray]) -> list[np.ndarray]:
         groups, last = grid.groups, grid.last
         return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last)), points,
-                                        wanted=grid.points * grid.atoms < PARALLEL_WORK)
+                                        wanted=not pieces_side_by_side(grid.points, grid.atoms))
 
     return many
 

@@ -138,16 +138,18 @@ def blas(flops: float, small: float = SMALL_FLOPS) -> Iterator[int]:
 _in_pool = threading.local()
 
 
-def map_side_by_side(fn: Callable[[T], R], items: Sequence[T], *, wanted: bool) -> list[R]:
-    """``[fn(item) for item in items]``, side by side on the cores this process may use when ``wanted`` and the
-    thread policy runs small operations on one thread (no caller fixed more: each task's BLAS calls then on one
-    thread, never two tasks of two threads each on two cores), else one after another; never from inside such a
-    task (no pool within a pool). ``fn`` must not depend on the order: the results are the same either way."""
-    workers = min(len(items), threads_for(float("inf")))
+def pool_workers(items: int, *, wanted: bool) -> int:
+    """How many threads run ``items`` tasks side by side (1: one after another): the cores this process may use
+    when ``wanted`` and the thread policy runs small operations on one thread (no caller fixed more), never from
+    inside such a task (no pool within a pool)."""
+    workers = min(items, threads_for(float("inf")))
     if not wanted or workers <= 1 or threads_for(0.0) != 1 or getattr(_in_pool, "active", False):
-        return [fn(item) for item in items]
-    from concurrent.futures import ThreadPoolExecutor
+        return 1
+    return workers
 
+
+def in_pool(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """``fn`` marked, while it runs, as a task of a pool: a :func:`pool_workers` inside it is 1."""
     def task(item: T) -> R:
         _in_pool.active = True
         try:
@@ -155,6 +157,20 @@ def map_side_by_side(fn: Callable[[T], R], items: Sequence[T], *, wanted: bool) 
         finally:
             _in_pool.active = False
 
+    return task
+
+
+def map_side_by_side(fn: Callable[[T], R], items: Sequence[T], *, wanted: bool) -> list[R]:
+    """``[fn(item) for item in items]``, side by side on the cores this process may use when ``wanted`` and the
+    thread policy runs small operations on one thread (no caller fixed more: each task's BLAS calls then on one
+    thread, never two tasks of two threads each on two cores), else one after another; never from inside such a
+    task (no pool within a pool). ``fn`` must not depend on the order: the results are the same either way."""
+    workers = pool_workers(len(items), wanted=wanted)
+    if workers <= 1:
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    task = in_pool(fn)
     # (threadpoolctl's limit is global to the process: set here, once, by this thread)
     with blas(0.0), ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(task, items))

@@ -146,12 +146,13 @@ def simulated_stream(tau: np.ndarray, n: int, rng: np.random.Generator,
             yield simulated_spectrum(tau, n, rng, scales)
         return
     rows = [simulated_rows(tau, n, rng, scales) for _ in range(sizes[0])]
+    decompose = threads.in_pool(partial(_spectrum_of_gram, d=tau.size, denom=float(n)))
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         for k in range(len(sizes)):
             grams = [_small_gram(Z) for Z in rows]
             rows = []  # (freed before the next ones are drawn)
             with threads.blas(0.0):  # (set once, by this thread: each decomposition on one thread)
-                futures = [pool.submit(_spectrum_of_gram, G, tau.size, float(n)) for G in grams]
+                futures = [pool.submit(decompose, G) for G in grams]
                 if k + 1 < len(sizes):
                     rows = [simulated_rows(tau, n, rng, scales) for _ in range(sizes[k + 1])]
                 done = [f.result() for f in futures]
@@ -160,14 +161,14 @@ def simulated_stream(tau: np.ndarray, n: int, rng: np.random.Generator,
 
 def parallel_count(n: int, d: int) -> int:
     """How many simulated samples of ``n`` x ``d`` rows to decompose at once: the cores, where they run side by
-    side (:func:`side_by_side`), within :data:`PARALLEL_BYTES` of their float64 Gram matrices (each held, and
-    copied by the decomposition); else one."""
+    side (:func:`side_by_side`; one inside another pool's task), within :data:`PARALLEL_BYTES` of their float64
+    Gram matrices (each held, and copied by the decomposition); else one."""
     from spectra_cli import threads
 
     m = min(n, d)
     if not _one_thread_each(m):
         return 1
-    return max(1, min(threads.threads_for(float("inf")), PARALLEL_BYTES // max(1, 16 * m * m)))
+    return max(1, min(threads.pool_workers(1 << 30, wanted=True), PARALLEL_BYTES // max(1, 16 * m * m)))
 
 
 def simulated_spectrum(tau: np.ndarray, n: int, rng: np.random.Generator,

@@ -41,6 +41,10 @@ def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call():
     assert all(np.array_equal(a, b) for a, b in zip(seq, par, strict=True))
     with threads.call(1):  # a caller that allows one thread: one sample at a time
         assert parallel_count(100, 10) == 1
+    with threads.call(None):  # inside another pool's task: one at a time (no pool within a pool)
+        inside = threads.in_pool(lambda _: parallel_count(100, 10))
+        assert threads.pool_workers(4, wanted=True) == min(4, threads.usable_cores())
+        assert inside(None) == 1 and threads.pool_workers(4, wanted=True) == min(4, threads.usable_cores())
         assert all(np.array_equal(a, b) for a, b in zip(seq, side_by_side([partial(np.linalg.eigvalsh, M)
                                                                            for M in mats], 80), strict=True))
 

@@ -91,6 +91,8 @@ def tracy_widom_sf(s: float) -> float:
         return 0.0 if s > 0 else 1.0
     if s < -12.0:  # F_1(-12) is below 1e-40
         return 1.0
+    if s > 120.0:  # 1 - F_1(s) ~ exp(-2 s^1.5 / 3) is below the smallest double (and Ai overflows far out)
+        return 0.0
     x, w = np.polynomial.legendre.leggauss(_TW_NODES)
     x = s + (x + 1.0) * (_TW_SPAN / 2.0)
     w = w * (_TW_SPAN / 2.0)

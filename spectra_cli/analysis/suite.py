@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+import numpy as np
+
 from spectra_cli.analysis.capacity import Capacity, capacity
 from spectra_cli.analysis.density import DensityFit, density_fit
 from spectra_cli.analysis.isotropy import SCALES
@@ -38,6 +40,11 @@ CONVENTIONS = tuple(c.value for c in Convention)
 POOR_FIT_R2 = 0.9
 MODEL_NAMES = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
 POOR_FIT_RMS = 0.25
+#: A drop between consecutive eigenvalues above a rank window of at least this factor, where the ranks above the
+#: drop hold at least CLIFF_SHARE of the variance, is said: the window then measures what lies under the drop (noise,
+#: or what is left of a collapsed representation), not the representation's own spectrum.
+CLIFF_RATIO = 1e3
+CLIFF_SHARE = 0.999
 #: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
 MAX_CI_REPLICATES = 20_000
 
@@ -316,6 +323,7 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
                 f"{f.alpha:.{3 if f.model == 'broken' else 4}f} does not summarise "
                 f"this window. Look at the figure, then try another window ({param('window', 'K1:K2')}) or another "
                 f"model ({param('model', others[0])}, or {others[1]!r})"))
+    warnings += cliff_warnings(lam, [f.window for f in fits])
     models = (compare_models(lam, windows[0], method=opts.method, degree=opts.degree, selected=opts.model)
               if windows else None)
     resolved = spec.resolved()
@@ -335,3 +343,41 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
 
 
 
+
+
+def cliff_above(lam: np.ndarray, k_min: int) -> tuple[int, float, float] | None:
+    """The largest drop between consecutive eigenvalues above rank ``k_min`` (``lam`` descending): ``(j, ratio,
+    share)``, eigenvalue ``j`` being ``ratio`` times eigenvalue ``j + 1 <= k_min`` and ranks ``1..j`` holding
+    ``share`` of the positive eigenvalues' sum; None where the largest such drop is below :data:`CLIFF_RATIO` or
+    the ranks above it hold less than :data:`CLIFF_SHARE`."""
+    head = np.asarray(lam[:k_min], dtype=np.float64)
+    if head.size < 2 or not head[0] > 0 or not head[-1] > 0:
+        return None
+    ratios = head[:-1] / head[1:]
+    j = int(np.argmax(ratios)) + 1
+    total = float(np.sum(lam[lam > 0]))
+    share = float(np.sum(head[:j])) / total if total > 0 else 0.0
+    if not (ratios[j - 1] >= CLIFF_RATIO and share >= CLIFF_SHARE):
+        return None
+    return j, float(ratios[j - 1]), share
+
+
+def cliff_warnings(lam: np.ndarray, windows: list[Window]) -> list[str]:
+    """One warning per drop (:func:`cliff_above`) that rank windows lie under, naming them."""
+    under: dict[int, tuple[float, float, list[Window]]] = {}
+    for w in windows:
+        found = cliff_above(lam, w.k_min)
+        if found is not None:
+            j, ratio, share = found
+            under.setdefault(j, (ratio, share, []))[2].append(w)
+    out: list[str] = []
+    for j, (ratio, share, ws) in under.items():
+        names = ", ".join(f"{w.k_min}..{w.k_max}" for w in ws)
+        above = (f", or fit ranks above it ({param('window', f'1:{j}')})" if j >= 3 else "")
+        held = f"all but {1.0 - share:.2g} of the variance" if share > 0.9999 else f"{100 * share:.2f}% of the variance"
+        out.append(Message(
+            f"ranks 1..{j} hold {held} and eigenvalue {j + 1} is {ratio:.3g} times smaller "
+            f"than eigenvalue {j}: the window{'s' if len(ws) > 1 else ''} {names} measure{'' if len(ws) > 1 else 's'} "
+            "what lies under that drop (noise, or what is left of a collapsed representation), and alpha there says "
+            f"nothing of the collapse itself. Read the participation ratio and the numerical rank{above}"))
+    return out

@@ -198,3 +198,30 @@ def test_a_window_the_law_does_not_follow_is_said_to_fit_poorly():
     assert rep.fit.r2 < 0.9 and any("fits ranks 3..150 poorly" in w for w in rep.warnings)
     clean = spectra.fit(np.arange(1, 201) ** -1.0, eigenvalues=True, window="3:150")
     assert not any("poorly" in w for w in clean.warnings)
+
+
+def test_a_window_under_a_drop_that_holds_the_variance_says_so():
+    """A collapsed representation (8 directions over a noise floor): the default window fits the floor, whose
+    alpha is small, and a gate on alpha alone would pass; the warning names the drop, the share above it, and
+    the windows under it. A spike that holds half the variance, and a plain power law, are not such a drop."""
+    import spectra_cli as spectra
+    from spectra_cli.analysis.suite import CLIFF_RATIO, CLIFF_SHARE, cliff_above
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 8)) @ rng.standard_normal((8, 128)) + 1e-3 * rng.standard_normal((2000, 128))
+    rep = spectra.fit(X, window=["11:30", "12:40"])
+    lam = rep.spectrum.eigenvalues
+    said = [w for w in rep.warnings if "under that drop" in w]
+    ratio = lam[7] / lam[8]
+    assert len(said) == 1 and ratio > CLIFF_RATIO
+    assert said[0].startswith(f"ranks 1..8 hold all but {1 - lam[:8].sum() / lam[lam > 0].sum():.2g} of the "
+                              f"variance and eigenvalue 9 is {ratio:.3g} times smaller than eigenvalue 8: the windows "
+                              "11..30, 12..40 measure what lies under that drop")
+    assert said[0].endswith("or fit ranks above it (window='1:8')")
+    law = np.arange(1, 201) ** -1.0
+    assert cliff_above(law, 11) is None and not any("drop" in w for w in spectra.fit(law, eigenvalues=True).warnings)
+    spike = np.r_[1.0, np.full(2000, 9e-4)]  # 1,111 x the next, a third of the variance: no cliff
+    assert spike[0] / spike[1] >= CLIFF_RATIO and spike[0] / spike.sum() < CLIFF_SHARE
+    assert cliff_above(spike, 11) is None
+    j, r, share = cliff_above(np.r_[1.0, 1e-4, 1e-4 * law[1:20]], 5)  # the drop right above the window counts too
+    assert (j, r) == (1, pytest.approx(1e4)) and share > CLIFF_SHARE

@@ -34,6 +34,19 @@ def test_tracy_widom_has_its_mean_and_a_tail_that_keeps_its_digits() -> None:
         asym = math.exp(-2.0 / 3.0 * v ** 1.5) / (4.0 * math.sqrt(math.pi) * v ** 0.75)
         assert tracy_widom_sf(v) == pytest.approx(asym, rel=1.0 / v ** 1.5)
     assert tracy_widom_sf(-20.0) == 1.0 and tracy_widom_sf(math.inf) == 0.0
+    # past the smallest double, 0 (the Airy function overflowed far out: a matrix of NaN, a LinAlgError)
+    assert 0.0 < tracy_widom_sf(100.0) < 1e-290 and tracy_widom_sf(121.0) == 0.0 == tracy_widom_sf(1e200)
+
+
+def test_spikes_of_a_collapsed_matrix_are_its_directions():
+    """8 directions over a noise floor 1e-6 of them: the head is 8 spikes, each far past any bulk (a statistic
+    of ~1e9 Tracy-Widom scales, where the Airy function overflowed and the test ended in a traceback)."""
+    import spectra_cli as spectra
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 8)) @ rng.standard_normal((8, 384)) + 1e-3 * rng.standard_normal((2000, 384))
+    found = spectra.fit(X, spikes=True).spikes
+    assert [s["rank"] for s in found.to_dict()["spikes"]] == list(range(1, 9))
 
 
 @pytest.mark.parametrize(("d", "n"), [(200, 200), (200, 800), (300, 100)])

@@ -118,6 +118,15 @@ def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
             f"{what} field {field!r} is {kind} of the report{hint}; valid fields: {', '.join(names)} "
             "(and every other numeric leaf, e.g. fits.1.alpha, models.models.broken.alpha_2, spectrum.eigenvalues.0)"
         )
+    if v is None:
+        # null because the option that computes it was not given (the report's own options say so): the check
+        # cannot pass or fail, it was asked of the wrong report
+        made = doc.get("options")
+        wanted = registry.added_by(field)
+        if wanted and isinstance(made, dict) and all(name in made and not made[name] for name, _ in wanted):
+            asked = " or ".join(param(name, value) for name, value in wanted)
+            raise OptionError(f"{what} field {field!r} is null: the report was made without {asked}, which computes "
+                              f"it; ask for {asked} where the report is made, or check another field.")
     return None if v is None else float(v)
 
 

@@ -72,6 +72,7 @@ def test_the_fields_an_option_adds_are_the_registrys_and_check_names_the_option(
         plain = entries(spectra.fit(path, window="3:30").to_dict())
         groups = {m.added_by for m in metrics.METRICS if m.added_by}
         assert len(groups) >= 6
+        said: set = set()
         for group in groups:
             added = {m.path for m in metrics.METRICS if m.added_by == group}
             assert not plain & added, group
@@ -81,9 +82,15 @@ def test_the_fields_an_option_adds_are_the_registrys_and_check_names_the_option(
             field = sorted(p for p in added if "*" not in p)[0]
             try:
                 result = spectra.check(path, require=[f"{field} >= 0"], window="3:30")
-            except OptionError as exc:  # not in the report: the check names what adds it
+            except OptionError as exc:  # not in the report, or null there: the check names what adds it
                 wanted = OptionError(" or ".join(param(n, v) for n, v in group))
-                assert f"({field} is in the report with {wanted})" in str(exc)
-                assert f"({field} is in the report with {wanted.for_cli()})" in exc.for_cli()
+                if "is null" in str(exc):  # the report's options say it was made without it (population, ci)
+                    said.add(group)
+                    assert f"{field!r} is null: the report was made without {wanted}, which computes" in str(exc)
+                    assert f"without {wanted.for_cli()}, which computes" in exc.for_cli()
+                else:
+                    assert f"({field} is in the report with {wanted})" in str(exc)
+                    assert f"({field} is in the report with {wanted.for_cli()})" in exc.for_cli()
             else:  # a section present as null (density, weightwatcher): a failed check
                 assert not result.passed, field
+        assert (("population", True),) in said

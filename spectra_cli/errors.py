@@ -67,6 +67,21 @@ class Message(str):
         return obj
 
 
+#: Whether this process runs for the command line (set by it; inherited by a batch's workers): the reports its
+#: batch workers write name options as flags, as the command line's own lines do.
+CLI_RUN = [False]
+
+
+def command_line_run(on: bool) -> None:
+    """Mark this process as running for the command line (``on``) or for the library."""
+    CLI_RUN[0] = bool(on)
+
+
+def for_caller(message: object) -> str:
+    """A message as its caller spells options: flags in a command-line run, keywords otherwise."""
+    return _render(raw(message), cli=CLI_RUN[0])
+
+
 def raw(message: object) -> str:
     """The marked text of a message, an exception or a note (to build another message from it)."""
     if isinstance(message, SpectraError):

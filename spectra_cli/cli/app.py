@@ -84,6 +84,15 @@ class SpectraGroup(TyperGroup):
             raise _PipeClosed() from exc
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        from spectra_cli.errors import command_line_run
+
+        command_line_run(True)  # (a batch's reports name options as flags; the library's own, as keywords)
+        try:
+            return self._main(*args, **kwargs)
+        finally:
+            command_line_run(False)
+
+    def _main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False  # exceptions reach us; we choose the exit code
         import warnings
 

@@ -171,9 +171,9 @@ def batch(
         sys.stderr.write(f"note: {len(warned)} of {analysed} item(s) have warnings, kept in {where}"
                          + ("" if verbose else "; --verbose names the items") + "\n")
         if verbose:
-            for r in warned:  # each warning's first clause (the whole text is in the report)
-                sys.stderr.write(f"note: {r['item']}: " + "; ".join(str(w).split(":")[0] for w in r["warnings"])
-                                 + "\n")
+            for r in warned:  # each warning whole, as fit prints them
+                sys.stderr.write(f"note: {r['item']}:\n"
+                                 + "".join(f"  warning: {flag_text(w)}\n" for w in r["warnings"]))
     if resume:
         added = sum(1 for r in result.results if "skipped" not in r)
         sys.stderr.write(f"note: --resume kept {result.resumed} item(s) already in {jsonl}, retried "

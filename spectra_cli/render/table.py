@@ -139,8 +139,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
         parts.extend(column_tables(width or 400, f"Power-law fits (lambda_j ~ j^-alpha over a window of ranks{shared})",
                                    "window", windows, list(cells.items()), box=None))
         notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
-                 "samples of this size); LS SE: the least-squares scatter of the points about the line, which "
-                 "under-states it"]
+                 "samples of this size); LS SE: the least-squares scatter of the points about the line (no sampling "
+                 "error: it under-states it where the law follows the points, and measures the misfit where not)"]
         for f in excluded:
             notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
                          f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "

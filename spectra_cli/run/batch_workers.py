@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from spectra_cli.errors import SpectraError
+from spectra_cli.errors import CLI_RUN, SpectraError
 from spectra_cli.options import ENGINES
 from spectra_cli.results import ERROR_SCHEMA
 from spectra_cli.run.batch_items import Item
@@ -23,7 +23,7 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     """One item's JSON line (runs in a worker process)."""
     import warnings
 
-    from spectra_cli.errors import SpectraWarning
+    from spectra_cli.errors import SpectraWarning, for_caller
     from spectra_cli.run import matrix as api
 
     if error is not None:
@@ -35,7 +35,7 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
             doc = api.fit(name, **options).to_dict()
     except SpectraError as exc:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
-                "error": str(exc)}
+                "error": for_caller(exc)}
     except MemoryError:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": "out of memory while analysing this item (fewer workers, or --max-memory, may help)"}
@@ -48,13 +48,18 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"unexpected {type(exc).__name__}: {exc} (a bug; please report it)"}
     doc["item"] = name  # doc["source"]["fingerprint"] comes from the same function on the same input
+    if isinstance(doc.get("warnings"), list):  # (options named as the batch's caller spells them)
+        doc["warnings"] = [for_caller(w) if isinstance(w, str) else w for w in doc["warnings"]]
     return doc
 
 
-def _worker_init(threads: int, parent: int | None = None) -> None:
+def _worker_init(threads: int, parent: int | None = None, command_line: bool = False) -> None:
     """Worker initializer: ``threads`` BLAS threads (workers x threads <= cores), and death with the
     parent (Linux), so a killed batch leaves no workers running. ``parent``: the batch's process id; a
     worker whose parent died before it asked for the signal (it would never come) exits at once."""
+    from spectra_cli.errors import command_line_run
+
+    command_line_run(command_line)  # (a spawned worker does not inherit it)
     for var in ENV_VARS:
         os.environ[var] = str(threads)  # the worker's cap (threads.threads_for respects it)
     if sys.platform.startswith("linux"):
@@ -79,7 +84,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     threads = worker_threads(workers)  # the cores shared out (not the machine's count: its affinity mask)
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                               initializer=_worker_init, initargs=(threads, os.getpid()))
+                               initializer=_worker_init, initargs=(threads, os.getpid(), CLI_RUN[0]))
 
 
 def run_batch(

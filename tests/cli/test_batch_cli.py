@@ -276,5 +276,19 @@ def test_items_with_warnings_are_counted_and_verbose_names_them(cli, tmp_path):
     assert warned == [str(tmp_path / "wide.npy")]
     assert f"note: 1 of 2 item(s) have warnings, kept in the lines of {out}; --verbose names the items" in r.stderr
     r = cli("batch", tmp_path / "wide.npy", tmp_path / "tall.npy", "--window", "2:8", "--verbose")
-    first = lines[str(tmp_path / "wide.npy")]["warnings"][0].split(":")[0]
-    assert f"note: {tmp_path / 'wide.npy'}: {first}" in r.stderr and "n = 40 < d = 120" in r.stderr
+    said = lines[str(tmp_path / "wide.npy")]["warnings"]
+    assert f"note: {tmp_path / 'wide.npy'}:\n" + "".join(f"  warning: {w}\n" for w in said) in r.stderr
+    assert "n = 40 < d = 120" in r.stderr
+    # the lines name options as flags, as fit's own warnings do; the library's batch, as keywords
+    import warnings
+
+    import spectra_cli as spectra
+
+    np.save(tmp_path / "few.npy", powerlaw_matrix(200, 40, 1.0, seed=3))  # n/d = 5: the population's advice
+    r = cli("batch", tmp_path / "few.npy", "--window", "2:8", "--json")
+    said = json.loads(r.stdout)["warnings"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        library = spectra.batch([tmp_path / "few.npy"], window="2:8").results[0]["warnings"]
+    assert "--population" in " ".join(said) and "population=True" in " ".join(library)
+    assert [w.replace("population=True", "--population") for w in library] == said

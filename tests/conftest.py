@@ -50,7 +50,8 @@ def _command() -> Any:
 
 @pytest.fixture
 def cli(_command: Any) -> Callable[..., Run]:
-    runner = CliRunner()
+    # stdout a pipe without COLUMNS, as in a user's log (pytest-xdist's workers have COLUMNS=80 exported)
+    runner = CliRunner(env={"COLUMNS": None})  # type: ignore[dict-item]
 
     def run(*args: str) -> Run:
         r = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)

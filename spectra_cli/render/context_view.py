@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from spectra_cli.metrics import label
 
@@ -15,31 +14,36 @@ def _num(x: Any, fmt: str = ".4g") -> str:
 
 
 def print_sequence(doc: dict[str, Any], console: Console) -> None:
+    from rich.text import Text
+
+    from spectra_cli.errors import flag_text
+    from spectra_cli.render.screens import print_columns
+
     src = doc["source"]
-    console.print(f"[bold]{src['path']}[/]: {src['layout']}; positions used {len(src['positions_used'])}, "
-                  f"{src['windows_in_context']} windows in the context")
-    t = Table("position", "tokens", label("fit.alpha"), label("rank.participation_ratio"),
-              label("isotropy.mean_cosine"), title="Per position", title_justify="left")
-    for row in doc["per_position"]:
-        t.add_row(str(row["position"]), str(row["n"]), _num(row["alpha"], ".4f"), _num(row["participation_ratio"]),
-                  _num(row["mean_cosine"], ".3f"))
-    console.print(t)
-    s = Table("spectrum", "n", "features", label("fit.alpha"), "window", label("rank.participation_ratio"),
-              label("rank.entropy_rank"),
-              title="Spectra", title_justify="left")
+    console.print(Text(f"{src['path']}: {src['layout']}; positions used {len(src['positions_used'])}, "
+                       f"{src['windows_in_context']} windows in the context"))
+    rows = doc["per_position"]
+    print_columns(console, "Per position", "position", [str(r["position"]) for r in rows], [
+        ("tokens", [str(r["n"]) for r in rows]),
+        (label("fit.alpha"), [_num(r["alpha"], ".4f") for r in rows]),
+        (label("rank.participation_ratio"), [_num(r["participation_ratio"]) for r in rows]),
+        (label("isotropy.mean_cosine"), [_num(r["mean_cosine"], ".3f") for r in rows])])
     parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
-    for name, part in parts:
-        sp, fit, rank = part["spectrum"], part.get("fit"), part.get("rank") or {}
-        s.add_row(name, str(sp["n_samples"]), str(sp["n_features"]), _num(fit["alpha"], ".4f") if fit else "—",
-                  f"{fit['window'][0]}..{fit['window'][1]}" if fit else "—", _num(rank.get("participation_ratio")),
-                  _num(rank.get("entropy_rank")))
-    console.print(s)
+    fits = [p.get("fit") for _, p in parts]
+    ranks = [p.get("rank") or {} for _, p in parts]
+    print_columns(console, "Spectra", "spectrum", [name for name, _ in parts], [
+        ("n", [str(p["spectrum"]["n_samples"]) for _, p in parts]),
+        ("features", [str(p["spectrum"]["n_features"]) for _, p in parts]),
+        (label("fit.alpha"), [_num(f["alpha"], ".4f") if f else "—" for f in fits]),
+        ("window", [f"{f['window'][0]}..{f['window'][1]}" if f else "—" for f in fits]),
+        (label("rank.participation_ratio"), [_num(r.get("participation_ratio")) for r in ranks]),
+        (label("rank.entropy_rank"), [_num(r.get("entropy_rank")) for r in ranks])])
     lag = doc["lag_energy"]
-    lt = Table("lag", "energy", *(("shuffled",) if lag["shuffled"] else ()), title="Lag energy (cross-position "
-               "blocks / diagonal blocks)", title_justify="left")
-    for i, lg in enumerate(lag["lags"][:12]):
-        lt.add_row(str(lg), _num(lag["data"][i]), *((_num(lag["shuffled"][i]),) if lag["shuffled"] else ()))
-    console.print(lt)
+    shown = range(min(12, len(lag["lags"])))
+    print_columns(console, "Lag energy (cross-position blocks / diagonal blocks)", "lag",
+                  [str(lag["lags"][i]) for i in shown],
+                  [("energy", [_num(lag["data"][i]) for i in shown]),
+                   *([("shuffled", [_num(lag["shuffled"][i]) for i in shown])] if lag["shuffled"] else [])])
     for w in doc["warnings"]:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(Text.assemble(("warning:", "yellow"), " ", flag_text(w)))

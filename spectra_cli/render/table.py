@@ -30,7 +30,7 @@ def _se(section: dict[str, Any], m: Metric) -> str:
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
-    t.add_column()
+    t.add_column(overflow="fold")  # (a path longer than the line folds: never cut)
     for k, v in rows:
         t.add_row(k, _fmt(v))
     return t
@@ -254,11 +254,39 @@ def print_report(doc: dict[str, Any], console: Console) -> None:
     console.print(report_renderable(doc, width=console.width))
 
 
+class _NoTrailingSpaces:
+    """A text stream writing to ``out`` with each line's trailing spaces left out (a table's cells are padded
+    to its width: in a log every line would end in spaces)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.pending = out, ""
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        if lines:
+            self.out.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write(self.pending)
+            self.pending = ""
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def console_for() -> Console:
-    """A console for stdout: the terminal's width on a terminal; in a log or a pipe, as wide as
-    the tables need (nothing is cut), without colour codes."""
+    """A console for stdout: the terminal's width on a terminal; in a log or a pipe, ``COLUMNS`` where set, else
+    as wide as the tables need (nothing is cut), without colour codes or trailing spaces."""
+    import os
     import sys
 
     if sys.stdout.isatty():
         return Console()
-    return Console(width=400, no_color=True, highlight=False, soft_wrap=True)
+    text = os.environ.get("COLUMNS", "").strip()
+    width = int(text) if text.isdigit() and 40 <= int(text) <= 10_000 else 400
+    return Console(file=_NoTrailingSpaces(sys.stdout), width=width, no_color=True, highlight=False,
+                   soft_wrap=width == 400)

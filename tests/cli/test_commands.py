@@ -338,3 +338,37 @@ def test_long_item_names_break_after_a_dot_not_inside_a_word():
         at = next(j for j, line in enumerate(lines) if f"encoder.layer.{i}." in line)
         first, second = lines[at].split()[0], lines[at + 1].split()[0]
         assert first.endswith(".") and (first + second).startswith(names[i][:len(first + second)])
+
+
+def test_in_a_pipe_tables_have_no_trailing_spaces_and_follow_columns_where_set(_command):
+    """A log gets lines without trailing spaces; COLUMNS, where exported, is the width (the tables split
+    as on a terminal, nothing cut); without it the tables are as wide as they need."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner(env={"COLUMNS": None})  # type: ignore[dict-item]
+    wide = runner.invoke(app, ["fit", str(NPY)], catch_exceptions=False).stdout
+    assert not [line for line in wide.splitlines() if line.endswith(" ")] and "…" not in wide
+    assert max(len(line) for line in wide.splitlines()) > 80
+    for width in (60, 80):
+        text = CliRunner(env={"COLUMNS": str(width)}).invoke(app, ["fit", str(NPY)], catch_exceptions=False).stdout
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= width and not [line for line in lines if line.endswith(" ")]
+        assert "…" not in text and "0.6547" in text  # the default fit's alpha, whole
+
+
+def test_the_sequence_tables_never_cut_a_name_or_a_number_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    import spectra_cli as spectra
+    from spectra_cli.render.context_view import print_sequence
+
+    doc = spectra.sequence(ROOT / "sample_data" / "minilm_layer3_context32_128_f16.npy").to_dict()
+    out = io.StringIO()
+    print_sequence(doc, Console(file=out, width=80))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for name in ("block-diagonal control", "shuffled control", "participation", "entropy"):
+        assert name in text, name
+    assert f"{doc['controls']['block-diagonal']['rank']['participation_ratio']:.4g}" in text

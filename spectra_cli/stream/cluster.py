@@ -201,7 +201,7 @@ def _first_task_rows(opener: Any, data: Any, task_read: Any, start: int, stop: i
     with opener(data, task_read) as inp:
         n_blocks = -(-(stop - start) // inp.block_rows)  # the rows per block it reads (the default adapts to d)
         ms = MomentsState(d, weighted=weighted, precision=read.precision, groups=min(groups, n_blocks),
-                          n_blocks=n_blocks)
+                          n_blocks=n_blocks, block_rows=inp.block_rows)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
         guard = RowGuard(inp.info.path, drop_nonfinite=read.drop_nonfinite, tiny_weights=read.logits is not None)
         inp.feed([ms, *([cos] if cos is not None else [])], guard)

@@ -99,8 +99,11 @@ class Moments:
         *,
         precision: str = "float64",
         out: np.ndarray | None = None,
+        prior: tuple[float, float, np.ndarray] | None = None,
     ) -> Moments:
-        """Moments of one block. ``out`` is an optional float64 scratch buffer of X's shape."""
+        """Moments of one block. ``out`` is an optional float64 scratch buffer of X's shape. ``prior``: the rows
+        before it (weight sum, sum of squared weights, mean), about whose mean and the block's the rows' squared
+        norms are taken (:func:`_block_norms`; where the block needs no rescaling)."""
         n, d = X.shape
         if w is None:
             W = float(n)
@@ -144,12 +147,15 @@ class Moments:
         r = (xc.sum(axis=0) if w is None else np.sqrt(w) @ xc) / W
         root = r * np.sqrt(W)
         _sub_outer(m2, root, root)  # in place (m2 is ours), as u u^T: exactly symmetric, as the product is
-        q = unshrunk(np.einsum("ij,ij->i", xc, xc), w)
-        norms = NormHistogram.of(q if w is None else q[w > 0], log2_scale=2 * int(np.log2(scale)))
-        if w is None:  # (in the data's units, as the norms are; past float64's range it is not kept)
-            f4, b4 = coordinate_fourth(xc)
-            with np.errstate(over="ignore", invalid="ignore"):
-                norms = norms.with_fourth(float(np.float64(f4) * np.float64(scale) ** 4), b4)
+        if prior is not None and prior[0] > 0 and scale == 1.0:  # (about the mean of every row so far)
+            norms = _block_norms(xc, np.zeros(d), w, (prior[0], prior[1], np.asarray(prior[2]) - mean))
+        else:
+            q = unshrunk(np.einsum("ij,ij->i", xc, xc), w)
+            norms = NormHistogram.of(q if w is None else q[w > 0], log2_scale=2 * int(np.log2(scale)))
+            if w is None:  # (in the data's units, as the norms are; past float64's range it is not kept)
+                f4, b4 = coordinate_fourth(xc)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    norms = norms.with_fourth(float(np.float64(f4) * np.float64(scale) ** 4), b4)
         return cls(n, W, npos, r, m2, scale, w is not None, n, np.asarray(mean, dtype=np.float64), norms)
 
     @classmethod
@@ -161,6 +167,7 @@ class Moments:
         *,
         precision: str = "float64",
         out: np.ndarray | None = None,
+        prior: tuple[float, float, np.ndarray] | None = None,
     ) -> Moments:
         """Moments of one block in a single pass over the data (the streaming fast path).
 
@@ -170,7 +177,10 @@ class Moments:
         shifted column sums. With the shift near the mean, ``s`` is small and the
         subtraction loses nothing; when a block's mean has drifted from the shift by more
         than its own spread in any feature, the block is centred on its own mean instead.
-        ``out`` is an optional scratch buffer of shape ``(>= n, d + 1)`` in the precision.
+        ``out`` is an optional scratch buffer of shape ``(>= n, d + 1)`` in the precision. ``prior``: the rows
+        before this block (their weight sum, their sum of squared weights, their mean less ``shift``): the rows'
+        squared norms are then taken about the mean of every row so far (:func:`_block_norms`); its mean is in
+        the data's units.
         """
         n, d = X.shape
         dt = product_dtype(precision)
@@ -202,9 +212,9 @@ class Moments:
             ``- s s^T / W`` would lose more than one bit there). None: the shifted product is safe."""
             top = float(diag.max()) if d else 0.0
             if not np.all(np.isfinite(sums)) or not np.isfinite(top) or top < _TINY:
-                return cls.from_block(X, w, precision=precision)
+                return cls.from_block(X, w, precision=precision, prior=prior)
             if np.any(sums * (sums / W) > 0.5 * diag):
-                return cls._from_drifted_block(X, w, precision, scratch)
+                return cls._from_drifted_block(X, w, precision, scratch, prior)
             return None
 
         if d >= DRIFT_TEST_FIRST_D:
@@ -229,11 +239,13 @@ class Moments:
         # point) keeps it so, with no pass to symmetrise it afterwards
         root = sums / np.sqrt(W)
         _sub_outer(m2, root, root)
-        return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift, _block_norms(A[:, :d], delta, w))
+        in_frame = None if prior is None else (prior[0], prior[1], np.asarray(prior[2]) - shift)
+        return cls(n, W, npos, delta, m2, 1.0, w is not None, n, shift, _block_norms(A[:, :d], delta, w, in_frame))
 
     @classmethod
     def _from_drifted_block(
-        cls, X: np.ndarray, w: np.ndarray | None, precision: str, out: np.ndarray | None
+        cls, X: np.ndarray, w: np.ndarray | None, precision: str, out: np.ndarray | None,
+        prior: tuple[float, float, np.ndarray] | None = None,
     ) -> Moments:
         """A block whose mean has left the shift: centred on its own mean (one product), or, when
         every row is the same (zero padding, a constant feature map), no product at all: its
@@ -251,7 +263,7 @@ class Moments:
             if w is None:  # (every row its block's mean: every fourth moment is 0)
                 zeros = zeros.with_fourth(0.0, n if n >= 4 else 0)
             return cls(n, W, npos, np.zeros(d), np.zeros((d, d)), 1.0, w is not None, n, origin, zeros)
-        return cls.from_block(X, w, precision=precision, out=out)
+        return cls.from_block(X, w, precision=precision, out=out, prior=prior)
 
     def merge(self, other: Moments, *, reuse: bool = False) -> Moments:
         """Pairwise combination (Chan et al.): exact up to rounding for any split.
@@ -313,20 +325,36 @@ _ROWS = 256  # rows per in-place block (a 256 x d temporary instead of d x d)
 SKIP_CROSS = 1e-3
 
 
-def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None) -> NormHistogram:
+def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None,
+                 prior: tuple[float, float, np.ndarray] | None = None) -> NormHistogram:
     """The squared norms about the block's mean from the shifted rows ``A = sqrt(w) (x - shift)`` and the
-    block mean's offset ``delta`` from the shift: ``||A_i - sqrt(w_i) delta||^2`` expanded, O(n d)."""
+    block mean's offset ``delta`` from the shift: ``||A_i - sqrt(w_i) delta||^2`` expanded, O(n d).
+
+    With ``prior`` (the rows before the block: weight sum, sum of squared weights, mean less the shift), about
+    the mean of every row so far instead, each divided by its expected shrink ``1 - 2 p_i + sum p^2`` (``p`` the
+    rows' shares of that mean): a small block's own mean makes each norm a noisy estimate of its norm about the
+    true mean (the cross terms with the block's other rows: Gaussian rows in blocks of 8 spread their norms 1.3x
+    as much as they are spread, in blocks of 3 2.5x, read as row scales), a mean of many rows does not."""
     q = np.einsum("ij,ij->i", A, A).astype(np.float64)
-    dd = float(delta @ delta)
+    shrink: np.ndarray | None = None
+    ref = delta  # (the point the norms are taken about, in A's frame; the fourth moments keep the block's mean)
+    if prior is not None and prior[0] > 0:
+        w_prior, sq_prior, mean_prior = prior  # (the mean in A's frame)
+        W = float(A.shape[0]) if w is None else float(w.sum())
+        total = w_prior + W
+        ref = (w_prior * np.asarray(mean_prior, dtype=np.float64) + W * delta) / total
+        p = np.full(q.size, 1.0 / total) if w is None else w / total
+        shrink = 1.0 - 2.0 * p + (sq_prior + (float(q.size) if w is None else float(w @ w))) / (total * total)
+    dd = float(ref @ ref)
     if dd > SKIP_CROSS * float(q.mean()) / max(float(np.mean(w)) if w is not None else 1.0, 1e-300):
-        cross = (A @ delta.astype(A.dtype)).astype(np.float64)
+        cross = (A @ ref.astype(A.dtype)).astype(np.float64)
     else:  # the block's mean is within 3 % of a row's spread from the shift: its cross term is a few % of each
         cross = np.zeros_like(q)  # norm either way (a 2.2 % bin's size), its mean term is kept below
     if w is None:
         q += dd - 2.0 * cross
     else:
         q += w * dd - 2.0 * np.sqrt(w) * cross
-    q = unshrunk(np.clip(q, 0.0, None), w)
+    q = unshrunk(np.clip(q, 0.0, None), w) if shrink is None else np.clip(q, 0.0, None) / np.maximum(shrink, 1e-12)
     if w is not None:
         return NormHistogram.of(q[w > 0])
     f4, b4 = coordinate_fourth(A, delta)

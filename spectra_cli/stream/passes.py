@@ -347,7 +347,7 @@ class Input:
         self.block_rows_used = block_rows
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
         main: MomentsState | RowsState = RowsState() if use_gram else MomentsState(
-            d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks)
+            d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks, block_rows=block_rows)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
         states: list[State] = [main] + ([cos] if cos is not None else [])
         guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite, tiny_weights=read.logits is not None)

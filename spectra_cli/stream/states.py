@@ -34,16 +34,20 @@ class MomentsState:
     optionally the moments of up to ``groups`` groups of blocks for the bootstrap.
 
     The first block with a finite, unscaled mean fixes the shift that later blocks are centred
-    on in one product. Groups are contiguous runs of blocks when ``n_blocks`` is known (a file),
-    else blocks in turn (an online stream): block ``i`` goes to group ``i mod groups``.
+    on in one product. Groups are contiguous runs of rows when ``n_blocks`` blocks of ``block_rows`` are
+    planned (a file, a folder of files): a block goes to the group of the planned block its first row falls
+    in (shards shorter than a block end their blocks early: counted in rows, they still share the groups
+    out evenly), else blocks in turn (an online stream): block ``i`` goes to group ``i mod groups``.
     """
 
     def __init__(self, d: int, *, weighted: bool = False, precision: str = "float64", groups: int = 0,
-                 n_blocks: int | None = None) -> None:
+                 n_blocks: int | None = None, block_rows: int | None = None) -> None:
         self.moments = Moments.empty(d, weighted=weighted)
         self.precision = precision
         self.n_groups = groups
         self.n_blocks = n_blocks
+        self.block_rows = block_rows
+        self.rows_seen = 0
         self.groups: list[Moments] = []  # grown as blocks reach them (a loaded file keeps its filled ones)
         self.blocks_seen = 0
         self.weight_sq_sum = 0.0  # sum w^2, for the effective sample size (sum w)^2 / sum w^2
@@ -68,7 +72,10 @@ class MomentsState:
             dt = product_dtype(self.precision)
             if self._scratch is None or self._scratch.shape[0] < len(X):
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
-            bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch)
+            m = self.moments  # (the rows so far: the norms are taken about their mean and this block's)
+            prior = (m.weight_sum, self.weight_sq_sum, m.mean) if m.weight_sum > 0 and m.scale == 1.0 else None
+            bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch,
+                                            prior=prior)
         if self.moments.weight_sum == 0.0:  # the first block: own a copy when groups share bm's buffer
             self.moments = self.moments.merge(bm)
             if self.n_groups:
@@ -77,7 +84,7 @@ class MomentsState:
             self.moments = self.moments.merge(bm, reuse=True)
         self.weight_sq_sum += float(len(X)) if w is None else float(np.dot(w, w))
         if self.n_groups:
-            i = self.blocks_seen
+            i = self.rows_seen // self.block_rows if self.block_rows and self.n_blocks else self.blocks_seen
             g = min(i * self.n_groups // self.n_blocks if self.n_blocks else i % self.n_groups, self.n_groups - 1)
             while len(self.groups) <= g:
                 self.groups.append(Moments.empty(X.shape[1], weighted=self.moments.weighted))
@@ -90,6 +97,7 @@ class MomentsState:
             else:
                 self.groups[g] = self.groups[g].merge(bm, reuse=True)
         self.blocks_seen += 1
+        self.rows_seen += len(X)
 
     def merge(self, other: MomentsState) -> MomentsState:
         """Combine with the state of other rows (this one changes and is returned). The bootstrap groups
@@ -108,6 +116,7 @@ class MomentsState:
                       for i in range(0, len(groups), 2)]
         self.groups, self.n_groups = groups, limit
         self.blocks_seen += other.blocks_seen
+        self.rows_seen += other.rows_seen
         return self
 
     def filled_groups(self) -> tuple[Moments, ...]:

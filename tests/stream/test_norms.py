@@ -171,3 +171,59 @@ def test_the_fourth_moments_are_gathered_by_every_route_and_kept_in_a_moment_fil
     with np.load(path) as z:  # a file written before they were gathered: no coordinate reading, nothing refused
         np.savez(tmp_path / "old.npz", **{k: z[k] for k in z.files if k != "fourth"})
     assert spectra.Accumulator.load(tmp_path / "old.npz").moments.norms.coordinate_fourth is None
+
+
+@pytest.mark.parametrize("b", [3, 8])
+def test_the_pass_takes_each_norm_about_the_mean_of_every_row_so_far(b):
+    """In the pass (MomentsState), a block's rows are taken about the mean of every row up to it, each divided by
+    its expected shrink 1 - 2/N + 1/N (N rows so far; the first block about its own mean): the histogram is that
+    of the norms computed so in numpy, and its spread that of the norms about the true mean. About each small
+    block's own mean the cross terms with its other rows spread Gaussian rows' norms 1.3x (b = 8) to 2.5x
+    (b = 3) as much as they are spread, and the population exponent read that as row scales."""
+    from spectra_cli.stream.states import MomentsState
+
+    rng = np.random.default_rng(4)
+    n, d = 2400, 48
+    X = rng.standard_normal((n, d)) * np.arange(1, d + 1) ** -0.5 + 5.0
+    st = MomentsState(d)
+    for lo in range(0, n, b):
+        st.update(X[lo:lo + b], None)
+    q = [_about_the_true_mean(np.sum((X[:b] - X[:b].mean(axis=0)) ** 2, axis=1))]
+    for lo in range(b, n, b):
+        N = lo + b
+        q.append(np.sum((X[lo:N] - X[:N].mean(axis=0)) ** 2, axis=1) / (1.0 - 1.0 / N))
+    q = np.concatenate(q)
+    h = st.moments.norms
+    assert h is not None and h.rows == n
+    got, want = _as_counts(h), _expected(q)
+    assert sum(abs(got.get(k, 0) - want.get(k, 0)) for k in set(got) | set(want)) <= 2  # (a norm at a bin's edge)
+    v, c = h.values()
+    cv2 = float(c @ v ** 2 / c.sum() / (c @ v / c.sum()) ** 2 - 1)
+    true = np.sum((X - 5.0) ** 2 / 1.0, axis=1)  # (about the true mean, 5)
+    assert cv2 == pytest.approx(true.var() / true.mean() ** 2, rel=0.06)
+    own = np.concatenate([np.sum((X[lo:lo + b] - X[lo:lo + b].mean(axis=0)) ** 2, axis=1) for lo in range(0, n, b)])
+    own = np.concatenate([_about_the_true_mean(own[lo:lo + b]) for lo in range(0, n, b)])
+    assert own.var() / own.mean() ** 2 > 1.25 * true.var() / true.mean() ** 2  # (what each block's own mean made)
+
+
+def test_a_folder_of_small_shards_is_the_file_it_was_cut_from(tmp_path):
+    """768 rows as 96 files of 8: the row groups are runs of rows as in the one file (the shards ended their
+    blocks early, and every block past the 32nd went to the last group: 'too unequal in size'), and the norms are
+    taken about the mean of the rows so far: the same population exponent as the one file, to rounding."""
+    import warnings
+
+    X = powerlaw_matrix(768, 32, 1.0, seed=5)
+    np.save(tmp_path / "one.npy", X)
+    (tmp_path / "shards").mkdir()
+    for i in range(96):
+        np.save(tmp_path / "shards" / f"part_{i:03d}.npy", X[8 * i:8 * i + 8])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = spectra.fit(tmp_path / "one.npy", window="3:20", population=True)
+        cut = spectra.fit(tmp_path / "shards", window="3:20", population=True)
+    a, b = one.fits[0].population, cut.fits[0].population
+    assert not [w for w in cut.warnings if "unequal" in w]
+    assert b.sampling_curve["groups"] == a.sampling_curve["groups"] == 32
+    # (a norm whose rounding differs at a bin's edge: within 1e-6; the shards moved alpha by 3e-3 before)
+    assert b.alpha == pytest.approx(a.alpha, abs=1e-6) and b.low == pytest.approx(a.low, abs=1e-6)
+    assert b.scales["cv2_observed"] == pytest.approx(a.scales["cv2_observed"], rel=0.02)  # (means of other rows)

@@ -308,7 +308,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     if dof < 2:
         raise FitError(f"{param('population')} needs at least 3 rows.")
     hist = first.norm_histogram()
-    where = "squared row norms about each block's mean, gathered in the pass" if m is not None else \
+    where = "squared row norms about the mean of the rows read so far, gathered in the pass" if m is not None else \
         "squared row norms about the mean"
     variances = feature_variances(first, centered=centered)
     scales = (RowScales.of(hist, weight_sum=W, weight_sq_sum=w2, source=where, variances=variances)
@@ -339,10 +339,11 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     n_eff = first.n_effective if first.n_effective is not None else float(dof)
     if n_eff < MIN_EFFECTIVE_ROWS:
         why = (f"the weights leave an effective sample of {n_eff:.3g} rows ((sum w)^2 / sum w^2, Kish) of {rows}"
-               if first.weighted else f"{rows} rows are")
+               if first.weighted else f"{rows} rows are {dof} degrees of freedom" + (" once centred" if centered
+                                                                                    else ""))
         warnings.append(Message(f"no population exponent ({param('population', True)}): {why}: too few to say what "
-                                f"population they come from; it needs at least {MIN_EFFECTIVE_ROWS:g} (effective) "
-                                "rows"))
+                                f"population they come from; it needs at least {MIN_EFFECTIVE_ROWS:g} degrees of "
+                                "freedom (rows, less one when centred; weighted rows: Kish's effective sample)"))
         return replace(suite, rank=replace(suite.rank, participation_ratio_population=pr))
     if n_eff < 0.5 * rows:
         warnings.append(Message(

@@ -3,12 +3,14 @@
 The population exponent (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`) models rows as
 ``x_i = mu + sqrt(s_i) Sigma^(1/2) z_i`` (an elliptical, or separable, model: Gaussian
 directions with a scale per row); it needs the distribution of ``s_i``, which the squared norms
-``w_i ||x_i - mu||^2`` carry. They are gathered in the one streamed pass, every block's rows about
-that block's own mean (the global mean is not known until the pass ends), each divided by its expected
-shrink against the true mean (``1 - 1/b`` for a block of ``b`` unweighted rows, ``1 - 2 p_i + sum p^2``
-weighted), and binned on a fixed grid of ``BINS_PER_OCTAVE`` bins per factor of two so that
-histograms of any split of the rows (blocks, files, Dask workers) add exactly. A block of one row
-(a shard of one embedding) has no norm about its own mean: it counts as a zero.
+``w_i ||x_i - mu||^2`` carry. They are gathered in the one streamed pass (the global mean is not known
+until it ends): the first block's rows about that block's own mean, made unbiased
+(:func:`spectra_cli.stream.moments.unshrunk`), every later block's about the mean of every row read so far,
+each divided by its expected shrink ``1 - 2 p_i + sum p^2`` (``p`` the rows' shares of that mean: about a small
+block's own mean the cross terms with its other rows would spread the norms, and read as row scales). They are
+binned on a fixed grid of ``BINS_PER_OCTAVE`` bins per factor of two, so that histograms of any split of the
+rows (files, Dask workers) add exactly. A block of one row with no rows before it (a shard of one embedding)
+has no norm about its own mean: it counts as a zero.
 
 Beside the histogram, unweighted rows keep the sum over features of each feature's fourth central moment
 (:func:`coordinate_fourth`, unbiased within each block of at least 4 rows): it tells the norms' spread that

@@ -138,7 +138,9 @@ def test_fit_population_corrects_the_small_sample_bias(elliptical):
         X *= np.sqrt(rng.gamma(1.0, 1.0, n))[:, None]
     rep = spectra.fit(X + 2.0, window="11:64", population=True)
     pop = rep.to_dict()["fit"]["population"]
-    assert abs(pop["alpha"] - alpha) < abs(rep.fit.alpha - alpha) / 3
+    # most of the sample's bias removed (one seed: the estimate's own error is 0.04-0.05 at n/d = 2 with these
+    # scales; medians and coverage over seeds are bench/bench_population.py's)
+    assert abs(pop["alpha"] - alpha) < 0.4 * abs(rep.fit.alpha - alpha)
     if not elliptical:  # (coverage over many seeds, both row models: bench/bench_population.py)
         assert pop["ci"][0] <= alpha <= pop["ci"][1]
     assert pop["ci"][0] < pop["alpha"] < pop["ci"][1]
@@ -243,7 +245,8 @@ def test_what_cannot_be_estimated_is_a_warning_and_no_population():
                             "needs at least 5 ranks") for w in rep.warnings)
     rep = spectra.fit(rng.standard_normal((6, 5)), population=True)  # too few rows
     assert rep.fit is None or rep.fit.population is None
-    assert any("6 rows are: too few to say what population they come from" in w for w in rep.warnings)
+    assert any("6 rows are 5 degrees of freedom once centred: too few to say what population they come from; it "
+               "needs at least 10 degrees of freedom (rows, less one when centred" in w for w in rep.warnings)
     w = np.ones(500)
     w[0] = 1e12  # one row carries the sample
     rep = spectra.fit(X, weights=w, window="2:20", population=True)

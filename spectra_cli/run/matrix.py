@@ -33,6 +33,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import math
 import os
 import typing
 from collections.abc import Callable
@@ -267,6 +268,14 @@ def fit(
         opts = dataclasses.replace(opts, density_floor=WW_EVALS_THRESH / max(first.n_rows, 1))
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += [*suite.warnings, *near_null_warning(main, suite, density=opts.density)]
+    seq = inp.info.details.get("sequence") or {}
+    if seq.get("pool") == "tokens" and len(seq.get("positions_used") or ()) > 1:
+        length = len(seq["positions_used"])
+        warnings.append(Message(
+            f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are not "
+            "independent, and the standard errors and intervals, which take the rows as independent, are too small "
+            f"(by up to sqrt({length}) = {math.sqrt(length):.2g}x where a window's positions move together); for "
+            f"errors across windows give each window one row ({param('pool', 'mean')})"))
     if ci:
         clock.mark("analysis_s")
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,

@@ -336,7 +336,7 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None,
     true mean (the cross terms with the block's other rows: Gaussian rows in blocks of 8 spread their norms 1.3x
     as much as they are spread, in blocks of 3 2.5x, read as row scales), a mean of many rows does not."""
     q = np.einsum("ij,ij->i", A, A).astype(np.float64)
-    shrink: np.ndarray | None = None
+    running: tuple[np.ndarray, float] | None = None
     ref = delta  # (the point the norms are taken about, in A's frame; the fourth moments keep the block's mean)
     if prior is not None and prior[0] > 0:
         w_prior, sq_prior, mean_prior = prior  # (the mean in A's frame)
@@ -344,7 +344,7 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None,
         total = w_prior + W
         ref = (w_prior * np.asarray(mean_prior, dtype=np.float64) + W * delta) / total
         p = np.full(q.size, 1.0 / total) if w is None else w / total
-        shrink = 1.0 - 2.0 * p + (sq_prior + (float(q.size) if w is None else float(w @ w))) / (total * total)
+        running = (p, (sq_prior + (float(q.size) if w is None else float(w @ w))) / (total * total))
     dd = float(ref @ ref)
     if dd > SKIP_CROSS * float(q.mean()) / max(float(np.mean(w)) if w is not None else 1.0, 1e-300):
         cross = (A @ ref.astype(A.dtype)).astype(np.float64)
@@ -354,11 +354,28 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None,
         q += dd - 2.0 * cross
     else:
         q += w * dd - 2.0 * np.sqrt(w) * cross
-    q = unshrunk(np.clip(q, 0.0, None), w) if shrink is None else np.clip(q, 0.0, None) / np.maximum(shrink, 1e-12)
+    q = np.clip(q, 0.0, None)
+    q = unshrunk(q, w) if running is None else _unbiased_about_running_mean(q, w, *running)
     if w is not None:
         return NormHistogram.of(q[w > 0])
     f4, b4 = coordinate_fourth(A, delta)
     return NormHistogram.of(q).with_fourth(f4, b4)
+
+
+def _unbiased_about_running_mean(q: np.ndarray, w: np.ndarray | None, p: np.ndarray, s2: float) -> np.ndarray:
+    """Squared norms ``q_i = w_i u_i`` about the mean of every row so far (``p``: each of this block's rows' share
+    of that mean, ``s2``: the sum of every row's squared share), each made an unbiased estimate of its norm about
+    the true mean as :func:`unshrunk` does for a block's own mean: ``E u_i = (1 - 2 p_i) e_i + K``, ``K = sum_j
+    p_j^2 e_j`` (the mean's own spread, which every row shares: an addition of ``e / N`` that doubled the norms of
+    rows of small scale in early blocks), ``K`` taken as ``s2`` times the block's mean norm, made unbiased;
+    ``e_i = (u_i - K) / (1 - 2 p_i)``, kept at 0 or above (rows with over 45 % of the mean's weight: divided by
+    the shrink ``1 - 2 p_i + s2`` alone)."""
+    u = q if w is None else np.where(w > 0, q / np.where(w > 0, w, 1.0), 0.0)
+    g = 1.0 - 2.0 * p
+    share = p / max(float(p.sum()), 1e-300)  # (the block's own weights)
+    K = s2 * float(share @ u) / max(1.0 - s2, 1e-12)
+    e = np.where(g > 0.1, np.maximum(u - K, 0.0) / np.where(g > 0.1, g, 1.0), u / np.maximum(g + s2, 1e-12))
+    return e if w is None else e * w
 
 
 def unshrunk(q: np.ndarray, w: np.ndarray | None) -> np.ndarray:

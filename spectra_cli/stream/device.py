@@ -5,7 +5,8 @@ host's :class:`spectra_cli.stream.states.MomentsState` keeps for a stream of blo
 sum and the sum of their outer products about a fixed shift (the first block's mean, so that a large mean
 costs nothing), the same per group of blocks (block ``i`` in group ``i mod groups``; under
 ``torch.distributed`` rank ``r``'s block ``i`` counts as block ``i world + r``), the histogram of squared
-row norms about each block's own mean made unbiased (:func:`spectra_cli.stream.moments.unshrunk`, unweighted),
+row norms about the mean of every row so far made unbiased (as :func:`spectra_cli.stream.moments.unshrunk` does
+for the first block's own mean),
 the features' fourth moments (:func:`spectra_cli.stream.norms.coordinate_fourth`) and the mean-cosine sums.
 Only ``d x d`` matrices cross to the host, once per snapshot (:meth:`DeviceMoments.accumulator`).
 
@@ -111,12 +112,21 @@ class DeviceMoments:
         self.blocks += 1
         self.block_rows = max(self.block_rows, b)
         if W_b > 0:
-            self._norms(A, Xp, (s_b / W_b).to(self.dtype), b, w64)
+            # the norms about the mean of every row so far (this block's included), as the host's pass takes them
+            total = float(self.scalars[8])
+            running = None
+            if total > W_b:
+                s_all = self.gs.sum(dim=0) if self.groups else self.s
+                running = ((s_all / total).to(self.dtype), total, float(self.scalars[9]))
+            self._norms(A, Xp, (s_b / W_b).to(self.dtype), b, w64, running)
 
-    def _norms(self, A: Any, X: Any, mean_rel: Any, b: int, w: Any = None) -> None:
-        """The block's share of the histogram of unbiased squared norms about its (weighted) mean, of the
-        features' fourth moments (unweighted rows) and of the mean-cosine sums: in chunks of rows, in the products'
-        precision, summed in float64 (:func:`spectra_cli.stream.moments.unshrunk`, in torch)."""
+    def _norms(self, A: Any, X: Any, mean_rel: Any, b: int, w: Any = None,
+               running: tuple[Any, float, float] | None = None) -> None:
+        """The block's share of the histogram of unbiased squared norms about its (weighted) mean (``running``: the
+        mean of every row so far, their weight sum and sum of squared weights: about that mean instead), of the
+        features' fourth moments (unweighted rows, about the block's mean) and of the mean-cosine sums: in chunks
+        of rows, in the products' precision, summed in float64 (:func:`spectra_cli.stream.moments.unshrunk` and
+        its running-mean form, in torch)."""
         import torch
 
         f64 = torch.float64
@@ -124,7 +134,11 @@ class DeviceMoments:
         for i in range(0, b, _CHUNK):
             y = A[i:i + _CHUNK] - mean_rel
             y2 = y * y
-            q_parts.append(y2.sum(dim=1, dtype=f64))
+            if running is None:
+                q_parts.append(y2.sum(dim=1, dtype=f64))
+            else:
+                r = A[i:i + _CHUNK] - running[0]
+                q_parts.append((r * r).sum(dim=1, dtype=f64))
             if w is None:
                 s2 += y2.sum(dim=0, dtype=f64)
                 s4 = (y2 * y2).sum(dim=0, dtype=f64) if s4 is None else s4 + (y2 * y2).sum(dim=0, dtype=f64)
@@ -141,7 +155,7 @@ class DeviceMoments:
             self.scalars[6] += len(x)
             self.scalars[7] += wn @ wn
         u = torch.cat(q_parts)
-        e = _unshrunk(u, w, b)
+        e = _unshrunk(u, w, b) if running is None else _unbiased_about_running_mean(u, w, b, running[1], running[2])
         keep = torch.ones_like(e, dtype=torch.bool) if w is None else w > 0
         pos = (e > 0) & keep
         k = torch.floor(torch.log2(e[pos]) * BINS_PER_OCTAVE).to(torch.int64).clamp(LOWEST, HIGHEST) - LOWEST
@@ -264,6 +278,23 @@ def _unpack(flat: np.ndarray, d: int, groups: int, weighted: bool) -> dict[str, 
     cos.norm_sum, cos.zero_rows, cos.rows = float(sc[4]), int(sc[5]), int(sc[6])
     out["cosine"] = cos
     return out
+
+
+def _unbiased_about_running_mean(u: Any, w: Any, b: int, total: float, sq_total: float) -> Any:
+    """The running-mean form of :func:`_unshrunk` (:func:`spectra_cli.stream.moments._unbiased_about_running_mean`
+    in torch): squared norms ``u`` about the mean of every row so far (weight sum ``total``, squared weights
+    ``sq_total``) made unbiased for the norms about the true mean (times the weight, when weighted)."""
+    import torch
+
+    p = torch.full_like(u, 1.0 / total) if w is None else w / total
+    s2 = sq_total / (total * total)
+    g = 1.0 - 2.0 * p
+    share = p / torch.clamp(p.sum(), min=1e-300)
+    K = s2 * (share @ u) / max(1.0 - s2, 1e-12)
+    ok = g > 0.1
+    e = torch.where(ok, torch.clamp(u - K, min=0.0) / torch.where(ok, g, torch.ones_like(g)),
+                    u / torch.clamp(g + s2, min=1e-12))
+    return e if w is None else e * w
 
 
 def _unshrunk(u: Any, w: Any, b: int) -> Any:

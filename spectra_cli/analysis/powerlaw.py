@@ -64,7 +64,7 @@ class Window:
 
     k_min: int
     k_max: int
-    source: str  # "default", "user", "fallback", "auto"
+    source: str  # "default", "user", "fallback", "auto"; "context" (sequence's controls, the context's window)
     reason: str
 
 

@@ -14,6 +14,7 @@ every pair of positions).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -212,17 +213,34 @@ def sequence(
     clock.mark("context_s")
     controls_doc: dict[str, Any] = {}
     shuffled_lags = None
+    # the controls' alpha over the context's own ranks (by default each would take its own: the block-diagonal
+    # control resolves P times the context's ranks, and its default window ran to 11..1228 against 11..127)
+    ctx_fit = context_doc.get("fit")
+    ctrl_opts, same = opts, None
+    if not opts.windows and ctx_fit is not None:
+        same = (int(ctx_fit["window"][0]), int(ctx_fit["window"][1]))
+        ctrl_opts = dataclasses.replace(opts, windows=(f"{same[0]}:{same[1]}",))
+
+    def control_doc(spec: Spectrum, what: str) -> dict[str, Any]:
+        doc = _suite_doc(spec, ctrl_opts, warnings, what)
+        if same is not None and doc["fit"] is not None:
+            for f in [doc["fit"], *doc["fits"]]:
+                f["window_source"] = "context"
+                f["window_reason"] = (f"the context's window (ranks {same[0]}..{same[1]}), so that the control's "
+                                      "alpha is read over the same ranks")
+        return doc
+
     if "block-diagonal" in ctrl and res.block_diagonal is not None:
         bd = _given_spectrum(res.block_diagonal, n_ctx, P * k, "block-diagonal control: Gamma_ab = 0 for a != b "
                              "(the union of the positionwise spectra)", "eigvalsh of each Gamma_aa",
                              P * min(n_ctx - 1, k))
-        controls_doc["block-diagonal"] = _suite_doc(bd, opts, warnings, "block-diagonal control")
+        controls_doc["block-diagonal"] = control_doc(bd, "block-diagonal control")
     if "shuffled" in ctrl:
         sh = context(W, block_diagonal=False, stack_bytes=stack_bytes, order=shuffled_order(len(W), P, seed),
                      label="shuffled control")
         sh_spec = _given_spectrum(sh.eigenvalues, n_ctx, P * k, "shuffled control: tokens permuted across windows "
                                   "and positions, windows rebuilt", "eigvalsh of " + sh.route, n_ctx - 1)
-        controls_doc["shuffled"] = {**_suite_doc(sh_spec, opts, warnings, "shuffled control"), "seed": seed}
+        controls_doc["shuffled"] = {**control_doc(sh_spec, "shuffled control"), "seed": seed}
         shuffled_lags = sh.lag_energy
     clock.mark("controls_s")
     emit_warnings(warnings)

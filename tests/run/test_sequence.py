@@ -247,3 +247,18 @@ def test_a_fit_of_a_sequences_tokens_says_its_errors_take_them_as_independent():
                     "windows give each window one row (pool='mean')"]
     assert not [w for w in spectra.fit(X, pool="mean").warnings if "not independent" in w]
     assert not [w for w in spectra.fit(X, positions="3").warnings if "not independent" in w]  # one position
+
+
+def test_the_controls_are_fitted_over_the_contexts_ranks():
+    """By default each spectrum would take its own window, and the block-diagonal control resolves P times the
+    context's ranks (11..1228 against 11..127 on the sample): its alpha would be read elsewhere. The controls take
+    the context's window and say so; a window asked for is every spectrum's."""
+    rep = spectra.sequence(SAMPLE / "minilm_layer3_context32_128_f16.npy").to_dict()
+    ctx = rep["context"]["fit"]
+    for name in ("block-diagonal", "shuffled"):
+        f = rep["controls"][name]["fit"]
+        assert f["window"] == ctx["window"] == [11, 127] and f["window_source"] == "context"
+        assert f["window_reason"].startswith("the context's window (ranks 11..127)")
+    asked = spectra.sequence(SAMPLE / "minilm_layer3_context32_128_f16.npy", window="5:60").to_dict()
+    assert {asked["controls"][c]["fit"]["window_source"] for c in ("block-diagonal", "shuffled")} == {"user"}
+    assert asked["controls"]["block-diagonal"]["fit"]["window"] == asked["context"]["fit"]["window"] == [5, 60]

@@ -247,9 +247,7 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "the window and the tail; "
           "the expected spectrum is the deterministic equivalent of the separable sample covariance (Silverstein's "
           "equation with row scales: Paul & Silverstein 2009, Couillet & Hachem 2014; quantiles averaged per rank "
-          "as in Ledoit & Wolf's QuEST; alpha refined by one Newton step of the window's expected slope on a grid "
-          f"{CURVE_GRID_FACTOR} times as dense, cost.grid_correction); the model's bias correction scaled by the "
-          "data's own sampling curve (the "
+          "as in Ledoit & Wolf's QuEST); the model's bias correction scaled by the data's own sampling curve (the "
           "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
           "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
           "interval: a linearised parametric bootstrap from the fitted population, widened to the "
@@ -482,16 +480,6 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         alpha = float(np.clip(alpha + move, *ALPHA_BOUNDS))
         if abs(move) < 1e-5:
             break
-    # the expected spectrum's own discretisation: the window's expected slope at this alpha on a grid
-    # CURVE_GRID_FACTOR times as dense differs by up to ~1e-3 (the grid moves with the population), comparable to
-    # the interval at large n/d: alpha moves by that difference over the gain (one Newton step on the finer grid)
-    ppd_fine = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
-    tau_a = population_spectrum(0.0, alpha, np.clip(ab[1:], *ALPHA_BOUNDS), d, knots or (k1,))
-    e_fine = expected_eigenvalues(tau_a, c, k1, scales=sc, grid=Grid(groups=grid.groups, last=grid.last),
-                                  points_per_decade=ppd_fine)
-    grid_error = slope_of(np.log(np.maximum(e_fine[k0 - 1:k1], 1e-300)), k0) - slope(alpha)
-    evals += 2
-    alpha = float(np.clip(alpha - grid_error / gain, *ALPHA_BOUNDS))
     if not ALPHA_BOUNDS[0] < alpha < ALPHA_BOUNDS[1]:
         raise FitError(f"the population exponent over ranks {k0}..{k1} falls at the bound {alpha:g} of the model "
                        f"({ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}): the sample slope ({naive:.4g}) is not that of a "
@@ -684,6 +672,5 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, bias_share=share,
         replicates=0 if first_order else replicates, seed=seed,
         scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
-        cost={"sd_first_order": sd_first, "grid_correction": -grid_error / gain,
-              "evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms,
+        cost={"sd_first_order": sd_first, "evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms,
               "fit_s": t_fit, "bootstrap_s": time.perf_counter() - t0 - t_fit})

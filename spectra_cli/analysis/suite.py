@@ -379,5 +379,5 @@ def cliff_warnings(lam: np.ndarray, windows: list[Window]) -> list[str]:
             f"ranks 1..{j} hold {held} and eigenvalue {j + 1} is {ratio:.3g} times smaller "
             f"than eigenvalue {j}: the window{'s' if len(ws) > 1 else ''} {names} measure{'' if len(ws) > 1 else 's'} "
             "what lies under that drop (noise, or what is left of a collapsed representation), and alpha there says "
-            f"nothing of the collapse itself. Read the participation ratio and the numerical rank{above}"))
+            f"nothing of the collapse itself. Read the participation ratio{above}"))
     return out

@@ -278,6 +278,14 @@ class _NoTrailingSpaces:
         return False
 
 
+class _Console(Console):
+    """A console whose closed stdout is the command line's broken pipe (exit 141, quietly, as with ``--json``):
+    rich's own answer is exit 1, which a CI reads as a failed check."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def console_for() -> Console:
     """A console for stdout: the terminal's width on a terminal; in a log or a pipe, ``COLUMNS`` where set, else
     as wide as the tables need (nothing is cut), without colour codes or trailing spaces."""
@@ -285,8 +293,8 @@ def console_for() -> Console:
     import sys
 
     if sys.stdout.isatty():
-        return Console()
+        return _Console()
     text = os.environ.get("COLUMNS", "").strip()
     width = int(text) if text.isdigit() and 40 <= int(text) <= 10_000 else 400
-    return Console(file=_NoTrailingSpaces(sys.stdout), width=width, no_color=True, highlight=False,
+    return _Console(file=_NoTrailingSpaces(sys.stdout), width=width, no_color=True, highlight=False,
                    soft_wrap=width == 400)

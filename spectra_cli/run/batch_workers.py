@@ -19,12 +19,17 @@ from spectra_cli.validate import check_choice, check_int
 from spectra_cli.version import __version__
 
 
-def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None) -> dict[str, Any]:
-    """One item's JSON line (runs in a worker process)."""
+def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None,
+             command_line: bool | None = None) -> dict[str, Any]:
+    """One item's JSON line (runs in a worker process). ``command_line``: whether the batch runs for the command
+    line (its messages then name options as flags), where the worker cannot inherit it (a Dask worker)."""
     import warnings
 
-    from spectra_cli.errors import SpectraWarning, for_caller
+    from spectra_cli.errors import SpectraWarning, command_line_run, for_caller
     from spectra_cli.run import matrix as api
+
+    if command_line is not None:
+        command_line_run(command_line)
 
     if error is not None:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
@@ -141,7 +146,8 @@ def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, sc
     with dask_engine.client(scheduler, workers if scheduler is None else None, connect_timeout=connect_timeout,
                             verbose=verbose) as c:
         distributed = dask_engine.require_distributed()
-        futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, pure=False): it for it in items}
+        futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, CLI_RUN[0], pure=False): it
+                   for it in items}
         for fut in distributed.as_completed(futures):
             try:
                 doc = fut.result()

@@ -123,7 +123,9 @@ def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
         # cannot pass or fail, it was asked of the wrong report
         made = doc.get("options")
         wanted = registry.added_by(field)
-        if wanted and isinstance(made, dict) and all(name in made and not made[name] for name, _ in wanted):
+        if wanted and isinstance(made, dict) and all(name in made and (made[name] != value if value is not True
+                                                                        else not made[name])
+                                                      for name, value in wanted):
             asked = " or ".join(param(name, value) for name, value in wanted)
             raise OptionError(f"{what} field {field!r} is null: the report was made without {asked}, which computes "
                               f"it; ask for {asked} where the report is made, or check another field.")

@@ -37,6 +37,11 @@ def run_pass(blocks: Iterable[Block], states: Sequence[State], guard: RowGuard, 
         if len(X):
             for s in states:
                 s.update(X, w)
+        if len(X) < len(b.X):  # (rows dropped: a state that places rows by position counts them too)
+            for s in states:
+                skip = getattr(s, "skip", None)
+                if skip is not None:
+                    skip(len(b.X) - len(X))
         done += len(b.X)
         if progress is not None:
             progress(done, total)

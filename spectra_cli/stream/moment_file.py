@@ -253,16 +253,18 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
     norms = _norms_from(arrays, f"{prefix}norms", n_positive, path) if f"{prefix}norms" in arrays else None
     if norms is not None and f"{prefix}fourth" in arrays:
         norms = norms.with_fourth(*_fourth_from(arrays, f"{prefix}fourth", 0 if weighted else n_positive, path))
-    if norms is not None and not weighted and norms.counts.size:
-        # each block's norms about its own mean sum to at most the trace about the global one, and the
-        # unshrinking 1 / (1 - 1/b) at most doubles them (b >= 2), the bins' centres add 1.1 %
+    if norms is not None and not weighted and norms.counts.size and not prefix:
+        # the rows' norms (about the mean of the rows read before them, made unbiased; the first block about its
+        # own) sum to about the trace about the global mean: more than four times it, and they are not of the
+        # same rows. (A group's rows are taken about the mean of every row before them, not the group's own:
+        # a group of 2 rows reads about twice its own trace, so groups are not held to it.)
         v, c = norms.values()
         total = float(np.dot(c, v / scale / scale))
-        bound = 2.05 * float(np.trace(m2)) + 1e-300
+        bound = 4.0 * float(np.trace(m2)) + 1e-300
         if not total <= bound:
             trace = float(np.trace(m2)) * scale * scale
             raise InputError(f"{path}: array {prefix}norms holds squared row norms summing to "
-                             f"{total * scale * scale:.4g}, more than twice the trace of its second moment "
+                             f"{total * scale * scale:.4g}, more than four times the trace of its second moment "
                              f"({trace:.4g}); the norms and the moments are not of the same rows.")
     return Moments(n, weight_sum, n_positive, mean_rel, m2, scale, weighted, block_rows, origin, norms)
 

@@ -252,7 +252,9 @@ class Moments:
         centred second moment is exactly zero."""
         n, d = X.shape
         first = X[:1]
-        if n and np.all(np.isfinite(first)) and all(bool(np.all(X[i:i + 256] == first)) for i in range(0, n, 256)):
+        constant = n and np.all(np.isfinite(first)) and all(bool(np.all(X[i:i + 256] == first))
+                                                          for i in range(0, n, 256))
+        if constant and (prior is None or not prior[0] > 0):  # (with rows before it: their mean, below)
             if w is None:
                 W, npos = float(n), n
             else:
@@ -367,13 +369,15 @@ def _unbiased_about_running_mean(q: np.ndarray, w: np.ndarray | None, p: np.ndar
     of that mean, ``s2``: the sum of every row's squared share), each made an unbiased estimate of its norm about
     the true mean as :func:`unshrunk` does for a block's own mean: ``E u_i = (1 - 2 p_i) e_i + K``, ``K = sum_j
     p_j^2 e_j`` (the mean's own spread, which every row shares: an addition of ``e / N`` that doubled the norms of
-    rows of small scale in early blocks), ``K`` taken as ``s2`` times the block's mean norm, made unbiased;
+    rows of small scale in early blocks), ``K`` taken as ``s2`` times the block's mean norm over ``1 - 2 pbar + s2``;
     ``e_i = (u_i - K) / (1 - 2 p_i)``, kept at 0 or above (rows with over 45 % of the mean's weight: divided by
     the shrink ``1 - 2 p_i + s2`` alone)."""
     u = q if w is None else np.where(w > 0, q / np.where(w > 0, w, 1.0), 0.0)
     g = 1.0 - 2.0 * p
     share = p / max(float(p.sum()), 1e-300)  # (the block's own weights)
-    K = s2 * float(share @ u) / max(1.0 - s2, 1e-12)
+    # the block's mean norm is about (1 - 2 pbar + s2) e: K = s2 e from it (1 - s2 where every row weighs the same;
+    # a row that dominates the mean made 1 - s2 vanish, and K every other row's whole norm)
+    K = s2 * float(share @ u) / max(1.0 - 2.0 * float(share @ p) + s2, 1e-12)
     e = np.where(g > 0.1, np.maximum(u - K, 0.0) / np.where(g > 0.1, g, 1.0), u / np.maximum(g + s2, 1e-12))
     return e if w is None else e * w
 

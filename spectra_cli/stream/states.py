@@ -99,6 +99,11 @@ class MomentsState:
         self.blocks_seen += 1
         self.rows_seen += len(X)
 
+    def skip(self, rows: int) -> None:
+        """Rows of the input that were dropped (non-finite, with ``drop_nonfinite``): they keep their places, so
+        that the row groups stay the runs of rows they were planned as."""
+        self.rows_seen += int(rows)
+
     def merge(self, other: MomentsState) -> MomentsState:
         """Combine with the state of other rows (this one changes and is returned). The bootstrap groups
         must split every row: when one side has rows but no groups, the merged state keeps none (groups

@@ -265,13 +265,16 @@ def test_the_population_does_not_depend_on_the_units():
                                                                       rel=1e-3)
 
 
-def test_shards_of_one_row_fall_back_to_gaussian_rows(tmp_path):
+def test_shards_of_one_row_keep_their_norms_about_the_rows_before_them(tmp_path):
+    """Each one-row shard is a block of one row: its norm is taken about the mean of the rows before it (it had
+    none about its own mean, and every norm read 0: no row scales to read); Gaussian rows read as such."""
     X = np.random.default_rng(10).standard_normal((60, 30)) * np.arange(1, 31) ** -0.5
     for i, row in enumerate(X):
         np.save(tmp_path / f"r{i:03d}.npy", row[None, :])
     rep = spectra.fit(str(tmp_path / "r*.npy"), window="2:12", population=True)
-    assert "blocks of one row" in rep.fit.population.scales["note"]
-    assert rep.fit.population.scales["model"].startswith("separable") is False
+    rows = rep.fit.population.scales
+    assert rows["model"].startswith("Gaussian rows: the norms spread no more than the directions")
+    assert rows["cv2_observed"] > 0.1 and "note" not in rows
 
 
 def test_the_subsample_design_leaves_each_group_out_once_per_partition():

@@ -156,6 +156,14 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err and "error" not in err
+    # the tables too (rich's own answer to a closed stdout was exit 1: a failed check, to a CI)
+    proc = _spectra("fit", tmp_path / "e.npy", "--eigenvalues", "--window", "5:500",
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err and "error" not in err
 
 
 def test_outputs_get_the_umask_mode(cli, tmp_path):

@@ -254,3 +254,34 @@ def test_heavy_row_scales_keep_their_small_norms_in_small_blocks():
         spread.append((got.var() / got.mean() ** 2) / (true.var() / true.mean() ** 2))
     np.testing.assert_allclose(np.mean(ratios, axis=0), 1.0, atol=0.05)
     assert np.mean(spread) == pytest.approx(1.0, abs=0.03)
+
+
+def test_small_groups_of_a_moment_file_load_and_dropped_rows_keep_their_places(tmp_path):
+    """A moment file of 64 rows in 32 groups loads (a group's norms are about the rows before it, about twice a
+    2-row group's own trace: the file was refused); rows dropped as non-finite keep their places, so the 32
+    groups are still the runs of rows they were planned as (every other row NaN filled only 16)."""
+    import warnings
+
+    from spectra_cli.stream.states import MomentsState
+
+    X = np.random.default_rng(0).standard_normal((64, 8))
+    acc = spectra.Accumulator(8, groups=32)
+    for lo in range(0, 64, 2):  # (32 blocks of 2 rows: a group each)
+        acc.update(X[lo:lo + 2])
+    acc.save(tmp_path / "m.npz")
+    assert spectra.Accumulator.load(tmp_path / "m.npz").n == 64
+    Y = np.random.default_rng(1).standard_normal((3000, 24)) * np.arange(1, 25) ** -0.5
+    Y[1::2] = np.nan
+    np.save(tmp_path / "nan.npy", Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = spectra.fit(tmp_path / "nan.npy", window="3:12", population=True, drop_nonfinite=True)
+    assert rep.fits[0].population.sampling_curve["groups"] == 32
+    # weighted rows after a heavy one: no norm reads 0 (the mean's own spread was taken as every row's norm)
+    st = MomentsState(16, weighted=True)
+    Z = np.random.default_rng(2).standard_normal((2000, 16))
+    w = np.ones(2000)
+    w[0] = 1e3
+    for lo in range(0, 2000, 2):
+        st.update(Z[lo:lo + 2], w[lo:lo + 2])
+    assert st.moments.norms.zeros <= 1  # (the first block's, about its own mean of 2 rows, may)

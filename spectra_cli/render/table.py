@@ -29,7 +29,7 @@ def _se(section: dict[str, Any], m: Metric) -> str:
 
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column(style="bold cyan", overflow="fold")  # (a label wraps at its spaces on a narrow terminal)
     t.add_column(overflow="fold")  # (a path longer than the line folds: never cut)
     for k, v in rows:
         t.add_row(k, _fmt(v))

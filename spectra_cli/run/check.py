@@ -123,13 +123,19 @@ def _value(doc: dict[str, Any], field: str, what: str) -> float | None:
         # cannot pass or fail, it was asked of the wrong report
         made = doc.get("options")
         wanted = registry.added_by(field)
-        if wanted and isinstance(made, dict) and all(name in made and (made[name] != value if value is not True
-                                                                        else not made[name])
-                                                      for name, value in wanted):
+        if wanted and isinstance(made, dict) and all(_not_given(made, name, value) for name, value in wanted):
             asked = " or ".join(param(name, value) for name, value in wanted)
             raise OptionError(f"{what} field {field!r} is null: the report was made without {asked}, which computes "
                               f"it; ask for {asked} where the report is made, or check another field.")
     return None if v is None else float(v)
+
+
+def _not_given(options: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether a report's options say it was made without ``name=value`` (a switch: without it set at all);
+    False where they do not say (the option is not among them)."""
+    if name not in options:
+        return False
+    return not options[name] if value is True else options[name] != value
 
 
 def evaluate(doc: dict[str, Any], checks: list[Check], baseline: dict[str, Any] | None = None) -> list[Verdict]:

@@ -290,7 +290,7 @@ def _unbiased_about_running_mean(u: Any, w: Any, b: int, total: float, sq_total:
     s2 = sq_total / (total * total)
     g = 1.0 - 2.0 * p
     share = p / torch.clamp(p.sum(), min=1e-300)
-    K = s2 * (share @ u) / max(1.0 - s2, 1e-12)
+    K = s2 * (share @ u) / torch.clamp(1.0 - 2.0 * (share @ p) + s2, min=1e-12)
     ok = g > 0.1
     e = torch.where(ok, torch.clamp(u - K, min=0.0) / torch.where(ok, g, torch.ones_like(g)),
                     u / torch.clamp(g + s2, min=1e-12))

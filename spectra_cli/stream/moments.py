@@ -333,8 +333,8 @@ def _block_norms(A: np.ndarray, delta: np.ndarray, w: np.ndarray | None,
     block mean's offset ``delta`` from the shift: ``||A_i - sqrt(w_i) delta||^2`` expanded, O(n d).
 
     With ``prior`` (the rows before the block: weight sum, sum of squared weights, mean less the shift), about
-    the mean of every row so far instead, each divided by its expected shrink ``1 - 2 p_i + sum p^2`` (``p`` the
-    rows' shares of that mean): a small block's own mean makes each norm a noisy estimate of its norm about the
+    the mean of every row so far instead, made unbiased by :func:`_unbiased_about_running_mean`: a small block's
+    own mean makes each norm a noisy estimate of its norm about the
     true mean (the cross terms with the block's other rows: Gaussian rows in blocks of 8 spread their norms 1.3x
     as much as they are spread, in blocks of 3 2.5x, read as row scales), a mean of many rows does not."""
     q = np.einsum("ij,ij->i", A, A).astype(np.float64)

@@ -495,3 +495,18 @@ def test_check_gates_a_snapshot_against_an_earlier_one(tmp_path):
     moved = spectra.check(str(second), baseline=str(base), max_change=["rank.participation_ratio=1e-9"],
                           window="3:12")
     assert same.passed and not moved.passed
+
+
+def test_the_device_and_the_host_make_norms_unbiased_the_same_way():
+    """The running-mean form in torch (capture) and in numpy (the pass), weighted and not, one row dominating."""
+    from spectra_cli.stream.device import _unbiased_about_running_mean as on_device
+    from spectra_cli.stream.moments import _unbiased_about_running_mean as on_host
+
+    rng = np.random.default_rng(0)
+    u, w = rng.gamma(2.0, 1.0, 50), rng.uniform(0.1, 5.0, 50)
+    w[0] = 200.0  # (its share of the mean: 1 - s2 alone would be off)
+    total, sq = float(w.sum()) + 300.0, float(w @ w) + 300.0
+    np.testing.assert_allclose(on_device(torch.tensor(u), torch.tensor(w), 50, total, sq).numpy(),
+                               on_host(u * w, w, w / total, sq / total ** 2), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(on_device(torch.tensor(u), None, 50, 350.0, 350.0).numpy(),
+                               on_host(u, None, np.full(50, 1 / 350), 1 / 350), rtol=1e-12, atol=1e-14)

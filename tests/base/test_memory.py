@@ -25,7 +25,8 @@ print(faults() - before)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     def faults(mode: str) -> int:
-        done = subprocess.run([sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True,
+                              timeout=120)
         return int(done.stdout)
 
     plain, kept = faults("plain"), faults("keep")

@@ -153,16 +153,14 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before spectra writes (`| head -c 10` that already exited)
-    err = proc.stderr.read().decode()
-    proc.wait(timeout=60)
+    err = proc.communicate(timeout=60)[1].decode()
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err and "error" not in err
     # the tables too (rich's own answer to a closed stdout was exit 1: a failed check, to a CI)
     proc = _spectra("fit", tmp_path / "e.npy", "--eigenvalues", "--window", "5:500",
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
-    err = proc.stderr.read().decode()
-    proc.wait(timeout=60)
+    err = proc.communicate(timeout=60)[1].decode()
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err and "error" not in err
 
 
@@ -204,7 +202,7 @@ def test_resume_after_a_killed_batch_leaves_one_whole_line_per_item(tmp_path):
     while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 2):
         time.sleep(0.01)
     proc.kill()
-    proc.wait()
+    proc.wait(timeout=60)
     with open(out, "ab") as f:
         f.write(b'{"schema": "spectra.report/1", "item": "cut mid-li')  # as if killed inside a write
     r = _spectra("batch", data, "--jsonl", out, "--resume", "--model", "broken", stdout=subprocess.DEVNULL,

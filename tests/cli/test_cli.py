@@ -39,18 +39,18 @@ def test_help_does_not_import_heavy_modules():
         "bad=[m for m in ('scipy','pyarrow','matplotlib','dask') if m in sys.modules]; "
         "sys.stderr.write(repr(bad))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert r.stderr.strip() == "[]", r.stderr
 
 
 def test_entry_point_streams(tmp_path):
     r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(NPY), "--json"],
-                       capture_output=True, text=True, check=False)
+                       capture_output=True, text=True, check=False, timeout=120)
     assert r.returncode == 0
     doc = json.loads(r.stdout)
     assert r.stderr.splitlines() == [f"warning: {w}" for w in doc["warnings"]]
     r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(tmp_path / "none.npy")],
-                       capture_output=True, text=True, check=False)
+                       capture_output=True, text=True, check=False, timeout=120)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
 
 

@@ -340,10 +340,10 @@ def test_a_worker_whose_batch_died_before_it_started_exits():
     """The signal asked for on the parent's death never comes when the parent died first: the worker checks
     that its parent is still the batch, after asking."""
     code = "from spectra_cli.run.batch_workers import _worker_init as i; import os; i(1, os.getppid()); print('ok')"
-    alive = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    alive = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert alive.returncode == 0 and alive.stdout == "ok\n", alive.stderr
     code = "from spectra_cli.run.batch_workers import _worker_init as i; import os; i(1, os.getppid() + 1); print('x')"
-    orphan = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    orphan = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert orphan.returncode == -9 and orphan.stdout == "", orphan.stderr
 
 
@@ -396,7 +396,7 @@ def test_workers_die_with_a_killed_batch(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=60)
         for w in workers:  # (where the test failed: no orphan left spinning)
             try:
                 if _state(w) not in (None, "Z") and str(ready) in Path(f"/proc/{w}/cmdline").read_text():

@@ -115,10 +115,10 @@ def _wait_for(condition, proc, what: str, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         if proc.poll() is not None:
-            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}: {proc.communicate()}")
+            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}: {proc.communicate(timeout=60)}")
         if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"no sign within {seconds} s that {what}: {proc.communicate()}")
+            pytest.fail(f"no sign within {seconds} s that {what}: {proc.communicate(timeout=60)}")
         time.sleep(0.01)
 
 
@@ -140,7 +140,7 @@ def _ctrl_c_once(args: list[str], ready: Path, what: str) -> tuple[int, str, str
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.communicate(timeout=60)
     return proc.returncode, stdout, stderr
 
 

@@ -180,7 +180,7 @@ def test_no_global_state_and_no_pyplot(tmp_path):
         "assert 'matplotlib.pyplot' not in sys.modules\n"
         "assert dict(dict.items(matplotlib.rcParams)) == before\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
 

@@ -49,7 +49,7 @@ def _numbers(doc: dict) -> dict:
 def test_import_is_cheap_and_exports_the_api():
     code = ("import sys, spectra_cli; print(sorted(m for m in ('numpy', 'scipy', 'pyarrow', 'typer') "
             "if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120)
     assert r.stdout.strip() == "[]"
     for name in ("fit", "spectrum", "isotropy", "whiten", "Accumulator", "Report", "SpectraError", "InputError",
                  "OptionError", "FitError", "SpectraWarning"):

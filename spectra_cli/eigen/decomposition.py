@@ -13,14 +13,36 @@ from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
 FLOOR_DEFINITION = (
-    "d * eps64 * lambda_1 + (2 + sqrt(b)) * eps * lambda_1': eps the machine epsilon of the products' precision, "
-    "b the most rows summed in one product, lambda_1 the largest eigenvalue of the matrix and lambda_1' that of what "
-    "the products multiplied (the centred rows; lambda_1 itself when the product held the mean). By Weyl's "
-    "inequality each eigenvalue moves by at most the norm of the rounding error: about d * eps64 * ||C|| from the "
-    "float64 symmetric eigensolver, and from the products (blocks are merged in float64) sqrt(b) * eps * ||C'|| from "
+    "s * lambda_1 + (2 + sqrt(b)) * eps * lambda_1': eps the machine epsilon of the products' precision, b the most "
+    "rows summed in one product, lambda_1 the largest eigenvalue of the matrix and lambda_1' that of what the "
+    "products multiplied (the centred rows; lambda_1 itself when the product held the mean), s the symmetric "
+    "eigensolver's part: d * eps64 in float64 (its worst case), sqrt(d) * eps32 where it runs in float32 (the float32 "
+    "precision from d = 2,048; its rounding adds up as the products' does, as a random walk; measured 0.3-2.3 eps32 "
+    "at d = 2,048-4,096). By Weyl's inequality each eigenvalue moves by at most the norm of the rounding error: about "
+    "s * ||C|| from the eigensolver, and from the products (blocks are merged in float64) sqrt(b) * eps * ||C'|| from "
     "their sums and 2 * eps * ||C'|| from rounding each row to the precision. In float64, (d + sqrt(b)) * eps64 * "
     "lambda_1"
 )
+
+#: With the float32 precision, matrices of at least this order are decomposed in float32 (LAPACK ssyevd, through
+#: SciPy: NumPy's float32 eigvalsh took as long as its float64 one here). There the tridiagonal reduction is bound by
+#: memory bandwidth, and float32 halves it: on 2 cores, one thread, 0.37 s against 0.24 at d = 2,048, 1.73 against
+#: 0.73 at 3,072, 4.83 against 2.48 at 4,096 (two threads: 2.51 against 1.28); below, 1.4x at d = 1,024 and
+#: little at 384. Its largest error measured 0.3-2.3 eps32 * lambda_1 at d = 2,048-4,096 (the floor counts
+#: sqrt(d) * eps32 * lambda_1: 20-200x that).
+FLOAT32_SOLVER_MIN_ORDER = 2048
+
+
+def solver_precision(precision: str, order: int) -> str:
+    """The precision of the symmetric eigensolver for a matrix of ``order`` rows under the products' ``precision``."""
+    return "float32" if precision == "float32" and order >= FLOAT32_SOLVER_MIN_ORDER else "float64"
+
+
+def solver_note(solver: str) -> str:
+    """What ``method`` adds for a float32 eigensolver (nothing for float64)."""
+    return ("; decomposed in float32 (LAPACK ssyevd via SciPy; the floor counts its rounding, sqrt(d) * eps32 * "
+            "lambda_1)" if solver == "float32" else "")
+
 
 # The largest eigenvalue must be a normal float64 (>= 2.2e-308): below it every eigenvalue is
 # subnormal, with digits lost, or zero.
@@ -106,7 +128,8 @@ class Spectrum:
         eigenvalues: descending; length ``min(n, d)`` on the Gram route, else ``d``.
         n_samples: rows used; n_features: d.
         definition: what matrix the eigenvalues belong to.
-        precision: arithmetic of the products (``float64`` or ``float32``).
+        precision: arithmetic of the products (``float64`` or ``float32``; ``float32`` decomposes in float32 too
+            from :data:`FLOAT32_SOLVER_MIN_ORDER`, said in ``method``).
         numerical_floor: eigenvalues at or below it are not resolved from zero.
         sampling_rank: the largest rank the sample allows (n - 1 centred, n uncentred).
         structural_zeros: eigenvalues known to be zero without computing them (d - n).
@@ -244,25 +267,36 @@ def _eps(precision: str) -> float:
 EIGVALSH_FLOPS = 4.0
 
 
-def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L") -> np.ndarray:
+def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L",
+                     solver: str = "float64") -> np.ndarray:
     """``numpy.linalg.eigvalsh`` of a matrix that must be finite: a matrix whose entries overflowed
     float64 (moments of values near 1e154, or a moment file that says so) is an input error, never
-    LAPACK's "did not converge". ``uplo``: the triangle that holds the matrix (``"U"``: the upper one)."""
+    LAPACK's "did not converge". ``uplo``: the triangle that holds the matrix (``"U"``: the upper one).
+    ``solver``: ``"float32"`` decomposes a float32 copy (:func:`solver_precision`); the values come back as float64."""
     if not np.all(np.isfinite(C)):
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
     try:
         with threads.blas(EIGVALSH_FLOPS * float(C.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
+            if solver == "float32":
+                import scipy.linalg
+
+                single = C.astype(np.float32)
+                if not np.all(np.isfinite(single)):
+                    raise InputError(f"{what} overflows float32 (entries beyond 3.4e38); use --precision float64.")
+                return scipy.linalg.eigh(single, lower=uplo == "L", eigvals_only=True, driver="evd",
+                                         overwrite_a=True, check_finite=False).astype(np.float64)
             return np.linalg.eigvalsh(C, UPLO=uplo)
     except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
 
 
 def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str,
-              products_top: float | None = None) -> float:
+              products_top: float | None = None, *, solver: str = "float64") -> float:
     """The numerical floor (see FLOOR_DEFINITION). ``products_top``: the largest eigenvalue (or an upper
     bound, such as the Frobenius norm) of what the products multiplied, when it is not the matrix's own
-    (the uncentred second moment adds the mean's outer product in float64, after the products)."""
+    (the uncentred second moment adds the mean's outer product in float64, after the products). ``solver``: the
+    eigensolver's precision (:func:`solver_precision`)."""
     if not eigenvalues.size:
         return 0.0
     top = max(float(eigenvalues[0]), 0.0)
@@ -271,7 +305,8 @@ def floor_for(eigenvalues: np.ndarray, d: int, accumulated: int, precision: str,
     if eps == _EPS64:
         return (d + root_b) * eps * top
     products = top if products_top is None else min(max(products_top, 0.0), top)
-    return d * _EPS64 * top + (2.0 + root_b) * eps * products
+    solving = d * _EPS64 if solver == "float64" else float(np.sqrt(d)) * _eps(solver)
+    return solving * top + (2.0 + root_b) * eps * products
 
 
 _EPS64 = float(np.finfo(np.float64).eps)
@@ -343,15 +378,18 @@ def spectrum_from_moments(
                             requested=top_reason or Message(f"asked: {param('top', top)}"))
             method = (f"the leading {top} of {d} eigenvalues by block Lanczos (Krylov dimension {found.dimension}) "
                       "of the d x d matrix from streamed block moments (Chan et al. merge)")
+    solver = "float64"
     if lam_scaled is None:
-        lam_scaled = eigvalsh_checked(C)
+        solver = solver_precision(precision, d)
+        lam_scaled = eigvalsh_checked(C, solver=solver)
+        method += solver_note(solver)
     del C
     lam = _finish(lam_scaled, factor)
     products = None
     if not centered:  # the products multiplied the centred rows; the mean was added after, in float64
         denom = m.weight_sum
         products = float(np.sqrt(np.einsum("ij,ij->", m.m2, m.m2))) / denom * factor if denom > 0 else None
-    floor = floor_for(lam, d, m.block_rows, precision, products)
+    floor = floor_for(lam, d, m.block_rows, precision, products, solver=solver)
     # centring costs up to about eps^2 |mean|^2 per entry even when every row is the mean (a constant matrix,
     # whose spectrum is that rounding alone)
     mean = m.mean
@@ -429,8 +467,9 @@ def spectrum_from_rows(
             G = (A32 @ A32.T).astype(np.float64)
         else:
             G = A @ A.T
-    lam = _finish(eigvalsh_checked(G / denom), scale * scale)
-    floor = floor_for(lam, d, d, precision)  # the Gram products sum d terms each
+    solver = solver_precision(precision, n)
+    lam = _finish(eigvalsh_checked(G / denom, solver=solver), scale * scale)
+    floor = floor_for(lam, d, d, precision, solver=solver)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos
     return Spectrum(
         eigenvalues=lam,
@@ -441,7 +480,7 @@ def spectrum_from_rows(
         numerical_floor=floor,
         sampling_rank=max(min(sampling, d), 0),
         structural_zeros=d - n,
-        method="eigvalsh of the n x n Gram matrix (n < d)",
+        method="eigvalsh of the n x n Gram matrix (n < d)" + solver_note(solver),
     )
 
 

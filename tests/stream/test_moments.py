@@ -161,6 +161,39 @@ def test_float32_floor_of_uncentred_moments_is_set_by_the_centred_products():
     assert spec.numerical_floor < 1e-3 * spec.eigenvalues[0]
 
 
+@pytest.mark.parametrize("route", ["moments", "gram"])
+def test_a_wide_float32_matrix_is_decomposed_in_float32_within_its_floor(monkeypatch, route):
+    # From FLOAT32_SOLVER_MIN_ORDER (2,048; lowered here to keep the test fast) the float32 precision decomposes in
+    # float32 too (half the time at 4,096): the floor counts sqrt(d) * eps32 * lambda_1 for it, every eigenvalue is
+    # within it of the float64 answer, and the method says so; below the order, the solver stays float64.
+    import spectra_cli.eigen.decomposition as dec
+
+    rng = np.random.default_rng(5)
+    d = 300
+    X = (rng.standard_normal((1000 if route == "moments" else 280, d)) * np.arange(1, d + 1) ** -0.6).astype(np.float32)
+    ref = reference_eigenvalues(X)[:min(X.shape)]
+
+    def spectrum() -> dec.Spectrum:
+        if route == "gram":
+            return dec.spectrum_from_rows(X, precision="float32")
+        return dec.spectrum_from_moments(Moments.from_block(X, precision="float32"), precision="float32")
+
+    before = spectrum()
+    assert "float32" not in before.method
+    monkeypatch.setattr(dec, "FLOAT32_SOLVER_MIN_ORDER", 256)
+    spec = spectrum()
+    assert "decomposed in float32 (LAPACK ssyevd via SciPy" in spec.method
+    eps32, eps64 = np.finfo(np.float32).eps, np.finfo(np.float64).eps
+    top, b = spec.eigenvalues[0], (len(X) if route == "moments" else d)
+    assert spec.numerical_floor == pytest.approx(np.sqrt(d) * eps32 * top + (2 + np.sqrt(b)) * eps32 * top, rel=1e-9)
+    assert before.numerical_floor == pytest.approx(d * eps64 * top + (2 + np.sqrt(b)) * eps32 * top, rel=1e-6)
+    err = np.max(np.abs(spec.eigenvalues[:ref.size] - ref))
+    assert 0 < err <= spec.numerical_floor / 5  # (measured 0.3-2.3 eps32 * lambda_1 up to d = 4,096)
+    assert np.max(np.abs(before.eigenvalues[:ref.size] - ref)) < err  # the float64 solver's own error is smaller
+    resolved = ref > spec.numerical_floor + err  # (the ones no rounding within the floor can put under it)
+    assert np.all(spec.eigenvalues[:ref.size][resolved] > spec.numerical_floor)
+
+
 @pytest.mark.parametrize("magnitude", [1e150, 1e-150, 1e300])
 def test_extreme_magnitudes_are_rescaled_not_overflowed(magnitude):
     X = powerlaw_matrix(500, 8, 1.0, seed=6)

@@ -184,7 +184,7 @@ class ReadOptions:
         logits / temperature: row weights ``softmax(z / T)`` from a 1-D ``.npy`` of scores.
         centered: covariance (True) or uncentred second moment (False).
         ddof: delta degrees of freedom of the unweighted covariance.
-        precision: arithmetic of the products (and of the eigensolver from d = 2,048), ``float64`` or
+        precision: arithmetic of the products (and of the eigensolver from d = 3,072), ``float64`` or
             ``float32``.
         block_rows: rows per streamed block (None: 8192, fewer for wide rows; see Input.block_rows).
         drop_nonfinite: skip rows with NaN/inf (counted) instead of failing.

@@ -34,7 +34,7 @@ Ddof = Annotated[int, typer.Option("--ddof", metavar="K", help="Delta degrees of
                                    "covariance.")]
 Precision = Annotated[str, typer.Option(
     "--precision", metavar="float64|float32",
-    help="Arithmetic of the products (and of the eigensolver from d = 2,048): float64 (exact) or "
+    help="Arithmetic of the products (and of the eigensolver from d = 3,072): float64 (exact) or "
          "float32 (fast, higher floor).")]
 BlockRows = Annotated[int | None, typer.Option("--block-rows", metavar="N", show_default=False,
                                                help="Rows per block (memory is O(d^2 + block)). Default: 8192, fewer "

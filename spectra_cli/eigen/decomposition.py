@@ -17,7 +17,7 @@ FLOOR_DEFINITION = (
     "rows summed in one product, lambda_1 the largest eigenvalue of the matrix and lambda_1' that of what the "
     "products multiplied (the centred rows; lambda_1 itself when the product held the mean), s the symmetric "
     "eigensolver's part: d * eps64 in float64 (its worst case), sqrt(d) * eps32 where it runs in float32 (the float32 "
-    "precision from d = 2,048; its rounding adds up as the products' does, as a random walk; measured 0.3-2.3 eps32 "
+    "precision from d = 3,072; its rounding adds up as the products' does, as a random walk; measured 0.3-2.3 eps32 "
     "at d = 2,048-4,096). By Weyl's inequality each eigenvalue moves by at most the norm of the rounding error: about "
     "s * ||C|| from the eigensolver, and from the products (blocks are merged in float64) sqrt(b) * eps * ||C'|| from "
     "their sums and 2 * eps * ||C'|| from rounding each row to the precision. In float64, (d + sqrt(b)) * eps64 * "
@@ -25,12 +25,14 @@ FLOOR_DEFINITION = (
 )
 
 #: With the float32 precision, matrices of at least this order are decomposed in float32 (LAPACK ssyevd, through
-#: SciPy: NumPy's float32 eigvalsh took as long as its float64 one here). There the tridiagonal reduction is bound by
+#: SciPy: NumPy's eigvalsh decomposes float32 input in float64). There the tridiagonal reduction is bound by
 #: memory bandwidth, and float32 halves it: on 2 cores, one thread, 0.37 s against 0.24 at d = 2,048, 1.73 against
-#: 0.73 at 3,072, 4.83 against 2.48 at 4,096 (two threads: 2.51 against 1.28); below, 1.4x at d = 1,024 and
-#: little at 384. Its largest error measured 0.3-2.3 eps32 * lambda_1 at d = 2,048-4,096 (the floor counts
+#: 0.73 at 3,072, 4.83 against 2.48 at 4,096 (two threads: 2.51 against 1.28). At 2,048 the saving (0.08-0.13 s)
+#: is less than importing scipy.linalg (0.27 s), which a single fit pays: a whole fit of 2,100 x 2,048 rows took
+#: 1.32-1.38 s with it against 0.86-1.07 s without; at 1,024 it is 1.4x, at 384 little. Its largest error measured
+#: 0.3-2.3 eps32 * lambda_1 at d = 2,048-4,096 (the floor counts
 #: sqrt(d) * eps32 * lambda_1: 20-200x that).
-FLOAT32_SOLVER_MIN_ORDER = 2048
+FLOAT32_SOLVER_MIN_ORDER = 3072
 
 
 def solver_precision(precision: str, order: int) -> str:
@@ -283,7 +285,8 @@ def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Liter
 
                 single = C.astype(np.float32)
                 if not np.all(np.isfinite(single)):
-                    raise InputError(f"{what} overflows float32 (entries beyond 3.4e38); use --precision float64.")
+                    raise InputError(f"{what} overflows float32 (entries beyond 3.4e38); use "
+                                     f"{param('precision', 'float64')}.")
                 return scipy.linalg.eigh(single, lower=uplo == "L", eigvals_only=True, driver="evd",
                                          overwrite_a=True, check_finite=False).astype(np.float64)
             return np.linalg.eigvalsh(C, UPLO=uplo)

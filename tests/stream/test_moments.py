@@ -163,7 +163,7 @@ def test_float32_floor_of_uncentred_moments_is_set_by_the_centred_products():
 
 @pytest.mark.parametrize("route", ["moments", "gram"])
 def test_a_wide_float32_matrix_is_decomposed_in_float32_within_its_floor(monkeypatch, route):
-    # From FLOAT32_SOLVER_MIN_ORDER (2,048; lowered here to keep the test fast) the float32 precision decomposes in
+    # From FLOAT32_SOLVER_MIN_ORDER (3,072; lowered here to keep the test fast) the float32 precision decomposes in
     # float32 too (half the time at 4,096): the floor counts sqrt(d) * eps32 * lambda_1 for it, every eigenvalue is
     # within it of the float64 answer, and the method says so; below the order, the solver stays float64.
     import spectra_cli.eigen.decomposition as dec

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import numpy as np
 
 from spectra_cli import threads
+from spectra_cli.eigen import two_stage
 from spectra_cli.errors import InputError, Message, param
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
@@ -40,10 +41,15 @@ def solver_precision(precision: str, order: int) -> str:
     return "float32" if precision == "float32" and order >= FLOAT32_SOLVER_MIN_ORDER else "float64"
 
 
-def solver_note(solver: str) -> str:
-    """What ``method`` adds for a float32 eigensolver (nothing for float64)."""
-    return ("; decomposed in float32 (LAPACK ssyevd via SciPy; the floor counts its rounding, sqrt(d) * eps32 * "
-            "lambda_1)" if solver == "float32" else "")
+def solver_note(solver: str, routine: str = "") -> str:
+    """What ``method`` adds for the eigensolver: its precision where float32, and LAPACK's two-stage routine where that
+    ran (``routine``, from :func:`eigvalsh_routed`; nothing for float64's one-stage ``dsyevd``)."""
+    two = routine.endswith("_2stage")
+    if solver == "float32":
+        return (f"; decomposed in float32 (LAPACK {routine or 'ssyevd'}"
+                + (", the two-stage reduction, on one thread" if two else " via SciPy")
+                + "; the floor counts its rounding, sqrt(d) * eps32 * lambda_1)")
+    return f"; LAPACK {routine} (the two-stage reduction, on one thread)" if two else ""
 
 
 # The largest eigenvalue must be a normal float64 (>= 2.2e-308): below it every eigenvalue is
@@ -271,25 +277,44 @@ EIGVALSH_FLOPS = 4.0
 
 def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L",
                      solver: str = "float64") -> np.ndarray:
-    """``numpy.linalg.eigvalsh`` of a matrix that must be finite: a matrix whose entries overflowed
+    """``numpy.linalg.eigvalsh`` of a matrix that must be finite (see :func:`eigvalsh_routed`), the values alone."""
+    return eigvalsh_routed(C, what, uplo=uplo, solver=solver)[0]
+
+
+def eigvalsh_routed(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L",
+                    solver: str = "float64") -> tuple[np.ndarray, str]:
+    """The eigenvalues (ascending) of a matrix that must be finite: a matrix whose entries overflowed
     float64 (moments of values near 1e154, or a moment file that says so) is an input error, never
     LAPACK's "did not converge". ``uplo``: the triangle that holds the matrix (``"U"``: the upper one).
-    ``solver``: ``"float32"`` decomposes a float32 copy (:func:`solver_precision`); the values come back as float64."""
+    ``solver``: ``"float32"`` decomposes a float32 copy (:func:`solver_precision`); the values come back as float64.
+    Also returns the LAPACK routine that ran: ``?syevd``, or from
+    :func:`~spectra_cli.eigen.two_stage.min_order` on one thread ``?syevd_2stage``
+    (:mod:`spectra_cli.eigen.two_stage`)."""
     if not np.all(np.isfinite(C)):
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
+    order = int(C.shape[0])
     try:
-        with threads.blas(EIGVALSH_FLOPS * float(C.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
+        with threads.blas(EIGVALSH_FLOPS * float(order) ** 3, threads.SMALL_EIGEN_FLOPS) as n_threads:
+            single = None
             if solver == "float32":
-                import scipy.linalg
-
                 single = C.astype(np.float32)
                 if not np.all(np.isfinite(single)):
                     raise InputError(f"{what} overflows float32 (entries beyond 3.4e38); use "
                                      f"{param('precision', 'float64')}.")
+            if n_threads == 1 and order >= two_stage.min_order(solver):
+                if single is not None:
+                    lam = two_stage.eigvalsh_two_stage(single, "float32", uplo=uplo)
+                else:
+                    lam = two_stage.eigvalsh_two_stage(C, "float64", uplo=uplo)
+                if lam is not None:
+                    return lam, ("s" if solver == "float32" else "d") + "syevd_2stage"
+            if single is not None:
+                import scipy.linalg
+
                 return scipy.linalg.eigh(single, lower=uplo == "L", eigvals_only=True, driver="evd",
-                                         overwrite_a=True, check_finite=False).astype(np.float64)
-            return np.linalg.eigvalsh(C, UPLO=uplo)
+                                         overwrite_a=True, check_finite=False).astype(np.float64), "ssyevd"
+            return np.linalg.eigvalsh(C, UPLO=uplo), "dsyevd"
     except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
 
@@ -384,8 +409,8 @@ def spectrum_from_moments(
     solver = "float64"
     if lam_scaled is None:
         solver = solver_precision(precision, d)
-        lam_scaled = eigvalsh_checked(C, solver=solver)
-        method += solver_note(solver)
+        lam_scaled, routine = eigvalsh_routed(C, solver=solver)
+        method += solver_note(solver, routine)
     del C
     lam = _finish(lam_scaled, factor)
     products = None
@@ -471,7 +496,8 @@ def spectrum_from_rows(
         else:
             G = A @ A.T
     solver = solver_precision(precision, n)
-    lam = _finish(eigvalsh_checked(G / denom, solver=solver), scale * scale)
+    values, routine = eigvalsh_routed(G / denom, solver=solver)
+    lam = _finish(values, scale * scale)
     floor = floor_for(lam, d, d, precision, solver=solver)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos
     return Spectrum(
@@ -483,7 +509,7 @@ def spectrum_from_rows(
         numerical_floor=floor,
         sampling_rank=max(min(sampling, d), 0),
         structural_zeros=d - n,
-        method="eigvalsh of the n x n Gram matrix (n < d)" + solver_note(solver),
+        method="eigvalsh of the n x n Gram matrix (n < d)" + solver_note(solver, routine),
     )
 
 

@@ -1,9 +1,8 @@
 """The leading eigenvalues of a dense symmetric matrix, without the full decomposition.
 
-The full decomposition stays numpy's ``eigvalsh`` (LAPACK dsyevd). LAPACK's two-stage driver
-``dsyevd_2stage`` (in the same OpenBLAS) was measured as a replacement and not adopted: alternating
-runs on 2 cores gave a median 1.10x at d = 4,096 but 0.83x at d = 8,192 (52-72 s against
-56-58 s), its sequential band-to-tridiagonal stage being the bottleneck.
+The full decomposition is LAPACK's ``?syevd`` (NumPy's ``eigvalsh``), or its two-stage ``?syevd_2stage`` from
+order 3,072 on one thread (:mod:`spectra_cli.eigen.two_stage`): on two threads the two-stage driver's sequential
+band-to-tridiagonal stage loses (median 1.10x at d = 4,096, 0.83x at 8,192), on one it wins (2x at 8,192).
 """
 
 from __future__ import annotations

@@ -134,8 +134,10 @@ PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
 
 
-def _tree_rss(root: int) -> int:
-    """The resident memory of ``root`` and all its descendants now (bytes; Linux's /proc)."""
+def _tree_rss(root: int) -> tuple[int, int]:
+    """The resident memory of ``root`` and all its descendants now (bytes; Linux's /proc): summed RSS, and summed
+    PSS (proportional set size: a page shared by k processes, such as a forked worker's copy-on-write pages of its
+    parent, counts 1/k in each, so the sum is the memory the tree holds; RSS sums count it k times)."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -147,12 +149,19 @@ def _tree_rss(root: int) -> int:
                 continue
             parents[int(entry.name)] = int(fields[1])
             rss[int(entry.name)] = int(fields[21]) * page
-    tree, total = {root}, 0
+    tree, total, pss = {root}, 0, 0
     for _ in range(8):  # (a batch's tree is at most 3 deep)
         tree |= {p for p, parent in parents.items() if parent in tree}
     for p in tree:
         total += rss.get(p, 0)
-    return total
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total, pss
 
 
 def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
@@ -166,9 +175,10 @@ def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
         proc = subprocess.Popen([sys.executable, "-c", PEAK, sys.executable, "-m", "spectra_cli", "batch",
                                  str(directory), "--convention", convention, "--jsonl", str(jsonl), "--workers",
                                  str(workers), *extra], stdout=subprocess.DEVNULL, stderr=f)
-    total = 0
+    total = pss = 0
     while proc.poll() is None:
-        total = max(total, _tree_rss(proc.pid))
+        now_rss, now_pss = _tree_rss(proc.pid)
+        total, pss = max(total, now_rss), max(pss, now_pss)
         time.sleep(0.2)
     stderr = err.read_text()
     wall = time.perf_counter() - t
@@ -178,6 +188,7 @@ def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
     failed = [x for x in lines if "error" in x]
     skipped = [x for x in lines if "skipped" in x]
     return {"rc": proc.returncode, "wall_s": wall, "peak_rss_gb": peak / 2**20, "tree_rss_gb": total / 2**30,
+            "tree_pss_gb": pss / 2**30,
             "analysed": len(ok), "failed": len(failed), "skipped": len(skipped),
             "skipped_kinds": sorted({str(x.get("kind")) for x in skipped}), "stderr": stderr[-400:]}
 
@@ -208,7 +219,8 @@ def main() -> None:
         res = run(ckpt, conv, args.dir / f"{args.kind}-{conv}-{workers}-{precision}.jsonl", workers,
                   ("--precision", precision))
         print(f"  batch --convention {conv} --workers {workers} --precision {precision}: {res['wall_s']:.1f} s,"
-              f" peak RSS {res['peak_rss_gb']:.2f} GB (one process), {res['tree_rss_gb']:.2f} GB (all), "
+              f" peak RSS {res['peak_rss_gb']:.2f} GB (one process), {res['tree_rss_gb']:.2f} GB (all, RSS), "
+              f"{res['tree_pss_gb']:.2f} GB (all, PSS), "
               f"{res['analysed']} analysed, {res['failed']} failed, {res['skipped']} skipped "
               f"({', '.join(res['skipped_kinds'])}); exit {res['rc']}")
         if res["rc"] != 0:

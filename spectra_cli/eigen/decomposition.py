@@ -443,27 +443,43 @@ def spectrum_from_moments(
     )
 
 
-def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool) -> tuple[np.ndarray, float]:
-    """The rows as the Gram route multiplies them: float64, divided by a power of two near their largest
-    magnitude (returned: exact to undo), centred on their (weighted) mean, each times ``sqrt(p_i)`` when
-    weighted (``p = w / sum w``)."""
+def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool,
+                   dtype: np.dtype[Any] | type[np.floating[Any]] = np.float64) -> tuple[np.ndarray, float]:
+    """The rows as the Gram route multiplies them: divided by a power of two near their largest magnitude
+    (returned: exact to undo), centred on their (weighted) mean, each times ``sqrt(p_i)`` when weighted
+    (``p = w / sum w``), all in float64, then held in ``dtype``: float32 (the float32 precision's products) is
+    made a few rows at a time from their float64 values, without a float64 copy of them all."""
     X = np.asarray(X)
     # max |x| without a temporary |X| (exact in the input's own type, as is its conversion to float64)
     amax = max(float(np.max(X)), -float(np.min(X))) if X.size else 0.0
     scale = 2.0 ** np.ceil(np.log2(amax)) if amax > 0 else 1.0
-    # One float64 copy, then the same operations in place (no temporaries of the rows' size)
-    A = np.array(X, dtype=np.float64, order="K")  # (the layout kept: the mean sums in the same order)
-    A /= scale
-    if w is None:
-        mean, root = A.mean(axis=0), None
-    else:
-        p = np.asarray(w, dtype=np.float64) / float(np.sum(w))
-        mean, root = p @ A, np.sqrt(p)
-    if centered:
-        A -= mean
-    if root is not None:
-        A *= root[:, None]
-    return A, float(scale)
+    p = None if w is None else np.asarray(w, dtype=np.float64) / float(np.sum(w))
+    if dtype == np.float64:
+        # One float64 copy, then the same operations in place (no temporaries of the rows' size)
+        A = np.array(X, dtype=np.float64, order="K")  # (the layout kept: the mean sums in the same order)
+        A /= scale
+        mean = A.mean(axis=0) if p is None else p @ A
+        if centered:
+            A -= mean
+        if p is not None:
+            A *= np.sqrt(p)[:, None]
+        return A, float(scale)
+    n, d = X.shape
+    step = max(1, (1 << 22) // max(d, 1))  # (32 MiB of float64 rows at a time)
+    total = np.zeros(d)
+    for a in range(0, n, step):
+        part = X[a:a + step].astype(np.float64) / scale
+        total += part.sum(axis=0) if p is None else p[a:a + step] @ part
+    mean = total / n if p is None else total
+    out = np.empty((n, d), dtype=dtype)
+    for a in range(0, n, step):
+        part = X[a:a + step].astype(np.float64) / scale
+        if centered:
+            part -= mean
+        if p is not None:
+            part *= np.sqrt(p[a:a + step])[:, None]
+        out[a:a + step] = part
+    return out, float(scale)
 
 
 def spectrum_from_rows(
@@ -480,7 +496,7 @@ def spectrum_from_rows(
     ``d - n`` are structural zeros and are not listed.
     """
     n, d = X.shape
-    A, scale = _prepared_rows(X, w, centered=centered)
+    A, scale = _prepared_rows(X, w, centered=centered, dtype=product_dtype(precision))
     if w is None:
         denom = float(n - ddof) if centered else float(n)
         npos = n
@@ -490,13 +506,12 @@ def spectrum_from_rows(
     # n^2 d flops (a symmetric product): on the threads the policy gives it (outside, a library call's
     # BLAS runs on one thread: a 4,096 x 11,008 Gram took 3.6 s instead of 2.1 s on 2 cores)
     with threads.blas(float(n) * n * d):
-        if product_dtype(precision) != np.float64:
-            A32 = A.astype(np.float32)
-            G = (A32 @ A32.T).astype(np.float64)
-        else:
-            G = A @ A.T
+        G = A @ A.T  # (in the products' precision: the rows were prepared in it)
+    del A
+    G = G.astype(np.float64, copy=False)
+    G /= denom
     solver = solver_precision(precision, n)
-    values, routine = eigvalsh_routed(G / denom, solver=solver)
+    values, routine = eigvalsh_routed(G, solver=solver)
     lam = _finish(values, scale * scale)
     floor = floor_for(lam, d, d, precision, solver=solver)  # the Gram products sum d terms each
     sampling = npos - 1 if centered else npos

@@ -346,7 +346,7 @@ class Input:
             n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
         self.block_rows_used = block_rows
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
-        main: MomentsState | RowsState = RowsState() if use_gram else MomentsState(
+        main: MomentsState | RowsState = RowsState(total) if use_gram else MomentsState(
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks, block_rows=block_rows)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
         states: list[State] = [main] + ([cos] if cos is not None else [])

@@ -294,6 +294,10 @@ def eigvalsh_routed(C: np.ndarray, what: str = "the covariance", *, uplo: Litera
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
     order = int(C.shape[0])
+    two = order >= two_stage.min_order(solver)
+    if solver == "float32" or two:
+        # SciPy's OpenBLAS (these solvers' LAPACK) loaded before the thread limit below is set, so that it reaches it
+        two_stage.available()
     try:
         with threads.blas(EIGVALSH_FLOPS * float(order) ** 3, threads.SMALL_EIGEN_FLOPS) as n_threads:
             single = None
@@ -302,9 +306,11 @@ def eigvalsh_routed(C: np.ndarray, what: str = "the covariance", *, uplo: Litera
                 if not np.all(np.isfinite(single)):
                     raise InputError(f"{what} overflows float32 (entries beyond 3.4e38); use "
                                      f"{param('precision', 'float64')}.")
-            if n_threads == 1 and order >= two_stage.min_order(solver):
+            if n_threads == 1 and two:
                 if single is not None:
-                    lam = two_stage.eigvalsh_two_stage(single, "float32", uplo=uplo)
+                    lam = two_stage.eigvalsh_two_stage(single, "float32", uplo=uplo, overwrite=True)
+                    if lam is None:
+                        single = C.astype(np.float32)  # (the failed call may have used it as its workspace)
                 else:
                     lam = two_stage.eigvalsh_two_stage(C, "float64", uplo=uplo)
                 if lam is not None:
@@ -443,6 +449,10 @@ def spectrum_from_moments(
     )
 
 
+#: The float32 Gram route prepares its rows this many values at a time in float64 (32 MiB).
+PREPARED_CHUNK = 1 << 22
+
+
 def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool,
                    dtype: np.dtype[Any] | type[np.floating[Any]] = np.float64) -> tuple[np.ndarray, float]:
     """The rows as the Gram route multiplies them: divided by a power of two near their largest magnitude
@@ -465,15 +475,17 @@ def _prepared_rows(X: np.ndarray, w: np.ndarray | None, *, centered: bool,
             A *= np.sqrt(p)[:, None]
         return A, float(scale)
     n, d = X.shape
-    step = max(1, (1 << 22) // max(d, 1))  # (32 MiB of float64 rows at a time)
+    step = max(1, PREPARED_CHUNK // max(d, 1))
     total = np.zeros(d)
     for a in range(0, n, step):
-        part = X[a:a + step].astype(np.float64) / scale
+        part = X[a:a + step].astype(np.float64)
+        part /= scale
         total += part.sum(axis=0) if p is None else p[a:a + step] @ part
     mean = total / n if p is None else total
     out = np.empty((n, d), dtype=dtype)
     for a in range(0, n, step):
-        part = X[a:a + step].astype(np.float64) / scale
+        part = X[a:a + step].astype(np.float64)
+        part /= scale
         if centered:
             part -= mean
         if p is not None:

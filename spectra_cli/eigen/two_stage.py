@@ -19,6 +19,7 @@ one-stage solver runs, and ``method`` names the routine that did.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any, Literal
 
@@ -35,14 +36,38 @@ def min_order(dtype: str) -> int:
     """The order from which a decomposition in ``dtype`` on one thread takes the two-stage solver."""
     return TWO_STAGE_MIN_ORDER_FLOAT32 if dtype == "float32" else TWO_STAGE_MIN_ORDER
 
+#: The largest order passed: LAPACKE indexes the matrix with 32-bit integers (its NaN check reads ``a[i + j * lda]``),
+#: which overflow past 46,340^2; larger matrices take NumPy's one-stage solver, whose integers are 64-bit.
+MAX_ORDER = 46340
+
 _LAYOUT_COLUMN_MAJOR = 102
 _found: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
+def _new_lock() -> None:
+    global _lock
+    _lock = threading.Lock()  # (a child forked while another thread held the lock must not inherit it held)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock)
+
+
+def _lp64(handle: Any, prefix: str) -> bool:
+    """Whether the OpenBLAS behind ``handle`` takes 32-bit integers: its configuration string names USE64BITINT
+    where they are 64-bit (NumPy's own build, or a distribution's libopenblas64 without suffixed names)."""
+    get_config = getattr(handle, f"{prefix}openblas_get_config", None)
+    if get_config is None:
+        return False
+    get_config.restype = ctypes.c_char_p
+    get_config.argtypes = []
+    return b"USE64BITINT" not in (get_config() or b"")
+
+
 def _routines() -> dict[str, Any]:
     """``{"float32": ssyevd_2stage, "float64": dsyevd_2stage}`` of the first OpenBLAS with 32-bit integers that has
-    them, or ``{}`` (looked up once per process)."""
+    them, or ``{}`` (looked up once per process; imports SciPy, whose OpenBLAS it is)."""
     with _lock:
         if "done" in _found:
             return _found["routines"]
@@ -56,9 +81,9 @@ def _routines() -> dict[str, Any]:
                     continue
                 handle = ctypes.CDLL(lib["filepath"])
                 for prefix in ("scipy_", ""):
-                    # (ILP64 builds, such as NumPy's, name theirs with a "64_" suffix: not these)
+                    # (ILP64 builds name theirs with a "64_" suffix, or say USE64BITINT in their configuration)
                     names = {"float32": f"{prefix}LAPACKE_ssyevd_2stage", "float64": f"{prefix}LAPACKE_dsyevd_2stage"}
-                    if all(hasattr(handle, n) for n in names.values()):
+                    if all(hasattr(handle, n) for n in names.values()) and _lp64(handle, prefix):
                         for dtype, name in names.items():
                             fn = getattr(handle, name)
                             pointer = ctypes.POINTER(ctypes.c_float if dtype == "float32" else ctypes.c_double)
@@ -66,6 +91,7 @@ def _routines() -> dict[str, Any]:
                             fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int, pointer,
                                            ctypes.c_int, pointer]
                             routines[dtype] = (fn, pointer)
+                        _found["threads"] = getattr(handle, f"{prefix}openblas_get_num_threads", None)
                         break
                 if routines:
                     break
@@ -76,22 +102,30 @@ def _routines() -> dict[str, Any]:
 
 
 def available() -> bool:
-    """Whether the two-stage solver can be called in this process."""
+    """Whether the two-stage solver can be called in this process. Call it before limiting BLAS threads for a
+    decomposition: its first call loads SciPy's OpenBLAS, which a limit set before would not reach."""
     return bool(_routines())
 
 
-def eigvalsh_two_stage(C: np.ndarray, dtype: Literal["float32", "float64"], *,
-                       uplo: Literal["L", "U"] = "L") -> np.ndarray | None:
+def library_threads() -> int | None:
+    """The threads the OpenBLAS of the two-stage solver runs on now (None: no such library)."""
+    count = _found.get("threads") if available() else None
+    return int(count()) if count is not None else None
+
+
+def eigvalsh_two_stage(C: np.ndarray, dtype: Literal["float32", "float64"], *, uplo: Literal["L", "U"] = "L",
+                       overwrite: bool = False) -> np.ndarray | None:
     """The eigenvalues of the symmetric ``C`` (held in its ``uplo`` triangle), ascending, as float64, decomposed in
-    ``dtype`` by ``?syevd_2stage``; None where the routine is not available or reports a failure (the caller then
-    runs the one-stage solver)."""
+    ``dtype`` by ``?syevd_2stage``; None where the routine is not available, the order is past :data:`MAX_ORDER`, or
+    LAPACK reports a failure (the caller then runs the one-stage solver). ``overwrite``: ``C`` may be destroyed
+    (used in place when it is a C-ordered array of ``dtype``; a None result then leaves it undefined)."""
     routine = _routines().get(dtype)
-    n = int(C.shape[0])
-    if routine is None or C.ndim != 2 or C.shape[1] != n or n < 1 or n >= 2**31:
+    n = int(C.shape[0]) if C.ndim == 2 else 0
+    if routine is None or C.ndim != 2 or C.shape[1] != n or not 1 <= n <= MAX_ORDER:
         return None
     fn, pointer = routine
     # A C-ordered copy read as column-major is the transpose: its lower triangle is the upper one LAPACK is told of
-    a = np.array(C, dtype=dtype, order="C", copy=True)
+    a = np.asarray(C, dtype=dtype, order="C") if overwrite else np.array(C, dtype=dtype, order="C", copy=True)
     w = np.empty(n, dtype=dtype)
     info = fn(_LAYOUT_COLUMN_MAJOR, b"N", b"U" if uplo == "L" else b"L", n, a.ctypes.data_as(pointer), n,
               w.ctypes.data_as(pointer))

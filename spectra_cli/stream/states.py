@@ -150,7 +150,7 @@ class RowsState:
             self._buffer[a:b] = X
             if w is not None:
                 if self._wbuffer is None:
-                    self._wbuffer = np.empty(self.capacity)
+                    self._wbuffer = np.full(self.capacity, np.nan)  # (a block without weights would show)
                 self._wbuffer[a:b] = w
             self.filled = b
             return

@@ -114,3 +114,22 @@ def test_a_matrix_of_identical_rows_is_not_called_corrupt_moments():
     x = np.random.default_rng(0).standard_normal(16) * 4.0
     rep = api.fit(np.tile(x, (2000, 1)))
     assert rep.spectrum.eigenvalues[0] < 1e-25
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("centered", [True, False])
+def test_float32_gram_rows_are_prepared_in_pieces_as_the_float64_ones_rounded(monkeypatch, weighted, centered):
+    # The float32 Gram route prepares its rows a few at a time (no float64 copy of them all): across the pieces'
+    # edges, the same rows as preparing them all in float64 and rounding, within one float32 ulp (the mean is summed
+    # in another order), on a non-contiguous input
+    from spectra_cli.eigen import decomposition as dec
+
+    rng = np.random.default_rng(9)
+    X = (rng.standard_normal((37, 90)) * 3 + 5).astype(np.float32)[:, ::2]  # (a strided view: 37 x 45)
+    w = rng.random(37) if weighted else None
+    ref, s64 = dec._prepared_rows(X, w, centered=centered)
+    monkeypatch.setattr(dec, "PREPARED_CHUNK", 45 * 4)  # (4 rows a piece: 10 pieces, the last of 1 row)
+    got, s32 = dec._prepared_rows(X, w, centered=centered, dtype=np.float32)
+    assert got.dtype == np.float32 and got.shape == ref.shape and s32 == s64
+    ulp = np.spacing(np.abs(ref).astype(np.float32))
+    assert np.all(np.abs(got.astype(np.float64) - ref.astype(np.float32)) <= ulp)

@@ -86,3 +86,74 @@ def test_without_the_routine_the_one_stage_solver_runs(monkeypatch):
         lam, routine = dec.eigvalsh_routed(C)
     assert routine == "dsyevd"
     np.testing.assert_array_equal(lam, np.linalg.eigvalsh(C))
+
+
+def test_past_lapackes_32_bit_indices_it_declines(monkeypatch):
+    # (LAPACKE indexes a[i + j * lda] in 32-bit integers: past 46,340 the one-stage solver, 64-bit in NumPy, runs)
+    assert two_stage.MAX_ORDER ** 2 < 2**31 <= (two_stage.MAX_ORDER + 1) ** 2
+    monkeypatch.setattr(two_stage, "MAX_ORDER", 30)
+    assert two_stage.eigvalsh_two_stage(_covariance(31, 80, seed=5), "float64") is None
+
+
+@needs_it
+@pytest.mark.parametrize("solver", ["float64", "float32"])
+def test_a_failed_two_stage_call_falls_back_to_the_one_stage_solver(monkeypatch, solver):
+    C = _covariance(40, 100, seed=6)
+    routines = dict(two_stage._routines())
+    fn, pointer = routines[solver]
+    monkeypatch.setitem(two_stage._found, "routines", {**routines, solver: (lambda *args: 1, pointer)})  # (info 1)
+    monkeypatch.setattr(two_stage, "TWO_STAGE_MIN_ORDER", 8)
+    monkeypatch.setattr(two_stage, "TWO_STAGE_MIN_ORDER_FLOAT32", 8)
+    with threads.call(1):
+        lam, routine = dec.eigvalsh_routed(C, solver=solver)
+    assert routine == ("ssyevd" if solver == "float32" else "dsyevd")
+    eps = np.finfo(solver).eps
+    assert np.max(np.abs(lam - np.linalg.eigvalsh(C))) <= 40 * eps * np.linalg.eigvalsh(C)[-1]
+
+
+@needs_it
+def test_the_64_bit_integer_openblas_is_never_the_one_called():
+    import ctypes
+
+    from threadpoolctl import ThreadpoolController
+
+    for lib in ThreadpoolController().info():
+        if lib.get("internal_api") == "openblas" and lib.get("filepath"):
+            handle = ctypes.CDLL(lib["filepath"])
+            for prefix in ("scipy_", ""):
+                if hasattr(handle, f"{prefix}openblas_get_config"):
+                    config = getattr(handle, f"{prefix}openblas_get_config")
+                    config.restype = ctypes.c_char_p
+                    assert two_stage._lp64(handle, prefix) == (b"USE64BITINT" not in config())
+
+
+def test_the_first_decomposition_in_a_fresh_process_is_limited_to_one_thread(tmp_path):
+    # SciPy's OpenBLAS, where these solvers run, is loaded by the first decomposition that needs it: before the thread
+    # limit is set, so that the limit reaches it (a fresh process; the suite has long imported SciPy)
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from spectra_cli import threads\n"
+        "from spectra_cli.eigen import decomposition as dec, two_stage\n"
+        "seen = []\n"
+        "real = two_stage.eigvalsh_two_stage\n"
+        "def spy(*a, **k):\n"
+        "    seen.append(two_stage.library_threads())\n"
+        "    return real(*a, **k)\n"
+        "two_stage.eigvalsh_two_stage = spy\n"
+        "two_stage.TWO_STAGE_MIN_ORDER = 8\n"
+        "A = np.random.default_rng(0).standard_normal((50, 20))\n"
+        "with threads.call(1):\n"
+        "    print(dec.eigvalsh_routed(A.T @ A)[1], seen)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in threads.ENV_VARS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    routine, seen = out.stdout.split(" ", 1)
+    if routine == "dsyevd":
+        pytest.skip("no OpenBLAS with LAPACKE ?syevd_2stage here")
+    assert routine == "dsyevd_2stage" and ast.literal_eval(seen) == [1]

@@ -27,7 +27,7 @@ from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import NormHistogram, coordinate_fourth
-from spectra_cli.stream.states import MomentsState, RowGuard, RowsState, State
+from spectra_cli.stream.states import MomentsState, RowGuard, RowsBuffer, State
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
 BLOCK_BYTES = 64 << 20
@@ -346,7 +346,7 @@ class Input:
             n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
         self.block_rows_used = block_rows
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
-        main: MomentsState | RowsState = RowsState(total) if use_gram else MomentsState(
+        main: MomentsState | RowsBuffer = RowsBuffer(total, d, weighted=weighted) if use_gram else MomentsState(
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks, block_rows=block_rows)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
         states: list[State] = [main] + ([cos] if cos is not None else [])
@@ -357,7 +357,7 @@ class Input:
         wts: np.ndarray | None = None
         moments: Moments | None = None
         grp: tuple[Moments, ...] = ()
-        if isinstance(main, RowsState):
+        if isinstance(main, RowsBuffer):
             rows, wts = main.matrix()
             n_used = len(rows)
             total_w = float(wts.sum()) if wts is not None else float(n_used)

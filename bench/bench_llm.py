@@ -134,7 +134,7 @@ PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
 
 
-def _tree_rss(root: int) -> tuple[int, int]:
+def _tree_memory(root: int) -> tuple[int, int]:
     """The resident memory of ``root`` and all its descendants now (bytes; Linux's /proc): summed RSS, and summed
     PSS (proportional set size: a page shared by k processes, such as a forked worker's copy-on-write pages of its
     parent, counts 1/k in each, so the sum is the memory the tree holds; RSS sums count it k times)."""
@@ -177,7 +177,7 @@ def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
                                  str(workers), *extra], stdout=subprocess.DEVNULL, stderr=f)
     total = pss = 0
     while proc.poll() is None:
-        now_rss, now_pss = _tree_rss(proc.pid)
+        now_rss, now_pss = _tree_memory(proc.pid)
         total, pss = max(total, now_rss), max(pss, now_pss)
         time.sleep(0.2)
     stderr = err.read_text()

@@ -1,7 +1,7 @@
 """LAPACK's one-stage (?syevd, NumPy's eigvalsh and SciPy's eigh) against its two-stage symmetric eigensolver
 (?syevd_2stage, spectra_cli.eigen.two_stage), eigenvalues only, float64 and float32, on one thread and on every core
 this process may use; and with ``--pairs``, two processes at once on one thread each (a batch's two workers).
-The threshold spectra_cli.eigen.two_stage.TWO_STAGE_MIN_ORDER comes from this table.
+The thresholds TWO_STAGE_MIN_ORDER and TWO_STAGE_MIN_ORDER_FLOAT32 (spectra_cli.eigen.two_stage) come from this table.
 
     python bench/bench_two_stage.py --d 2048 3072 4096 --repeats 2
     python bench/bench_two_stage.py --d 4096 8192 --pairs --repeats 1

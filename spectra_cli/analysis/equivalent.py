@@ -35,6 +35,17 @@ WARM_RESIDUAL = 1e-9
 MERGE_SPAN = 0.05
 MERGE_KAPPA = 0.1
 MAX_ATOMS = 1000
+#: The grid's points a decade: sqrt(d / c) = sqrt(n), within these bounds. The count of eigenvalues above each point
+#: is exact (:func:`_distribution_piece`), not a quadrature of the density, so the grid only has to place the ranks'
+#: slices: at n = 51,200 the window's expected slope is the same to 1e-5 from 300 to 4,000 points a decade, where the
+#: density's quadrature (7 sqrt(n) points a decade, at most 1,000, before issue 33's sixth round) moved it by 0.008
+#: between 500 and 4,000 (the top eigenvalues' clusters, ~2 / sqrt(n) wide in log, fell between its points).
+POINTS_PER_DECADE = (300, 1000)
+
+
+def grid_density(d: int, c: float) -> int:
+    """The grid's density (points a decade) for ``d`` dimensions at ``c = d / n``: :data:`POINTS_PER_DECADE`."""
+    return int(np.clip(math.sqrt(d / c), *POINTS_PER_DECADE))
 
 
 def merge_groups(values: np.ndarray, weights: np.ndarray | None = None, *, c: float | None = None,
@@ -205,24 +216,76 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
     return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
 
 
+def _solved(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float, x: np.ndarray,
+            z: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+    """The solution at ``z = x (1 + i EPS_PATH[-1])``: Newton from ``start`` (the points it leaves unconverged, or
+    with a residual above :data:`WARM_RESIDUAL`, by the continuation), else by the continuation."""
+    if start is None:
+        return _continued(x, tau, pi, scales, c)
+    e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
+    # a point whose steps were halved at the axis can stop short of the root: the residual tells
+    s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, None)[0]
+    left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
+    if left.size:
+        e[left] = _continued(x[left], tau, pi, scales, c)
+    return e
+
+
 def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
                    x: np.ndarray, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`sample_density` on the points ``x``, in this thread."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
-    if start is None:
-        e = _continued(x, tau, pi, scales, c)
-    else:
-        e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
-        # a point whose steps were halved at the axis can stop short of the root: the residual tells
-        s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, None)[0]
-        left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
-        if left.size:
-            e[left] = _continued(x[left], tau, pi, scales, c)
+    e = _solved(tau, pi, scales, c, x, z, start)
     X = _x_of(e, scales, c)
     m = _resolvent_sums(X, z, tau, pi, None)[0]  # sum_a pi_a / (tau_a X - z)
     if c > 1:
         m = m + (1.0 - 1.0 / c) / z
     return np.maximum(m.imag, 0.0) / np.pi, e
+
+
+def _distribution_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                        x: np.ndarray, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The limiting distribution function ``F(x)`` of the whole sample spectrum (zeros included) on the points
+    ``x``, in this thread, exactly from the solution ``e`` rather than by integrating the density: with ``X(e) = sum_k
+    p_k w_k / (1 + c w_k e)``, ``m(z) = sum_a pi_a / (tau_a X - z)`` has the primitive ``Phi(z) = -(1/c) sum_k p_k
+    (log(1 + c w_k e) + 1 / (1 + c w_k e)) - sum_a pi_a log(tau_a X - z)`` (differentiate, using Silverstein's
+    equation ``e = sum_a pi_a tau_a / (tau_a X - z)``), so ``F(x) = Im Phi(x + i0) / pi``: each atom's log turns from
+    0 to -pi as the sample spectrum passes it, its argument continuous in the upper half plane (``Im(tau X - z) <
+    0``). In a gap of the spectrum it is the exact count of the atoms above (Bai & Silverstein 1998's exact
+    separation); inside a cluster, the fraction the density's integral would give, without its quadrature error."""
+    z = x * (1.0 + 1j * EPS_PATH[-1])
+    e = _solved(tau, pi, scales, c, x, z, start)
+    X = _x_of(e, scales, c)
+    # (arctan2 of the real arithmetic's parts: Im(tau X - z) < 0, so each argument lies in (-pi, 0))
+    re = np.multiply.outer(X.real, tau)
+    re -= z.real[:, None]
+    im = np.multiply.outer(X.imag, tau)
+    im -= z.imag[:, None]
+    logs = np.arctan2(im, re) @ pi
+    if scales is None:
+        u = 1.0 + c * e
+        prim = np.angle(u) + (1.0 / u).imag
+    else:
+        w, p = scales
+        u = 1.0 + c * e[:, None] * w[None, :]
+        prim = (np.angle(u) + (1.0 / u).imag) @ p
+    return (-prim / c - logs) / np.pi, e
+
+
+def sample_distribution(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                        x: np.ndarray, *, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The limiting distribution function of the sample spectrum (zeros included: ``1 - 1/c`` of it when ``c > 1``)
+    on the grid ``x`` (:func:`_distribution_piece`), and the solution ``e`` it came from; solved like
+    :func:`sample_density` (the warm start, the pieces side by side)."""
+    from spectra_cli import threads
+
+    parts = [slice(a, min(a + CHUNK_POINTS, x.size)) for a in range(0, x.size, CHUNK_POINTS)]
+
+    def piece(s: slice) -> tuple[np.ndarray, np.ndarray]:
+        return _distribution_piece(tau, pi, scales, c, x[s], None if start is None else start[s])
+
+    done = threads.map_side_by_side(piece, parts, wanted=pieces_side_by_side(x.size, tau.size))
+    return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
 
 
 @dataclass
@@ -254,16 +317,16 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
 
     Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
     spectrum over the ``j``-th slice of mass ``1/d`` counted from the top (Ledoit & Wolf 2017's QuEST
-    discretisation), from the density on a log-spaced grid (``7 sqrt(d / c)`` points a decade, 300 to
-    1,000: the isolated top eigenvalues form clusters of relative width ``~ sqrt(c / d)``), counted from
-    the top so that the grid's lower end only has to pass the last rank asked for."""
+    discretisation), from the distribution function on a log-spaced grid (:func:`grid_density` points a decade),
+    exact at every point (:func:`_distribution_piece`) and linear between them, counted from the top so that the
+    grid's lower end only has to pass the last rank asked for."""
     tau = np.asarray(tau, dtype=np.float64)
     d = tau.size
     grid = grid if grid is not None else Grid()
     if grid.groups is None:
         grid.groups = merge_groups(tau, c=c)
     atoms, pi = merged(tau, None, grid.groups)
-    ppd = int(np.clip(7.0 * math.sqrt(d / c), 300, 1000)) if points_per_decade is None else points_per_decade
+    ppd = grid_density(d, c) if points_per_decade is None else points_per_decade
     wmax = 1.0 if scales is None else float(scales[0].max())
     wmin = 1.0 if scales is None else float(scales[0].min())
     top = float(tau.max())
@@ -273,13 +336,15 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     for _ in range(4):
         points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
         x = np.geomspace(x_lo, x_hi, points)
-        f, e = sample_density(atoms, pi, scales, c, x, start=grid.start(x))
+        F, e = sample_distribution(atoms, pi, scales, c, x, start=grid.start(x))
         grid.last = (np.log(x), e)
-        g = d * f * x  # dN / dlog x
-        h = g * x  # dM / dlog x
-        dl = np.diff(np.log(x))
-        N = np.concatenate([np.cumsum(((g[1:] + g[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
-        M = np.concatenate([np.cumsum(((h[1:] + h[:-1]) * 0.5 * dl)[::-1])[::-1], [0.0]])
+        # N: the expected count above each point, 0 at the grid's top (where the last EPS_PATH's Lorentzian leaves
+        # ~d eps of the spectrum's mass) and kept non-increasing (below the support, the zeros' leak moves it by
+        # ~1e-8); M = x N + int_x^top N dt, the sum of the eigenvalues above (by parts: the piecewise-linear N's own)
+        N = d * (1.0 - F)
+        N -= N[-1]
+        N = np.maximum.accumulate(N[::-1])[::-1]
+        M = x * N + np.concatenate([np.cumsum(((N[1:] + N[:-1]) * 0.5 * np.diff(x))[::-1])[::-1], [0.0]])
         if N[0] >= ranks + 0.5:
             break
         x_lo *= 1e-2

@@ -34,6 +34,7 @@ from spectra_cli.analysis.equivalent import (
     MIN_RANKS,
     Grid,
     expected_eigenvalues,
+    grid_density,
     pieces_side_by_side,
     slope_of,
     slope_weights,
@@ -565,7 +566,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         g_curve = Grid(groups=grid.groups, last=grid.last)  # the fitted population's atoms, for both n and n'
         # a change of a few 1e-3 in the slope is read: three times the fit's grid density, the same for both (at
         # d = 40 and n/d = 10 the default grid moves the slope by 1e-3, the change itself 3e-3)
-        ppd_curve = CURVE_GRID_FACTOR * int(np.clip(7.0 * math.sqrt(d / c), 300, 1000))
+        ppd_curve = CURVE_GRID_FACTOR * grid_density(d, c)
 
         def expected_slope_at(dof: float, k_end: int) -> float:
             e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)

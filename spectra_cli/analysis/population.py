@@ -40,7 +40,7 @@ from spectra_cli.analysis.equivalent import (
     slope_weights,
 )
 from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
-from spectra_cli.analysis.sampling_curve import CURVE_GRID_FACTOR, CURVE_SIMULATIONS, Subsamples, sampling_curve
+from spectra_cli.analysis.sampling_curve import CURVE_SIMULATIONS, Subsamples, sampling_curve
 from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_stream
 from spectra_cli.errors import FitError
 
@@ -564,9 +564,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     if subsamples is not None:
         sub_top = subsamples.spectra / top
         g_curve = Grid(groups=grid.groups, last=grid.last)  # the fitted population's atoms, for both n and n'
-        # a change of a few 1e-3 in the slope is read: three times the fit's grid density, the same for both (at
-        # d = 40 and n/d = 10 the default grid moves the slope by 1e-3, the change itself 3e-3)
-        ppd_curve = CURVE_GRID_FACTOR * grid_density(d, c)
+        # a change of a few 1e-3 in the slope is read, on the fit's grid for both n and n' (the distribution being
+        # exact at each point, three times as dense a grid moves the change by at most 2e-5: d = 40 to 1,024, n/d = 2
+        # to 50; before issue 33's sixth round, the density's quadrature needed the three times)
+        ppd_curve = grid_density(d, c)
 
         def expected_slope_at(dof: float, k_end: int) -> float:
             e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)

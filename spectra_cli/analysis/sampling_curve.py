@@ -24,8 +24,6 @@ SUBSAMPLE_PARTITIONS = 4
 PART_SHARE_TOLERANCE = 0.5
 #: Fewer row groups than this and the sampling curve is not measured (the row model alone is used).
 MIN_SUBSAMPLE_GROUPS = 8
-#: The sampling curve's expected slopes are computed on a grid this many times denser than the fit's.
-CURVE_GRID_FACTOR = 3
 #: Samples simulated from the fitted population to tell how much the sampling curve varies from sample to sample.
 CURVE_SIMULATIONS = 8
 #: The spread ratio (observed change / the row model's) is kept within [0, SPREAD_RATIO_MAX].

@@ -215,6 +215,8 @@ def fit(
             raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} need "
                               f"the data matrix, not {param('eigenvalues')}.")
         return _from_eigenvalues("fit", data, opts)
+    if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
+        threads.import_in_background("scipy.special")
     clock = Stopwatch()
     control = logz = scale_value = None
     with Input(data, read) as inp:

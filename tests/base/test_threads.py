@@ -3,6 +3,9 @@ environment variables, and the workers' share (no timings: the machines are shar
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
@@ -115,3 +118,22 @@ def test_eigensolvers_take_a_second_thread_only_from_d_2048(monkeypatch):
     assert threads.threads_for(4.0 * 768**3) == 2
     assert threads.threads_for(4.0 * 1024**3, eig) == 1
     assert threads.threads_for(4.0 * 2048**3, eig) == 2
+
+
+def test_import_in_background_imports_once_and_leaves_errors_to_the_later_import(tmp_path, monkeypatch):
+    (tmp_path / "spectra_bg_ok.py").write_text("VALUE = 7\n")
+    (tmp_path / "spectra_bg_bad.py").write_text("raise ImportError('broken on purpose')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("spectra_bg_ok", "spectra_bg_bad"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    thread = threads.import_in_background("spectra_bg_ok")
+    assert thread is not None and not thread.daemon
+    thread.join(10)
+    assert sys.modules["spectra_bg_ok"].VALUE == 7
+    assert threads.import_in_background("spectra_bg_ok") is None  # (imported already: nothing started)
+    bad = threads.import_in_background("spectra_bg_bad")
+    assert bad is not None
+    bad.join(10)  # (the thread swallowed the error: nothing printed, nothing half imported)
+    assert "spectra_bg_bad" not in sys.modules
+    with pytest.raises(ImportError, match="broken on purpose"):
+        importlib.import_module("spectra_bg_bad")

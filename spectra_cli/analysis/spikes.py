@@ -266,7 +266,7 @@ def _bulk_law(lam: np.ndarray, n: float, window: tuple[int, int], k: int,
         return np.log(np.maximum(expected_eigenvalues(tau, c, k1, grid=grid)[ranks - 1], 1e-300))
 
     first = float(np.clip(slope_of(y, k0) if start is None else start, *ALPHA_BOUNDS))
-    a, f0, evals = gauss_newton(y, np.array([first]), f)
+    a, f0, evals, _ = gauss_newton(y, np.array([first]), f)
     level = float(np.mean(y - f0))
     return float(np.clip(a[0], *ALPHA_BOUNDS)), math.exp(level), y - level - f0, evals
 

@@ -453,11 +453,14 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         return out
 
     start = np.full(1 + len(knots), naive)
+    first_order = is_first_order(n, d, n_effective)
     ab, f0, evals, J_match = gauss_newton(y, start, f, many=many)
-    # the atoms merged for the fitted population, then a few more steps from there, on the match's last Jacobian
-    # (the merge moves the expected spectrum a little, not its derivatives: d = 384, n = 50 d, 11 -> 3 evaluations)
+    # the atoms merged for the fitted population, then a few more steps from there; on the first-order route on the
+    # match's last Jacobian (with many rows the merge moves the expected spectrum a little, not its derivatives: d =
+    # 384, n = 50 d, 11 -> 7 evaluations, the same estimates; at n = d it left the match short, elliptical rows'
+    # medians 0.025 low on the bench grid against 0.009)
     grid.groups = None
-    ab, f0, more, _ = gauss_newton(y, ab, f, max_iter=3, many=many, jacobian=J_match)
+    ab, f0, more, _ = gauss_newton(y, ab, f, max_iter=3, many=many, jacobian=J_match if first_order else None)
     evals += more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
@@ -530,7 +533,6 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
     from scipy.special import ndtri, stdtrit
 
-    first_order = is_first_order(n, d, n_effective)
     if first_order:
         # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it

@@ -334,11 +334,8 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     x_lo = float(np.sort(tau)[::-1][min(ranks, d) - 1]) * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2)
                                                                  if c < 1 else 1e-3)
     for _ in range(4):
-        # (the points at whole steps of 1 / ppd decade, not spread between the ends: a population that moves a
-        # little moves the ends by whole steps and leaves every other point where it was)
-        steps = np.arange(math.floor(math.log10(x_lo) * ppd), math.ceil(math.log10(x_hi) * ppd) + 1)
-        x = 10.0 ** (steps / ppd)
-        points = x.size
+        points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
+        x = np.geomspace(x_lo, x_hi, points)
         F, e = sample_distribution(atoms, pi, scales, c, x, start=grid.start(x))
         grid.last = (np.log(x), e)
         # N: the expected count above each point, 0 at the grid's top (where the last EPS_PATH's Lorentzian leaves

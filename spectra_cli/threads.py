@@ -62,7 +62,22 @@ def import_in_background(name: str) -> threading.Thread | None:
 
     thread = threading.Thread(target=load, name=f"spectra-import-{name}")
     thread.start()
+    _IMPORTING.append(thread)
     return thread
+
+
+#: The imports :func:`import_in_background` started. A fork waits for them (:func:`_join_imports`): a child forked
+#: while one runs would hold that module's import lock with no thread to release it, and hang on importing it.
+_IMPORTING: list[threading.Thread] = []
+
+
+def _join_imports() -> None:
+    while _IMPORTING:
+        _IMPORTING.pop().join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_join_imports)
 
 
 def usable_cores() -> int:

@@ -37,7 +37,7 @@ MERGE_KAPPA = 0.1
 MAX_ATOMS = 1000
 #: The grid's points a decade: sqrt(d / c) = sqrt(n), within these bounds. The count of eigenvalues above each point
 #: is exact (:func:`_distribution_piece`), not a quadrature of the density, so the grid only has to place the ranks'
-#: slices: at n = 51,200 the window's expected slope is the same to 1e-5 from 300 to 4,000 points a decade, where the
+#: slices: at n = 51,200 the window's expected slope is the same to 5e-5 from 300 to 4,000 points a decade, where the
 #: density's quadrature (7 sqrt(n) points a decade, at most 1,000, before issue 33's sixth round) moved it by 0.008
 #: between 500 and 4,000 (the top eigenvalues' clusters, ~2 / sqrt(n) wide in log, fell between its points).
 POINTS_PER_DECADE = (300, 1000)
@@ -261,14 +261,16 @@ def _distribution_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarra
     re -= z.real[:, None]
     im = np.multiply.outer(X.imag, tau)
     im -= z.imag[:, None]
-    logs = np.arctan2(im, re) @ pi
+    # (each argument kept on its side of the real axis: a solution whose imaginary part is a rounding below zero, as
+    # Newton leaves some below the support when c > 1, would otherwise turn a -pi into +pi, or a pi into -pi)
+    logs = np.arctan2(np.minimum(im, 0.0), re) @ pi
     if scales is None:
         u = 1.0 + c * e
-        prim = np.angle(u) + (1.0 / u).imag
+        prim = np.arctan2(np.maximum(u.imag, 0.0), u.real) + (1.0 / u).imag
     else:
         w, p = scales
         u = 1.0 + c * e[:, None] * w[None, :]
-        prim = (np.angle(u) + (1.0 / u).imag) @ p
+        prim = (np.arctan2(np.maximum(u.imag, 0.0), u.real) + (1.0 / u).imag) @ p
     return (-prim / c - logs) / np.pi, e
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -124,16 +125,21 @@ def test_import_in_background_imports_once_and_leaves_errors_to_the_later_import
     (tmp_path / "spectra_bg_ok.py").write_text("VALUE = 7\n")
     (tmp_path / "spectra_bg_bad.py").write_text("raise ImportError('broken on purpose')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("spectra_bg_ok", "spectra_bg_bad"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    thread = threads.import_in_background("spectra_bg_ok")
-    assert thread is not None and not thread.daemon
-    thread.join(10)
-    assert sys.modules["spectra_bg_ok"].VALUE == 7
-    assert threads.import_in_background("spectra_bg_ok") is None  # (imported already: nothing started)
-    bad = threads.import_in_background("spectra_bg_bad")
-    assert bad is not None
-    bad.join(10)  # (the thread swallowed the error: nothing printed, nothing half imported)
-    assert "spectra_bg_bad" not in sys.modules
-    with pytest.raises(ImportError, match="broken on purpose"):
-        importlib.import_module("spectra_bg_bad")
+    raised: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)  # (an error escaping the thread would land here)
+    try:
+        thread = threads.import_in_background("spectra_bg_ok")
+        assert thread is not None and not thread.daemon
+        thread.join(10)
+        assert sys.modules["spectra_bg_ok"].VALUE == 7
+        assert threads.import_in_background("spectra_bg_ok") is None  # (imported already: nothing started)
+        bad = threads.import_in_background("spectra_bg_bad")
+        assert bad is not None
+        threads._join_imports()  # (what a fork runs first: every started import finished)
+        assert not bad.is_alive() and not threads._IMPORTING
+        assert "spectra_bg_bad" not in sys.modules and not raised  # (swallowed: nothing half imported)
+        with pytest.raises(ImportError, match="broken on purpose"):
+            importlib.import_module("spectra_bg_bad")
+    finally:
+        for name in ("spectra_bg_ok", "spectra_bg_bad"):
+            sys.modules.pop(name, None)

@@ -13,6 +13,7 @@ spikes' bulk (:mod:`spectra_cli.analysis.spikes`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,12 +204,23 @@ def sample_density(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
 
     Every point is solved on its own, in pieces of :data:`CHUNK_POINTS` points, solved side by side where the
     grid is large (:func:`spectra_cli.threads.map_side_by_side`)."""
+    return _in_pieces(_density_piece, tau, pi, scales, c, x, start)
+
+
+Piece = Callable[[np.ndarray, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", float, np.ndarray,
+                  "np.ndarray | None"], tuple[np.ndarray, np.ndarray]]
+
+
+def _in_pieces(piece_of: Piece, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None,
+               c: float, x: np.ndarray, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``piece_of`` (:func:`_density_piece`, :func:`_distribution_piece`) on the grid ``x`` in pieces of
+    :data:`CHUNK_POINTS` points, side by side where the grid is large; its values and the solution, joined."""
     from spectra_cli import threads
 
     parts = [slice(a, min(a + CHUNK_POINTS, x.size)) for a in range(0, x.size, CHUNK_POINTS)]
 
     def piece(s: slice) -> tuple[np.ndarray, np.ndarray]:
-        return _density_piece(tau, pi, scales, c, x[s], None if start is None else start[s])
+        return piece_of(tau, pi, scales, c, x[s], None if start is None else start[s])
 
     # (side by side only where the pieces are long enough to pay for the threads: measured on 2 cores, 4,783 points
     # x 262 atoms took 0.148 s a warm evaluation on one thread and 0.105 s on two, 2,100 x 133 0.037 and 0.044 s)
@@ -279,15 +291,7 @@ def sample_distribution(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarra
     """The limiting distribution function of the sample spectrum (zeros included: ``1 - 1/c`` of it when ``c > 1``)
     on the grid ``x`` (:func:`_distribution_piece`), and the solution ``e`` it came from; solved like
     :func:`sample_density` (the warm start, the pieces side by side)."""
-    from spectra_cli import threads
-
-    parts = [slice(a, min(a + CHUNK_POINTS, x.size)) for a in range(0, x.size, CHUNK_POINTS)]
-
-    def piece(s: slice) -> tuple[np.ndarray, np.ndarray]:
-        return _distribution_piece(tau, pi, scales, c, x[s], None if start is None else start[s])
-
-    done = threads.map_side_by_side(piece, parts, wanted=pieces_side_by_side(x.size, tau.size))
-    return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
+    return _in_pieces(_distribution_piece, tau, pi, scales, c, x, start)
 
 
 @dataclass

@@ -33,9 +33,9 @@ import numpy as np
 from spectra_cli.analysis.equivalent import (
     MIN_RANKS,
     Grid,
+    evaluations_side_by_side,
     expected_eigenvalues,
     grid_density,
-    pieces_side_by_side,
     slope_of,
     slope_weights,
 )
@@ -141,14 +141,15 @@ def on_grid_copies(f_on: Callable[[np.ndarray, Grid], np.ndarray],
                    grid: Grid) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """``f_on`` at several points at once (a finite difference's), each from ``grid``'s last solution on its own
     copy of it, so that the order does not matter: side by side on the cores where one evaluation does not solve
-    its own pieces side by side (:func:`~spectra_cli.analysis.equivalent.pieces_side_by_side`), else one after
-    another (:func:`spectra_cli.threads.map_side_by_side`)."""
+    its own pieces side by side but is large enough to pay for the threads
+    (:func:`~spectra_cli.analysis.equivalent.evaluations_side_by_side`), else one after another
+    (:func:`spectra_cli.threads.map_side_by_side`)."""
     from spectra_cli import threads
 
     def many(points: list[np.ndarray]) -> list[np.ndarray]:
         groups, last = grid.groups, grid.last
         return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last)), points,
-                                        wanted=not pieces_side_by_side(grid.points, grid.atoms))
+                                        wanted=evaluations_side_by_side(grid.points, grid.atoms))
 
     return many
 

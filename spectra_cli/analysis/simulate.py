@@ -17,6 +17,11 @@ from spectra_cli.eigen.decomposition import eigvalsh_checked
 #: in float64. A float32 product's rounding is relative to each entry's scale (about 6e-8 sqrt(n)): far below the
 #: scatter of a simulated sample, which is what the simulations measure.
 SIMULATION_DTYPE = np.float32
+#: Decompositions of fewer rows than this run one after another, never side by side (:func:`side_by_side`,
+#: :func:`parallel_count`): the threads cost more than they save there (the 40 simulated samples and 16 sub-samples
+#: of ``fit --population``, in one process on 2 cores, side by side against one after another: d = 128, n = 4 d,
+#: 0.148 against 0.135 s; d = 256 0.436 against 0.472 s).
+SIDE_BY_SIDE_ORDER = 192
 
 #: The most bytes of simulated samples' Gram matrices (and their decompositions' copies) held at once to
 #: decompose several side by side.
@@ -27,14 +32,16 @@ T = TypeVar("T")
 
 def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where the thread policy
-    gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950), the tasks run side by
+    gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950) and it has at least
+    :data:`SIDE_BY_SIDE_ORDER` rows, the tasks run side by
     side on the cores this process may use, each task's BLAS and LAPACK calls on one thread (numpy releases the
     GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
     Otherwise one after another, as the policy sizes each (:func:`spectra_cli.threads.map_side_by_side`). The
     results are the same bits either way."""
     from spectra_cli import threads
 
-    return threads.map_side_by_side(lambda task: task(), tasks, wanted=_one_thread_each(order))
+    return threads.map_side_by_side(lambda task: task(), tasks,
+                                    wanted=order >= SIDE_BY_SIDE_ORDER and _one_thread_each(order))
 
 
 def _one_thread_each(order: int) -> bool:
@@ -166,7 +173,7 @@ def parallel_count(n: int, d: int) -> int:
     from spectra_cli import threads
 
     m = min(n, d)
-    if not _one_thread_each(m):
+    if m < SIDE_BY_SIDE_ORDER or not _one_thread_each(m):
         return 1
     return max(1, min(threads.pool_workers(1 << 30, wanted=True), PARALLEL_BYTES // max(1, 16 * m * m)))
 

@@ -60,3 +60,18 @@ def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested
         assert all(set(nested) == {outer} for outer, nested in inner)
     with threads.call(2):  # --threads 2: every BLAS call on two threads, so the tasks one after another
         assert set(threads.map_side_by_side(where, [0, 1, 2], wanted=True)) == {main}
+
+
+def test_evaluations_run_side_by_side_only_between_the_two_floors():
+    # a finite difference's evaluations side by side where each is too small to split its own grid but large
+    # enough to pay for the threads; one after another below (the threads' cost) and above (the pieces' threads)
+    from spectra_cli.analysis.equivalent import (
+        EVALUATIONS_WORK,
+        PARALLEL_WORK,
+        evaluations_side_by_side,
+        pieces_side_by_side,
+    )
+
+    assert not evaluations_side_by_side(1_000, EVALUATIONS_WORK // 1_000 - 1)  # d = 32's grid
+    assert evaluations_side_by_side(EVALUATIONS_WORK, 1) and evaluations_side_by_side(PARALLEL_WORK - 1, 1)
+    assert not evaluations_side_by_side(PARALLEL_WORK, 1) and pieces_side_by_side(PARALLEL_WORK, 1)

@@ -114,7 +114,11 @@ def test_the_population_is_the_same_bits_on_one_core_or_two(monkeypatch):
     # another on one: each difference on its own copy of the grid, each sample from its place in the stream (the
     # thread policy's own sizes: a caller's --threads fixes every product's threads, whose last bits follow them)
     from spectra_cli import threads
+    from spectra_cli.analysis import equivalent, simulate
 
+    # (side by side even at this size: below their floors the pools are not used at all)
+    monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)
+    monkeypatch.setattr(equivalent, "EVALUATIONS_WORK", 0)
     d, n = 96, 192
     tau = population_spectrum(0.0, 0.9, (1.2,), d, (40,))
     lam = np.zeros(d)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from spectra_cli import threads
+from spectra_cli.analysis import simulate
 from spectra_cli.analysis.simulate import (
     parallel_count,
     partition_spectra,
@@ -23,6 +24,7 @@ def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
     # side by side (two or three at a time, the next ones drawn meanwhile) or one after another: the same rows from
     # the same stream, the same bits, in order; 7 samples: a last batch shorter than the others
     monkeypatch.setattr(threads, "usable_cores", lambda: cores)
+    monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at these small orders)
     tau = np.arange(1, 61, dtype=np.float64) ** -1.0
     scales = (np.array([0.5, 1.5]), np.array([0.5, 0.5]))
     for n in (40, 200):  # the n x n and the d x d Gram route
@@ -33,7 +35,8 @@ def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
         assert len(together) == 7 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
 
 
-def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call():
+def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call(monkeypatch):
+    monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at this small order)
     rng = np.random.default_rng(0)
     mats = [(lambda A: A @ A.T)(rng.standard_normal((80, 80))) for _ in range(5)]
     seq = [np.linalg.eigvalsh(M) for M in mats]
@@ -47,6 +50,21 @@ def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call():
         assert inside(None) == 1 and threads.pool_workers(4, wanted=True) == min(4, threads.usable_cores())
         assert all(np.array_equal(a, b) for a, b in zip(seq, side_by_side([partial(np.linalg.eigvalsh, M)
                                                                            for M in mats], 80), strict=True))
+
+
+def test_small_decompositions_run_one_after_another(monkeypatch):
+    # below SIDE_BY_SIDE_ORDER rows the threads cost more than they save: one at a time, on the calling thread,
+    # whatever the cores; from it, side by side on two
+    import threading
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    order = simulate.SIDE_BY_SIDE_ORDER
+    with threads.call(None):
+        assert parallel_count(10 * order, order - 1) == 1 and parallel_count(order - 1, 10 * order) == 1
+        assert parallel_count(10 * order, order) == 2
+        where = [lambda: threading.get_ident() for _ in range(4)]
+        assert set(side_by_side(where, order - 1)) == {threading.get_ident()}
+        assert threading.get_ident() not in set(side_by_side(where, order))
 
 
 def test_partition_spectra_are_each_sub_samples_covariance_spectrum():

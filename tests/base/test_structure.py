@@ -31,18 +31,30 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text())
 
 
+def _statements(body: list[ast.stmt]) -> typing.Iterator[ast.stmt]:
+    """Every statement in ``body`` and in the blocks inside it (functions, classes, if, try, with, loops, match),
+    ``if TYPE_CHECKING:`` blocks left out (they never run). An import is a statement: the expressions, most of a
+    tree, need no walk."""
+    for node in body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _statements(node.orelse)
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for handler in getattr(node, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(node, "cases", ()):
+            yield from _statements(case.body)
+
+
 def _imports(path: Path) -> set[str]:
     """Every package module a module imports, at its top or inside any function (only ``if
     TYPE_CHECKING:`` blocks are left out: they never run)."""
-    tree = _tree(path)
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(n) for sub in node.body for n in ast.walk(sub))
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in _statements(_tree(path).body):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spectra_cli"):
             out.add(node.module)
             out.update(f"{node.module}.{a.name}" for a in node.names)

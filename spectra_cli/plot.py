@@ -22,10 +22,11 @@ printed in greyscale reads the same.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -55,6 +56,10 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 LINESTYLES = ("--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 DATA_COLOR = "#1a1a1a"
 CONTROL_COLOR = "#8c8c8c"
+F = TypeVar("F", bound=Callable[..., Any])
+#: The spectrum's log axis stays within e^-LOG_LIMIT..e^LOG_LIMIT (1e-260..1e260): beyond about e^650 matplotlib's
+#: log ticks overflow float64 (numpy's warning on the user's stderr).
+LOG_LIMIT = 600.0
 #: Inches: one column of a two-column paper; figures are drawn at this width, fonts 8 pt.
 COLUMN_WIDTH = 3.4
 FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.fontsize": 6.5,
@@ -274,6 +279,19 @@ def _own_title(ax: Any, title: str | bool | None) -> str | bool:
     return bool(title)
 
 
+def _quiet_limits(draw: F) -> F:
+    """``draw`` with float64 overflow and underflow ignored while it builds its axes: matplotlib autoscales a log axis
+    from the data as each artist is added, and a report's eigenvalue near 1e300 (written elsewhere) overflowed those
+    interim limits, numpy's warning reaching the user's stderr; the figure sets its own limits after."""
+    @functools.wraps(draw)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(over="ignore", under="ignore"):
+            return draw(*args, **kwargs)
+
+    return cast(F, quiet)
+
+
+@_quiet_limits
 def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legend: bool = True) -> Any:
     """The log-log eigenvalue spectrum: the usable eigenvalues as points, each fit as a line over its
     window (labelled with alpha and its interval; the broken law's two exponents and crossover), the
@@ -334,10 +352,12 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legen
                                        (n_zero, "sampling zero" if n_zero == 1 else "sampling zeros")])
     # in logs: a spectrum from 1e-300 to 1e300 keeps finite limits (hi * pad^2.2 overflowed: "Axis limits cannot be
     # NaN or Inf")
-    # (and within 1e-300..1e300: a subnormal eigenvalue's log limits were not finite either)
+    # (and within 1e-300..1e300: a subnormal eigenvalue's log limits were not finite either); the limits stay within
+    # e^-/+600 (1e-/+260), where matplotlib's log ticks do not overflow (at e^650 numpy's overflow warning reached the
+    # user's stderr): an eigenvalue beyond them is off the axes
     llo, lhi = math.log(max(lo, 1e-300)), math.log(min(max(hi, lo, 1e-300), 1e300))
     span = lhi - llo if lhi > llo else math.log(4.0)
-    bottom, top = max(llo - 0.06 * span, -690.0), min(lhi + 0.132 * span, 690.0)
+    bottom, top = max(llo - 0.06 * span, -LOG_LIMIT), min(lhi + 0.132 * span, LOG_LIMIT)
     ax.set_ylim(math.exp(bottom), math.exp(max(top, bottom + math.log(10.0))))
     ax.set_xlim(0.8, max(lam.size * 1.25, 2.0))
     _major_labels_only(ax)
@@ -353,6 +373,7 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legen
     return _style(ax)
 
 
+@_quiet_limits
 def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     """The local slope ``-d log lambda / d log j`` against the rank, each fit's alpha as a line over
     its window."""
@@ -385,6 +406,7 @@ def local_slope(rep: Any, ax: Any = None, *, legend: bool = True) -> Any:
     return _style(ax)
 
 
+@_quiet_limits
 def density(rep: Any, ax: Any = None, *, title: str | bool | None = None, bins: int | None = None) -> Any:
     """The density fit (WeightWatcher's ESD plot): the histogram of the usable eigenvalues on
     log-log axes, ``x_min``, and the fitted tail ``p(lambda) = (n_tail / N) (alpha - 1) / x_min
@@ -459,6 +481,7 @@ def errorbar(ax: Any, xs: Sequence[float], ys: Sequence[float], errs: Sequence[t
 
 
 
+@_quiet_limits
 def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> Any:
     """One metric against the step, a line per series, with error bars (the interval of each
     report: ``--ci``'s bootstrap interval, or ± the standard error). ``points``: a
@@ -512,6 +535,7 @@ def _short(name: str, keep: int = 48) -> str:
     return name if len(name) <= keep else "…" + name[-(keep - 1):]
 
 
+@_quiet_limits
 def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healthy: tuple[float, float] | None = None,
            label: str | None = None, names: bool = True) -> Any:
     """One metric per layer of a batch, in the network's order (the natural order of the names), with

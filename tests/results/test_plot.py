@@ -288,3 +288,23 @@ def test_a_title_set_on_the_callers_axes_is_never_overwritten(layernorm_report):
     assert ax.get_title(loc="left") == "mine"
     assert plot.spectrum(layernorm_report, ax=_new(), title="given").get_title(loc="left") == "given"
     assert plot.spectrum(layernorm_report).get_title(loc="left")  # its own figure: titled
+
+
+def test_a_spectrum_out_to_1e300_draws_without_a_warning(layernorm_report):
+    # a report written elsewhere may hold eigenvalues near float64's limits: building the figures warns of nothing
+    # (matplotlib's interim autoscaled limits overflowed), and the spectrum's axis stops at 1e+-260, so that drawing
+    # it does not either (beyond about e^650 matplotlib's log ticks overflowed; numpy's warning on the user's stderr)
+    import warnings
+
+    for eig in ([1e300, 1.0, 0.5, 0.25], [1.0, 0.5, 1e-300, 1e-310]):
+        doc = layernorm_report.to_dict()
+        doc["spectrum"]["eigenvalues"] = eig
+        doc["spectrum"]["usable_rank"] = len(eig)
+        doc["density"]["n_tail"] = min(doc["density"]["n_tail"], len(eig))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ax = plot.spectrum(doc, ax=_new())
+            ax.figure.canvas.draw()
+            plot.density(doc, ax=_new())  # (built quietly; plot.save and the page draw it under their guard)
+        low, high = ax.get_ylim()
+        assert np.exp(-plot.LOG_LIMIT) * 0.99 <= low < high <= np.exp(plot.LOG_LIMIT) * 1.01

@@ -57,9 +57,6 @@ LINESTYLES = ("--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 DATA_COLOR = "#1a1a1a"
 CONTROL_COLOR = "#8c8c8c"
 F = TypeVar("F", bound=Callable[..., Any])
-#: The spectrum's log axis stays within e^-LOG_LIMIT..e^LOG_LIMIT (1e-260..1e260): beyond about e^650 matplotlib's
-#: log ticks overflow float64 (numpy's warning on the user's stderr).
-LOG_LIMIT = 600.0
 #: Inches: one column of a two-column paper; figures are drawn at this width, fonts 8 pt.
 COLUMN_WIDTH = 3.4
 FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.fontsize": 6.5,
@@ -281,8 +278,9 @@ def _own_title(ax: Any, title: str | bool | None) -> str | bool:
 
 def _quiet_limits(draw: F) -> F:
     """``draw`` with float64 overflow and underflow ignored while it builds its axes: matplotlib autoscales a log axis
-    from the data as each artist is added, and a report's eigenvalue near 1e300 (written elsewhere) overflowed those
-    interim limits, numpy's warning reaching the user's stderr; the figure sets its own limits after."""
+    from the data as each artist is added, and a report's number near 1e300 (written elsewhere) overflowed those
+    interim limits, numpy's warning reaching a notebook's output. (Drawing such a figure is matplotlib's own: its log
+    ticks can overflow too; :func:`save` and the report page draw under the same guard.)"""
     @functools.wraps(draw)
     def quiet(*args: Any, **kwargs: Any) -> Any:
         with np.errstate(over="ignore", under="ignore"):
@@ -352,12 +350,10 @@ def spectrum(rep: Any, ax: Any = None, *, title: str | bool | None = None, legen
                                        (n_zero, "sampling zero" if n_zero == 1 else "sampling zeros")])
     # in logs: a spectrum from 1e-300 to 1e300 keeps finite limits (hi * pad^2.2 overflowed: "Axis limits cannot be
     # NaN or Inf")
-    # (and within 1e-300..1e300: a subnormal eigenvalue's log limits were not finite either); the limits stay within
-    # e^-/+600 (1e-/+260), where matplotlib's log ticks do not overflow (at e^650 numpy's overflow warning reached the
-    # user's stderr): an eigenvalue beyond them is off the axes
+    # (and within 1e-300..1e300: a subnormal eigenvalue's log limits were not finite either)
     llo, lhi = math.log(max(lo, 1e-300)), math.log(min(max(hi, lo, 1e-300), 1e300))
     span = lhi - llo if lhi > llo else math.log(4.0)
-    bottom, top = max(llo - 0.06 * span, -LOG_LIMIT), min(lhi + 0.132 * span, LOG_LIMIT)
+    bottom, top = max(llo - 0.06 * span, -690.0), min(lhi + 0.132 * span, 690.0)
     ax.set_ylim(math.exp(bottom), math.exp(max(top, bottom + math.log(10.0))))
     ax.set_xlim(0.8, max(lam.size * 1.25, 2.0))
     _major_labels_only(ax)
@@ -594,6 +590,7 @@ def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation
     return _style(ax)
 
 
+@_quiet_limits
 def sequence_context(doc: Any, ax: Any = None) -> Any:
     """The context spectrum of ``spectra sequence`` (eigenvalue / sum, log-log) with its fit over the
     window and the controls."""
@@ -615,6 +612,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
         total = float(lam[lam > 0].sum()) or 1.0
         lam = lam[:usable]
         lam = lam[lam > 0] / total
+        lam = lam[lam > 0]  # (an eigenvalue far below the sum underflows to zero: a log axis cannot hold it)
         if not lam.size:
             continue
         below = view is not None and float(lam.min()) < view[0]

@@ -187,8 +187,9 @@ PARALLEL_WORK = 1 << 20
 #: core, where one evaluation does not solve its own pieces side by side. Below it the threads cost more than they
 #: save (the match's time, in one process on 2 cores, evaluations side by side against one after another: 1,148 x
 #: 26, d = 32, 0.234 against 0.206 s; 1,207 x 53, d = 128, 0.417 against 0.324 s; 1,220 x 83, d = 256, 0.46 against
-#: 0.41 s); above it they pay (2,095 x 133, d = 1,024 at n = 2 d, with two busy processes on the cores: 1.37 against
-#: 2.1 s).
+#: 0.41 s). Above it they paid at d = 1,024, n = 2 d (2,095 x 133, with two busy processes on the cores: 1.37 against
+#: 2.1 s) and were mixed at d = 384, n = 50 d (1,610 x 262: 10-25 % slower quiet in three runs of four, either way
+#: loaded): a thread's cost is not only a size, so the pools are kept above it (bench/README.md).
 EVALUATIONS_WORK = 1 << 17
 
 

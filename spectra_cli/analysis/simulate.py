@@ -33,9 +33,9 @@ T = TypeVar("T")
 def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where the thread policy
     gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950) and it has at least
-    :data:`SIDE_BY_SIDE_ORDER` rows, the tasks run side by
-    side on the cores this process may use, each task's BLAS and LAPACK calls on one thread (numpy releases the
-    GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
+    :data:`SIDE_BY_SIDE_ORDER` rows, the tasks run side by side on the cores this process may use, each task's BLAS
+    and LAPACK calls on one thread (numpy releases the GIL inside them): a simulated sample's eigendecomposition at
+    d = 1,024 leaves the second core idle.
     Otherwise one after another, as the policy sizes each (:func:`spectra_cli.threads.map_side_by_side`). The
     results are the same bits either way."""
     from spectra_cli import threads

@@ -44,6 +44,8 @@ def test_expected_eigenvalues_do_not_depend_on_the_cores(monkeypatch):
 def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested(monkeypatch):
     import threading
 
+    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     main = threading.get_ident()
 
@@ -72,6 +74,6 @@ def test_evaluations_run_side_by_side_only_between_the_two_floors():
         pieces_side_by_side,
     )
 
-    assert not evaluations_side_by_side(1_000, EVALUATIONS_WORK // 1_000 - 1)  # d = 32's grid
+    assert not evaluations_side_by_side(1_148, 26)  # d = 32's grid at n = 4 d: points x atoms
     assert evaluations_side_by_side(EVALUATIONS_WORK, 1) and evaluations_side_by_side(PARALLEL_WORK - 1, 1)
     assert not evaluations_side_by_side(PARALLEL_WORK, 1) and pieces_side_by_side(PARALLEL_WORK, 1)

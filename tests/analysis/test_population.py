@@ -133,6 +133,34 @@ def test_the_population_is_the_same_bits_on_one_core_or_two(monkeypatch):
     assert fits[0] == fits[1]
 
 
+def test_the_matchs_differences_run_side_by_side_only_above_their_floor(monkeypatch):
+    # a small grid's evaluations one after another (two threads cost more than they save there), side by side from
+    # EVALUATIONS_WORK grid points x atoms
+    from spectra_cli import threads
+    from spectra_cli.analysis import equivalent
+
+    asked: list[bool] = []
+    real = threads.map_side_by_side
+
+    def recorded(fn, items, *, wanted):
+        if "on_grid_copies" in getattr(fn, "__qualname__", ""):
+            asked.append(wanted)
+        return real(fn, items, wanted=wanted)
+
+    monkeypatch.setattr(threads, "map_side_by_side", recorded)
+    d, n = 48, 192
+    tau = population_spectrum(0.0, 0.9, (1.2,), d, (20,))
+    lam = expected_eigenvalues(tau, d / n, d) * np.exp(np.random.default_rng(3).normal(0, 0.01, d))
+    out, default = [], equivalent.EVALUATIONS_WORK
+    for floor in (default, 0):
+        monkeypatch.setattr(equivalent, "EVALUATIONS_WORK", floor)
+        asked.clear()
+        out.append(population_fit(lam, n=n, window=(5, 20), replicates=4))
+        assert asked and set(asked) == {floor == 0}, (floor, asked)
+    points, atoms = out[0].cost["grid_points"], out[0].cost["atoms"]
+    assert points * atoms < default  # (this grid is below the floor)
+
+
 @pytest.mark.parametrize("elliptical", [False, True])
 def test_fit_population_corrects_the_small_sample_bias(elliptical):
     rng = np.random.default_rng(5)

@@ -23,6 +23,8 @@ from spectra_cli.analysis.simulate import (
 def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
     # side by side (two or three at a time, the next ones drawn meanwhile) or one after another: the same rows from
     # the same stream, the same bits, in order; 7 samples: a last batch shorter than the others
+    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: cores)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at these small orders)
     tau = np.arange(1, 61, dtype=np.float64) ** -1.0
@@ -36,6 +38,8 @@ def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
 
 
 def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call(monkeypatch):
+    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at this small order)
     rng = np.random.default_rng(0)
     mats = [(lambda A: A @ A.T)(rng.standard_normal((80, 80))) for _ in range(5)]
@@ -57,6 +61,8 @@ def test_small_decompositions_run_one_after_another(monkeypatch):
     # whatever the cores; from it, side by side on two
     import threading
 
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     order = simulate.SIDE_BY_SIDE_ORDER
     with threads.call(None):
@@ -65,6 +71,24 @@ def test_small_decompositions_run_one_after_another(monkeypatch):
         where = [lambda: threading.get_ident() for _ in range(4)]
         assert set(side_by_side(where, order - 1)) == {threading.get_ident()}
         assert threading.get_ident() not in set(side_by_side(where, order))
+
+
+def test_partition_spectra_are_the_same_bits_side_by_side(monkeypatch):
+    # the sampling curve's simulated partitions (the d x d and the n x n route) decomposed side by side on two cores
+    # or one after another on one: the same bits
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)
+    tau = np.arange(1, 41, dtype=np.float64) ** -0.8
+    for n in (200, 24):
+        Z = simulated_rows(tau, n, np.random.default_rng(n), None)
+        part = np.arange(n) % 4
+        got = []
+        for cores in (1, 2):
+            monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+            with threads.call(None):
+                got.append(partition_spectra(Z, part, 4))
+        assert all(np.array_equal(a, b) for a, b in zip(*got, strict=True))
 
 
 def test_partition_spectra_are_each_sub_samples_covariance_spectrum():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -42,7 +42,10 @@ MODEL_NAMES = {"power-law": "power law", "log-corrected": "log-corrected law", "
 POOR_FIT_RMS = 0.25
 #: A drop between consecutive eigenvalues above a rank window of at least this factor, where the ranks above the
 #: drop hold at least CLIFF_SHARE of the variance, is said: the window then measures what lies under the drop (noise,
-#: or what is left of a collapsed representation), not the representation's own spectrum.
+#: or what is left of a collapsed representation), not the representation's own spectrum. So is a fall by this
+#: factor within a doubling of the rank (eigenvalue i to eigenvalue b <= 2 i, over several steps: a representation
+#: that collapses through a few intermediate directions), the ranks above its bottom holding CLIFF_SHARE; a power law
+#: falls by 2^alpha within a doubling (1,000 is alpha = 10).
 CLIFF_RATIO = 1e3
 CLIFF_SHARE = 0.999
 #: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
@@ -345,39 +348,58 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
 
 
 
-def cliff_above(lam: np.ndarray, k_min: int) -> tuple[int, float, float] | None:
-    """The largest drop between consecutive eigenvalues above rank ``k_min`` (``lam`` descending): ``(j, ratio,
-    share)``, eigenvalue ``j`` being ``ratio`` times eigenvalue ``j + 1 <= k_min`` and ranks ``1..j`` holding
-    ``share`` of the positive eigenvalues' sum; None where the largest such drop is below :data:`CLIFF_RATIO` or
-    the ranks above it hold less than :data:`CLIFF_SHARE`."""
+class Cliff(NamedTuple):
+    """A drop above a rank window (:func:`cliff_above`): eigenvalue ``top`` is ``ratio`` times eigenvalue ``bottom``
+    (``top + 1`` for one step), and ranks ``1..bottom - 1`` hold ``share`` of the positive eigenvalues' sum."""
+
+    top: int
+    bottom: int
+    ratio: float
+    share: float
+
+
+def cliff_above(lam: np.ndarray, k_min: int) -> Cliff | None:
+    """The drop above rank ``k_min`` (``lam`` descending), if any: the largest drop between consecutive eigenvalues
+    of ranks up to ``k_min``, where it is at least :data:`CLIFF_RATIO` and the ranks above it hold at least
+    :data:`CLIFF_SHARE`; else the first fall by CLIFF_RATIO within a doubling of the rank (from the last eigenvalue
+    ``top`` at least CLIFF_RATIO times eigenvalue ``bottom``, ``top >= bottom / 2``) whose ranks above ``bottom``
+    hold CLIFF_SHARE; else None."""
     head = np.asarray(lam[:k_min], dtype=np.float64)
     if head.size < 2 or not head[0] > 0 or not head[-1] > 0:
         return None
+    total = float(np.sum(lam[lam > 0]))
+    if not total > 0:
+        return None
+    share = np.cumsum(head) / total  # share[k - 1]: ranks 1..k
     ratios = head[:-1] / head[1:]
     j = int(np.argmax(ratios)) + 1
-    total = float(np.sum(lam[lam > 0]))
-    share = float(np.sum(head[:j])) / total if total > 0 else 0.0
-    if not (ratios[j - 1] >= CLIFF_RATIO and share >= CLIFF_SHARE):
-        return None
-    return j, float(ratios[j - 1]), share
+    if ratios[j - 1] >= CLIFF_RATIO and share[j - 1] >= CLIFF_SHARE:
+        return Cliff(j, j + 1, float(ratios[j - 1]), float(share[j - 1]))
+    falling = -head  # (ascending: searchsorted counts the eigenvalues at least a bound)
+    for bottom in range(3, head.size + 1):
+        top = int(np.searchsorted(falling, -CLIFF_RATIO * head[bottom - 1], side="right"))
+        if top >= (bottom + 1) // 2 and share[bottom - 2] >= CLIFF_SHARE:
+            return Cliff(top, bottom, float(head[top - 1] / head[bottom - 1]), float(share[bottom - 2]))
+    return None
 
 
 def cliff_warnings(lam: np.ndarray, windows: list[Window]) -> list[str]:
     """One warning per drop (:func:`cliff_above`) that rank windows lie under, naming them."""
-    under: dict[int, tuple[float, float, list[Window]]] = {}
+    under: dict[Cliff, list[Window]] = {}
     for w in windows:
         found = cliff_above(lam, w.k_min)
         if found is not None:
-            j, ratio, share = found
-            under.setdefault(j, (ratio, share, []))[2].append(w)
+            under.setdefault(found, []).append(w)
     out: list[str] = []
-    for j, (ratio, share, ws) in under.items():
+    for (top, bottom, ratio, share), ws in under.items():
         names = ", ".join(f"{w.k_min}..{w.k_max}" for w in ws)
-        above = (f", or fit ranks above it ({param('window', f'1:{j}')})" if j >= 3 else "")
+        above = (f", or fit ranks above it ({param('window', f'1:{top}')})" if top >= 3 else "")
         held = f"all but {1.0 - share:.2g} of the variance" if share > 0.9999 else f"{100 * share:.2f}% of the variance"
+        fall = (f"eigenvalue {bottom} is {ratio:.3g} times smaller than eigenvalue {top}" if bottom == top + 1 else
+                f"the spectrum falls {ratio:.3g} times from eigenvalue {top} to eigenvalue {bottom}")
         out.append(Message(
-            f"ranks 1..{j} hold {held} and eigenvalue {j + 1} is {ratio:.3g} times smaller "
-            f"than eigenvalue {j}: the window{'s' if len(ws) > 1 else ''} {names} measure{'' if len(ws) > 1 else 's'} "
+            f"ranks 1..{bottom - 1} hold {held} and {fall}: the window{'s' if len(ws) > 1 else ''} {names} "
+            f"measure{'' if len(ws) > 1 else 's'} "
             "what lies under that drop (noise, or what is left of a collapsed representation), and alpha there says "
             f"nothing of the collapse itself. Read the participation ratio{above}"))
     return out

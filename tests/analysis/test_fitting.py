@@ -223,5 +223,33 @@ def test_a_window_under_a_drop_that_holds_the_variance_says_so():
     spike = np.r_[1.0, np.full(2000, 9e-4)]  # 1,111 x the next, a third of the variance: no cliff
     assert spike[0] / spike[1] >= CLIFF_RATIO and spike[0] / spike.sum() < CLIFF_SHARE
     assert cliff_above(spike, 11) is None
-    j, r, share = cliff_above(np.r_[1.0, 1e-4, 1e-4 * law[1:20]], 5)  # the drop right above the window counts too
-    assert (j, r) == (1, pytest.approx(1e4)) and share > CLIFF_SHARE
+    c = cliff_above(np.r_[1.0, 1e-4, 1e-4 * law[1:20]], 5)  # the drop right above the window counts too
+    assert c is not None and (c.top, c.bottom, c.ratio) == (1, 2, pytest.approx(1e4)) and c.share > CLIFF_SHARE
+
+
+def test_a_collapse_over_a_few_steps_is_a_drop_too():
+    """A representation that collapses through a few intermediate directions: no single step reaches the drop's
+    factor (two of 100; three of 17-60), but the spectrum falls 1,000-fold within a doubling of the rank, the ranks
+    above the fall holding the variance; a steep power law (alpha 3: 8-fold a doubling) and a spike that holds a
+    third of the variance are not such a fall."""
+    import spectra_cli as spectra
+    from spectra_cli.analysis.suite import CLIFF_RATIO, CLIFF_SHARE, cliff_above
+
+    floor = 1e-4 * np.arange(1, 60, dtype=np.float64) ** -0.5
+    two = np.r_[np.ones(8), 1e-2, floor]  # 8 directions, one at 1 %, then the floor
+    c = cliff_above(two, 20)
+    assert c is not None and (c.top, c.bottom) == (8, 10) and c.ratio == pytest.approx(1e4)
+    assert c.share == pytest.approx(two[:9].sum() / two.sum()) and c.share > CLIFF_SHARE
+    assert max(two[:19] / two[1:20]) < CLIFF_RATIO  # (no single step is the drop: the old rule said nothing)
+    three = np.r_[np.ones(8), 3e-2, 5e-4, 0.3 * floor]  # steps of 33, 60 and 17: the fall from 8 ends at 10
+    c = cliff_above(three, 20)
+    assert c is not None and (c.top, c.bottom) == (8, 10) and c.ratio == pytest.approx(2e3)
+    assert max(three[:19] / three[1:20]) < CLIFF_RATIO
+    said = [w for w in spectra.fit(two, eigenvalues=True, window="20:50").warnings if "under that drop" in w]
+    assert len(said) == 1 and said[0].startswith(
+        f"ranks 1..9 hold {100 * two[:9].sum() / two.sum():.2f}% of the variance and the spectrum falls 1e+04 times "
+        "from eigenvalue 8 to eigenvalue 10: the window 20..50 measures what lies under that drop")
+    assert said[0].endswith("or fit ranks above it (window='1:8')")
+    steep = np.arange(1, 200, dtype=np.float64) ** -3.0
+    assert cliff_above(steep, 50) is None
+    assert cliff_above(np.r_[1.0, 0.5, np.full(2000, 9e-4)], 11) is None  # (a third of the variance above)

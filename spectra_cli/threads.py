@@ -42,6 +42,7 @@ SMALL_EIGEN_FLOPS = 3.0e10
 
 _override: int | None = None
 _controller: Any = None
+_in_pool = threading.local()  # (active: this thread runs a task of a pool)
 
 
 def import_in_background(name: str) -> threading.Thread | None:
@@ -133,7 +134,10 @@ def call(threads: int | None) -> Iterator[None]:
 
 
 def threads_for(flops: float, small: float = SMALL_FLOPS) -> int:
-    """The threads a BLAS call of ``flops`` floating-point operations gets (one below ``small``)."""
+    """The threads a BLAS call of ``flops`` floating-point operations gets (one below ``small``; one inside a task of
+    a pool, :func:`map_side_by_side`'s: its tasks share the cores, one each)."""
+    if getattr(_in_pool, "active", False):
+        return 1
     if _override is not None:
         return _override
     cap = env_threads()
@@ -169,9 +173,6 @@ def blas(flops: float, small: float = SMALL_FLOPS) -> Iterator[int]:
         return
     with limiter:
         yield n
-
-
-_in_pool = threading.local()
 
 
 def pool_workers(items: int, *, wanted: bool) -> int:

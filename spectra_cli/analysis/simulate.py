@@ -24,34 +24,39 @@ SIMULATION_DTYPE = np.float32
 SIDE_BY_SIDE_ORDER = 192
 
 #: The most bytes of simulated samples' Gram matrices (and their decompositions' copies) held at once to
-#: decompose several side by side.
-PARALLEL_BYTES = 1 << 28
+#: decompose several side by side: 640 MiB, two at d = 4,096 (each 16 d^2 bytes), one from d = 6,400.
+PARALLEL_BYTES = 5 << 27
 
 T = TypeVar("T")
 
 
 def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
-    """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where the thread policy
-    gives such a decomposition one thread (below its small-eigensolver size, d < ~1,950) and it has at least
-    :data:`SIDE_BY_SIDE_ORDER` rows, the tasks run side by side on the cores this process may use, each task's BLAS
-    and LAPACK calls on one thread (numpy releases the GIL inside them): a simulated sample's eigendecomposition at
-    d = 1,024 leaves the second core idle.
-    Otherwise one after another, as the policy sizes each (:func:`spectra_cli.threads.map_side_by_side`). The
-    results are the same bits either way."""
+    """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where that pays
+    (:func:`_side_by_side_pays`) the tasks run side by side on the cores this process may use, each task's BLAS and
+    LAPACK calls on one thread (numpy releases the GIL inside them): a simulated sample's eigendecomposition at
+    d = 1,024 leaves the second core idle. Otherwise one after another, as the policy sizes each
+    (:func:`spectra_cli.threads.map_side_by_side`). The results are the same bits either way."""
     from spectra_cli import threads
 
-    return threads.map_side_by_side(lambda task: task(), tasks,
-                                    wanted=order >= SIDE_BY_SIDE_ORDER and _one_thread_each(order))
+    return threads.map_side_by_side(lambda task: task(), tasks, wanted=_side_by_side_pays(order))
 
 
-def _one_thread_each(order: int) -> bool:
-    """Whether the thread policy runs a decomposition of ``order`` rows, and the calls it sizes as small, on one
-    thread (no caller fixed more): then several side by side give the same bits as one after another."""
+def _side_by_side_pays(order: int) -> bool:
+    """Whether decompositions of ``order`` rows run side by side, one thread each: from :data:`SIDE_BY_SIDE_ORDER`
+    rows, where the thread policy runs the calls it sizes as small on one thread (no caller fixed more), and either
+    gives such a decomposition one thread anyway (below its small-eigensolver size, d < ~1,950) or on one thread it
+    is LAPACK's two-stage driver (from :func:`~spectra_cli.eigen.two_stage.min_order` rows, where one thread each
+    beats the one-stage driver on all the cores: d = 4,096 on 2 cores, 2.07 s a decomposition two at a time against
+    3.37 s one after another). One thread each, one core or several decompose by the same routine: the same bits."""
     from spectra_cli import threads
+    from spectra_cli.eigen import two_stage
     from spectra_cli.eigen.decomposition import EIGVALSH_FLOPS
 
-    return threads.threads_for(0.0) == 1 and threads.threads_for(EIGVALSH_FLOPS * float(order) ** 3,
-                                                                    threads.SMALL_EIGEN_FLOPS) == 1
+    if order < SIDE_BY_SIDE_ORDER or threads.threads_for(0.0) != 1:
+        return False
+    if threads.threads_for(EIGVALSH_FLOPS * float(order) ** 3, threads.SMALL_EIGEN_FLOPS) == 1:
+        return True
+    return order >= two_stage.min_order("float64") and two_stage.available()
 
 
 def simulated_rows(tau: np.ndarray, n: int, rng: np.random.Generator,
@@ -173,7 +178,7 @@ def parallel_count(n: int, d: int) -> int:
     from spectra_cli import threads
 
     m = min(n, d)
-    if m < SIDE_BY_SIDE_ORDER or not _one_thread_each(m):
+    if not _side_by_side_pays(m):
         return 1
     return max(1, min(threads.pool_workers(1 << 30, wanted=True), PARALLEL_BYTES // max(1, 16 * m * m)))
 

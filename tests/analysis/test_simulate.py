@@ -73,6 +73,34 @@ def test_small_decompositions_run_one_after_another(monkeypatch):
         assert threading.get_ident() not in set(side_by_side(where, order))
 
 
+def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monkeypatch):
+    # from two_stage.min_order rows a decomposition on one thread is LAPACK's two-stage driver, which beats the
+    # one-stage driver on all the cores: two at a time, one thread each (inside a pool's task the policy gives one),
+    # and one core or two decompose by the same routine, the same bits (here at a small order, the thresholds moved)
+    from spectra_cli.eigen import two_stage
+    from spectra_cli.eigen.decomposition import eigvalsh_routed
+
+    if not two_stage.available():
+        pytest.skip("no OpenBLAS with LAPACK's two-stage driver here")
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(two_stage, "TWO_STAGE_MIN_ORDER", 200)
+    monkeypatch.setattr(threads, "SMALL_EIGEN_FLOPS", 1.0)  # (the policy would give such a decomposition every core)
+    tau = np.arange(1, 257, dtype=np.float64) ** -1.0
+    got, routines = [], []
+    for cores in (1, 2):
+        monkeypatch.setattr(threads, "usable_cores", lambda cores=cores: cores)
+        with threads.call(None):
+            assert parallel_count(600, 256) == cores and parallel_count(600, 199) == 1
+            got.append(list(simulated_stream(tau, 600, np.random.default_rng(5), None, 3)))
+            M = np.diag(tau)
+            routines.append([r for _, r in side_by_side([partial(eigvalsh_routed, M)] * 2, 256)])
+    assert all(np.array_equal(a, b) for a, b in zip(*got, strict=True))
+    assert routines == [["dsyevd_2stage"] * 2] * 2
+    with threads.call(None):
+        assert threads.in_pool(lambda _: threads.threads_for(float("inf")))(None) == 1
+
+
 def test_partition_spectra_are_the_same_bits_side_by_side(monkeypatch):
     # the sampling curve's simulated partitions (the d x d and the n x n route) decomposed side by side on two cores
     # or one after another on one: the same bits

@@ -188,11 +188,12 @@ def pool_workers(items: int, *, wanted: bool) -> int:
 def in_pool(fn: Callable[[T], R]) -> Callable[[T], R]:
     """``fn`` marked, while it runs, as a task of a pool: a :func:`pool_workers` inside it is 1."""
     def task(item: T) -> R:
+        before = getattr(_in_pool, "active", False)
         _in_pool.active = True
         try:
             return fn(item)
         finally:
-            _in_pool.active = False
+            _in_pool.active = before
 
     return task
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spectra_cli import threads
 from spectra_cli.errors import FitError, param
 from spectra_cli.stream.moments import Moments
 
@@ -102,8 +101,10 @@ def _mirror_lower(C: np.ndarray) -> None:
 
 
 def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
-    """Descending eigenvalues of the symmetric ``C`` (its lower triangle): every one, or the leading
-    ``top`` by block Lanczos when it converges within its cap (else every one)."""
+    """Descending eigenvalues of the symmetric ``C`` (its lower triangle): every one (the routine the spectrum's own
+    decomposition takes: :func:`~spectra_cli.eigen.decomposition.eigvalsh_routed`, LAPACK's two-stage driver on one
+    thread from 3,072 rows), or the leading ``top`` by block Lanczos when it converges within its cap (else every
+    one)."""
     if top is not None:
         from spectra_cli.eigen.lanczos import top_eigenvalues
 
@@ -116,8 +117,9 @@ def leading_eigenvalues(C: np.ndarray, top: int | None) -> np.ndarray:
 
         raise InputError("a bootstrap replicate's covariance overflows float64: the group moments hold values "
                          "beyond 1e154 (corrupt groups, or data to rescale).")
-    with threads.blas(4.0 * float(C.shape[0]) ** 3, threads.SMALL_EIGEN_FLOPS):
-        return np.linalg.eigvalsh(C)[::-1]
+    from spectra_cli.eigen.decomposition import eigvalsh_checked
+
+    return eigvalsh_checked(C, "a bootstrap replicate's covariance")[::-1]
 
 
 def bootstrap_statistics(

@@ -24,7 +24,7 @@ SIMULATION_DTYPE = np.float32
 SIDE_BY_SIDE_ORDER = 192
 
 #: The most bytes of simulated samples' Gram matrices (and their decompositions' copies) held at once to
-#: decompose several side by side: 640 MiB, two at d = 4,096 (each 16 d^2 bytes), one from d = 6,400.
+#: decompose several side by side: 640 MiB, two at a time up to d = 4,579 (each 16 d^2 bytes), one from 4,580.
 PARALLEL_BYTES = 5 << 27
 
 T = TypeVar("T")
@@ -32,13 +32,18 @@ T = TypeVar("T")
 
 def side_by_side(tasks: Sequence[Callable[[], T]], order: int) -> list[T]:
     """The tasks' results in order. Each task decomposes matrices of ``order`` rows; where that pays
-    (:func:`_side_by_side_pays`) the tasks run side by side on the cores this process may use, each task's BLAS and
-    LAPACK calls on one thread (numpy releases the GIL inside them): a simulated sample's eigendecomposition at
-    d = 1,024 leaves the second core idle. Otherwise one after another, as the policy sizes each
-    (:func:`spectra_cli.threads.map_side_by_side`). The results are the same bits either way."""
+    (:func:`_side_by_side_pays`) the tasks run side by side on the cores this process may use, as many at once as
+    :func:`parallel_count` allows (the memory budget), each task's BLAS and LAPACK calls on one thread (numpy
+    releases the GIL inside them): a simulated sample's eigendecomposition at d = 1,024 leaves the second core idle.
+    Otherwise one after another, as the policy sizes each (:func:`spectra_cli.threads.map_side_by_side`). The
+    results are the same bits either way."""
     from spectra_cli import threads
 
-    return threads.map_side_by_side(lambda task: task(), tasks, wanted=_side_by_side_pays(order))
+    at_once = parallel_count(order, order)
+    out: list[T] = []
+    for a in range(0, len(tasks), at_once):
+        out += threads.map_side_by_side(lambda task: task(), tasks[a:a + at_once], wanted=at_once > 1)
+    return out
 
 
 def _side_by_side_pays(order: int) -> bool:

@@ -45,7 +45,7 @@ POOR_FIT_RMS = 0.25
 #: or what is left of a collapsed representation), not the representation's own spectrum. So is a fall by this
 #: factor within a doubling of the rank (eigenvalue i to eigenvalue b <= 2 i, over several steps: a representation
 #: that collapses through a few intermediate directions), the ranks above its bottom holding CLIFF_SHARE; a power law
-#: falls by 2^alpha within a doubling (1,000 is alpha = 10).
+#: falls by 2^alpha within a doubling (1,000 is alpha = 10). The topmost such drop is the one said.
 CLIFF_RATIO = 1e3
 CLIFF_SHARE = 0.999
 #: The most bootstrap replicates a fit may ask for (each is one decomposition of d x d).
@@ -359,11 +359,11 @@ class Cliff(NamedTuple):
 
 
 def cliff_above(lam: np.ndarray, k_min: int) -> Cliff | None:
-    """The drop above rank ``k_min`` (``lam`` descending), if any: the largest drop between consecutive eigenvalues
-    of ranks up to ``k_min``, where it is at least :data:`CLIFF_RATIO` and the ranks above it hold at least
-    :data:`CLIFF_SHARE`; else the first fall by CLIFF_RATIO within a doubling of the rank (from the last eigenvalue
-    ``top`` at least CLIFF_RATIO times eigenvalue ``bottom``, ``top >= bottom / 2``) whose ranks above ``bottom``
-    hold CLIFF_SHARE; else None."""
+    """The topmost drop above rank ``k_min`` (``lam`` descending), if any: the first rank ``bottom <= k_min`` from
+    the top that an eigenvalue ``top >= bottom / 2`` exceeds :data:`CLIFF_RATIO`-fold (``top`` the last such: one
+    step where ``top = bottom - 1``, else a fall over a few within a doubling of the rank), ranks ``1..bottom - 1``
+    holding at least :data:`CLIFF_SHARE` of the positive eigenvalues' sum; else None. The topmost, so that every
+    window under a collapse hears of the same one."""
     head = np.asarray(lam[:k_min], dtype=np.float64)
     if head.size < 2 or not head[0] > 0 or not head[-1] > 0:
         return None
@@ -371,16 +371,15 @@ def cliff_above(lam: np.ndarray, k_min: int) -> Cliff | None:
     if not total > 0:
         return None
     share = np.cumsum(head) / total  # share[k - 1]: ranks 1..k
-    ratios = head[:-1] / head[1:]
-    j = int(np.argmax(ratios)) + 1
-    if ratios[j - 1] >= CLIFF_RATIO and share[j - 1] >= CLIFF_SHARE:
-        return Cliff(j, j + 1, float(ratios[j - 1]), float(share[j - 1]))
-    falling = -head  # (ascending: searchsorted counts the eigenvalues at least a bound)
-    for bottom in range(3, head.size + 1):
-        top = int(np.searchsorted(falling, -CLIFF_RATIO * head[bottom - 1], side="right"))
-        if top >= (bottom + 1) // 2 and share[bottom - 2] >= CLIFF_SHARE:
-            return Cliff(top, bottom, float(head[top - 1] / head[bottom - 1]), float(share[bottom - 2]))
-    return None
+    bottoms = np.arange(2, head.size + 1)
+    # (searchsorted on the ascending -head: how many eigenvalues are at least CLIFF_RATIO times each bottom's)
+    tops = np.searchsorted(-head, -CLIFF_RATIO * head[1:], side="right")
+    found = np.flatnonzero((tops >= (bottoms + 1) // 2) & (share[:-1] >= CLIFF_SHARE))
+    if not found.size:
+        return None
+    k = int(found[0])
+    top, bottom = int(tops[k]), int(bottoms[k])
+    return Cliff(top, bottom, float(head[top - 1] / head[bottom - 1]), float(share[bottom - 2]))
 
 
 def cliff_warnings(lam: np.ndarray, windows: list[Window]) -> list[str]:

@@ -9,7 +9,8 @@ thread, seconds, one-stage / two-stage: float64 2.33 / 1.77 at d = 3,072, 5.58 /
 at 3,072, 3.10 / 2.47 at 4,096, 28.3 / 14.1 at 8,192; two such processes at once at 4,096: float32 3.3 / 2.4,
 float64 6.6 / 4.1). On two threads the sequential step loses it back (float32 at 4,096: 1.34 / 1.82; float64
 1.10x faster at 4,096 but 0.83x at 8,192): it is taken only when the decomposition runs on one thread (a batch's
-workers when the cores shared out give each one; ``--threads 1``).
+workers when the cores shared out give each one; ``--threads 1``; ``--population``'s simulated and sub-sample
+decompositions, two or more at a time, one thread each: ``spectra_cli.analysis.simulate``).
 
 Neither NumPy nor SciPy wraps the routine, so it is called through ``ctypes`` in the OpenBLAS that SciPy ships
 (its LAPACKE interface, found with threadpoolctl); where that library or the symbol is missing (another BLAS), the

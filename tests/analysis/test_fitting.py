@@ -250,6 +250,11 @@ def test_a_collapse_over_a_few_steps_is_a_drop_too():
         f"ranks 1..9 hold {100 * two[:9].sum() / two.sum():.2f}% of the variance and the spectrum falls 1e+04 times "
         "from eigenvalue 8 to eigenvalue 10: the window 20..50 measures what lies under that drop")
     assert said[0].endswith("or fit ranks above it (window='1:8')")
+    # a second, lower drop: every window under the first hears of that one, in one warning (the largest single step
+    # was said before: the window 50..100 heard of 40 -> 41 and was told to fit ranks 1..40, across the collapse)
+    lower = np.r_[two[:40], two[40] / 3.6e4 * np.arange(1, 80, dtype=np.float64) ** -0.5]
+    said = [w for w in spectra.fit(lower, eigenvalues=True, window=["20:35", "50:100"]).warnings if "drop" in w]
+    assert len(said) == 1 and "from eigenvalue 8 to eigenvalue 10: the windows 20..35, 50..100 measure" in said[0]
     steep = np.arange(1, 200, dtype=np.float64) ** -3.0
     assert cliff_above(steep, 50) is None
     assert cliff_above(np.r_[1.0, 0.5, np.full(2000, 9e-4)], 11) is None  # (a third of the variance above)

@@ -97,8 +97,47 @@ def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monke
             routines.append([r for _, r in side_by_side([partial(eigvalsh_routed, M)] * 2, 256)])
     assert all(np.array_equal(a, b) for a, b in zip(*got, strict=True))
     assert routines == [["dsyevd_2stage"] * 2] * 2
-    with threads.call(None):
-        assert threads.in_pool(lambda _: threads.threads_for(float("inf")))(None) == 1
+    # the data's sub-samples (and the bootstrap's replicates) take the same routine as the spectrum's own
+    from spectra_cli.analysis.bootstrap import leading_eigenvalues
+
+    C = np.random.default_rng(1).standard_normal((256, 300))
+    C = C @ C.T
+    with threads.call(1):
+        assert np.array_equal(leading_eigenvalues(C.copy(), None), two_stage.eigvalsh_two_stage(C, "float64")[::-1])
+    with threads.call(None):  # (a task of a pool: one thread, and still one once a task inside it is done)
+        inner = threads.in_pool(lambda _: threads.threads_for(float("inf")))
+        assert threads.in_pool(lambda _: (inner(None), threads.threads_for(float("inf"))))(None) == (1, 1)
+        assert threads.threads_for(float("inf")) == 2
+
+
+def test_side_by_side_holds_no_more_at_once_than_the_memory_budget(monkeypatch):
+    # the sampling curve's five partition spectra: as many at once as parallel_count allows (PARALLEL_BYTES of
+    # 16 d^2 bytes each), never all five on five cores
+    import threading
+    import time
+
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 5)
+    monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def task() -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return threading.get_ident()
+
+    for budget, expected in ((16 * 100 * 100 * 2, 2), (16 * 100 * 100, 1)):
+        monkeypatch.setattr(simulate, "PARALLEL_BYTES", budget)
+        most[0] = 0
+        with threads.call(None):
+            assert parallel_count(100, 100) == expected
+            side_by_side([task] * 5, 100)
+        assert most[0] == expected
 
 
 def test_partition_spectra_are_the_same_bits_side_by_side(monkeypatch):

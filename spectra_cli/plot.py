@@ -56,7 +56,6 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 LINESTYLES = ("--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 DATA_COLOR = "#1a1a1a"
 CONTROL_COLOR = "#8c8c8c"
-F = TypeVar("F", bound=Callable[..., Any])
 #: Inches: one column of a two-column paper; figures are drawn at this width, fonts 8 pt.
 COLUMN_WIDTH = 3.4
 FONT = {"font.size": 8.0, "axes.titlesize": 8.0, "axes.labelsize": 8.0, "legend.fontsize": 6.5,
@@ -274,6 +273,9 @@ def _own_title(ax: Any, title: str | bool | None) -> str | bool:
     if ax is not None and any(ax.get_title(loc=loc) for loc in ("left", "center", "right")):
         return False
     return bool(title)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _quiet_limits(draw: F) -> F:

@@ -43,6 +43,9 @@ SMALL_EIGEN_FLOPS = 3.0e10
 _override: int | None = None
 _controller: Any = None
 _in_pool = threading.local()  # (active: this thread runs a task of a pool)
+#: The imports :func:`import_in_background` started. A fork waits for them (:func:`_join_imports`): a child forked
+#: while one runs would hold that module's import lock with no thread to release it, and hang on importing it.
+_IMPORTING: list[threading.Thread] = []
 
 
 def import_in_background(name: str) -> threading.Thread | None:
@@ -65,11 +68,6 @@ def import_in_background(name: str) -> threading.Thread | None:
     thread.start()
     _IMPORTING.append(thread)
     return thread
-
-
-#: The imports :func:`import_in_background` started. A fork waits for them (:func:`_join_imports`): a child forked
-#: while one runs would hold that module's import lock with no thread to release it, and hang on importing it.
-_IMPORTING: list[threading.Thread] = []
 
 
 def _join_imports() -> None:
@@ -186,7 +184,8 @@ def pool_workers(items: int, *, wanted: bool) -> int:
 
 
 def in_pool(fn: Callable[[T], R]) -> Callable[[T], R]:
-    """``fn`` marked, while it runs, as a task of a pool: a :func:`pool_workers` inside it is 1."""
+    """``fn`` marked, while it runs, as a task of a pool: a :func:`pool_workers` inside it is 1, and so is every
+    :func:`threads_for`."""
     def task(item: T) -> R:
         before = getattr(_in_pool, "active", False)
         _in_pool.active = True

@@ -111,6 +111,16 @@ def reference_eigenvalues(X: np.ndarray, ddof: int = 1) -> np.ndarray:
 
 
 @pytest.fixture
+def no_thread_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread policy's own choices, whatever the environment the tests run in: a user's caps (OMP_NUM_THREADS,
+    OPENBLAS_NUM_THREADS, ...) removed for the test, or a cap of one would keep every pool one at a time."""
+    from spectra_cli import threads
+
+    for var in threads.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
 def npy(tmp_path: Path) -> Callable[..., Path]:
     def write(X: np.ndarray, name: str = "x.npy") -> Path:
         p = tmp_path / name

@@ -216,7 +216,8 @@ def gauss_newton(y: np.ndarray, start: np.ndarray, f: Callable[[np.ndarray], np.
         if jacobian is None:
             J = _jacobian(ab, f, f0, h=h, central=False, many=many)
             evals += ab.size
-        assert J is not None
+        else:
+            J = jacobian
         # (a column below 1e-9 of the largest singular value is no direction: an exponent clipped at its bound gives
         # an exactly zero column, whose rounding would otherwise be read as a slope and take the whole step)
         step = np.linalg.lstsq(J, y - f0, rcond=1e-9)[0][1:]

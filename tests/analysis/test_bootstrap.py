@@ -136,7 +136,8 @@ def test_fit_ci_on_the_top_k_route_says_how_each_replicate_was_decomposed(monkey
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3])
-def test_sub_sample_spectra_are_the_kept_rows_covariance_spectra_at_any_thread_count(monkeypatch, cores):
+def test_sub_sample_spectra_are_the_kept_rows_covariance_spectra_at_any_thread_count(monkeypatch, cores,
+                                                                                    no_thread_caps):
     from spectra_cli import threads
     from spectra_cli.analysis import simulate
     from spectra_cli.analysis.bootstrap import subset_spectra
@@ -144,8 +145,6 @@ def test_sub_sample_spectra_are_the_kept_rows_covariance_spectra_at_any_thread_c
     rows, _ = _data(3)
     groups = [Moments.from_block(r) for r in rows]
     keep = np.array([[g != q for g in range(G)] for q in range(G)] + [[g == 0 for g in range(G)]])
-    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: cores)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at this small order)
     with threads.call(None):  # (decomposed two or three at a time: each on one thread, on two or three cores)

@@ -41,11 +41,9 @@ def test_expected_eigenvalues_do_not_depend_on_the_cores(monkeypatch):
     assert np.array_equal(out[0], out[1])
 
 
-def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested(monkeypatch):
+def test_side_by_side_only_where_each_task_gets_one_blas_thread_and_never_nested(monkeypatch, no_thread_caps):
     import threading
 
-    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     main = threading.get_ident()
 

@@ -20,11 +20,9 @@ from spectra_cli.analysis.simulate import (
 
 
 @pytest.mark.parametrize("cores", [1, 2, 3])
-def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
+def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores, no_thread_caps):
     # side by side (two or three at a time, the next ones drawn meanwhile) or one after another: the same rows from
     # the same stream, the same bits, in order; 7 samples: a last batch shorter than the others
-    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: cores)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at these small orders)
     tau = np.arange(1, 61, dtype=np.float64) ** -1.0
@@ -37,9 +35,7 @@ def test_the_stream_is_the_samples_drawn_one_at_a_time(monkeypatch, cores):
         assert len(together) == 7 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))
 
 
-def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call(monkeypatch):
-    for var in threads.ENV_VARS:  # (the thread policy's own: a user's cap would keep them one at a time)
-        monkeypatch.delenv(var, raising=False)
+def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call(monkeypatch, no_thread_caps):
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)  # (side by side even at this small order)
     rng = np.random.default_rng(0)
     mats = [(lambda A: A @ A.T)(rng.standard_normal((80, 80))) for _ in range(5)]
@@ -56,13 +52,11 @@ def test_side_by_side_keeps_the_order_and_the_bits_and_a_one_thread_call(monkeyp
                                                                            for M in mats], 80), strict=True))
 
 
-def test_small_decompositions_run_one_after_another(monkeypatch):
+def test_small_decompositions_run_one_after_another(monkeypatch, no_thread_caps):
     # below SIDE_BY_SIDE_ORDER rows the threads cost more than they save: one at a time, on the calling thread,
     # whatever the cores; from it, side by side on two
     import threading
 
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     order = simulate.SIDE_BY_SIDE_ORDER
     with threads.call(None):
@@ -73,7 +67,7 @@ def test_small_decompositions_run_one_after_another(monkeypatch):
         assert threading.get_ident() not in set(side_by_side(where, order))
 
 
-def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monkeypatch):
+def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monkeypatch, no_thread_caps):
     # from two_stage.min_order rows a decomposition on one thread is LAPACK's two-stage driver, which beats the
     # one-stage driver on all the cores: two at a time, one thread each (inside a pool's task the policy gives one),
     # and one core or two decompose by the same routine, the same bits (here at a small order, the thresholds moved)
@@ -82,8 +76,6 @@ def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monke
 
     if not two_stage.available():
         pytest.skip("no OpenBLAS with LAPACK's two-stage driver here")
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(two_stage, "TWO_STAGE_MIN_ORDER", 200)
     monkeypatch.setattr(threads, "SMALL_EIGEN_FLOPS", 1.0)  # (the policy would give such a decomposition every core)
     tau = np.arange(1, 257, dtype=np.float64) ** -1.0
@@ -110,14 +102,12 @@ def test_large_decompositions_run_side_by_side_on_lapacks_two_stage_driver(monke
         assert threads.threads_for(float("inf")) == 2
 
 
-def test_side_by_side_holds_no_more_at_once_than_the_memory_budget(monkeypatch):
+def test_side_by_side_holds_no_more_at_once_than_the_memory_budget(monkeypatch, no_thread_caps):
     # the sampling curve's five partition spectra: as many at once as parallel_count allows (PARALLEL_BYTES of
     # 16 d^2 bytes each), never all five on five cores
     import threading
     import time
 
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 5)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)
     lock, running, most = threading.Lock(), [0], [0]
@@ -140,11 +130,9 @@ def test_side_by_side_holds_no_more_at_once_than_the_memory_budget(monkeypatch):
         assert most[0] == expected
 
 
-def test_partition_spectra_are_the_same_bits_side_by_side(monkeypatch):
+def test_partition_spectra_are_the_same_bits_side_by_side(monkeypatch, no_thread_caps):
     # the sampling curve's simulated partitions (the d x d and the n x n route) decomposed side by side on two cores
     # or one after another on one: the same bits
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(simulate, "SIDE_BY_SIDE_ORDER", 0)
     tau = np.arange(1, 41, dtype=np.float64) ** -0.8
     for n in (200, 24):

@@ -17,9 +17,7 @@ from tests.conftest import powerlaw_matrix
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+def _clean(monkeypatch, no_thread_caps):
     monkeypatch.setattr(threads, "usable_cores", lambda: 8)
     threads.set_threads(None)
     yield
@@ -112,8 +110,6 @@ def test_batch_takes_threads_for_itself_and_its_workers(tmp_path, monkeypatch, c
 
 def test_eigensolvers_take_a_second_thread_only_from_d_2048(monkeypatch):
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
-    for var in threads.ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
     eig = threads.SMALL_EIGEN_FLOPS
     assert threads.threads_for(4.0 * 768**3, eig) == 1  # a product of these flops would take two
     assert threads.threads_for(4.0 * 768**3) == 2

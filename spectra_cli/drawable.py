@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError
+from spectra_cli.validate import MAX_STEP
 
 #: Largest magnitude of a number drawn on a linear axis or printed in a table.
 LINEAR_LIMIT = 1e100
@@ -104,8 +105,8 @@ def _fit(c: _Check, f: Any, field: str) -> None:
     if ci is not None:
         if not isinstance(ci, dict):
             raise c.fail(f"{field}.ci", "must be an object", ci)
-        low = c.number(ci.get("low"), f"{field}.ci.low", lo=-1e6, hi=1e6)
-        high = c.number(ci.get("high"), f"{field}.ci.high", lo=-1e6, hi=1e6)
+        low = c.number(ci.get("low"), f"{field}.ci.low", none=False, lo=-1e6, hi=1e6)
+        high = c.number(ci.get("high"), f"{field}.ci.high", none=False, lo=-1e6, hi=1e6)
         c.number(ci.get("level"), f"{field}.ci.level", lo=0, hi=1)
         c.number(ci.get("bias"), f"{field}.ci.bias")
         if low is not None and high is not None and low > high:
@@ -159,6 +160,15 @@ def check_report(doc: Any, where: str) -> dict[str, Any]:
         raise c.fail("source.shape", "must be a list of sizes", shape)
     for k in ("n_rows", "n_features"):
         c.number(src.get(k), f"source.{k}", lo=0, hi=10**15, integer=True)
+    cap = src.get("capture")
+    if cap is not None:  # (a snapshot's step makes it a point of a run: a step of another type is no step)
+        if not isinstance(cap, dict):
+            raise c.fail("source.capture", "must be an object", cap)
+        if not isinstance(cap.get("module"), str):
+            raise c.fail("source.capture.module", "must be text", cap.get("module"))
+        c.number(cap.get("step"), "source.capture.step", lo=0, hi=MAX_STEP, integer=True)
+        if cap.get("model") is not None:
+            c.text(cap.get("model"), "source.capture.model")
     if doc.get("item") is not None:
         c.text(doc.get("item"), "item")
     _spectrum(c, doc.get("spectrum"), "spectrum")

@@ -93,17 +93,19 @@ def gib(nbytes: float) -> str:
     """A size as people read it: GiB from 0.1 GiB up, else MiB, KiB or bytes."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if nbytes >= (1 << shift) * (0.1 if unit == "GiB" else 1):
-            return f"{nbytes / (1 << shift):.3g} {unit}"
+            value = nbytes / (1 << shift)
+            return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:.3g} {unit}"
     return f"{nbytes:.0f} bytes"
 
 
-def refuse_over_budget(where: str, what_needs: str, need: float, what: str, budget: int) -> None:
+def refuse_over_budget(where: str, what_needs: str, need: float, what: str, budget: int, *,
+                       fewer: str = "select fewer features") -> None:
     """The one memory-budget refusal: the size needed, what it is, the budget and the option that
-    raises it (an InputError before anything of that size is allocated)."""
+    raises it (an InputError before anything of that size is allocated); ``fewer``: the other way out."""
     if need > budget:
         raise InputError(f"{where}: {what_needs} needs about {gib(need)} ({what}); the memory budget is "
                          f"{gib(budget)}. Raise it with {param('max_memory')} (e.g. {gib(need * 1.2)}) on a machine "
-                         "that has it, or select fewer features.")
+                         f"that has it, or {fewer}.")
 
 
 class SourceKeywords(TypedDict, total=False):

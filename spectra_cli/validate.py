@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,14 +37,18 @@ def product_dtype(precision: str) -> np.dtype:
     return np.dtype(np.float32 if check_choice("precision", precision, PRECISIONS) == "float32" else np.float64)
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, what: str | None = None) -> int:
-    """``value`` as an int at least ``minimum``; a bool, float or string is refused (naming its type)."""
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
+              what: str | None = None) -> int:
+    """``value`` as an int from ``minimum`` to ``maximum``; a bool, float or string is refused (naming its type)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise OptionError(f"{param(name, value, show=True)} must be an integer, not {type(value).__name__}.")
     if minimum is not None and value < minimum:
         text = what or ("0 or a positive integer" if minimum == 0 else "a positive integer" if minimum == 1
                         else f"at least {minimum}")
         raise OptionError(f"{param(name, value)} must be {text}.")
+    if maximum is not None and value > maximum:
+        shown = value if len(str(value)) <= 20 else str(value)[:17] + "..."
+        raise OptionError(f"{param(name, shown)} must be at most {maximum:,}.")
     return int(value)
 
 
@@ -131,48 +135,51 @@ def check_numbers(name: str, value: Any) -> tuple[float, ...]:
     return tuple(check_number(f"{name}[{i}]", v) for i, v in enumerate(items))
 
 
-def check_regex(name: str, pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled, refused (naming ``name``) when it is not a regular expression, or when it nests an
-    unbounded repetition inside another (``(a+)+``, ``(\\w*)*``) or repeats alternatives wider than one character
-    (``(ab|a)*``): such patterns backtrack exponentially on a long name that almost matches, and Python's ``re``
-    has no time limit."""
-    import re._parser as sre
+#: The longest pattern an option takes (a module, tensor or step pattern).
+MAX_PATTERN = 1000
+#: Memory RE2 may give one compiled pattern (its default is 8 MiB): a pattern that needs more is refused.
+PATTERN_MEMORY = 8 << 20
+#: The largest step a snapshot, a run's point or an item name's number may name (a training step, not a hash).
+MAX_STEP = 10**15
+
+
+class Pattern(Protocol):
+    """A compiled pattern (:func:`check_regex`): ``search`` returns a match (``group``, ``groups``, ``start``,
+    ``end``) or None."""
+
+    def search(self, text: str) -> Any: ...
+
+
+def check_regex(name: str, pattern: Any) -> Pattern:
+    """``pattern`` compiled by RE2 (Google's linear-time engine, the ``google-re2`` bindings): a search runs in
+    time linear in the name, whatever the pattern (Python's ``re`` backtracks: ``(.|\\w)*Z$`` or ``(.*.){1,100}``
+    ran for hours on a name of 40 characters). The syntax is Python's without what needs backtracking:
+    back-references (``\\1``) and look-around (``(?=...)``, ``(?<!...)``) are refused with one line naming
+    ``name``, and so is a pattern over :data:`MAX_PATTERN` characters or one RE2 cannot compile within
+    :data:`PATTERN_MEMORY` (a repetition count over 1,000, or nested counts whose product is). The result's
+    ``search(text)`` returns a match with ``group``, ``groups``, ``start`` and ``end`` as ``re``'s does."""
+    import re2
 
     if not isinstance(pattern, str):
         raise OptionError(f"{param(name, pattern, show=True)} must be a string (a regular expression).")
+    if len(pattern) > MAX_PATTERN:
+        raise OptionError(f"{param(name, pattern[:40] + '...')} is a pattern of {len(pattern):,} characters; at most "
+                          f"{MAX_PATTERN:,} are allowed.")
+    if "\x00" in pattern:
+        raise OptionError(f"{param(name, pattern[:80])} holds a NUL character; no name has one.")
+    options = re2.Options()
+    options.log_errors = False  # (RE2 would print its own line on stderr)
+    options.max_mem = PATTERN_MEMORY
     try:
-        compiled = re.compile(pattern)
-        tree = sre.parse(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise OptionError(f"{param(name, pattern[:80])} is not a valid regular expression: {exc}.") from None
-    repeats = (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None))
-
-    def nested(items: Any, inside: bool) -> bool:
-        for op, av in items:
-            if op in repeats:
-                lo, hi, sub = av
-                unbounded = hi == sre.MAXREPEAT or hi > 100
-                if inside and unbounded:
-                    return True
-                if nested(sub, inside or unbounded):
-                    return True
-            elif op is sre.SUBPATTERN:
-                if nested(av[-1], inside):
-                    return True
-            elif op is sre.BRANCH:
-                # alternatives inside a repetition that are not single characters can overlap ((ab|a)*): the same
-                # exponential backtracking
-                if inside and any(sre.SubPattern(sre.State(), b).getwidth() != (1, 1) for b in av[1]):
-                    return True
-                if any(nested(b, inside) for b in av[1]):
-                    return True
-            elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                if nested(av[1], inside):
-                    return True
-        return False
-
-    if nested(tree, False):
-        raise OptionError(f"{param(name, pattern[:80])} repeats a group that itself repeats, or alternatives of "
-                          "more than one character (as in (a+)+ or (ab|a)*): on a long name that almost matches it "
-                          "can run for hours; write it with one repetition (e.g. a+ for (a+)+).")
-    return compiled
+        return re2.compile(pattern, options)
+    except (re2.error, UnicodeError, TypeError, ValueError) as exc:
+        why = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        why = why[:200]
+        if re.search(r"\\[1-9]|\(\?<?[=!]", pattern):
+            raise OptionError(f"{param(name, pattern[:80])} uses a back-reference or look-around ({why}): spectra runs "
+                              "patterns in time linear in the name (RE2), and these need backtracking, which can run "
+                              "for hours on a long name; write the pattern without them.") from None
+        if "repetition" in why:
+            raise OptionError(f"{param(name, pattern[:80])} repeats too often ({why}): a count may be 1,000 at "
+                              "most, and nested counts multiply.") from None
+        raise OptionError(f"{param(name, pattern[:80])} is not a valid regular expression: {why}.") from None

@@ -140,6 +140,7 @@ SLOW_MODULES = (
     "tests/cli/test_hostile_dask.py",  # local clusters, refused and silent schedulers, killed workers
     "tests/stream/test_dask_engine.py",  # a real 2-process LocalCluster against the local engine
     "tests/stream/test_capture.py",  # torch models, gloo ranks, the Lightning callback
+    "tests/stream/test_capture_safety.py",  # planted model folders run through the command in subprocesses
 )
 SLOW_TESTS = (
     # the docs: every example run as written, and the site built strict

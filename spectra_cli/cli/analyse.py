@@ -301,6 +301,10 @@ def capture(
                                                    "tokens.")] = None,
     column: Annotated[str, typer.Option("--column", metavar="NAME", help="The text field or column.")] = "text",
     device: Annotated[str, typer.Option("--device", metavar="DEV", help="cpu, cuda, cuda:1, ...")] = "cpu",
+    attention: Annotated[str, typer.Option("--attention", metavar="IMPL", help="The attention implementation the "
+                                           "model is loaded with: sdpa (eager where the model has none) | eager; "
+                                           "the folder's config is not followed.")] = "sdpa",
+    max_memory: MaxMemory = None,
     json: Json = False,
 ) -> None:
     """Run a model over texts and keep every matching module's activations as moment files (padding left out).
@@ -316,7 +320,8 @@ def capture(
     with LazyProgress(f"capturing {model}") as progress:
         cap = run_capture(model, modules=modules, texts=texts, out=out, step=step, groups=groups,
                           precision=precision, positions=positions, batch_size=batch_size, max_length=max_length,
-                          max_tokens=max_tokens, column=column, device=device, progress=progress)
+                          max_tokens=max_tokens, column=column, device=device, attention=attention,
+                          max_memory=max_memory, progress=progress)
     rows = [{"module": name, "rows": cap.rows(name), "file": path}
             for name, path in zip([n for n in cap.modules if cap.rows(n)], cap.saved, strict=True)]
     doc = {"model": model, "texts": cap.texts_read, "tokens": cap.tokens_read, "output": out, "step": step,

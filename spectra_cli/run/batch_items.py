@@ -9,7 +9,6 @@ whose header cannot even be listed becomes one failed item, not a failed batch.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ from spectra_cli.results import SKIP_SCHEMA
 from spectra_cli.sources import formats
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file
-from spectra_cli.validate import check_regex
+from spectra_cli.validate import Pattern, check_regex
 from spectra_cli.version import __version__
 
 #: The data files of a folder besides its checkpoint's shards (those are listed by the safetensors reader).
@@ -159,7 +158,7 @@ def _expand(path: str, notes: list[str]) -> list[str]:
     return [path]
 
 
-def _listing(f: str, pattern: re.Pattern[str] | None, listing: Listing, counts: list[int]) -> list[Item]:
+def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int]) -> list[Item]:
     """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
     fmt = formats.by_path(f, formats.DATA)
     out: list[Item] = []

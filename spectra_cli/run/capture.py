@@ -3,23 +3,53 @@
 :func:`capture` installs the hooks (:class:`spectra_cli.stream.hooks.Capture`) on a ``torch.nn.Module``;
 with ``texts=`` it also loads a local Hugging Face model folder (transformers; no network) and feeds it the
 texts of a file itself, in batches, and with ``out=`` saves one moment file per module.
+
+A model folder is an input written by someone else, so loading it runs none of its code and unpickles nothing:
+every option is checked first (before torch is imported); then the folder (its config.json parsed here, its
+weights ``*.safetensors`` only, no FIFO among its files); the outputs (never the texts file, never inside the
+model folder); the memory the model and the moments need; and only then the model is loaded, with
+``trust_remote_code=False`` (a folder that needs its own code is refused, and nothing asks on stdin), a built-in
+attention implementation (``sdpa`` unless ``attention`` names ``eager``: a config's hub kernel is not fetched) and
+``use_safetensors=True``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
+import stat
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
+from spectra_cli.options import gib, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.sinks import check_not_input
 from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
-from spectra_cli.stream.hooks import Capture
-from spectra_cli.validate import check_int, check_path
+from spectra_cli.stream.hooks import Capture, check_keywords
+from spectra_cli.validate import MAX_STEP, check_choice, check_int, check_path
 
 #: A text longer than this many characters is cut to it before tokenising (the tokenizer keeps max_length tokens).
 MAX_TEXT_CHARS = 100_000
+#: The longest line of a ``.jsonl`` texts file (its text field is then cut to :data:`MAX_TEXT_CHARS`).
+MAX_JSON_LINE = 4 << 20
+#: The most text a row group of a Parquet texts file may hold uncompressed (it is read a row group at a time).
+MAX_PARQUET_PIECE = 256 << 20
+#: The most texts a forward pass takes, and the most tokens a text may keep.
+MAX_BATCH = 65_536
+MAX_LENGTH = 1 << 20
+#: The attention implementations a capture loads a model with (built into transformers and torch).
+ATTENTIONS = ("sdpa", "eager")
+#: The largest config.json read, and the most entries a model folder may list.
+MAX_CONFIG_BYTES = 16 << 20
+MAX_FOLDER_ENTRIES = 100_000
+#: Weights a capture does not read: pickles (torch's .bin/.pt/.pth/.ckpt) and other frameworks' formats.
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack")
+_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|hpu|npu|mtia|meta)(?::(\d{1,4}))?")
 
 
 @reports_progress
@@ -29,7 +59,8 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
             weights: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None,
             texts: str | os.PathLike[str] | None = None, out: str | os.PathLike[str] | None = None,
             step: int | None = None, batch_size: int = 32, max_length: int = 512, max_tokens: int | None = None,
-            column: str = "text", device: str = "cpu",
+            column: str = "text", device: str = "cpu", attention: str = "sdpa",
+            max_memory: int | str | None = None,
             progress: Callable[[int, int], None] | None = None) -> Capture:
     """Stream the outputs of a model's modules into mergeable moments, one set per module.
 
@@ -37,7 +68,8 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
     ----------
     model : torch.nn.Module or path
         The model whose modules are hooked; with ``texts``, a local Hugging Face model folder may be given
-        instead (loaded with transformers, ``local_files_only``).
+        instead (loaded with transformers, ``local_files_only``, its weights from ``*.safetensors`` only, none of
+        its own code run: see the module's docstring).
     modules : str
         Which modules: a glob of qualified names (``*`` one dotted part: ``encoder.layer.*``), or a regular
         expression searched in them (``r"encoder\\.layer\\.\\d+$"``).
@@ -76,6 +108,12 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         The text field of a ``.jsonl`` or the text column of a Parquet file.
     device : str
         With ``texts``: the torch device the model runs on (``cpu``, ``cuda``, ``cuda:1``, ...).
+    attention : str
+        With ``texts``: the attention implementation the model is loaded with, ``sdpa`` (torch's; ``eager`` where
+        the model has none) or ``eager``; whatever the folder's config names (a hub kernel, say) is not used.
+    max_memory : int or str, optional
+        Bytes (or ``"8GB"``) the moments (each module's ``d x d`` matrices, one per row group) and, with ``texts``,
+        the model's weights may take, checked before they are allocated (default: half the physical memory).
     progress : callable, optional
         ``progress(done, total)`` over the texts.
 
@@ -87,29 +125,45 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
     """
     options: dict[str, Any] = {"modules": modules, "groups": groups, "precision": precision, "mask": mask,
                                "output": output, "positions": positions, "drop_nonfinite": drop_nonfinite,
-                               "weights": weights}
+                               "weights": weights, "max_memory": max_memory}
     if texts is None:
         for name, value in (("out", out), ("step", step), ("max_tokens", max_tokens)):
             if value is not None:
                 raise OptionError(f"{param(name)} is for a capture that runs the model over {param('texts')}.")
         return Capture(model, **options)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    max_length = check_int("max_length", max_length, minimum=2)
+    # every option first: a refusal takes no model load (seconds to minutes) and no torch import
+    check_keywords(**options)
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
+    max_length = check_int("max_length", max_length, minimum=2, maximum=MAX_LENGTH)
     if max_tokens is not None:
-        max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        max_tokens = check_int("max_tokens", max_tokens, minimum=1, maximum=MAX_STEP)
+    if step is not None:
+        step = check_int("step", step, minimum=0, maximum=MAX_STEP)
+    if not isinstance(column, str) or not column:
+        raise OptionError(f"{param('column', column, show=True)} must be the name of the text field or column.")
+    device = _device_name(device)
+    attention = check_choice("attention", attention, ATTENTIONS)
+    budget = memory_budget(parse_bytes(max_memory))
     texts = check_path("texts", texts)
-    if not os.path.isfile(texts):  # (before the model is loaded)
+    if not os.path.isfile(texts):  # (a FIFO or a device is no file: nothing blocks on it)
         raise InputError(f"{param('texts', texts)} is not a file.")
+    path, config, weight_bytes = _model_folder(model)
     if out is not None:
-        out = check_path("out", out)
-        if os.path.lexists(out) and not os.path.isdir(out):
-            raise OutputError(f"{param('out', out)} exists and is not a directory; name a folder for the moment files "
-                              "(it is made when missing).")
-    net, tokenizer, max_length = _load(model, device, max_length)
+        out = _check_out(out, step, path, texts)
+    refuse_over_budget("capture", f"the model {path} ({weight_bytes:,} bytes of weights)", weight_bytes,
+                       "its weights, loaded whole", budget, fewer="capture a smaller model")
+    net, tokenizer, max_length = _load(path, config, device, attention, max_length)
     cap = Capture(net, **options)
+    if out is not None:  # (the modules' files are known now, before any text runs)
+        _, files = cap.plan(out, step=step, flag="out")
+        for f in files.values():
+            check_not_input(f, [texts, path], "out")
     try:
         _run(cap, net, tokenizer, _texts(texts, column), batch_size=batch_size, max_length=max_length,
              max_tokens=max_tokens, total=_count(texts))
+    except MemoryError:
+        raise InputError(f"capture ran out of memory running the model over the texts; lower {param('batch_size')} "
+                         f"or {param('max_length')}, or capture fewer modules or fewer {param('groups')}.") from None
     finally:
         cap.close()
     if out is not None:
@@ -117,11 +171,20 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
     return cap
 
 
-def _load(model: Any, device: str, max_length: int) -> tuple[Any, Any, int]:
-    """The model (eval mode, on ``device``), its tokenizer (padding with its end-of-sequence token where it has
-    no padding token) and the tokens a text may keep (``max_length``, at most the model's positions), from a
-    local folder; a module given as it is needs a tokenizer in its folder, so only a path is accepted with
-    ``texts``."""
+def _device_name(device: Any) -> str:
+    """``device`` if it names a torch device (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...), checked without torch."""
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device.strip().lower()):
+        raise OptionError(f"{param('device', device, show=True)} is not a torch device (cpu, cuda, cuda:1, mps, "
+                          "xpu, ...).")
+    if device.strip().lower().startswith("meta"):
+        raise OptionError(f"{param('device', device)}: the meta device holds no values to capture.")
+    return device.strip().lower()
+
+
+def _model_folder(model: Any) -> tuple[str, dict[str, Any], int]:
+    """A local Hugging Face model folder checked before transformers sees it: its path, its config (parsed here,
+    bounded) and the bytes of its weights; refused when it is not a folder, lists a FIFO or another file that is
+    not a regular file, has no config.json, or keeps its weights anywhere but ``*.safetensors``."""
     if not isinstance(model, str | os.PathLike):
         raise OptionError(f"{param('texts')} runs a model loaded from a local Hugging Face folder: give its path as "
                           f"{param('model')} (with a module, run it yourself inside the capture).")
@@ -129,19 +192,118 @@ def _load(model: Any, device: str, max_length: int) -> tuple[Any, Any, int]:
     if not os.path.isdir(path):
         raise InputError(f"{path} is not a folder; a local Hugging Face model folder (config.json, the weights and "
                          "the tokenizer's files) is required.")
+    files: dict[str, int] = {}
+    try:
+        with os.scandir(path) as it:
+            for i, entry in enumerate(it):
+                if i >= MAX_FOLDER_ENTRIES:
+                    raise InputError(f"{path} lists more than {MAX_FOLDER_ENTRIES:,} entries; a model folder holds "
+                                     "a config, weights and a tokenizer.")
+                try:
+                    st = os.stat(entry.path)
+                except OSError:
+                    continue  # (a dangling link: nothing reads it)
+                if stat.S_ISREG(st.st_mode):
+                    files[entry.name] = st.st_size
+                elif not stat.S_ISDIR(st.st_mode):
+                    kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+                    raise InputError(f"{entry.path} is {kind}; a model folder holds regular files (a read of it "
+                                     "would block or never end).")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot list the folder ({exc.strerror}).") from None
+    if "config.json" not in files:
+        raise InputError(f"{path} has no config.json; a local Hugging Face model folder (config.json, the weights "
+                         "and the tokenizer's files) is required.")
+    if files["config.json"] > MAX_CONFIG_BYTES:
+        raise InputError(f"{path}/config.json is {files['config.json']:,} bytes; a model's config is a few KB "
+                         f"(at most {MAX_CONFIG_BYTES:,} are read).")
+    try:
+        with open(os.path.join(path, "config.json"), "rb") as fh:
+            config = json.loads(fh.read(MAX_CONFIG_BYTES + 1))
+    except (OSError, ValueError, RecursionError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "nested too deep" if isinstance(exc, RecursionError) \
+            else "not JSON"
+        raise InputError(f"{path}/config.json cannot be read ({why}).") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}/config.json holds {type(config).__name__}, not a model's config (an object).")
+    weights = {n: size for n, size in files.items() if n.endswith(".safetensors")}
+    if not weights:
+        other = sorted(n for n in files if n.lower().endswith(OTHER_WEIGHTS))
+        if other:
+            raise InputError(f"{path} keeps its weights as {other[0]}, a pickle or another framework's file; "
+                             "spectra never unpickles a file, so capture reads *.safetensors only: convert them once, "
+                             "where you trust the file (transformers: AutoModel.from_pretrained(DIR, "
+                             "use_safetensors=False).save_pretrained(NEW_DIR) writes model.safetensors), and capture "
+                             "NEW_DIR.")
+        raise InputError(f"{path} holds no weights (*.safetensors); a local Hugging Face model folder (config.json, "
+                         "the weights and the tokenizer's files) is required.")
+    return path, config, sum(weights.values())
+
+
+def _check_out(out: Any, step: int | None, model: str, texts: str) -> str:
+    """``out`` checked before the model loads: a folder (or none yet), its snapshot folder ``step_N`` too, not
+    inside the model folder, and not the folder of a texts file named as a moment file."""
+    out = check_path("out", out)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise OutputError(f"{param('out', out)} exists and is not a directory; name a folder for the moment files "
+                          "(it is made when missing).")
+    target = os.path.join(out, f"step_{step}") if step is not None else out
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise OutputError(f"{param('out', out)}: {target} exists and is not a directory; the snapshot of step {step} "
+                          "is written into a folder of that name.")
+    real, home = os.path.realpath(target), os.path.realpath(model)
+    if real == home or real.startswith(home.rstrip(os.sep) + os.sep):
+        raise OutputError(f"{param('out', out)} is inside the model folder {model}; write the moment files "
+                          "elsewhere (a model folder is an input).")
+    if os.path.dirname(os.path.realpath(texts)) == real and texts.lower().endswith(".npz"):
+        raise OutputError(f"{param('out', out)} holds the texts file {texts}, named as a moment file this capture "
+                          "may write; write the moment files elsewhere.")
+    return out
+
+
+def _load(path: str, config: dict[str, Any], device: str, attention: str,
+          max_length: int) -> tuple[Any, Any, int]:
+    """The model (eval mode, on ``device``), its tokenizer (padding with its end-of-sequence token where it has
+    no padding token) and the tokens a text may keep (``max_length``, at most the model's positions), from a
+    checked local folder (:func:`_model_folder`), running none of its code (see the module's docstring)."""
     try:
         import torch
+    except ImportError:
+        raise InputError("spectra capture MODEL_DIR needs PyTorch and transformers: pip install "
+                         "'spectra-cli[capture]'.") from None
+    try:
+        dev = torch.device(device)
+        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+            raise RuntimeError("no such CUDA device" if torch.cuda.is_available() else "CUDA is not available")
+    except Exception as exc:  # noqa: BLE001 - torch says AssertionError, RuntimeError or ValueError for a device
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OptionError(f"{param('device', device)} is not a device this torch can use ({first[:200]}).") from None
+    try:
+        import transformers
         from transformers import AutoModel, AutoTokenizer
     except ImportError:
         raise InputError("spectra capture MODEL_DIR needs PyTorch and transformers: pip install "
                          "'spectra-cli[capture]'.") from None
     from transformers.utils import logging as hf_logging
 
+    model_type = config.get("model_type")
+    if config.get("auto_map") is not None and not (isinstance(model_type, str)
+                                                   and model_type in transformers.CONFIG_MAPPING):
+        shown = model_type if isinstance(model_type, str) else None
+        raise InputError(f"{path} needs its own code: its config.json maps the model to modules of the folder "
+                         f"(auto_map), for model_type {str(shown)[:80]!r}, which transformers does not know. spectra "
+                         "capture never runs code from a model folder; if you trust it, load the model yourself "
+                         "(trust_remote_code=True) and capture it with spectra_cli.capture(model, modules=...).")
     hf_logging.set_verbosity_error()  # (its advice and its loading bar would go to stderr)
     hf_logging.disable_progress_bar()
+    no_code = {"local_files_only": True, "trust_remote_code": False}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        net = AutoModel.from_pretrained(path, local_files_only=True)
+        # nothing is read from stdin (a prompt gets an empty answer: no), nothing is printed on stdout
+        with _no_stdin(), contextlib.redirect_stdout(sys.stderr):
+            tokenizer = AutoTokenizer.from_pretrained(path, **no_code)
+            net = AutoModel.from_pretrained(path, use_safetensors=True, attn_implementation=attention, **no_code)
+    except SpectraError:
+        raise
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: transformers cannot load a model and tokenizer from it ({first[:300]}).") from None
@@ -162,54 +324,116 @@ def _load(model: Any, device: str, max_length: int) -> tuple[Any, Any, int]:
     positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if isinstance(positions, int) and positions > 0:
         max_length = min(max_length, positions)
-    if str(device).strip().lower().startswith("meta"):
-        raise OptionError(f"{param('device', device)}: the meta device holds no values to capture.")
     try:
-        net = net.to(torch.device(device)).eval()
+        net = net.to(dev).eval()
     except Exception as exc:  # noqa: BLE001 - torch says AssertionError, RuntimeError or ValueError for a device
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise OptionError(f"{param('device', device)} is not a device this torch can use ({first[:200]}).") from None
     return net, tokenizer, max_length
 
 
+@contextlib.contextmanager
+def _no_stdin() -> Iterator[None]:
+    """Standard input replaced by an empty stream: whatever asks a question gets end-of-file, never the user's
+    pipe or terminal."""
+    saved = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def _lines(fh: Any, limit: int) -> Iterator[tuple[int, str, bool]]:
+    """The lines of a text file, each read to at most ``limit`` characters (the rest of a longer line is skipped
+    in pieces, never held whole): ``(line number, text without its newline, whether it was cut)``."""
+    i = 0
+    while line := fh.readline(limit + 1):
+        i += 1
+        if len(line) > limit and not line.endswith("\n"):
+            while (rest := fh.readline(1 << 20)) and not rest.endswith("\n"):
+                pass
+            yield i, line[:limit], True
+        else:
+            yield i, line.rstrip("\n"), False
+
+
 def _texts(path: str, column: str) -> Iterator[str]:
     """The texts of a ``.txt`` (one a line, empty lines left out), ``.jsonl`` (field ``column``) or Parquet file
-    (column ``column``), one at a time."""
+    (column ``column``), one at a time, each cut to :data:`MAX_TEXT_CHARS`; nothing larger than a line (or a
+    row group's text) is read at once."""
     if not os.path.isfile(path):
         raise InputError(f"{param('texts', path)} is not a file.")
     fmt = formats.by_path(path, (formats.PARQUET, formats.JSONL))
     if fmt is formats.PARQUET:
-        import pyarrow.parquet as pq
-
-        try:
-            pf = pq.ParquetFile(path)
-        except Exception as exc:  # noqa: BLE001 - pyarrow's errors are many
-            raise InputError(f"{path} is not a readable Parquet file ({exc}).") from None
-        if column not in pf.schema_arrow.names:
-            raise InputError(f"{path} has no column {column!r} (columns: {', '.join(pf.schema_arrow.names[:10])}); "
-                             f"name the text column with {param('column')}.")
-        for batch in pf.iter_batches(columns=[column], batch_size=1024):
-            for v in batch.column(0).to_pylist():
-                if isinstance(v, str) and v.strip():
-                    yield v[:MAX_TEXT_CHARS]
+        yield from _parquet_texts(path, column)
         return
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for i, line in enumerate(fh, 1):
-            if fmt is formats.JSONL:
-                if not line.strip():
-                    continue
-                try:
-                    doc = json.loads(line)
-                except ValueError:
-                    raise InputError(f"{path} line {i} is not JSON (a .jsonl holds one object a line).") from None
-                v = doc.get(column) if isinstance(doc, dict) else None
-                if not isinstance(v, str):
-                    raise InputError(f"{path} line {i} has no text field {column!r}; name it with "
-                                     f"{param('column')}.")
+        if fmt is not formats.JSONL:
+            for _, v, _ in _lines(fh, MAX_TEXT_CHARS):
+                if v.strip():
+                    yield v
+            return
+        for i, line, cut in _lines(fh, MAX_JSON_LINE):
+            if cut:
+                raise InputError(f"{path} line {i} is longer than {MAX_JSON_LINE:,} characters; a .jsonl of texts "
+                                 f"holds one object a line (each text is cut to {MAX_TEXT_CHARS:,}).")
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except (ValueError, RecursionError):
+                raise InputError(f"{path} line {i} is not JSON (a .jsonl holds one object a line).") from None
+            field = doc.get(column) if isinstance(doc, dict) else None
+            if not isinstance(field, str):
+                raise InputError(f"{path} line {i} has no text field {column!r}; name it with {param('column')}.")
+            if field.strip():
+                yield field[:MAX_TEXT_CHARS]
+
+
+def _parquet_texts(path: str, column: str) -> Iterator[str]:
+    """A Parquet file's texts, a row group at a time (each at most :data:`MAX_PARQUET_PIECE` of text
+    uncompressed), in batches of 64 rows; a dictionary-encoded column stays encoded, each distinct text cut
+    once (a small file whose one long text repeats on every row never becomes gigabytes of strings)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, read_dictionary=[column])
+        names = pf.schema_arrow.names
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors are many
+        raise InputError(f"{path} is not a readable Parquet file ({str(exc)[:200]}).") from None
+    if column not in names:
+        raise InputError(f"{path} has no column {column!r} (columns: {', '.join(names[:10])}); name the text column "
+                         f"with {param('column')}.")
+    kind = pf.schema_arrow.field(column).type
+    value_type = kind.value_type if pa.types.is_dictionary(kind) else kind
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        raise InputError(f"{path}: column {column!r} holds {value_type}, not text; name the text column with "
+                         f"{param('column')}.")
+    j = names.index(column)
+    for g in range(pf.metadata.num_row_groups):
+        size = pf.metadata.row_group(g).column(j).total_uncompressed_size
+        if size > MAX_PARQUET_PIECE:
+            raise InputError(f"{path}: row group {g} holds {gib(size)} of column {column!r} uncompressed; capture "
+                             f"reads texts a row group of at most {gib(MAX_PARQUET_PIECE)} at a time (write the file "
+                             "with smaller row groups).")
+    try:
+        for batch in pf.iter_batches(columns=[column], batch_size=64):
+            col = batch.column(0)
+            if pa.types.is_dictionary(col.type):
+                used = pc.unique(col.indices.drop_null())
+                cut = pc.utf8_slice_codeunits(col.dictionary.take(used), 0, MAX_TEXT_CHARS).to_pylist()
+                text = dict(zip(used.to_pylist(), cut, strict=True))
+                values = [text[k] if k is not None else None for k in col.indices.to_pylist()]
             else:
-                v = line.rstrip("\n")
-            if v.strip():
-                yield v[:MAX_TEXT_CHARS]
+                values = pc.utf8_slice_codeunits(col, 0, MAX_TEXT_CHARS).to_pylist()
+            for v in values:
+                if isinstance(v, str) and v.strip():
+                    yield v
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{path} cannot be read ({str(exc).strip()[:200]}).") from None
 
 
 def _count(path: str) -> int:

@@ -24,7 +24,6 @@ import base64
 import io
 import math
 import os
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -323,7 +322,7 @@ class Point:
 def _run_points(sources: list[Source], step_regex: str | None, notes: list[str]) -> list[Point]:
     from spectra_cli.run.trend import run_steps
 
-    pattern = re.compile(step_regex) if step_regex else None
+    pattern = check_regex("step_regex", step_regex) if step_regex else None
     return [Point(series, step, doc) for series, step, doc in
             run_steps([(s.path, list(s.lines)) for s in sources], pattern, notes)]
 
@@ -439,7 +438,8 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
             ci = f.get("ci") if isinstance(f.get("ci"), dict) else None
             rows.append([f"{f['window'][0]}–{f['window'][1]}", f"{f.get('model')} ({f.get('method')})",
                          _fmtv(f.get("alpha"), ".4f"), _fmtv(f.get("se"), ".4f"), _fmtv(f.get("stderr"), ".4f"),
-                         f"{ci['low']:.4f}–{ci['high']:.4f}" if ci else "—", _fmtv(f.get("r2"), ".4f"),
+                         f"{ci['low']:.4f}–{ci['high']:.4f}" if ci and finite(ci.get("low")) is not None
+                         and finite(ci.get("high")) is not None else "—", _fmtv(f.get("r2"), ".4f"),
                          str(f.get("window_reason") or "")])
         tables.append({"title": "Rank fits", "head": ["ranks", "model", "α", "standard error (sampling)",
                                                       "standard error (least squares)",

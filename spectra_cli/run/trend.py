@@ -9,6 +9,7 @@ path pattern), so several tensors of a run of checkpoints give one line each.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import defaultdict
@@ -18,7 +19,7 @@ from typing import Any
 from spectra_cli.drawable import LINEAR_LIMIT, item_name
 from spectra_cli.errors import InputError, Message, OptionError, param, raw
 from spectra_cli.results import lookup, uncertainty
-from spectra_cli.validate import check_paths, check_regex, check_strings
+from spectra_cli.validate import MAX_STEP, Pattern, check_paths, check_regex, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
 
@@ -34,26 +35,38 @@ class Point:
 
 
 #: A path part that names a step: ``step_100``, ``step-100`` or ``step100`` (a folder, or a file's stem).
-STEP_PART = re.compile(r"(?:^|[/\\])step[_-]?(\d{1,18})(?=[/\\.]|$)", re.IGNORECASE)
+STEP_PART = re.compile(r"(?:^|[/\\])step[_-]?(\d+)(?=[/\\.]|$)", re.IGNORECASE)
 
 
-def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
+def step_number(text: str, where: str) -> float:
+    """The step a number in a name stands for (``where``: which name, for the message): a finite number from 0 to
+    :data:`~spectra_cli.validate.MAX_STEP`; a longer run of digits (a hash, a timestamp in nanoseconds, 400 digits)
+    is refused, never read as infinity (which the JSON would print as null)."""
+    shown = text if len(text) <= 40 else f"{text[:20]}...({len(text):,} characters)"
+    try:
+        step = float(text) if len(text) <= 40 else math.inf
+    except ValueError:
+        raise InputError(f"{where}: {shown!r} is not a number.") from None
+    if not (math.isfinite(step) and 0 <= step <= MAX_STEP):
+        raise InputError(f"{where}: {shown!r} is no training step (a step is a number from 0 to {MAX_STEP:,}); "
+                         f"pass {param('step_regex')} to take the step from another part of the name.")
+    return step
+
+
+def step_of(item: str, pattern: Pattern | None) -> tuple[float, str]:
     if pattern is not None:
         m = pattern.search(item)
-        if not m or not m.groups():
+        if not m or not m.groups() or m.group(1) is None:
             raise InputError(f"{param('step_regex')} found no step in item {item!r}; give a regex whose group 1 "
                              "matches the step in every item's name.")
-        try:
-            step = float(m.group(1))
-        except ValueError:
-            raise InputError(f"{param('step_regex')} matched {m.group(1)!r} in {item!r}, which is not a "
-                             "number.") from None
+        step = step_number(m.group(1), f"{param('step_regex')} matched in item {item[:200]!r}")
         return step, item[: m.start(1)] + "*" + item[m.end(1):]
     file, sep, tensor = item.partition("::")
     named = list(STEP_PART.finditer(file))  # a path part step_N (a capture's snapshot folder, say) names the step
     if named:
         m = named[-1]
-        return float(m.group(1)), file[: m.start(1)] + "*" + file[m.end(1):] + (sep + tensor if sep else "")
+        series = file[: m.start(1)] + "*" + file[m.end(1):] + (sep + tensor if sep else "")
+        return step_number(m.group(1), f"item {item[:200]!r}"), series
     stem = os.path.splitext(os.path.basename(file))[0]
     runs = list(re.finditer(r"\d+", stem))
     if not runs:
@@ -62,10 +75,10 @@ def step_of(item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
         )
     last = runs[-1]
     series_file = os.path.join(os.path.dirname(file), stem[: last.start()] + "*" + stem[last.end():])
-    return float(last.group()), series_file + (sep + tensor if sep else "")
+    return step_number(last.group(), f"item {item[:200]!r}"), series_file + (sep + tensor if sep else "")
 
 
-def doc_step(doc: dict[str, Any], item: str, pattern: re.Pattern[str] | None) -> tuple[float, str]:
+def doc_step(doc: dict[str, Any], item: str, pattern: Pattern | None) -> tuple[float, str]:
     """A result's step and series: a captured snapshot's own (``source.capture``: the step ``save(step=N)``
     recorded, the module as the series; a snapshot saved without a step is no point of a run), else
     :func:`step_of` of its item name (``--step-regex`` overrides both)."""
@@ -73,9 +86,13 @@ def doc_step(doc: dict[str, Any], item: str, pattern: re.Pattern[str] | None) ->
     cap = source.get("capture") if isinstance(source, dict) else None
     if pattern is None and isinstance(cap, dict) and isinstance(cap.get("module"), str):
         step = cap.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
+        if step is None:
             raise InputError(f"item {item!r} is a capture of module {cap['module']!r} saved without a step; it is "
                              "no point of a run (capture.save(folder, step=N) records one).")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            shown = repr(step) if len(repr(step)) <= 40 else repr(step)[:37] + "..."
+            raise InputError(f"item {item!r}: its source.capture.step {shown} is no training step (a whole number "
+                             f"from 0 to {MAX_STEP:,}).")
         return float(step), cap["module"]
     return step_of(item, pattern)
 
@@ -95,25 +112,29 @@ def refuse_repeated(paths: list[str], each: str) -> None:
         seen[real] = p
 
 
-def file_step(path: str, pattern: re.Pattern[str] | None = None) -> float | None:
+def file_step(path: str, pattern: Pattern | None = None) -> float | None:
     """The step of a results file: group 1 of ``pattern`` (``--step-regex``) on its path; else the last path
     part that names a checkpoint (``runs/step_100/results_fp16.jsonl`` -> 100); else the last run of digits in
     its folders, then in its file name. None when there is none."""
-    if pattern is not None:
-        m = pattern.search(path)
+    def number(text: str | None) -> float | None:  # (no step: too long, not finite, past MAX_STEP)
         try:
-            return float(m.group(1)) if m and m.groups() else None
+            step = float(text) if text is not None and len(text) <= 40 else math.nan
         except ValueError:
             return None
+        return step if math.isfinite(step) and 0 <= step <= MAX_STEP else None
+
+    if pattern is not None:
+        m = pattern.search(path)
+        return number(m.group(1)) if m and m.groups() else None
     named = list(CHECKPOINT_PART.finditer(path))
     if named:
-        return float(named[-1].group(1))
+        return number(named[-1].group(1))
     folder, name = os.path.split(os.path.splitext(path)[0])
     runs = re.findall(r"\d+", folder) or re.findall(r"\d+", name)
-    return float(runs[-1]) if runs else None
+    return number(runs[-1]) if runs else None
 
 
-def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: re.Pattern[str] | None,
+def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | None,
               notes: list[str]) -> list[tuple[str, float, dict[str, Any]]]:
     """The (series, step, report) of a run, the one rule ``trend`` and ``report`` share: several results
     files are the steps of a run (each file's step from its path, the series its items' tensor or file

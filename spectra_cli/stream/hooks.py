@@ -22,21 +22,30 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, param
+from spectra_cli.options import gib, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.sinks import check_replaceable
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.device import DeviceMoments
-from spectra_cli.validate import PRECISIONS, check_bool, check_choice, check_int, check_path, check_regex
+from spectra_cli.validate import (
+    MAX_PATTERN,
+    MAX_STEP,
+    PRECISIONS,
+    check_bool,
+    check_choice,
+    check_int,
+    check_path,
+    check_regex,
+)
 
 _REGEX_SYNTAX = set("\\^$+(){}|")
 #: The most row groups a capture keeps (each a d x d float64 matrix on the device).
 MAX_GROUPS = 256
-#: The longest module pattern taken.
-MAX_PATTERN = 1000
-#: The largest step a snapshot may be named for.
-MAX_STEP = 10**15
 
 
 def module_matcher(pattern: str) -> Callable[[str], bool]:
-    """The test a qualified module name must pass (see the module docstring: a glob, else a regex)."""
+    """The test a qualified module name must pass (see the module docstring: a glob, else a regex), run by RE2 in
+    time linear in the name (:func:`spectra_cli.validate.check_regex`), the glob's translation too (``*`` is
+    ``[^.]*``: twenty of them in a row backtrack in Python's ``re``)."""
     if not isinstance(pattern, str) or not pattern:
         raise OptionError(f"{param('modules', pattern, show=True)} must be a non-empty glob or regular expression "
                           "of module names (e.g. 'encoder.layer.*').")
@@ -44,8 +53,8 @@ def module_matcher(pattern: str) -> Callable[[str], bool]:
         raise OptionError(f"{param('modules', pattern[:40] + '...')} is a pattern of {len(pattern):,} characters; at "
                           f"most {MAX_PATTERN:,} are allowed.")
     if not (_REGEX_SYNTAX & set(pattern)):
-        rx = re.compile(rf"(?:^|\.){_glob_body(pattern)}$")
-        return lambda name: rx.search(name) is not None
+        glob = check_regex("modules", rf"(?:^|\.){_glob_body(pattern)}$")
+        return lambda name: glob.search(name) is not None
     rx = check_regex("modules", pattern)
     return lambda name: rx.search(name) is not None
 
@@ -85,7 +94,56 @@ def _positions(spec: str | None) -> slice | None:
 
 
 #: The keywords a training callback passes on to :class:`Capture`.
-CAPTURE_OPTIONS = ("groups", "precision", "mask", "weights", "output", "positions", "drop_nonfinite")
+CAPTURE_OPTIONS = ("groups", "precision", "mask", "weights", "output", "positions", "drop_nonfinite", "max_memory")
+
+
+def moments_bytes(widths: list[int], groups: int) -> int:
+    """About the bytes a capture of modules of these output widths takes: each module's state on the device
+    (``max(groups, 1)`` float64 ``d x d`` matrices), and one module's transfer to the host at a time (its packed
+    copy, the host's copy and the accumulator made from it: about ``3 (groups + 1)`` more)."""
+    if not widths:
+        return 0
+    top = max(widths)
+    return sum(8 * d * d * max(groups, 1) for d in widths) + 3 * 8 * top * top * (groups + 1)
+
+
+def module_width(module: Any, default: int | None = None) -> int | None:
+    """The output width of a module where its attributes say it (a linear layer's ``out_features``, an
+    embedding's ``embedding_dim``, a norm's ``normalized_shape``), else that of its last sub-module that says it (a
+    transformer layer ends in its output projection), else ``default``: the sizing before any call; the hooks
+    check again with the widths the calls return."""
+    for m in reversed(list(module.modules())):
+        for attr in ("out_features", "embedding_dim"):
+            v = getattr(m, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        shape = getattr(m, "normalized_shape", None)
+        if isinstance(shape, tuple | list) and shape and isinstance(shape[-1], int) and shape[-1] > 0:
+            return int(shape[-1])
+    return default
+
+
+def check_keywords(*, modules: str, groups: int, precision: str, mask: Any, output: Any, positions: str | None,
+                   drop_nonfinite: bool, weights: Any, max_memory: int | str | None) -> dict[str, Any]:
+    """Every keyword of a capture checked (before any model is loaded or hooked): the values :class:`Capture`
+    keeps, with ``match`` (the module test), ``positions`` as a slice and ``budget`` in bytes."""
+    groups = check_int("groups", groups, minimum=0)
+    if groups > MAX_GROUPS:
+        raise OptionError(f"{param('groups', groups)} must be at most {MAX_GROUPS} (each keeps a d x d matrix on "
+                          "the device; 32 serve --ci and --population).")
+    precision = check_choice("precision", precision, PRECISIONS)
+    drop_nonfinite = check_bool("drop_nonfinite", drop_nonfinite)
+    if not (mask is None or (isinstance(mask, str) and mask == "auto") or callable(mask)):
+        raise OptionError(f"{param('mask', mask, show=True)} must be 'auto' (the call's attention_mask), None, or "
+                          "a function of the call's (args, kwargs) that returns the mask.")
+    if weights is not None and not callable(weights):
+        raise OptionError(f"{param('weights', weights, show=True)} must be a function of the model call's (args, "
+                          "kwargs) that returns each token's weight, shaped like the attention mask.")
+    if output is not None and (isinstance(output, bool) or not isinstance(output, str | int)):
+        raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
+    return {"match": module_matcher(modules), "groups": groups, "precision": precision, "mask": mask,
+            "output": output, "positions": _positions(positions), "drop_nonfinite": drop_nonfinite,
+            "weights": weights, "budget": memory_budget(parse_bytes(max_memory))}
 
 
 def check_capture_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +167,8 @@ class Capture:
                  mask: str | Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = "auto",
                  output: str | int | None = None, positions: str | None = None,
                  drop_nonfinite: bool = False,
-                 weights: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None) -> None:
+                 weights: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None,
+                 max_memory: int | str | None = None) -> None:
         try:
             import torch
         except ImportError:  # pragma: no cover - the capture extra is not installed
@@ -117,30 +176,28 @@ class Capture:
                              "torch --index-url https://download.pytorch.org/whl/cpu).") from None
         if not isinstance(model, torch.nn.Module):
             raise OptionError(f"{param('model')} must be a torch.nn.Module (got {type(model).__name__}).")
-        groups = check_int("groups", groups, minimum=0)
-        if groups > MAX_GROUPS:
-            raise OptionError(f"{param('groups', groups)} must be at most {MAX_GROUPS} (each keeps a d x d matrix on "
-                              "the device; 32 serve --ci and --population).")
-        precision = check_choice("precision", precision, PRECISIONS)
-        drop_nonfinite = check_bool("drop_nonfinite", drop_nonfinite)
-        if not (mask is None or mask == "auto" or callable(mask)):
-            raise OptionError(f"{param('mask', mask, show=True)} must be 'auto' (the call's attention_mask), None, or "
-                              "a function of the call's (args, kwargs) that returns the mask.")
-        if weights is not None and not callable(weights):
-            raise OptionError(f"{param('weights', weights, show=True)} must be a function of the model call's (args, "
-                              "kwargs) that returns each token's weight, shaped like the attention mask.")
-        if output is not None and (isinstance(output, bool) or not isinstance(output, str | int)):
-            raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
-        match = module_matcher(modules)
+        kw = check_keywords(modules=modules, groups=groups, precision=precision, mask=mask, output=output,
+                            positions=positions, drop_nonfinite=drop_nonfinite, weights=weights,
+                            max_memory=max_memory)
+        groups, precision, drop_nonfinite, match = kw["groups"], kw["precision"], kw["drop_nonfinite"], kw["match"]
         names = [n for n, _ in model.named_modules() if n and match(n)]
         if not names:
             every = [n for n, _ in model.named_modules() if n]
             raise InputError(f"{param('modules', modules[:80])} matches none of the model's {len(every)} modules (e.g. "
                              f"{', '.join(every[:6]) or 'none'}); a glob such as 'encoder.layer.*' takes each layer.")
+        self.budget = kw["budget"]
+        mods = dict(model.named_modules())
+        hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+        widths = [module_width(mods[n], hidden if isinstance(hidden, int) and hidden > 0 else None) for n in names]
+        known = [w for w in widths if w is not None]
+        refuse_over_budget("capture", f"{len(known)} module(s) of width up to {max(known, default=0):,} with "
+                           f"groups={groups}", moments_bytes(known, groups),
+                           "each module's d x d moments, one per row group", self.budget,
+                           fewer=f"capture fewer modules or fewer {param('groups')}")
         self.model_name = type(model).__name__
         self.modules = tuple(names)
         self.groups, self.precision, self.output = groups, precision, output
-        self.positions = _positions(positions)
+        self.positions = kw["positions"]
         self.drop_nonfinite = drop_nonfinite
         self.n_dropped = {n: 0 for n in names}
         self.calls = 0
@@ -153,7 +210,6 @@ class Capture:
         self._states: dict[str, DeviceMoments] = {}
         self._handles: list[Any] = []
         self._since: int | None = None
-        mods = dict(model.named_modules())
         param_ = next(model.parameters(), None)
         self._device = param_.device if param_ is not None else torch.device("cpu")
         self._depth = 0
@@ -301,15 +357,30 @@ class Capture:
                     w = w[finite] if w is not None else None
                 st = self._states.get(name)
                 if st is None:
-                    st = self._states[name] = DeviceMoments(X.shape[1], device=X.device, groups=self.groups,
-                                                            precision=self.precision, name=name,
-                                                            weighted=self._weight_rule is not None)
+                    st = self._states[name] = self._new_state(name, int(X.shape[1]), X.device)
                 elif X.shape[1] != st.d:
                     raise InputError(f"module {name!r} returned rows of {X.shape[1]} features after {st.d} in earlier "
                                      "calls; the width of a captured module must not change.")
                 st.update(X, w)
 
         return hook
+
+    def _new_state(self, name: str, d: int, device: Any) -> DeviceMoments:
+        """A module's moments, sized against the budget with every width seen so far before they are allocated."""
+        widths = [st.d for st in self._states.values()] + [d]
+        others = f", beside {len(widths) - 1} other module(s)," if len(widths) > 1 else ""
+        refuse_over_budget("capture", f"module {name!r} (width {d:,}){others} with groups={self.groups}",
+                           moments_bytes(widths, self.groups),
+                           "each module's d x d moments, one per row group", self.budget,
+                           fewer=f"capture fewer modules or fewer {param('groups')}")
+        try:
+            return DeviceMoments(d, device=device, groups=self.groups, precision=self.precision, name=name,
+                                 weighted=self._weight_rule is not None)
+        except (RuntimeError, MemoryError) as exc:  # (the device has less than the budget says)
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"capture: the moments of module {name!r} (width {d:,}, groups={self.groups}: about "
+                             f"{gib(moments_bytes([d], self.groups))}) do not fit on {device} ({first}); capture "
+                             f"fewer modules or fewer {param('groups')}.") from None
 
     # -- context -----------------------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -393,31 +464,24 @@ class Capture:
         out. Collective under ``torch.distributed``: every rank calls it; rank 0 writes, the others write nothing
         (their list is empty). ``reset``: the next snapshot holds only the rows since this one (else they are
         cumulative). Refused when no module saw a row."""
-        if step is not None:
-            step = check_int("step", step, minimum=0)
-            if step > MAX_STEP:
-                raise OptionError(f"{param('step', step if len(str(step)) < 20 else str(step)[:17] + '...')} is past "
-                                  f"{MAX_STEP:,}, no training step.")
         reset = check_bool("reset", reset)
-        root = check_path("folder", folder)
-        if os.path.lexists(root) and not os.path.isdir(root):
-            raise OutputError(f"{param('folder', root)} exists and is not a directory; name a folder for the moment "
-                              "files (it is made when missing).")
-        target = os.path.join(root, f"step_{step}") if step is not None else root
+        target, paths = self.plan(folder, step=step)
         seen, _ = self._seen()
         if not seen:
             raise InputError("no captured module saw a row since the last snapshot: nothing to save (run the model "
                              "inside the capture).")
         writer = _rank() == 0
-        accs = [(name, self._accumulator(name, step)) for name in seen]  # (every rank: collective)
         written: list[str] = []
         if writer:
             try:
                 os.makedirs(target, exist_ok=True)
             except OSError as exc:
-                raise OutputError(f"{param('folder', root)}: cannot make {target} ({exc.strerror}).") from None
-            for name, acc in accs:
-                written.append(acc.save(os.path.join(target, f"{_file_name(name)}.npz")))
+                raise OutputError(f"{param('folder', folder)}: cannot make {target} ({exc.strerror}).") from None
+        for name in seen:  # (one module's host copy at a time; every rank: collective)
+            acc = self._accumulator(name, step)
+            if writer:
+                written.append(acc.save(paths[name]))
+            del acc
         if reset:
             for st in self._states.values():
                 st.reset()
@@ -425,15 +489,75 @@ class Capture:
         self.saved = written
         return written
 
+    def plan(self, folder: str | os.PathLike[str], *, step: int | None = None,
+             flag: str = "folder") -> tuple[str, dict[str, str]]:
+        """Where :meth:`save` writes: the snapshot's folder and each module's file (:func:`file_name`), checked
+        before anything is written (``flag`` names the option in messages): the folder is not a file, no two
+        modules share a file (also on a file system that folds case), and no module's file is a directory, a FIFO
+        or a file other than an earlier moment file."""
+        if step is not None:
+            step = check_int("step", step, minimum=0)
+            if step > MAX_STEP:
+                raise OptionError(f"{param('step', step if len(str(step)) < 20 else str(step)[:17] + '...')} is past "
+                                  f"{MAX_STEP:,}, no training step.")
+        root = check_path(flag, folder)
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise OutputError(f"{param(flag, root)} exists and is not a directory; name a folder for the moment "
+                              "files (it is made when missing).")
+        target = os.path.join(root, f"step_{step}") if step is not None else root
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise OutputError(f"{param(flag, root)}: {target} exists and is not a directory; the snapshot of step "
+                              f"{step} is written into a folder of that name.")
+        paths = {name: os.path.join(target, f"{file_name(name)}.npz") for name in self.modules}
+        by_file: dict[str, str] = {}
+        for name, path in paths.items():
+            other = by_file.setdefault(path.casefold(), name)
+            if other != name and (paths[other] == path or _folds_case(target)):
+                raise OutputError(f"{param(flag, root)}: modules {other[:80]!r} and {name[:80]!r} would be written to "
+                                  f"one file ({path}); capture one of them at a time.")
+            check_replaceable(path, flag)
+        return target, paths
+
     def __repr__(self) -> str:
         return (f"Capture({self.model_name}, {len(self.modules)} modules, groups={self.groups}, "
                 f"precision={self.precision!r}, {'active' if self.active else 'closed'})")
 
 
-def _file_name(module: str) -> str:
-    """A module's file name: its qualified name, any character outside letters, digits, '.', '_' and '-' as '_'."""
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", module)[:200]
-    return name if name.strip(".") else "module"
+#: The characters a module's file name keeps as they are; every other one is written as ``%XX``.
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+#: The longest file stem written; a longer one is cut and ends in ``~`` and 16 hex digits of the name's SHA-256.
+MAX_STEM = 200
+
+
+def file_name(module: str) -> str:
+    """A module's file stem, one for each name: its qualified name with every character other than letters,
+    digits, ``.``, ``_`` and ``-`` written as ``%XX``, its UTF-8 bytes in hex (``%`` itself too, and a leading
+    ``.``, which would hide the file): ``a b`` is ``a%20b``, ``a/b`` is ``a%2Fb``, ``é`` is ``%C3%A9``, ``a_b`` stays.
+    A stem over :data:`MAX_STEM` characters keeps its first 183 and ends in ``~`` and 16 hex digits of the name's
+    SHA-256 (``~`` is never kept as itself, so a cut stem is no other name's whole one)."""
+    import hashlib
+
+    out = "".join(ch if ch in _SAFE and not (i == 0 and ch == ".") else
+                  "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")) for i, ch in enumerate(module))
+    if len(out) > MAX_STEM:
+        digest = hashlib.sha256(module.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        out = f"{out[:MAX_STEM - 17]}~{digest}"
+    return out
+
+
+def _folds_case(folder: str) -> bool:
+    """Whether the file system of ``folder`` (or of its nearest existing parent) folds case: a probe file's name in
+    the other case names it too."""
+    import tempfile
+
+    probe = os.path.abspath(folder)
+    while not os.path.isdir(probe):
+        probe = os.path.dirname(probe)
+    try:
+        with tempfile.NamedTemporaryFile(prefix="spectra-case-probe-", dir=probe) as f:
+            return os.path.exists(os.path.join(probe, os.path.basename(f.name).upper()))
+    except OSError:
+        return True  # (cannot tell: two names that differ only in case are refused)
 
 
 def _rank() -> int:

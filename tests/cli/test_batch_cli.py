@@ -60,7 +60,7 @@ def test_tensor_filter_and_uncentered(cli, checkpoint):
     ref = np.linalg.eigvalsh(w32.T.astype(np.float64) @ w32 / 96)[::-1]
     np.testing.assert_allclose(docs[0]["spectrum"]["eigenvalues"], ref, rtol=1e-9)
     r = cli("batch", path, "--tensors", "(")
-    assert r.exit_code == 2 and r.stderr.startswith("error: --tensors '(' is not a valid regular expression")
+    assert r.exit_code == 2 and r.stderr == "error: --tensors '(' is not a valid regular expression: missing ): (.\n"
 
 
 def test_bad_item_is_recorded_and_does_not_stop_the_batch(cli, tmp_path):

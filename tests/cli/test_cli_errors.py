@@ -286,15 +286,26 @@ def test_synth_checks_its_matrices_against_the_memory_budget_first(cli, tmp_path
 
 
 @pytest.mark.parametrize("command, flag", [("trend", "--step-regex"), ("batch", "--tensors")])
-def test_a_regex_that_can_backtrack_for_hours_is_refused_before_it_runs(cli, tmp_path, command, flag):
-    # '(a+)+$' against a long name of a's that ends in b took exponential time, unbounded
-    np.save(tmp_path / ("a" * 40 + "b.npy"), np.random.default_rng(0).standard_normal((40, 4)))
-    target = tmp_path / "r.jsonl"
+def test_every_pattern_runs_in_linear_time_and_backtracking_syntax_is_refused(cli, tmp_path, command, flag):
+    # each of these ran for hours (exponential or high-polynomial backtracking in Python's re) on a name of ~40
+    # characters that almost matches; on RE2 each search is linear in the name
+    X = np.random.default_rng(0).standard_normal((40, 4))
     if command == "trend":
-        assert cli("batch", tmp_path, "--jsonl", target).exit_code == 0
+        np.save(tmp_path / ("a" * 40 + "b.npy"), X)
+        where = tmp_path / "r.jsonl"
+        assert cli("batch", tmp_path, "--jsonl", where).exit_code == 0
+    else:
+        from safetensors.numpy import save_file
+
+        where = tmp_path / "ck.safetensors"
+        save_file({"a" * 40 + "b": X.astype(np.float32)}, str(where))
     extra = ["--metric", "fit.alpha"] if command == "trend" else []
-    r = cli(command, target if command == "trend" else tmp_path, flag, "(a+)+$", *extra)
+    for pattern in ["(a+)+$", "(.|\\w)*Z$", ".*" * 30 + "Z", "(.*.){1,100}Z", "([\\w.][\\w.]|[\\w.])*X"]:
+        r = cli(command, where, flag, pattern, *extra)
+        assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (pattern, r.stderr)
+        assert ("found no step" if command == "trend" else "--tensors") in r.stderr, r.stderr
+    r = cli(command, where, flag, "(a)\\1", *extra)
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == (f"error: {flag} '(a+)+$' repeats a group that itself repeats, or alternatives of more than "
-                        "one character (as in (a+)+ or (ab|a)*): on a long name that almost matches it can run for "
-                        "hours; write it with one repetition (e.g. a+ for (a+)+).\n")
+    assert r.stderr == (f"error: {flag} '(a)\\\\1' uses a back-reference or look-around (invalid escape sequence: "
+                        "\\1): spectra runs patterns in time linear in the name (RE2), and these need backtracking, "
+                        "which can run for hours on a long name; write the pattern without them.\n")

@@ -104,3 +104,42 @@ def test_resume_drops_lines_other_readers_refuse_and_says_so(cli, tmp_path):
     r = cli("batch", *shards, "--jsonl", tmp_path / "r.jsonl", "--resume")
     assert r.exit_code == 0 and "note: dropped " in r.stderr and "spectra.report/999" in r.stderr
     assert cli("trend", tmp_path / "r.jsonl", "--metric", "fit.alpha").exit_code == 0  # every line readable now
+
+
+@pytest.mark.parametrize("ci", [{"low": None, "high": None, "level": 0.95}, {"low": 0.9, "level": 0.95}])
+def test_a_fit_interval_without_both_ends_is_refused_by_every_reader(cli, tmp_path, report, ci):
+    # the report check passed it, and the page's fits table then crashed on None (exit 3, a traceback)
+    bad = json.loads(json.dumps(report))
+    bad["fits"][0]["ci"] = ci
+    (tmp_path / "r.json").write_text(json.dumps(bad))
+    refused(cli, tmp_path, "report", tmp_path / "r.json", "-o", tmp_path / "p.html", match="fits.0.ci.")
+    assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize(("step", "said"), [("7", "source.capture.step must be a whole number"),
+                                            (True, "source.capture.step must be a whole number"),
+                                            (-1, "source.capture.step must lie in 0..1e+15"),
+                                            (10**400, "holds an integer of 401 digits"),
+                                            (1.5, "source.capture.step must be a whole number")])
+def test_a_capture_step_of_another_type_is_refused_not_read_as_no_step(cli, tmp_path, report, step, said):
+    bad = json.loads(json.dumps(report))
+    bad["source"]["capture"] = {"module": "encoder.layer.0", "step": step, "model": "BertModel"}
+    (tmp_path / "r.jsonl").write_text(json.dumps(bad) + "\n")
+    refused(cli, tmp_path, "report", tmp_path / "r.jsonl", "-o", tmp_path / "p.html", match=said)
+    line = refused(cli, tmp_path, "trend", tmp_path / "r.jsonl", "--metric", "fit.alpha")
+    assert "step" in line or "digits" in line, line
+
+
+def test_a_step_number_too_long_to_be_a_step_is_said_not_nulled(cli, tmp_path, report):
+    # item names whose numbers have 400 digits gave "step": null in trend --json, without a word
+    lines = [json.dumps(dict(report, item=f"runs/ck_{'9' * 400}{i}.npy")) for i in range(2)]
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    line = refused(cli, tmp_path, "trend", tmp_path / "r.jsonl", "--metric", "fit.alpha", "--json")
+    assert "is no training step (a step is a number from 0 to 1,000,000,000,000,000)" in line
+    line = refused(cli, tmp_path, "trend", tmp_path / "r.jsonl", "--metric", "fit.alpha", "--step-regex", "_(9+)")
+    assert "is no training step" in line
+    ok = [json.dumps(dict(report, item=f"runs/ck_{'9' * 400}_step_{i}.npy")) for i in range(2)]
+    (tmp_path / "ok.jsonl").write_text("\n".join(ok) + "\n")
+    r = cli("trend", tmp_path / "ok.jsonl", "--metric", "fit.alpha", "--step-regex", r"step_(\d+)", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [p["step"] for p in r.json()["series"][0]["points"]] == [0, 1]

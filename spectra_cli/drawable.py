@@ -304,6 +304,32 @@ def layer_names(items: Sequence[str]) -> list[str]:
     return [short_label(i[cut:] or i) for i in items]
 
 
+#: A fit whose least-squares error of alpha is this many times its sampling error misses its points (or more than
+#: it, with R² below MISFIT_R2): its sampling error (how alpha would move over samples) is then never shown alone.
+MISFIT_RATIO = 3.0
+MISFIT_R2 = 0.97
+
+
+def law_misses(se: float | None, ls: float | None, r2: float | None) -> bool:
+    """Whether a rank fit's law misses its points: its least-squares error of alpha ``ls`` over
+    :data:`MISFIT_RATIO` times the sampling error ``se``, or over it with ``r2`` below :data:`MISFIT_R2`."""
+    if se is None or ls is None or not se > 0:
+        return False
+    return ls > MISFIT_RATIO * se or (ls > se and r2 is not None and r2 < MISFIT_R2)
+
+
+def alpha_error(fit: dict[str, Any]) -> tuple[float | None, str]:
+    """The error to show beside a fit's alpha and its label: the sampling standard error (``SE``), or where the law
+    misses its points (:func:`law_misses`) the least-squares one (``LS SE``: the law misses its points); a report
+    made before the sampling errors: the least-squares one."""
+    se, ls = finite(fit.get("se")), finite(fit.get("stderr"))
+    if law_misses(se, ls, finite(fit.get("r2"))):
+        return ls, "LS SE; the law misses its points"
+    if se is not None:
+        return se, "SE"
+    return (ls, "LS SE") if ls is not None and "se" not in fit else (None, "")
+
+
 def finite(x: Any) -> float | None:
     """``x`` as a float when it is a finite number (not a bool), else None: how every figure, table and
     summary reads a number from a report written elsewhere."""

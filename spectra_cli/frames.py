@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 
 from spectra_cli import metrics as registry
+from spectra_cli.drawable import alpha_error
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
@@ -157,12 +158,13 @@ def report_html(doc: dict[str, Any]) -> str:
     fit = doc.get("fit") or {}
     rank = doc.get("rank") or {}
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else None
+    err, label = alpha_error(fit)  # the sampling standard error, the least-squares one where the law misses its points
     data = f"{src.get('path')} ({spec.get('n_samples')} x {spec.get('n_features')})"
     rows: list[dict[str, Any]] = [
             {"field": "data", "value": data},
             {"field": "spectrum", "value": spec.get("definition")},
             *([{"field": f"alpha (ranks {fit['window'][0]}..{fit['window'][1]})",
-                "value": f"{fit['alpha']:.4f} ± {fit['stderr']:.3g} (SE)"
+                "value": f"{fit['alpha']:.4f}" + (f" ± {err:.3g} ({label})" if err is not None else "")
                 + (f", 95% CI {ci['low']:.4f}..{ci['high']:.4f}" if ci else "")}] if fit.get("alpha") is not None
               else []),
             *({"field": k, "value": rank.get(k)} for k in ("participation_ratio", "entropy_rank", "stable_rank")

@@ -67,6 +67,9 @@ class Metric:
     #: Whether ``compare`` subtracts it: False for numbers that name rather than measure (a spike's rank and
     #: coordinates, a window's ends, the input's shape). Costs and echoed options are never compared.
     compared: bool = True
+    #: The field this one is a function of (the stable rank is 1 / the top-PC share): ``compare`` tests the two
+    #: as one change, the other's verdict given to this one, so that Benjamini-Hochberg counts it once.
+    function_of: str | None = None
 
     @property
     def section(self) -> str:
@@ -294,7 +297,7 @@ METRICS: tuple[Metric, ...] = (
        "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values of the "
        "uncentred matrix (Garrido et al. 2023)", views="batch table", fmt=".1f", better="higher"),
     _m("rank.stable_rank", "stable rank", "sum lambda / lambda_1 = tr C / ||C|| (Rudelson & Vershynin 2007)",
-       views="batch table", fmt=".2f", se="rank.se.stable_rank"),
+       views="batch table", fmt=".2f", se="rank.se.stable_rank", function_of="isotropy.top_pc_share"),
     _m("rank.numerical_rank", "numerical rank", "eigenvalues above the numerical floor", type="integer",
        views="batch", same_as=("spectrum.numerical_rank",)),
     _m("rank.k90", "k90", "smallest k whose cumulative explained variance reaches 0.90", type="integer",
@@ -311,10 +314,11 @@ METRICS: tuple[Metric, ...] = (
     # -- the density exponent -----------------------------------------------------------------------
     *_added_by(_DENSITY,
         _m("density.alpha", "alpha (density)", "p(lambda) ~ lambda^(-alpha) on the tail lambda >= xmin: continuous "
-           "Hill MLE, xmin minimising the KS distance (Clauset et al. 2009)", views="batch", fmt=".3f",
-           se="density.stderr"),
-        _m("density.stderr", "alpha (density) SE", "(alpha - 1) / sqrt(n_tail), the Hill estimator's standard error",
-           kind="diagnostic"),
+           "Hill MLE, xmin minimising the KS distance (Clauset et al. 2009)", views="batch", fmt=".3f"),
+        _m("density.stderr", "alpha (density) SE at x_min", "(alpha - 1) / sqrt(n_tail), the Hill estimator's "
+           "standard error with x_min held fixed: it leaves out the choice of x_min (from sample to sample the fit can "
+           "jump between tails, e.g. alphas near 1.8 and 3.0), so it is no sampling error of the whole fit and "
+           "compare and check --max-change do not test against it", kind="diagnostic"),
         _m("density.xmin", "x_min (density)", "the start of the density fit's tail", kind="diagnostic",
            scale=SPECTRA_SCALE, views="batch"),
         _m("density.ks_distance", "KS distance (density)", "the Kolmogorov-Smirnov distance of the tail and the fit",
@@ -357,7 +361,7 @@ METRICS: tuple[Metric, ...] = (
     *_added_by(_DENSITY,
         _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
            "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",
-           same_as=("weightwatcher.columns.alpha",), se="density.stderr"),
+           same_as=("weightwatcher.columns.alpha",)),
         _m("weightwatcher.alpha_weighted", "WW alpha_weighted", "alpha * log10(lambda_max)", ww_name="alpha_weighted",
            views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.alpha_weighted",)),
         _m("weightwatcher.log_norm", "WW log_norm", "log10(sum lambda) = log10 ||W||_F^2", ww_name="log_norm",
@@ -466,7 +470,10 @@ DERIVED: dict[str, tuple[Metric, ...]] = {
         _m("metrics.*.se_a", "first SE", "the field's standard error in the first report", kind="diagnostic"),
         _m("metrics.*.se_b", "second SE", "the field's standard error in the second report", kind="diagnostic"),
         _m("metrics.*.z", "z", "the change over its standard error", kind="diagnostic"),
-        _m("metrics.*.p", "p", "the two-sided p-value of z (normal)", kind="diagnostic"),
+        _m("metrics.*.dof", "degrees of freedom", "z's degrees of freedom (Welch and Satterthwaite's, from each "
+           "side's G - 1 row groups; null: first-order errors, normal)", kind="diagnostic"),
+        _m("metrics.*.p", "p", "the two-sided p-value of z (Student's t with dof, normal where dof is null)",
+           kind="diagnostic"),
         _m("significance.**", "significance", "the test of the changes: the false discovery rate and how many "
            "were tested", kind="input"),
     ),
@@ -567,6 +574,12 @@ def se_path(path: str) -> str | None:
     if not m.se.startswith(stem + ".") or not path.endswith("." + m.name):
         return m.se
     return path[: len(path) - len(m.name) - 1] + m.se[len(stem):]
+
+
+def function_of(path: str) -> str | None:
+    """The field the number at ``path`` is a function of (for ``compare``'s family of tests), or None."""
+    m = find(path)
+    return m.function_of if m is not None else None
 
 
 def added_by(path: str) -> tuple[tuple[str, Any], ...]:

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 from spectra_cli.drawable import (  # noqa: E402  (re-exported)
+    alpha_error,
     finite,
     item_name,
     layer_names,
@@ -136,11 +137,8 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
     if key != "alpha":
         return f"α = {a:.3f}"
-    se = finite(fit.get("se"))  # the sampling standard error; a report made before it: the least-squares one
-    if se is not None:
-        return f"α = {a:.3f} ± {se:.3f} (SE)"
-    ls = finite(fit.get("stderr")) if "se" not in fit else None
-    return f"α = {a:.3f} ± {ls:.3f} (LS SE)" if ls is not None else f"α = {a:.3f}"
+    err, label = alpha_error(fit)  # the sampling standard error, or the least-squares one where the law misses
+    return f"α = {a:.3f} ± {err:.3f} ({label})" if err is not None else f"α = {a:.3f}"
 
 
 def _usable(spec: dict[str, Any], n: int) -> int:

@@ -314,6 +314,16 @@ def standard_error(doc: dict[str, Any], field: str) -> float | None:
     return se if se is not None and se >= 0 else None
 
 
+def se_dof(doc: dict[str, Any]) -> float | None:
+    """The degrees of freedom of a report's standard errors: ``G - 1`` where they come from ``G`` row groups
+    (``rank.se_method.dof``), None where they are first order (normal)."""
+    for section in ("rank", "isotropy"):
+        dof = finite(lookup(doc, f"{section}.se_method.dof"))
+        if dof is not None and dof >= 1:
+            return dof
+    return None
+
+
 def uncertainty(doc: dict[str, Any], field: str) -> tuple[float, float] | None:
     """The interval a metric carries in a report: the bootstrap interval of an alpha fitted with
     ``--ci`` (``ci.low``..``ci.high``), else ± its standard error (:func:`standard_error`; WeightWatcher's

@@ -28,7 +28,7 @@ first order (good when each metric changes smoothly with the eigenvalues and n i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -168,40 +168,54 @@ def _isoscore_grad(lam: np.ndarray, d: int) -> tuple[float, np.ndarray] | None:
     return value, grad[: lam.size]
 
 
-def rank_errors(lam: np.ndarray, model: RowModel) -> dict[str, float | None]:
-    """Standard errors of the participation ratio, the entropy rank and the stable rank (eigenvalues
-    ``lam`` descending, floors resolved to 0)."""
+def rank_gradients(lam: np.ndarray) -> dict[str, np.ndarray | None]:
+    """The gradients in the eigenvalues (``lam`` descending, floors resolved to 0) of the participation ratio, the
+    entropy rank and the stable rank; None where there is no spectrum."""
     lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
-    out: dict[str, float | None] = {}
     if not lam.size or not lam[0] > 0:
         return {"participation_ratio": None, "entropy_rank": None, "stable_rank": None}
-    u = lam / lam[0]  # scale-free
-    for name, fn in (("participation_ratio", _pr_grad), ("entropy_rank", _entropy_grad), ("stable_rank", _stable_grad)):
-        _, g = fn(u)
-        var = model.variance(u, g)
-        out[name] = math.sqrt(var) if math.isfinite(var) and var >= 0 else None
-    return out
+    u = lam / lam[0]  # scale-free: d f / d lambda = (d f / d u) / lambda_1
+    return {name: fn(u)[1] / lam[0] for name, fn in (("participation_ratio", _pr_grad),
+                                                     ("entropy_rank", _entropy_grad), ("stable_rank", _stable_grad))}
 
 
-def isotropy_errors(lam: np.ndarray, model: RowModel, *, d: int, isoscore: bool) -> dict[str, float | None]:
-    """Standard errors of the top-PC share and (when asked for) IsoScore."""
+def isotropy_gradients(lam: np.ndarray, *, d: int, isoscore: bool) -> dict[str, np.ndarray | None]:
+    """The gradients of the top-PC share and (when asked for) IsoScore."""
     lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
     if not lam.size or not lam[0] > 0:
         return {"top_pc_share": None, **({"isoscore": None} if isoscore else {})}
     u = lam / lam[0]
-    _, g = _top_share_grad(u)
-    out: dict[str, float | None] = {"top_pc_share": math.sqrt(max(model.variance(u, g), 0.0))}
+    out: dict[str, np.ndarray | None] = {"top_pc_share": _top_share_grad(u)[1] / lam[0]}
     if isoscore:
         got = _isoscore_grad(u, d)
-        out["isoscore"] = math.sqrt(max(model.variance(u, got[1]), 0.0)) if got is not None else None
+        out["isoscore"] = got[1] / lam[0] if got is not None else None
     return out
 
 
-def alpha_error(eigenvalues: np.ndarray, fit: Any, model: RowModel) -> float | None:
-    """The sampling standard error of a rank fit's alpha: every model but the broken law is linear in
-    ``log lambda`` (a weighted least squares, on interpolated log-spaced points for ``logspaced``), so its
-    gradient in ``log lambda_j`` is a row of the least-squares solution, mapped back through the
-    interpolation; None for the broken law (its crossover is searched)."""
+def rank_errors(lam: np.ndarray, model: RowModel) -> dict[str, float | None]:
+    """First-order standard errors of the participation ratio, the entropy rank and the stable rank."""
+    return {k: first_order_error(lam, g, model) for k, g in rank_gradients(lam).items()}
+
+
+def isotropy_errors(lam: np.ndarray, model: RowModel, *, d: int, isoscore: bool) -> dict[str, float | None]:
+    """First-order standard errors of the top-PC share and (when asked for) IsoScore."""
+    return {k: first_order_error(lam, g, model) for k, g in isotropy_gradients(lam, d=d, isoscore=isoscore).items()}
+
+
+def first_order_error(lam: np.ndarray, grad: np.ndarray | None, model: RowModel) -> float | None:
+    """The first-order standard error of a metric of gradient ``grad`` in the eigenvalues ``lam``."""
+    if grad is None:
+        return None
+    gl = grad * np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)[: grad.size]
+    var = model.variance(np.ones_like(gl), gl)
+    return math.sqrt(var) if math.isfinite(var) and var >= 0 else None
+
+
+def alpha_gradient(eigenvalues: np.ndarray, fit: Any) -> np.ndarray | None:
+    """The gradient of a rank fit's alpha in the eigenvalues (zero outside its window): every model but the broken
+    law is linear in ``log lambda`` (a weighted least squares, on interpolated log-spaced points for
+    ``logspaced``), so its gradient in ``log lambda_j`` is a row of the least-squares solution, mapped back through
+    the interpolation, divided by ``lambda_j``; None for the broken law (its crossover is searched)."""
     from spectra_cli.analysis.powerlaw import fit_points
 
     if fit.model == "broken":
@@ -227,6 +241,197 @@ def alpha_error(eigenvalues: np.ndarray, fit: Any, model: RowModel) -> float | N
         r = np.linalg.solve((A * w[:, None]).T @ A, (A * w[:, None]).T)[1]
     except np.linalg.LinAlgError:
         return None
-    gl = P.T @ r  # d alpha / d log lambda_j (the sign does not enter the variance)
+    gl = P.T @ r  # d alpha / d log lambda_j (the sign does not enter a variance)
+    lam = np.asarray(eigenvalues, dtype=np.float64)[window.k_min - 1:window.k_max]
+    if lam.size != k or not np.all(lam > 0):
+        return None
+    grad = np.zeros(window.k_max)
+    grad[window.k_min - 1:] = gl / lam
+    return grad
+
+
+def alpha_error(eigenvalues: np.ndarray, fit: Any, model: RowModel) -> float | None:
+    """The first-order sampling standard error of a rank fit's alpha (:func:`alpha_gradient`); None for the broken
+    law."""
+    grad = alpha_gradient(eigenvalues, fit)
+    if grad is None:
+        return None
+    gl = grad * np.asarray(eigenvalues, dtype=np.float64)[: grad.size]
     var = (model.a * float(np.dot(gl, gl)) + model.c * float(gl.sum()) ** 2) / model.n_effective
     return math.sqrt(var) if math.isfinite(var) and var >= 0 else None
+
+GROUPED_METHOD = ("the spread between contiguous row groups of each metric's linearisation through the eigenvectors "
+                  "(a grouped jackknife, or batch means: t_g = sum_j g_j v_j^T S_g v_j, S_g group g's rows about the "
+                  "whole mean, Var f = G / (G - 1) sum_g w_g^2 (t_g - t)^2, w_g the group's share of the rows: the "
+                  "cluster-robust variance), honest under any row law and under dependence that stays within a group; "
+                  "intervals and tests take t quantiles with G - 1 degrees of freedom")
+#: The leading directions whose group projections are read once (a metric of every eigenvalue beyond its a + b lambda
+#: part, such as the stable rank's top eigenvalue, reads them; a window's alpha reads its own).
+HEAD = 8
+#: Fewer groups than this give no grouped standard error (too few degrees of freedom): the first-order route is taken.
+MIN_GROUPS = 8
+#: From this width the eigenvectors the grouped errors read are computed in float32 (an error needs no more digits;
+#: half the time of a float64 decomposition at d = 4,096).
+SINGLE_FROM_D = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpread:
+    """The row groups read through the eigenvectors: ``A_g``, group ``g``'s rows as a covariance about the whole
+    mean, calibrated so that ``sum_g w_g A_g = S`` (``w_g``: the group's share of the weight), seen only through
+    inner products ``<A_g, M>``. ``lam`` and ``V``: the eigenvalues (descending) and eigenvectors of ``S``
+    (``V`` None until a metric needs a direction other than the top one)."""
+
+    w: np.ndarray
+    W: np.ndarray
+    m2: tuple[np.ndarray, ...]
+    r2: np.ndarray
+    u: np.ndarray
+    c: float
+    S: np.ndarray
+    lam: np.ndarray
+    V: np.ndarray
+    #: the unit of ``lam``, ``S`` and ``A_g`` (the top eigenvalue: data near 1e150 stays finite)
+    unit: float = 1.0
+    #: ``tr A_g``, ``<A_g, S>`` and ``v_j^T A_g v_j`` for the leading :data:`HEAD` directions, read once
+    tr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    with_S: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    head: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    @property
+    def groups(self) -> int:
+        return int(self.w.size)
+
+    @property
+    def dof(self) -> int:
+        return self.groups - 1
+
+    def inner(self, M: np.ndarray) -> np.ndarray:
+        """``<A_g, M>`` for every group (``M`` symmetric, ``d x d``)."""
+        own = np.array([float(np.vdot(m, M)) for m in self.m2])
+        cross = ((self.u @ M) * self.u).sum(axis=1)
+        return self.c * (self.r2 * own + cross / self.W) / self.W
+
+    def quad(self, v: np.ndarray) -> np.ndarray:
+        """``v^T A_g v`` for every group and every column of ``v`` (``d x k``): ``(G, k)``."""
+        own = np.stack([((m @ v) * v).sum(axis=0) for m in self.m2])
+        cross = (self.u @ v) ** 2
+        return self.c * (self.r2[:, None] * own + cross / self.W[:, None]) / self.W[:, None]
+
+    def traces(self) -> np.ndarray:
+        """``tr A_g`` for every group."""
+        if self.tr.size:
+            return self.tr
+        own = np.array([float(np.trace(m)) for m in self.m2])
+        return self.c * (self.r2 * own + (self.u * self.u).sum(axis=1) / self.W) / self.W
+
+    def variance(self, t: np.ndarray) -> float:
+        """The grouped (cluster-robust) variance of ``sum_g w_g t_g``."""
+        G = self.groups
+        dev = t - float(self.w @ t)
+        return G / (G - 1) * float(np.dot(self.w * self.w, dev * dev))
+
+    def linearised(self, grad: np.ndarray) -> np.ndarray:
+        """``t_g = sum_j g_j v_j^T A_g v_j`` for a gradient over the eigenvalues (descending, ``lam``'s order):
+        ``a + b lambda`` parts through ``tr A_g`` and ``<A_g, S>`` (no eigenvector), the rest through the
+        eigenvectors it is not zero on (the top one, a window's, or every one)."""
+        g = np.zeros(self.lam.size)
+        g[: grad.size] = grad[: self.lam.size] * self.unit  # (the eigenvalues here are in units of the top one)
+        support = np.flatnonzero(g)
+        t = np.zeros(self.groups)
+        head = HEAD
+        if support.size > self.lam.size // 2 and self.lam.size > 2 * head:
+            # a function of every eigenvalue: an exact a + b lambda part below the leading few (the participation
+            # ratio and IsoScore are that, the stable rank and the top share a constant and the top one) costs no
+            # eigenvector; whatever is left is read through the eigenvectors it is not zero on
+            top = max(float(self.lam[0]), 1e-300)
+            X = np.column_stack([np.ones(self.lam.size - head), self.lam[head:] / top])
+            coef, *_ = np.linalg.lstsq(X, g[head:], rcond=None)
+            rest = g - coef[0] - coef[1] * self.lam / top
+            scale = float(np.max(np.abs(g))) or 1.0
+            if float(np.max(np.abs(rest[head:]))) <= 1e-9 * scale:
+                rest[head:] = 0.0
+                t = float(coef[0]) * self.traces() + float(coef[1]) / top * self.with_S
+                g = rest
+                support = np.flatnonzero(g)
+        if support.size == 0:
+            return t
+        if support[-1] < self.head.shape[1]:
+            return t + self.head[:, support] @ g[support]
+        Vs = self.V[:, support]
+        return t + self.inner((Vs * g[support]) @ Vs.T)
+
+
+def group_spread(groups: Any, lam: np.ndarray, *, centered: bool) -> GroupSpread | None:
+    """The groups of a pass (:class:`~spectra_cli.stream.moments.Moments`, contiguous runs of rows) ready for
+    :meth:`GroupSpread.linearised`, with the eigenvectors of their pooled covariance; None with fewer than
+    :data:`MIN_GROUPS` groups of rows."""
+    from spectra_cli.analysis.bootstrap import group_sums
+
+    filled = [g for g in groups if g.weight_sum > 0]
+    if len(filled) < MIN_GROUPS or not lam.size or not lam[0] > 0:
+        return None
+    sums = group_sums(filled)
+    u = sums.S1 if centered else sums.S1 + sums.W[:, None] * sums.shift[None, :]
+    Wt = float(sums.W.sum())
+    d = u.shape[1]
+    T = np.zeros((d, d))
+    for m, r in zip(sums.m2, sums.r2, strict=True):
+        T += r * m
+    T += (u / sums.W[:, None]).T @ u
+    total = float(np.trace(T))
+    if not (total > 0 and math.isfinite(total)):
+        return None
+    unit = float(lam[0])
+    lam = np.asarray(lam, dtype=np.float64) / unit
+    c = float(np.sum(lam)) / (total / Wt)  # the spectrum's normalisation (ddof, weights, the moments' scale)
+    S = T * (c / Wt)
+    if not (math.isfinite(c) and np.all(np.isfinite(S))):
+        return None
+    if d >= SINGLE_FROM_D:
+        w, V = np.linalg.eigh(S.astype(np.float32))
+        w, V = w.astype(np.float64), V.astype(np.float64)
+    else:
+        w, V = np.linalg.eigh(S)
+    V = V[:, ::-1][:, : lam.size]
+    spread = GroupSpread(sums.W / Wt, sums.W, sums.m2, sums.r2, u, c, S, lam, V, unit)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return replace(spread, tr=spread.traces(), with_S=spread.inner(S), head=spread.quad(V[:, :HEAD]))
+
+
+def grouped_error(spread: GroupSpread, grad: np.ndarray) -> float | None:
+    """The grouped standard error of a metric of the eigenvalues, ``grad`` its gradient (descending order)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        var = spread.variance(spread.linearised(np.asarray(grad, dtype=np.float64)))
+    return math.sqrt(var) if math.isfinite(var) and var >= 0 else None
+
+
+def design_effect(spread: GroupSpread, norms: Any, n_rows: int) -> float | None:
+    """How many times more the total variance ``tr S`` varies between the row groups than independent rows
+    would make it vary: the grouped variance of ``tr S`` over ``Var |y - mean|^2 / n``, the variance of the rows'
+    squared norms read from their histogram (what independent rows of exactly these norms give, whatever their
+    law). About 1 for independent rows; the effective rows are ``n`` divided by it. None without a histogram."""
+    if norms is None or not getattr(norms, "rows", 0) or n_rows < 2:
+        return None
+    values, counts = norms.values()
+    total = float(counts.sum())
+    if not total > 0:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = counts / total
+        mean = float(p @ values)
+        var_h = float(p @ (values * values)) - mean * mean
+    if not (var_h > 0 and math.isfinite(var_h)):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        between = spread.variance(spread.traces()) * spread.unit * spread.unit  # (the traces are in the top's units)
+        ratio = between / (var_h / n_rows)
+    return ratio if math.isfinite(ratio) else None
+
+
+def dependence_limit(groups: int) -> float:
+    """The design effect above which rows are said to look dependent: the 99.9 % point of what ``groups``
+    independent groups give (a chi-square of ``groups - 1`` degrees of freedom over them), and at least 2."""
+    k = groups - 1  # (Wilson and Hilferty's cube-root normal approximation of the chi-square quantile: within 1 %)
+    z = 3.0902323061678132  # the standard normal's 99.9 % point
+    return max(2.0, (1.0 - 2.0 / (9.0 * k) + z * math.sqrt(2.0 / (9.0 * k))) ** 3)

@@ -171,7 +171,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
         parts.append(_kv("Density exponent (p(lambda) ~ lambda^-a, Hill MLE, KS x_min)", [
             # alpha in the registry's format: WeightWatcher's alpha, shown below with --density, is this number
             (label("density.alpha"), f"{registry.get('density.alpha').format(dens['alpha'])} ± "
-                                     f"{dens['stderr']:.2g} (SE)"),
+                                     f"{dens['stderr']:.2g} (SE at this x_min)"),
             (label("density.xmin"), f"{_fmt(dens['xmin'])} (on spectra's eigenvalue scale, 1/n)"),
             (label("density.n_tail"), dens["n_tail"]),
             (label("density.ks_distance"), dens["ks_distance"]),

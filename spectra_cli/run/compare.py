@@ -60,6 +60,9 @@ class Row:
     se_a: float | None = None
     se_b: float | None = None
     significant: bool | None = None
+    #: each side's degrees of freedom (a standard error from G row groups has G - 1; None: first order, normal)
+    dof_a: float | None = None
+    dof_b: float | None = None
 
     @property
     def diff(self) -> float | None:
@@ -82,23 +85,41 @@ class Row:
         return None if d is None or se is None or not se > 0 else d / se
 
     @property
+    def dof(self) -> float | None:
+        """The degrees of freedom of ``z`` (Welch and Satterthwaite's, from each side's; None: normal)."""
+        if self.se_a is None or self.se_b is None or (self.dof_a is None and self.dof_b is None):
+            return None
+        parts = [(se**4 / dof if dof is not None else 0.0) for se, dof in ((self.se_a, self.dof_a),
+                                                                           (self.se_b, self.dof_b))]
+        total = sum(parts)
+        return (self.se_a**2 + self.se_b**2) ** 2 / total if total > 0 else None
+
+    @property
     def p(self) -> float | None:
         z = self.z
-        return None if z is None else math.erfc(abs(z) / math.sqrt(2.0))
+        if z is None:
+            return None
+        dof = self.dof
+        if dof is None:
+            return math.erfc(abs(z) / math.sqrt(2.0))
+        from scipy.special import stdtr
+
+        return float(2.0 * stdtr(dof, -abs(z)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "a": self.a, "b": self.b, "diff": self.diff, "rel_diff": self.rel,
-                "se_a": self.se_a, "se_b": self.se_b, "se": self.se, "z": self.z, "p": self.p,
+                "se_a": self.se_a, "se_b": self.se_b, "se": self.se, "z": self.z, "dof": self.dof, "p": self.p,
                 "significant": self.significant}
 
 
 #: The false discovery rate of compare's tests (Benjamini & Hochberg 1995) unless asked otherwise.
 FDR = 0.05
 SIGNIFICANCE = ("z = (b - a) / sqrt(se_a^2 + se_b^2) (two independent samples; each se the report's own standard "
-                "error of the field), p two-sided (normal); significant: Benjamini-Hochberg at the false discovery "
-                "rate over every field with a standard error, a number repeated under two names tested once; the "
-                "standard errors assume independent rows (tokens of one sequence are not: their errors are then too "
-                "small)")
+                "error of the field), p two-sided: Student's t with Welch and Satterthwaite's degrees of freedom where "
+                "the errors come from row groups (G - 1 each), else normal; significant: Benjamini-Hochberg at the "
+                "false discovery rate over the family of independent quantities with a standard error: a number "
+                "repeated under two names, or a function of another (the stable rank is 1 / the top-PC share), is "
+                "tested once; the density fit's alpha is not tested (its error leaves out the choice of x_min)")
 
 
 def benjamini_hochberg(pvalues: list[float], fdr: float) -> list[bool]:
@@ -117,23 +138,34 @@ def benjamini_hochberg(pvalues: list[float], fdr: float) -> list[bool]:
 def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> list[Row]:
     """Every scalar metric of two reports aligned by dotted path (a's order, then b's own), each with its
     standard errors where both reports give one, and the significant changes marked."""
-    from spectra_cli.results import standard_error
+    from spectra_cli.results import se_dof, standard_error
 
     fa, fb = scalar_fields(a), scalar_fields(b)
     keys = [k for k in fa if _compared(k)]
     keys += [k for k in fb if k not in fa and _compared(k)]
-    rows = [Row(k, fa.get(k), fb.get(k), standard_error(a, k), standard_error(b, k)) for k in keys]
-    # one test per number: a field that repeats another (WeightWatcher's alpha is the density alpha) shares its verdict
+    dof_a, dof_b = se_dof(a), se_dof(b)
+    rows = [Row(k, fa.get(k), fb.get(k), standard_error(a, k), standard_error(b, k), dof_a=dof_a, dof_b=dof_b)
+            for k in keys]
+    # one test per quantity: a field that repeats another (WeightWatcher's alpha is the density alpha), or that is a
+    # function of another (the stable rank of the top-PC share), shares its verdict
+    index = {r.field: i for i, r in enumerate(rows)}
     first_of: dict[tuple[Any, ...], int] = {}
+    same: dict[int, int] = {}
     tested = []
     for i, r in enumerate(rows):
-        if r.p is not None and first_of.setdefault((r.a, r.b, r.se_a, r.se_b), i) == i:
+        if r.p is None:
+            continue
+        base = metrics.function_of(r.field)
+        if base is not None and base in index and rows[index[base]].p is not None:
+            same[i] = index[base]
+        elif first_of.setdefault((r.a, r.b, r.se_a, r.se_b), i) == i:
             tested.append(i)
+        else:
+            same[i] = first_of[(r.a, r.b, r.se_a, r.se_b)]
     found = benjamini_hochberg([rows[i].p for i in tested], fdr)  # type: ignore[misc]
     marks = dict(zip(tested, found, strict=True))
-    for i, r in enumerate(rows):
-        if r.p is not None and i not in marks:
-            marks[i] = marks[first_of[(r.a, r.b, r.se_a, r.se_b)]]
+    for i, j in same.items():
+        marks[i] = marks[j]
     return [replace(r, significant=marks[i]) if i in marks else r for i, r in enumerate(rows)]
 
 
@@ -147,6 +179,20 @@ def _is_error(field: str) -> bool:
     """The standard errors and their row model (they travel beside their fields, not as fields)."""
     parts = field.split(".")
     return "se" in parts[:-1] or "se_method" in parts or parts[-1] == "se"
+
+
+def _family_size(rows: list[Row]) -> int:
+    """How many tests Benjamini-Hochberg ran over: the fields with a standard error, less repeats and functions of
+    another tested field."""
+    index = {r.field: r for r in rows}
+    keys = set()
+    for r in rows:
+        if r.p is None:
+            continue
+        base = metrics.function_of(r.field)
+        if base is None or base not in index or index[base].p is None:
+            keys.add((r.a, r.b, r.se_a, r.se_b))
+    return len(keys)
 
 
 def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: float = FDR) -> dict[str, Any]:
@@ -163,7 +209,7 @@ def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: f
         "b": src(b),
         "definition": "diff = b - a; rel_diff = (b - a) / |a|",
         "significance": {"method": SIGNIFICANCE, "fdr": fdr,
-                         "tested": len({(r.a, r.b, r.se_a, r.se_b) for r in rows if r.p is not None}),
+                         "tested": _family_size(rows),
                          "significant": sum(bool(r.significant) for r in rows)},
         "metrics": [r.to_dict() for r in rows],
     })

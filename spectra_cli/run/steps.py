@@ -161,6 +161,59 @@ def sampling_dof(first: Accumulated, *, centered: bool) -> tuple[float, float]:
     return n_eff, n_eff - 1.0 if centered else n_eff
 
 
+def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None) -> dict[str, Any]:
+    """What the grouped route says of itself: its method, the groups and degrees of freedom, and the rows'
+    design effect and effective number (with a warning when the rows look dependent)."""
+    from spectra_cli.analysis.uncertainty import GROUPED_METHOD, dependence_limit, design_effect
+
+    G = spread.groups
+    method: dict[str, Any] = {"route": "row groups", "method": GROUPED_METHOD, "groups": G, "dof": G - 1}
+    deff = design_effect(spread, first.norm_histogram(), first.n_rows) if not first.weighted else None
+    if deff is not None:
+        n_eff = first.n_rows / max(deff, 1.0)
+        method.update(design_effect=deff, n_effective=n_eff)
+        if deff > dependence_limit(G) and warnings is not None:
+            warnings.append(Message(
+                f"the rows look dependent: their total variance varies {deff:.3g} times as much between the {G} "
+                "contiguous row groups as independent rows of these norms would make it (about "
+                f"{n_eff:,.0f} independent rows' worth of {first.n_rows:,}: tokens of one text, or repeated rows); "
+                "the standard errors are the groups' own spread and account for it within a group"))
+    return method
+
+
+def misfit_warnings(fits: Any) -> list[str]:
+    """A warning for each fit whose law misses its points (:func:`~spectra_cli.drawable.law_misses`: the sampling
+    error then says how alpha would move over samples, not how far the law is from the points; the tables and figures
+    show the least-squares one)."""
+    from spectra_cli.drawable import law_misses
+
+    out = []
+    for f in fits:
+        if law_misses(f.se, f.stderr, f.r2):
+            law = {"power-law": "power law", "log-corrected": "log-corrected law"}.get(f.model, f"{f.model} law")
+            out.append(f"the {law} misses its points in ranks {f.window.k_min}..{f.window.k_max} (R² "
+                       f"{f.r2:.3f}; the least-squares error of alpha, {f.stderr:.2g}, is {f.stderr / f.se:.2g} times "
+                       f"its sampling error, {f.se:.2g}): the sampling error says how alpha would move over samples, "
+                       "not how well the law fits; quote the least-squares error, or fit a window where the law holds")
+    return out
+
+
+def first_order_warning(first: Accumulated) -> str:
+    """Why the standard errors took the first-order route, and what that assumes."""
+    if first.moments is None:
+        why = "fewer rows than features: the n x n route keeps no row groups"
+    elif not first.groups and first.n_rows < 256:
+        why = f"{first.n_rows} rows: too few for row groups of 8 rows"
+    elif first.groups:
+        why = f"only {len(first.groups)} row group(s): too few to measure a spread"
+    else:
+        why = ("moments without row groups (a moment file made without --groups, or an Accumulator without them: "
+               "spectra moments --groups 32 keeps them)")
+    return (f"the standard errors are first order, from the rows' fourth moments ({why}): they take the rows as "
+            "independent draws of one law, which tokens of one text are not (their errors are then too small); "
+            "row groups give errors from the data's own spread")
+
+
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
                      centered: bool, isoscore: bool = False,
                      warnings: list[str] | None = None) -> tuple[FitSuite | None, Isotropy | None]:
@@ -172,9 +225,12 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         FLAT_PR_SHARE,
         METHOD,
         NOT_DERIVED,
-        alpha_error,
-        isotropy_errors,
-        rank_errors,
+        alpha_gradient,
+        first_order_error,
+        group_spread,
+        grouped_error,
+        isotropy_gradients,
+        rank_gradients,
         row_model,
     )
 
@@ -203,13 +259,25 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                "sampling error")
     fit_why: dict[int, str] = {}
     if why is None:
+        spread = group_spread(first.groups, lam, centered=centered) if first.moments is not None else None
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
-        method = {"method": METHOD, **model.to_dict()}
-        if model.source.startswith("no histogram") and warnings is not None:
-            warnings.append("these moments carry no histogram of row norms (a moment file made before spectra gathered "
-                            "one): the standard errors assume Gaussian rows; a moment file made again with this "
-                            "version gives errors from the data's own rows")
+        if spread is not None:
+            method = grouped_method(spread, first, warnings)
+
+            def error(grad: np.ndarray | None) -> float | None:
+                return grouped_error(spread, grad) if grad is not None else None
+        else:
+            method = {"route": "first order", "method": METHOD, **model.to_dict()}
+            if warnings is not None:
+                warnings.append(first_order_warning(first))
+                if model.source.startswith("no histogram"):
+                    warnings.append("these moments carry no histogram of row norms (a moment file made before "
+                                    "spectra gathered one): the standard errors assume Gaussian rows; a moment file "
+                                    "made again with this version gives errors from the data's own rows")
+
+            def error(grad: np.ndarray | None) -> float | None:
+                return first_order_error(lam, grad, model)
         pr = participation_ratio(lam)
         if pr > FLAT_PR_SHARE * main.n_features:
             method["caveat"] = (f"a flat spectrum (participation ratio {pr:.4g} of d = {main.n_features}): near-equal "
@@ -221,14 +289,14 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                     "repel; up to 4x on white noise): a change flagged against them is real, but a small one may go "
                     f"unflagged; the bootstrap interval of alpha ({param('ci', True)}) does not "
                     "rest on them"))
-        for name, value in rank_errors(lam, model).items():
-            _keep(name, value, rank_se, rank_missing)
-        for name, value in isotropy_errors(lam, model, d=main.n_features, isoscore=isoscore).items():
-            _keep(name, value, iso_se, iso_missing)
+        for name, grad in rank_gradients(lam).items():
+            _keep(name, error(grad), rank_se, rank_missing)
+        for name, grad in isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).items():
+            _keep(name, error(grad), iso_se, iso_missing)
         if suite is not None:
             fits = []
             for i, f in enumerate(suite.fits):
-                se = alpha_error(main.eigenvalues, f, model)
+                se = error(alpha_gradient(main.eigenvalues, f))
                 if se is None or not se > 0:
                     fit_why[i] = ("the broken law's crossover is searched: its alpha is not a linear function of the "
                                   "eigenvalues" if f.model == "broken" else "the first-order error vanishes here")
@@ -237,10 +305,12 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
             models = suite.models
             if models is not None:
                 models = replace(models, fits=tuple(
-                    replace(m, se=alpha_error(main.eigenvalues, m, model),
+                    replace(m, se=error(alpha_gradient(main.eigenvalues, m)),
                             se_missing="the broken law's crossover is searched" if m.model == "broken" else None)
                     for m in models.fits))
             suite = replace(suite, fits=tuple(fits), models=models)
+            if warnings is not None:
+                warnings += misfit_warnings(suite.fits)
     else:
         rank_missing.update(dict.fromkeys(rank_names, why))
         iso_missing.update(dict.fromkeys(iso_names, why))

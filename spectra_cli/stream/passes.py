@@ -316,7 +316,7 @@ class Input:
         block_rows = self.block_rows
         if groups <= 0:
             return block_rows, 0, None
-        if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS:
+        if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS and self.read.block_rows is None:  # (a user's is kept)
             block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
         return block_rows, groups, -(-total // block_rows)
 

@@ -56,13 +56,83 @@ def test_the_row_model_reads_gaussian_elliptical_and_laplace_rows():
 
 
 def test_the_alpha_se_is_the_least_squares_slope_weights_closed_form():
+    # the first-order route (moments kept without row groups)
     X = np.random.default_rng(1).standard_normal((3000, 64)) * np.arange(1, 65) ** -0.4
-    rep = spectra.fit(X, window="3:30")
+    rep = spectra.fit(spectra.accumulate(X), window="3:30")
     x = np.log(np.arange(3, 31))
     w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+    assert rep.rank.se_method["route"] == "first order"
     a, n = rep.rank.se_method["a"], rep.rank.se_method["n_effective"]
     assert rep.fit.se == pytest.approx(math.sqrt(a * np.dot(w, w) / n), rel=1e-9)
     assert rep.to_dict()["fit"]["se"] == rep.fit.se
+    assert any("the standard errors are first order" in str(m) and "spectra moments --groups 32" in str(m)
+               for m in rep.warnings)
+
+
+def _cluster_se(X: np.ndarray, bounds: list[int], f) -> float:
+    """The cluster-robust standard error of f(eigenvalues of cov X), linearised by plain numpy: the gradient by
+    central differences in the eigenvalues, each group's covariance about the whole mean read along the
+    eigenvectors."""
+    n = len(X)
+    lam, V = np.linalg.eigh(np.cov(X, rowvar=False))
+    lam, V = lam[::-1], V[:, ::-1]
+    h = 1e-6 * lam
+    grad = np.array([(f(lam + h[j] * np.eye(lam.size)[j]) - f(lam - h[j] * np.eye(lam.size)[j])) / (2 * h[j])
+                     for j in range(lam.size)])
+    Y = X - X.mean(0)
+    t, w = [], []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        A = Y[a:b].T @ Y[a:b] / (b - a) * n / (n - 1)
+        t.append(float(grad @ np.einsum("ij,ik,kj->j", V, A, V)))
+        w.append((b - a) / n)
+    t, w = np.array(t), np.array(w)
+    G = len(t)
+    return math.sqrt(G / (G - 1) * np.sum(w * w * (t - w @ t) ** 2))
+
+
+def test_grouped_errors_are_the_cluster_robust_variance_of_the_groups_of_rows():
+    # 3,000 rows make 32 blocks of 94 rows: group g holds rows 94 g .. 94 (g + 1), the last one fewer
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((3000, 24)) * np.arange(1, 25) ** -0.6 + 5.0
+    rep = spectra.fit(X, window="2:12")
+    method = rep.rank.se_method
+    assert method["route"] == "row groups" and method["groups"] == 32 and method["dof"] == 31
+    bounds = [*range(0, 3000, 94), 3000]
+
+    def pr(lam):
+        return lam.sum() ** 2 / (lam * lam).sum()
+
+    def entropy(lam):
+        q = lam / lam.sum()
+        return math.exp(-np.sum(q * np.log(q)))
+
+    def top(lam):
+        return lam[0] / lam.sum()
+
+    def alpha(lam):
+        x = np.log(np.arange(2, 13))
+        return -np.polyfit(x, np.log(lam[1:12]), 1)[0]
+
+    assert rep.rank.se["participation_ratio"] == pytest.approx(_cluster_se(X, bounds, pr), rel=1e-6)
+    assert rep.rank.se["entropy_rank"] == pytest.approx(_cluster_se(X, bounds, entropy), rel=1e-6)
+    assert rep.isotropy.se["top_pc_share"] == pytest.approx(_cluster_se(X, bounds, top), rel=1e-6)
+    assert rep.fit.se == pytest.approx(_cluster_se(X, bounds, alpha), rel=1e-6)
+    # independent rows: the design effect is about 1, no word of dependence
+    assert 0.5 < method["design_effect"] < 2 and not any("look dependent" in str(m) for m in rep.warnings)
+
+
+def test_dependent_rows_are_said_and_their_errors_widen():
+    # "texts" of 50 tokens that share a direction of their own: tokens of one text are not independent
+    rng = np.random.default_rng(12)
+    texts = rng.standard_normal((80, 1, 16)) * 2.0
+    X = (rng.standard_normal((80, 50, 16)) + texts).reshape(4000, 16) * np.arange(1, 17) ** -0.5
+    rep = spectra.fit(X)
+    method = rep.rank.se_method
+    assert method["design_effect"] > 5 and method["n_effective"] < 800
+    assert any("the rows look dependent" in str(m) for m in rep.warnings)
+    shuffled = spectra.fit(X[rng.permutation(4000)])
+    assert shuffled.rank.se_method["design_effect"] < 2
+    assert rep.rank.se["participation_ratio"] > 2 * shuffled.rank.se["participation_ratio"]
 
 
 def test_the_stated_errors_match_the_spread_over_seeds():
@@ -87,7 +157,7 @@ def test_what_has_no_error_says_why_and_the_top_k_route_has_none():
     assert set(d["rank"]["se"]) == {"participation_ratio", "entropy_rank", "stable_rank"}
     assert "step function" in d["rank"]["se_missing"]["k90"] and "uncentred" in d["rank"]["se_missing"]["rankme"]
     assert "unit rows" in d["isotropy"]["se_missing"]["mean_cosine"]
-    assert d["rank"]["se_method"]["method"].startswith("delta method")
+    assert d["rank"]["se_method"]["route"] == "row groups" and "cluster-robust" in d["rank"]["se_method"]["method"]
     top = spectra.fit(np.random.default_rng(2).standard_normal((900, 400)) * np.arange(1, 401) ** -0.8, top=20,
                       window="3:15").to_dict()
     assert top["rank"]["se"] == {} and "top-k route" in top["rank"]["se_missing"]["participation_ratio"]
@@ -106,8 +176,11 @@ def test_the_table_shows_each_error_beside_its_value(cli, tmp_path):
 def test_weighted_rows_do_not_count_their_weights_twice():
     rng = np.random.default_rng(5)
     X = rng.standard_normal((500, 20)) * np.arange(1, 21) ** -0.7
-    d = spectra.fit(X, weights=rng.random(500)).to_dict()["rank"]["se_method"]
+    w = rng.random(500)
+    d = spectra.fit(spectra.accumulate(X, weights=w), ).to_dict()["rank"]["se_method"]
     assert d["c"] == 0.0 and d["a"] == 2.0 and "weighted rows" in d["rows"]
+    grouped = spectra.fit(X, weights=w).to_dict()["rank"]["se_method"]  # (the groups carry their weights)
+    assert grouped["route"] == "row groups" and "design_effect" not in grouped
 
 
 def test_degenerate_inputs_say_why_instead_of_a_zero():

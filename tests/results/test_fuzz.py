@@ -318,14 +318,15 @@ def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usab
 
 def test_the_page_draws_or_refuses_edge_reports_and_long_names_in_bounded_time(tmp_path):
     """The report page from results lines that pass the checks: no positive eigenvalue with a density fit, one of
-    1e300, usable_rank 0, interval bounds missing, n_over_d null, and an item name of 2 MB (its label was drawn
-    whole: a 20 MB name ran past 300 s at 3.7 GB)."""
+    1e300, usable_rank 0, a population interval's bounds missing, n_over_d null, and an item name of 2 MB (its label
+    was drawn whole: a 20 MB name ran past 300 s at 3.7 GB). A fit's ci without both ends is refused by the check
+    (tests/cli/test_hostile_reports.py)."""
     lines = []
     for k, change in enumerate([
         lambda d: d["spectrum"].update(eigenvalues=[0.0] * 12, usable_rank=None),
         lambda d: d["spectrum"]["eigenvalues"].__setitem__(0, 1e300),
         lambda d: d["spectrum"].update(usable_rank=0),
-        lambda d: d["fit"].update(ci={"level": 0.95, "low": None}),
+        lambda d: d["fit"].update(population={"alpha": 0.9, "ci": [None, None], "n_over_d": 2.0, "window": [2, 8]}),
         lambda d: d["fit"].update(population={"alpha": 0.9, "ci": [0.8, 1.0], "n_over_d": None, "window": [2, 8]}),
         lambda d: d.update(item="layer." + "x" * 2_000_000),
     ]):

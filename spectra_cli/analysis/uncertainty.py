@@ -264,15 +264,23 @@ GROUPED_METHOD = ("the spread between contiguous row groups of each metric's lin
                   "(a grouped jackknife, or batch means: t_g = sum_j g_j v_j^T S_g v_j, S_g group g's rows about the "
                   "whole mean, Var f = G / (G - 1) sum_g w_g^2 (t_g - t)^2, w_g the group's share of the rows: the "
                   "cluster-robust variance), honest under any row law and under dependence that stays within a group; "
+                  "adjacent groups are merged in pairs while any metric's values correlate between neighbours (lag-1 "
+                  "autocorrelation over 1 / sqrt G: batches long enough for the rows' dependence), down to 8; "
                   "intervals and tests take t quantiles with G - 1 degrees of freedom")
+#: Up to this width the grouped errors read every eigenvector (one float32 decomposition with vectors); past it the
+#: leading ones only (a partial decomposition: at d = 4,096 a full one took twice the spectrum's own).
+ALL_VECTORS_D = 2048
 #: The leading directions whose group projections are read once (a metric of every eigenvalue beyond its a + b lambda
 #: part, such as the stable rank's top eigenvalue, reads them; a window's alpha reads its own).
 HEAD = 8
+#: Adjacent groups are merged while a metric's lag-1 autocorrelation over them exceeds this over sqrt(G) (one null
+#: standard deviation: merging when independent costs a few degrees of freedom; missing dependence, honesty).
+LAG_LIMIT = 1.0
 #: Fewer groups than this give no grouped standard error (too few degrees of freedom): the first-order route is taken.
 MIN_GROUPS = 8
 #: From this width the eigenvectors the grouped errors read are computed in float32 (an error needs no more digits;
-#: half the time of a float64 decomposition at d = 4,096).
-SINGLE_FROM_D = 1024
+#: half the time of a float64 decomposition).
+SINGLE_FROM_D = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,10 +305,13 @@ class GroupSpread:
     tr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     with_S: np.ndarray = field(default_factory=lambda: np.zeros(0))
     head: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    #: how many times adjacent groups are merged in pairs before their spread is read (:meth:`settled`)
+    depth: int = 0
 
     @property
     def groups(self) -> int:
-        return int(self.w.size)
+        """The groups whose spread is read (the pass's, merged ``depth`` times in adjacent pairs)."""
+        return int(merged(self.w, self.w, self.depth)[0].size)
 
     @property
     def dof(self) -> int:
@@ -326,19 +337,38 @@ class GroupSpread:
         return self.c * (self.r2 * own + (self.u * self.u).sum(axis=1) / self.W) / self.W
 
     def variance(self, t: np.ndarray) -> float:
-        """The grouped (cluster-robust) variance of ``sum_g w_g t_g``."""
-        G = self.groups
-        dev = t - float(self.w @ t)
-        return G / (G - 1) * float(np.dot(self.w * self.w, dev * dev))
+        """The grouped (cluster-robust) variance of ``sum_g w_g t_g`` (over the groups merged ``depth`` times)."""
+        w, t = merged(self.w, t, self.depth)
+        G = w.size
+        dev = t - float(w @ t)
+        return G / (G - 1) * float(np.dot(w * w, dev * dev))
 
-    def linearised(self, grad: np.ndarray) -> np.ndarray:
+    def settled(self, ts: list[np.ndarray]) -> GroupSpread:
+        """The spread read over groups long enough for the rows' dependence (batch means): while any metric's
+        linearised values ``ts`` correlate between adjacent groups (lag-1 autocorrelation over :data:`LAG_LIMIT`
+        ``/ sqrt(G)``, one standard deviation of what independent groups give), adjacent groups are merged in pairs,
+        down to :data:`MIN_GROUPS`. Tokens of one text split between two groups make their values alike; merged, the
+        text lies within one group and its dependence is counted."""
+        depth = 0
+        while True:
+            w, _ = merged(self.w, self.w, depth)
+            G = w.size
+            if G // 2 < MIN_GROUPS:
+                break
+            worst = max((lag_correlation(*merged(self.w, t, depth)) for t in ts), default=0.0)
+            if not worst > LAG_LIMIT / math.sqrt(G):
+                break
+            depth += 1
+        return replace(self, depth=depth)
+
+    def linearised(self, grad: np.ndarray) -> np.ndarray | None:
         """``t_g = sum_j g_j v_j^T A_g v_j`` for a gradient over the eigenvalues (descending, ``lam``'s order):
         ``a + b lambda`` parts through ``tr A_g`` and ``<A_g, S>`` (no eigenvector), the rest through the
         eigenvectors it is not zero on (the top one, a window's, or every one)."""
         g = np.zeros(self.lam.size)
         g[: grad.size] = grad[: self.lam.size] * self.unit  # (the eigenvalues here are in units of the top one)
         support = np.flatnonzero(g)
-        t = np.zeros(self.groups)
+        t = np.zeros(self.w.size)
         head = HEAD
         if support.size > self.lam.size // 2 and self.lam.size > 2 * head:
             # a function of every eigenvalue: an exact a + b lambda part below the leading few (the participation
@@ -358,14 +388,38 @@ class GroupSpread:
             return t
         if support[-1] < self.head.shape[1]:
             return t + self.head[:, support] @ g[support]
+        if support[-1] >= self.V.shape[1]:
+            return None  # (a direction past the leading ones computed: see group_spread's ``leading``)
         Vs = self.V[:, support]
         return t + self.inner((Vs * g[support]) @ Vs.T)
 
 
-def group_spread(groups: Any, lam: np.ndarray, *, centered: bool) -> GroupSpread | None:
+def merged(w: np.ndarray, t: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Groups' shares ``w`` and values ``t`` with adjacent groups merged in pairs ``depth`` times (a merged group's
+    value is its parts' mean, weighted by their shares; an odd last group stays alone)."""
+    for _ in range(depth):
+        m = w.size // 2 * 2
+        w2 = w[:m:2] + w[1:m:2]
+        t2 = (w[:m:2] * t[:m:2] + w[1:m:2] * t[1:m:2]) / np.where(w2 > 0, w2, 1.0)
+        if w.size % 2:
+            w2, t2 = np.append(w2, w[-1]), np.append(t2, t[-1])
+        w, t = w2, t2
+    return w, t
+
+
+def lag_correlation(w: np.ndarray, t: np.ndarray) -> float:
+    """The lag-1 autocorrelation of groups' values about their weighted mean (0 for a constant)."""
+    dev = t - float(w @ t) / float(w.sum())
+    total = float(np.dot(dev, dev))
+    return float(np.dot(dev[:-1], dev[1:])) / total if total > 0 and math.isfinite(total) else 0.0
+
+
+def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int = 0) -> GroupSpread | None:
     """The groups of a pass (:class:`~spectra_cli.stream.moments.Moments`, contiguous runs of rows) ready for
-    :meth:`GroupSpread.linearised`, with the eigenvectors of their pooled covariance; None with fewer than
-    :data:`MIN_GROUPS` groups of rows."""
+    :meth:`GroupSpread.linearised`, with the eigenvectors of their pooled covariance: every one up to
+    :data:`ALL_VECTORS_D` features; past it only the ``leading`` ones (the windows' and the top; a metric that needs
+    more, the entropy rank, then has no grouped value: a full decomposition with vectors costs twice the spectrum's
+    own). None with fewer than :data:`MIN_GROUPS` groups of rows."""
     from spectra_cli.analysis.bootstrap import group_sums
 
     filled = [g for g in groups if g.weight_sum > 0]
@@ -388,21 +442,32 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool) -> GroupSpread
     S = T * (c / Wt)
     if not (math.isfinite(c) and np.all(np.isfinite(S))):
         return None
-    if d >= SINGLE_FROM_D:
-        w, V = np.linalg.eigh(S.astype(np.float32))
-        w, V = w.astype(np.float64), V.astype(np.float64)
-    else:
-        w, V = np.linalg.eigh(S)
+    from spectra_cli import threads
+
+    with threads.blas(9.0 * float(d) ** 3, threads.SMALL_EIGEN_FLOPS):  # (the policy's threads: one for a small one)
+        if d > ALL_VECTORS_D:
+            import scipy.linalg
+
+            k = min(d, max(leading, HEAD))
+            w, V = scipy.linalg.eigh(S.astype(np.float32), subset_by_index=[d - k, d - 1], driver="evr",
+                                     check_finite=False, overwrite_a=True)
+            w, V = w.astype(np.float64), V.astype(np.float64)
+        elif d >= SINGLE_FROM_D:
+            w, V = np.linalg.eigh(S.astype(np.float32))
+            w, V = w.astype(np.float64), V.astype(np.float64)
+        else:
+            w, V = np.linalg.eigh(S)
     V = V[:, ::-1][:, : lam.size]
     spread = GroupSpread(sums.W / Wt, sums.W, sums.m2, sums.r2, u, c, S, lam, V, unit)
     with np.errstate(over="ignore", invalid="ignore"):
         return replace(spread, tr=spread.traces(), with_S=spread.inner(S), head=spread.quad(V[:, :HEAD]))
 
 
-def grouped_error(spread: GroupSpread, grad: np.ndarray) -> float | None:
-    """The grouped standard error of a metric of the eigenvalues, ``grad`` its gradient (descending order)."""
+def grouped_error(spread: GroupSpread, values: np.ndarray) -> float | None:
+    """The grouped standard error of a metric of the eigenvalues from its groups' linearised values
+    (:meth:`GroupSpread.linearised` of its gradient)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        var = spread.variance(spread.linearised(np.asarray(grad, dtype=np.float64)))
+        var = spread.variance(values)
     return math.sqrt(var) if math.isfinite(var) and var >= 0 else None
 
 

@@ -67,9 +67,11 @@ from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_bool, check_int
 
 BOOTSTRAP_GROUPS = 32
-#: From this many rows the pass keeps its row groups for the standard errors (8 rows a group and more); below,
-#: the errors are first order.
-GROUPED_ERRORS_ROWS = 8 * BOOTSTRAP_GROUPS
+#: The row groups a pass keeps for the standard errors alone (16 blocks at least: half the blocks --ci's 32 groups
+#: need, so half their cost on short inputs), and the rows from which it keeps them (4 a group); below, the errors
+#: are first order.
+ERROR_GROUPS = 16
+GROUPED_ERRORS_ROWS = 4 * ERROR_GROUPS
 #: What spectra isotropy says it needs a second pass for (and what works from moments instead).
 ISOTROPY_NEED = ("isotropy (its partition isotropy; spectra fit on moments gives the mean cosine, top-PC share and "
                  "mean-norm ratio)")
@@ -224,8 +226,8 @@ def fit(
     control = logz = scale_value = None
     with Input(data, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
-        keep = ci or population or inp.n_selected >= GROUPED_ERRORS_ROWS
-        first = inp.first_pass(groups=BOOTSTRAP_GROUPS if keep else 0, cosine=True, progress=progress)
+        groups = BOOTSTRAP_GROUPS if ci or population else ERROR_GROUPS if inp.n_selected >= GROUPED_ERRORS_ROWS else 0
+        first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)

@@ -4,6 +4,7 @@ the isotropy summary and the bootstrap of the fits."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,10 @@ def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None) 
 
     G = spread.groups
     method: dict[str, Any] = {"route": "row groups", "method": GROUPED_METHOD, "groups": G, "dof": G - 1}
+    if spread.depth:
+        method["merged"] = (f"the pass's {spread.w.size} contiguous groups merged in adjacent pairs {spread.depth} "
+                            f"time(s) into {G}: the metrics' values were alike in adjacent groups (dependence longer "
+                            "than a group)")
     deff = design_effect(spread, first.norm_histogram(), first.n_rows) if not first.weighted else None
     if deff is not None:
         n_eff = first.n_rows / max(deff, 1.0)
@@ -202,8 +207,8 @@ def first_order_warning(first: Accumulated) -> str:
     """Why the standard errors took the first-order route, and what that assumes."""
     if first.moments is None:
         why = "fewer rows than features: the n x n route keeps no row groups"
-    elif not first.groups and first.n_rows < 256:
-        why = f"{first.n_rows} rows: too few for row groups of 8 rows"
+    elif not first.groups and first.n_rows < 128:
+        why = f"{first.n_rows} rows: too few for 32 row groups of 4 rows"
     elif first.groups:
         why = f"only {len(first.groups)} row group(s): too few to measure a spread"
     else:
@@ -259,14 +264,46 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                "sampling error")
     fit_why: dict[int, str] = {}
     if why is None:
-        spread = group_spread(first.groups, lam, centered=centered) if first.moments is not None else None
+        windows = [f.window.k_max for f in (suite.fits if suite else ())]
+        if suite is not None and suite.models is not None:
+            windows += [m.window.k_max for m in suite.models.fits]
+        spread = group_spread(first.groups, lam, centered=centered,
+                              leading=max(windows, default=0)) if first.moments is not None else None
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         if spread is not None:
-            method = grouped_method(spread, first, warnings)
+            # every metric's group values first: the groups are merged until adjacent ones are unrelated
+            grads = [g for g in (*rank_gradients(lam).values(),
+                                 *isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).values(),
+                                 *(alpha_gradient(main.eigenvalues, f) for f in (suite.fits if suite else ())))
+                     if g is not None]
+            values: dict[bytes, np.ndarray | None] = {}  # each gradient's group values, read once
+            groups = spread
+
+            def linearised(grad: np.ndarray) -> np.ndarray | None:
+                key = grad.tobytes()
+                if key not in values:
+                    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                        values[key] = groups.linearised(grad)
+                return values[key]
+
+            read = [t for t in (linearised(g) for g in grads) if t is not None]
+            settled = groups.settled([groups.traces(), *read])
+            method = grouped_method(settled, first, warnings)
+            deff = max(method.get("design_effect") or 1.0, 1.0)
+            wide_note = method
 
             def error(grad: np.ndarray | None) -> float | None:
-                return grouped_error(spread, grad) if grad is not None else None
+                if grad is None:
+                    return None
+                t = linearised(grad)
+                if t is None:  # (wide: a metric of every eigenvector) first order, times the design effect's root
+                    se = first_order_error(lam, grad, model)
+                    wide_note["wide"] = ("past 2,048 features the entropy rank's error is first order times the "
+                                         "square root of the design effect (it needs every eigenvector; the other "
+                                         "errors read the leading ones)")
+                    return se * math.sqrt(deff) if se is not None else None
+                return grouped_error(settled, t)
         else:
             method = {"route": "first order", "method": METHOD, **model.to_dict()}
             if warnings is not None:

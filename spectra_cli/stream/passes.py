@@ -308,16 +308,19 @@ class Input:
             rows = max(256, min(DEFAULT_BLOCK_ROWS, max(BLOCK_BYTES // (8 * d), d // 2)))
         return rows
 
-    def first_pass_blocks(self, total: int, *, groups: int) -> tuple[int, int, int | None]:
+    def first_pass_blocks(self, total: int, *, groups: int,
+                          min_blocks: int = MIN_BLOCKS_FOR_GROUPS) -> tuple[int, int, int | None]:
         """Rows per block of the first pass, the groups and the block count: :attr:`block_rows`, or,
         when ``groups`` bootstrap groups are kept, small enough that the rows make at least
-        ``MIN_BLOCKS_FOR_GROUPS`` blocks (3,000 rows: 94-row blocks). Decided here only; the report
+        ``min_blocks`` blocks (``MIN_BLOCKS_FOR_GROUPS``, 32, for the bootstrap: 3,000 rows make 94-row blocks; the
+        standard errors' 16 groups ask for 16, and keep a block size the user gave). Decided here only; the report
         states the rows per block this returned (``options.block_rows``)."""
         block_rows = self.block_rows
         if groups <= 0:
             return block_rows, 0, None
-        if -(-total // block_rows) < MIN_BLOCKS_FOR_GROUPS and self.read.block_rows is None:  # (a user's is kept)
-            block_rows = max(1, -(-total // MIN_BLOCKS_FOR_GROUPS))
+        kept = self.read.block_rows is not None and min_blocks < MIN_BLOCKS_FOR_GROUPS  # (a user's, for the errors)
+        if -(-total // block_rows) < min_blocks and not kept:
+            block_rows = max(1, -(-total // min_blocks))
         return block_rows, groups, -(-total // block_rows)
 
     @property
@@ -325,7 +328,8 @@ class Input:
         return self.read.rows.n_selected(self.info.n_rows) if self.source is not None else self.info.n_rows
 
     # -- passes --------------------------------------------------------------------------------
-    def first_pass(self, *, groups: int = 0, cosine: bool = False, gram: bool = True,
+    def first_pass(self, *, groups: int = 0, min_blocks: int = MIN_BLOCKS_FOR_GROUPS, cosine: bool = False,
+                   gram: bool = True,
                    progress: Progress | None = None, min_rows: int = 2) -> Accumulated:
         """One pass over the selected rows into the states the analyses asked for."""
         if self.accumulator is not None:
@@ -341,7 +345,8 @@ class Input:
             raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
         weighted = self.weights is not None or self.source.has_weights
         use_gram = gram and total < d
-        block_rows, n_groups, n_blocks = self.first_pass_blocks(total, groups=0 if use_gram else groups)
+        block_rows, n_groups, n_blocks = self.first_pass_blocks(total, groups=0 if use_gram else groups,
+                                                                min_blocks=min_blocks)
         if n_blocks is not None:
             n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
         self.block_rows_used = block_rows

@@ -20,7 +20,7 @@ def test_fit_json_is_strict_and_valid(cli, validate):
     assert doc["command"] == "fit" and doc["schema"] == "spectra.report/1"
     assert doc["source"]["shape"] == [4096, 384] and doc["source"]["dtype"] == "float16"
     assert doc["options"] == {"centered": True, "ddof": 1, "weights": None, "precision": "float64",
-                              "block_rows": 128, "drop_nonfinite": False, "window": ["default"],
+                              "block_rows": 256, "drop_nonfinite": False, "window": ["default"],
                               "method": "ols", "model": "power-law", "degree": 2, "ci": None,
                               "population": None, "auto_tolerance": 0.05}
     assert doc["fit"]["window"] == [11, 38]

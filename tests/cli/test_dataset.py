@@ -265,8 +265,8 @@ def test_options_that_cannot_apply_to_moments_are_refused_by_name(cli, tmp_path,
 def test_the_report_states_the_rows_per_block_of_the_products_made():
     Y = powerlaw_matrix(3000, 16, 1.0, seed=0)
     assert spectra.fit(Y, ci=True, ci_replicates=10).options["block_rows"] == 94  # 32 blocks for the groups
-    assert spectra.fit(Y).options["block_rows"] == 94  # (the standard errors read the same groups)
-    assert spectra.fit(Y[:200]).options["block_rows"] == 8192  # (too few rows for groups of 8: first-order errors)
+    assert spectra.fit(Y).options["block_rows"] == 188  # (16 blocks: the standard errors' row groups)
+    assert spectra.fit(Y[:60]).options["block_rows"] == 8192  # (too few rows for groups of 4: first-order errors)
     assert spectra.fit(Y, block_rows=500).options["block_rows"] == 500  # (a user's block is kept)
 
 

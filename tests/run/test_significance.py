@@ -42,7 +42,7 @@ def test_two_samples_of_one_population_flag_nothing_and_a_shift_is_flagged(sampl
     assert pr["significant"] is False and rows["rank.k90"]["significant"] is None and rows["rank.k90"]["z"] is None
     assert not any(r["significant"] for r in rows.values())
     assert same.to_dict()["significance"]["tested"] >= 4  # (the stable rank is the top-PC share's: one test)
-    assert pr["dof"] == pytest.approx(62, rel=0.05)  # (31 + 31: two reports of 32 row groups)
+    assert 14 <= pr["dof"] <= 30.5  # (Welch-Satterthwaite over two reports of 16 row groups, 15 dof each at most)
     moved = spectra.compare(str(samples / "a.npy"), str(samples / "c.npy"))
     shifted = {r["field"]: r for r in moved.to_dict()["metrics"]}
     assert shifted["isotropy.top_pc_share"]["significant"] and shifted["rank.participation_ratio"]["significant"]

@@ -1,0 +1,82 @@
+"""What the standard errors cost: `spectra fit` as whole processes, this checkout against another (one made before
+the errors read the row groups), alternated round-robin, on the 4k x 384 sample and on 8,192 x 4,096 float32 rows.
+
+    git worktree add /tmp/old <commit>     # the code to compare with
+    python bench/bench_se_cost.py --old /tmp/old [--rounds 5] [--wide-rounds 2]
+
+Prints each contender's median wall seconds and the ratio; and, in process, the fit's own `timings` (its
+`uncertainty_s` and the whole `total_s`, the median of 5 calls after a warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data"
+
+
+def wide() -> Path:
+    path = DATA / "se_cost_8192x4096_f32.npy"
+    if not path.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((8192, 4096), dtype=np.float32) * (np.arange(1, 4097, dtype=np.float32) ** -0.5)
+        np.save(path, X)
+    return path
+
+
+def _from(code: Path) -> str:
+    """Python that imports spectra_cli from ``code``: an editable install's import hook (which would always give this
+    checkout) taken out first."""
+    return ("import sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+            f"sys.path.insert(0, {str(code)!r}); ")
+
+
+def run(code: Path, data: Path) -> float:
+    script = _from(code) + f"import runpy; sys.argv = ['spectra', 'fit', {str(data)!r}, '--json']; " \
+        "runpy.run_module('spectra_cli', run_name='__main__')"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def in_process(code: Path, data: Path) -> str:
+    script = _from(code) + (
+        "import json, statistics, warnings, numpy as np, spectra_cli as s; warnings.simplefilter('ignore');"
+        f"assert s.__file__.startswith({str(code)!r}), s.__file__;"
+        f"X = np.load({str(data)!r}); s.fit(X); t = [s.fit(X).timings for _ in range(5)];"
+        "print(json.dumps({k: round(statistics.median(x.get(k, 0.0) for x in t), 4) for k in "
+        "('read_accumulate_s', 'uncertainty_s', 'total_s')}))")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", required=True, type=Path)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--wide-rounds", type=int, default=2)
+    args = ap.parse_args()
+    for name, data, rounds in (("4k x 384 sample", ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy",
+                                args.rounds), ("8,192 x 4,096 float32", wide(), args.wide_rounds)):
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(rounds):
+            for label, code in (("old", args.old), ("new", ROOT)):
+                times[label].append(run(code, data))
+        old, new = statistics.median(times["old"]), statistics.median(times["new"])
+        print(f"{name}: whole process old {old:.2f} s, new {new:.2f} s: {new / old:.3f}x")
+        if rounds and name.startswith("4k"):
+            print(f"    in process, old: {in_process(args.old, data)}")
+            print(f"    in process, new: {in_process(ROOT, data)}")
+
+
+if __name__ == "__main__":
+    main()

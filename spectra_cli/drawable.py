@@ -273,8 +273,11 @@ def predict(fit: dict[str, Any], ranks: np.ndarray) -> np.ndarray:
 
 
 def natural_key(name: str) -> list[Any]:
-    """Sort key that puts ``layer.2`` before ``layer.10`` (the network's order in its names)."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    """Sort key that puts ``layer.2`` before ``layer.10`` (the network's order in its names): each run of digits
+    by its length without leading zeros, then its digits (no ``int()``: a run of 5,000 digits is past Python's
+    conversion limit)."""
+    parts = re.split(r"(\d+)", name)
+    return [(len(t.lstrip("0")), t.lstrip("0"), t) if i % 2 else t for i, t in enumerate(parts)]
 
 
 #: A drawn label keeps at most this many characters (its middle cut to an ellipsis): a name of 20 MB in a results

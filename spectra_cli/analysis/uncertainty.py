@@ -264,8 +264,9 @@ GROUPED_METHOD = ("the spread between contiguous row groups of each metric's lin
                   "(a grouped jackknife, or batch means: t_g = sum_j g_j v_j^T S_g v_j, S_g group g's rows about the "
                   "whole mean, Var f = G / (G - 1) sum_g w_g^2 (t_g - t)^2, w_g the group's share of the rows: the "
                   "cluster-robust variance), honest under any row law and under dependence that stays within a group; "
-                  "adjacent groups are merged in pairs while any metric's values correlate between neighbours (lag-1 "
-                  "autocorrelation over 1 / sqrt G: batches long enough for the rows' dependence), down to 8; "
+                  "adjacent groups are merged in pairs while the total variance's, a rank's or the top-PC share's "
+                  "values correlate between neighbours (lag-1 autocorrelation over 1 / sqrt G: batches long enough "
+                  "for the rows' dependence), down to 8; "
                   "intervals and tests take t quantiles with G - 1 degrees of freedom")
 #: Up to this width the grouped errors read every eigenvector (one float32 decomposition with vectors); past it the
 #: leading ones only (a partial decomposition: at d = 4,096 a full one took twice the spectrum's own).

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
-from spectra_cli.options import gib, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.options import gib, memory_budget, parse_bytes, physical_memory, refuse_over_budget
 from spectra_cli.sinks import check_not_input
 from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
@@ -143,7 +143,7 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         raise OptionError(f"{param('column', column, show=True)} must be the name of the text field or column.")
     device = _device_name(device)
     attention = check_choice("attention", attention, ATTENTIONS)
-    budget = memory_budget(parse_bytes(max_memory))
+    budget = min(memory_budget(parse_bytes(max_memory)), physical_memory())  # (no budget past the machine's)
     texts = check_path("texts", texts)
     if not os.path.isfile(texts):  # (a FIFO or a device is no file: nothing blocks on it)
         raise InputError(f"{param('texts', texts)} is not a file.")
@@ -152,7 +152,8 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         out = _check_out(out, step, path, texts)
     refuse_over_budget("capture", f"the model {path} ({weight_bytes:,} bytes of weights)", weight_bytes,
                        "its weights, loaded whole", budget, fewer="capture a smaller model")
-    net, tokenizer, max_length = _load(path, config, device, attention, max_length)
+    net, tokenizer, max_length = _load(path, config, device, attention, max_length, budget=budget)
+    options["max_memory"] = max(budget - _held(net), 1)  # (the moments: what the model leaves of the budget)
     cap = Capture(net, **options)
     if out is not None:  # (the modules' files are known now, before any text runs)
         _, files = cap.plan(out, step=step, flag="out")
@@ -192,25 +193,25 @@ def _model_folder(model: Any) -> tuple[str, dict[str, Any], int]:
     if not os.path.isdir(path):
         raise InputError(f"{path} is not a folder; a local Hugging Face model folder (config.json, the weights and "
                          "the tokenizer's files) is required.")
-    files: dict[str, int] = {}
-    try:
-        with os.scandir(path) as it:
-            for i, entry in enumerate(it):
-                if i >= MAX_FOLDER_ENTRIES:
-                    raise InputError(f"{path} lists more than {MAX_FOLDER_ENTRIES:,} entries; a model folder holds "
-                                     "a config, weights and a tokenizer.")
-                try:
-                    st = os.stat(entry.path)
-                except OSError:
-                    continue  # (a dangling link: nothing reads it)
-                if stat.S_ISREG(st.st_mode):
-                    files[entry.name] = st.st_size
-                elif not stat.S_ISDIR(st.st_mode):
-                    kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
-                    raise InputError(f"{entry.path} is {kind}; a model folder holds regular files (a read of it "
-                                     "would block or never end).")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot list the folder ({exc.strerror}).") from None
+    files: dict[str, int] = {}  # every regular file of the folder and its sub-folders, by its path inside it
+    seen = 0
+    for root, dirs, names in os.walk(path, onerror=None):  # (links to folders are not followed)
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                raise InputError(f"{path} holds more than {MAX_FOLDER_ENTRIES:,} files; a model folder holds a "
+                                 "config, weights and a tokenizer.")
+            full = os.path.join(root, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue  # (a dangling link: nothing reads it)
+            if stat.S_ISREG(st.st_mode):
+                files[os.path.relpath(full, path)] = st.st_size
+            elif not stat.S_ISDIR(st.st_mode):
+                kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+                raise InputError(f"{full} is {kind}; a model folder holds regular files (a read of it would block "
+                                 "or never end).")
     if "config.json" not in files:
         raise InputError(f"{path} has no config.json; a local Hugging Face model folder (config.json, the weights "
                          "and the tokenizer's files) is required.")
@@ -226,7 +227,8 @@ def _model_folder(model: Any) -> tuple[str, dict[str, Any], int]:
         raise InputError(f"{path}/config.json cannot be read ({why}).") from None
     if not isinstance(config, dict):
         raise InputError(f"{path}/config.json holds {type(config).__name__}, not a model's config (an object).")
-    weights = {n: size for n, size in files.items() if n.endswith(".safetensors")}
+    _check_indexes(path, files)
+    weights = {n: size for n, size in files.items() if n.endswith(".safetensors") and os.sep not in n}
     if not weights:
         other = sorted(n for n in files if n.lower().endswith(OTHER_WEIGHTS))
         if other:
@@ -240,6 +242,35 @@ def _model_folder(model: Any) -> tuple[str, dict[str, Any], int]:
     return path, config, sum(weights.values())
 
 
+def _check_indexes(path: str, files: dict[str, int]) -> None:
+    """Every weights index of the folder (``*.index.json``) maps its tensors to ``.safetensors`` files of the folder
+    itself (a plain name, no sub-folder, no ``..``) that exist as regular files: an index that points at a pickle
+    (``.bin``) would have transformers unpickle it, one that points at a FIFO would block the load."""
+    for name, size in files.items():
+        if not name.endswith(".index.json") or os.sep in name:
+            continue
+        where = os.path.join(path, name)
+        if size > MAX_CONFIG_BYTES:
+            raise InputError(f"{where} is {size:,} bytes; a weights index is at most {MAX_CONFIG_BYTES:,}.")
+        try:
+            with open(where, "rb") as fh:
+                doc = json.loads(fh.read(MAX_CONFIG_BYTES + 1))
+        except (OSError, ValueError, RecursionError):
+            raise InputError(f"{where} is not a readable JSON weights index.") from None
+        shards = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(shards, dict):
+            raise InputError(f"{where} has no weight_map (tensor -> shard file).")
+        for shard in {str(v) for v in shards.values()}:
+            plain = shard == os.path.basename(shard) and shard not in (".", "..") and "\\" not in shard
+            if not (plain and shard.endswith(".safetensors")):
+                raise InputError(f"{where} maps tensors to {shard[:200]!r}; capture reads weights only from "
+                                 ".safetensors files beside the index (never a pickle such as a .bin, never a file "
+                                 "elsewhere).")
+            if shard not in files:
+                raise InputError(f"{where} maps tensors to {shard[:200]!r}, which is not a regular file of the "
+                                 "folder.")
+
+
 def _check_out(out: Any, step: int | None, model: str, texts: str) -> str:
     """``out`` checked before the model loads: a folder (or none yet), its snapshot folder ``step_N`` too, not
     inside the model folder, and not the folder of a texts file named as a moment file."""
@@ -251,6 +282,11 @@ def _check_out(out: Any, step: int | None, model: str, texts: str) -> str:
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputError(f"{param('out', out)}: {target} exists and is not a directory; the snapshot of step {step} "
                           "is written into a folder of that name.")
+    up = os.path.abspath(target)
+    while not os.path.lexists(up):
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        raise OutputError(f"{param('out', out)}: {up} is a file, so no folder can be made below it; name a folder.")
     real, home = os.path.realpath(target), os.path.realpath(model)
     if real == home or real.startswith(home.rstrip(os.sep) + os.sep):
         raise OutputError(f"{param('out', out)} is inside the model folder {model}; write the moment files "
@@ -261,8 +297,13 @@ def _check_out(out: Any, step: int | None, model: str, texts: str) -> str:
     return out
 
 
-def _load(path: str, config: dict[str, Any], device: str, attention: str,
-          max_length: int) -> tuple[Any, Any, int]:
+def _held(net: Any) -> int:
+    """Bytes of a model's parameters and buffers."""
+    return int(sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers())))
+
+
+def _load(path: str, config: dict[str, Any], device: str, attention: str, max_length: int, *,
+          budget: int) -> tuple[Any, Any, int]:
     """The model (eval mode, on ``device``), its tokenizer (padding with its end-of-sequence token where it has
     no padding token) and the tokens a text may keep (``max_length``, at most the model's positions), from a
     checked local folder (:func:`_model_folder`), running none of its code (see the module's docstring)."""
@@ -300,6 +341,14 @@ def _load(path: str, config: dict[str, Any], device: str, attention: str,
     try:
         # nothing is read from stdin (a prompt gets an empty answer: no), nothing is printed on stdout
         with _no_stdin(), contextlib.redirect_stdout(sys.stderr):
+            # the model as its config declares it, on the meta device (no memory): what loading it will allocate,
+            # whatever the weights files hold (missing weights are made at random, at full size)
+            cfg = transformers.AutoConfig.from_pretrained(path, **no_code)
+            with torch.device("meta"):
+                shape = AutoModel.from_config(cfg, attn_implementation=attention, trust_remote_code=False)
+            refuse_over_budget("capture", f"the model {path} (as its config.json declares it)", _held(shape),
+                               "its parameters and buffers", budget, fewer="capture a smaller model")
+            del shape
             tokenizer = AutoTokenizer.from_pretrained(path, **no_code)
             net = AutoModel.from_pretrained(path, use_safetensors=True, attn_implementation=attention, **no_code)
     except SpectraError:
@@ -387,8 +436,8 @@ def _texts(path: str, column: str) -> Iterator[str]:
             field = doc.get(column) if isinstance(doc, dict) else None
             if not isinstance(field, str):
                 raise InputError(f"{path} line {i} has no text field {column!r}; name it with {param('column')}.")
-            if field.strip():
-                yield field[:MAX_TEXT_CHARS]
+            if field.strip():  # (a lone surrogate escape, "\\ud800", is no text: replaced, as a .txt's bad bytes are)
+                yield field[:MAX_TEXT_CHARS].encode("utf-8", "replace").decode("utf-8")
 
 
 def _parquet_texts(path: str, column: str) -> Iterator[str]:
@@ -400,14 +449,17 @@ def _parquet_texts(path: str, column: str) -> Iterator[str]:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path, read_dictionary=[column])
-        names = pf.schema_arrow.names
+        names = pq.ParquetFile(path).schema_arrow.names
     except Exception as exc:  # noqa: BLE001 - pyarrow's errors are many
         raise InputError(f"{path} is not a readable Parquet file ({str(exc)[:200]}).") from None
     if column not in names:
         raise InputError(f"{path} has no column {column!r} (columns: {', '.join(names[:10])}); name the text column "
                          f"with {param('column')}.")
-    kind = pf.schema_arrow.field(column).type
+    try:
+        pf = pq.ParquetFile(path, read_dictionary=[column])
+        kind = pf.schema_arrow.field(column).type
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors are many
+        raise InputError(f"{path}: column {column!r} cannot be read as text ({str(exc)[:200]}).") from None
     value_type = kind.value_type if pa.types.is_dictionary(kind) else kind
     if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
         raise InputError(f"{path}: column {column!r} holds {value_type}, not text; name the text column with "
@@ -461,7 +513,12 @@ def _run(cap: Capture, net: Any, tokenizer: Any, texts: Iterator[str], *, batch_
     batch: list[str] = []
 
     def flush() -> int:
-        enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        try:
+            enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        except Exception as exc:  # noqa: BLE001 - the tokenizer's own failure on these texts, said in one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InputError(f"the tokenizer failed on a batch of texts ({type(exc).__name__}: {first[:300]}).") \
+                from None
         enc = {k: v.to(net.device) for k, v in enc.items()}
         try:
             with torch.no_grad():

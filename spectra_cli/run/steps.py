@@ -272,10 +272,10 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         if spread is not None:
-            # every metric's group values first: the groups are merged until adjacent ones are unrelated
+            # the ranks' and the isotropy's group values first: the groups are merged until adjacent ones are
+            # unrelated (the same groups for every fit whatever its window, so a rank's error never moves with one)
             grads = [g for g in (*rank_gradients(lam).values(),
-                                 *isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).values(),
-                                 *(alpha_gradient(main.eigenvalues, f) for f in (suite.fits if suite else ())))
+                                 *isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).values())
                      if g is not None]
             values: dict[bytes, np.ndarray | None] = {}  # each gradient's group values, read once
             groups = spread

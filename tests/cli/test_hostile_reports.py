@@ -143,3 +143,15 @@ def test_a_step_number_too_long_to_be_a_step_is_said_not_nulled(cli, tmp_path, r
     r = cli("trend", tmp_path / "ok.jsonl", "--metric", "fit.alpha", "--step-regex", r"step_(\d+)", "--json")
     assert r.exit_code == 0, r.stderr
     assert [p["step"] for p in r.json()["series"][0]["points"]] == [0, 1]
+
+
+def test_a_name_with_a_run_of_5000_digits_sorts_and_draws(cli, tmp_path, report):
+    # int() of the run in the natural sort passed Python's 4,300-digit limit: exit 3 from batch and report
+    from spectra_cli.drawable import natural_key
+
+    names = ["layer.10", "layer.2", "w" + "1" * 5000, "w2"]
+    assert [n[:8] for n in sorted(names, key=natural_key)] == ["layer.2", "layer.10", "w2", "w" + "1" * 7]
+    lines = [json.dumps(dict(report, item=f"ck.safetensors::w{'7' * 5000}")), json.dumps(dict(report, item="b"))]
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    r = cli("report", tmp_path / "r.jsonl", "-o", tmp_path / "p.html")
+    assert r.exit_code == 0, r.stderr

@@ -265,3 +265,52 @@ def test_texts_are_read_in_bounded_pieces(tmp_path):
     pq.write_table(pa.table({"n": np.arange(3)}), tmp_path / "n.parquet")
     with pytest.raises(InputError, match="column 'n' holds int64, not text"):
         list(_texts(str(tmp_path / "n.parquet"), "n"))
+
+
+def test_an_index_never_leads_to_a_pickle_a_fifo_or_a_file_elsewhere(tmp_path, texts):
+    from safetensors.torch import load_file
+
+    for target, message in [("real.bin", "capture reads weights only from .safetensors files beside the index"),
+                             ("sub/f.safetensors", "is a FIFO"), ("../x.safetensors", "beside the index")]:
+        folder = _bert(tmp_path / f"m{len(target)}")
+        (folder / "model.safetensors").rename(folder / "x.safetensors")
+        sd = load_file(folder / "x.safetensors")
+        if target == "real.bin":
+            torch.save(sd, folder / "real.bin")  # (a valid state dict: transformers loaded it, unpickled)
+        if target.startswith("sub/"):
+            (folder / "sub").mkdir()
+            os.mkfifo(folder / "sub" / "f.safetensors")  # (it blocked the load for ever)
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": dict.fromkeys(sd, target)}))
+        start = time.monotonic()
+        with pytest.raises(InputError, match=message):
+            spectra.capture(folder, modules="encoder.layer.*", texts=texts)
+        assert time.monotonic() - start < 30
+
+
+def test_the_model_is_sized_as_its_config_declares_it_before_it_loads(tmp_path, texts):
+    # weights of a few KB and a config of 1,000 layers of 20,000: loading filled 3 GB at random past --max-memory
+    folder = _bert(tmp_path / "declared")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(num_hidden_layers=1000, intermediate_size=20000)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"the model .* \(as its config.json declares it\) needs about 2.\d+ GiB"):
+        spectra.capture(folder, modules="encoder.layer.0", texts=texts, max_memory="300MB")
+
+
+def test_hostile_texts_and_outputs_are_one_line_before_the_model_runs(tmp_path, cli):
+    folder = _bert(tmp_path / "bert")
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text('{"text": "\\ud800 the cat"}\n')  # (a lone surrogate escape: the tokenizer raised a TypeError)
+    r = cli("capture", folder, "--texts", lone, "--modules", "encoder.layer.*", "-o", tmp_path / "o1", "--json")
+    assert r.exit_code == 0, r.stderr
+    (tmp_path / "afile").write_text("x")
+    r = cli("capture", folder, "--texts", lone, "--modules", "encoder.layer.*", "-o", tmp_path / "afile" / "sub")
+    assert r.exit_code == 2 and r.stderr.startswith("error: -o ") and "is a file, so no folder can be made" in r.stderr
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": ["a", "b"]}), tmp_path / "nocol.parquet")
+    r = cli("capture", folder, "--texts", tmp_path / "nocol.parquet", "--modules", "encoder.layer.*", "-o",
+            tmp_path / "o2")
+    assert r.exit_code == 2 and r.stderr == (f"error: {tmp_path / 'nocol.parquet'} has no column 'text' (columns: x); "
+                                             "name the text column with --column.\n")

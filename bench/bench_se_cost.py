@@ -2,7 +2,7 @@
 the errors read the row groups), alternated round-robin, on the 4k x 384 sample and on 8,192 x 4,096 float32 rows.
 
     git worktree add /tmp/old <commit>     # the code to compare with
-    python bench/bench_se_cost.py --old /tmp/old [--rounds 5] [--wide-rounds 2]
+    python bench/bench_se_cost.py --old /tmp/old [--rounds 5] [--wide-rounds 2] [--busy 2]
 
 Prints each contender's median wall seconds and the ratio; and, in process, the fit's own `timings` (its
 `uncertainty_s` and the whole `total_s`, the median of 5 calls after a warm-up).
@@ -64,9 +64,22 @@ def main() -> None:
     ap.add_argument("--old", required=True, type=Path)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--wide-rounds", type=int, default=2)
+    ap.add_argument("--busy", type=int, default=0, help="this many busy processes on the cores meanwhile (loaded)")
     args = ap.parse_args()
+    import contextlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from busy import busy
+
+    with busy(args.busy) if args.busy else contextlib.nullcontext():
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     for name, data, rounds in (("4k x 384 sample", ROOT / "sample_data" / "minilm_layer5_tokens_4k_f16.npy",
                                 args.rounds), ("8,192 x 4,096 float32", wide(), args.wide_rounds)):
+        if not rounds:
+            continue
         times: dict[str, list[float]] = {"old": [], "new": []}
         for _ in range(rounds):
             for label, code in (("old", args.old), ("new", ROOT)):

@@ -226,7 +226,9 @@ def fit(
     control = logz = scale_value = None
     with Input(data, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
-        groups = BOOTSTRAP_GROUPS if ci or population else ERROR_GROUPS if inp.n_selected >= GROUPED_ERRORS_ROWS else 0
+        # (a weight matrix in WeightWatcher's convention is no sample of rows: its errors stay first order, as cheap)
+        grouped = inp.n_selected >= GROUPED_ERRORS_ROWS and not Convention.of(opts.convention).is_weightwatcher
+        groups = BOOTSTRAP_GROUPS if ci or population else ERROR_GROUPS if grouped else 0
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
@@ -297,7 +299,7 @@ def fit(
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
-                                             warnings=warnings)
+                                             warnings=warnings, sample=not weightwatcher)
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")
@@ -361,7 +363,8 @@ def isotropy(
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
-        first = inp.first_pass(cosine=True, progress=progress)
+        groups = ERROR_GROUPS if inp.n_selected >= GROUPED_ERRORS_ROWS else 0  # (the errors read them, as fit's)
+        first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=True, ddof=read.ddof)
         clock.mark("eigen_s")
@@ -373,7 +376,7 @@ def isotropy(
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
                         "counted in the covariance; if they are padding, remove them before the analysis")
-    _, with_se = steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore)
+    _, with_se = steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore, warnings=warnings)
     iso = with_se if with_se is not None else iso
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,

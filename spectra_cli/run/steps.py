@@ -220,8 +220,8 @@ def first_order_warning(first: Accumulated) -> str:
 
 
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
-                     centered: bool, isoscore: bool = False,
-                     warnings: list[str] | None = None) -> tuple[FitSuite | None, Isotropy | None]:
+                     centered: bool, isoscore: bool = False, warnings: list[str] | None = None,
+                     sample: bool = True) -> tuple[FitSuite | None, Isotropy | None]:
     """The standard error of every rank and isotropy measure that has one and of each fit's alpha (the
     delta method through the eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for every one
     without a standard error why there is none (never a zero)."""
@@ -306,7 +306,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                 return grouped_error(settled, t)
         else:
             method = {"route": "first order", "method": METHOD, **model.to_dict()}
-            if warnings is not None:
+            if warnings is not None and sample:  # (a weight matrix's rows are no sample: nothing to warn of)
                 warnings.append(first_order_warning(first))
                 if model.source.startswith("no histogram"):
                     warnings.append("these moments carry no histogram of row norms (a moment file made before "

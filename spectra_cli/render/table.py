@@ -27,6 +27,22 @@ def _se(section: dict[str, Any], m: Metric) -> str:
     return f" ± {format(se, '.2g')} (SE)" if isinstance(se, int | float) and not isinstance(se, bool) else ""
 
 
+def _errors_from(doc: dict[str, Any]) -> str | None:
+    """Where the report's standard errors come from, in a line: the row groups (how many, the design effect and
+    the rows' worth) or the first-order row model."""
+    method = (doc.get("rank") or {}).get("se_method") or (doc.get("isotropy") or {}).get("se_method")
+    if not isinstance(method, dict):
+        return None
+    if method.get("route") == "row groups":
+        deff, n_eff = method.get("design_effect"), method.get("n_effective")
+        worth = (f"; design effect {deff:.2g}: about {n_eff:,.0f} independent rows' worth"
+                 if isinstance(deff, int | float) and isinstance(n_eff, int | float) else "")
+        return f"standard errors: the spread between {method.get('groups')} contiguous row groups{worth}"
+    if method.get("route") == "first order":
+        return "standard errors: first order (independent rows of one law assumed: no row groups were kept)"
+    return None
+
+
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", overflow="fold")  # (a label wraps at its spaces on a narrow terminal)
@@ -141,6 +157,8 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
         notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
                  "samples of this size); LS SE: the least-squares scatter of the points about the line (no sampling "
                  "error: it under-states it where the law follows the points, and measures the misfit where not)"]
+        if (how := _errors_from(doc)) is not None:
+            notes.append(how)
         for f in excluded:
             notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
                          f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "

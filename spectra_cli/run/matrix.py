@@ -282,11 +282,18 @@ def fit(
     seq = inp.info.details.get("sequence") or {}
     if seq.get("pool") == "tokens" and len(seq.get("positions_used") or ()) > 1:
         length = len(seq["positions_used"])
-        warnings.append(Message(
-            f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are not "
-            "independent, and the standard errors and intervals, which take the rows as independent, are too small "
-            f"(by up to sqrt({length}) = {math.sqrt(length):.2g}x where a window's positions move together); for "
-            f"errors across windows give each window one row ({param('pool', 'mean')})"))
+        if first.groups:  # (the errors read contiguous row groups: a window inside one is counted)
+            warnings.append(Message(
+                f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are "
+                "not independent; the standard errors come from contiguous row groups, which count that dependence "
+                "where a window lies within a group (the report's design effect says how much it weighs); for errors "
+                f"across windows give each window one row ({param('pool', 'mean')})"))
+        else:
+            warnings.append(Message(
+                f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are "
+                "not independent, and the standard errors and intervals, which take the rows as independent, are too "
+                f"small (by up to sqrt({length}) = {math.sqrt(length):.2g}x where a window's positions move together); "
+                f"for errors across windows give each window one row ({param('pool', 'mean')})"))
     if ci:
         clock.mark("analysis_s")
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,

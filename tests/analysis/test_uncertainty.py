@@ -5,6 +5,7 @@ honest gaps."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -172,6 +173,7 @@ def test_the_table_shows_each_error_beside_its_value(cli, tmp_path):
     assert r.exit_code == 0
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("participation ratio"))
     assert "± " in line and "(SE)" in line
+    assert re.search(r"standard errors: the spread between (16|8) contiguous row groups; design effect", r.stdout)
 
 
 def test_weighted_rows_do_not_count_their_weights_twice():

@@ -236,15 +236,21 @@ def test_the_streamed_context_route_gives_the_numbers_of_the_gram_stack():
                                atol=1e-12 * stack.block_diagonal[0])
 
 
-def test_a_fit_of_a_sequences_tokens_says_its_errors_take_them_as_independent():
-    """Tokens of one window are not independent rows: the fit says its standard errors are too small, by up to
-    sqrt(positions), and how to get errors across windows; pooled to one row a window, it does not."""
+def test_a_fit_of_a_sequences_tokens_says_how_its_errors_count_them():
+    """Tokens of one window are not independent rows: the fit says its standard errors count that dependence through
+    the row groups (a window within a group) and how to get errors across windows; where no groups are kept it says
+    they are too small, by up to sqrt(positions); pooled to one row a window, it says nothing."""
     X = np.load(SAMPLE / "minilm_layer3_context32_128_f16.npy")
     said = [w for w in spectra.fit(X).warnings if "tokens of one window are not independent" in w]
-    assert said == ["the rows are the tokens of 128 windows of 32 positions: tokens of one window are not independent, "
-                    "and the standard errors and intervals, which take the rows as independent, are too small (by up "
-                    f"to sqrt(32) = {math.sqrt(32):.2g}x where a window's positions move together); for errors across "
+    assert said == ["the rows are the tokens of 128 windows of 32 positions: tokens of one window are not independent; "
+                    "the standard errors come from contiguous row groups, which count that dependence where a window "
+                    "lies within a group (the report's design effect says how much it weighs); for errors across "
                     "windows give each window one row (pool='mean')"]
+    few = [w for w in spectra.fit(X[:1]).warnings if "tokens of one window are not independent" in w]
+    assert few == ["the rows are the tokens of 1 windows of 32 positions: tokens of one window are not independent, "
+                   "and the standard errors and intervals, which take the rows as independent, are too small (by up "
+                   f"to sqrt(32) = {math.sqrt(32):.2g}x where a window's positions move together); for errors across "
+                   "windows give each window one row (pool='mean')"]
     assert not [w for w in spectra.fit(X, pool="mean").warnings if "not independent" in w]
     assert not [w for w in spectra.fit(X, positions="3").warnings if "not independent" in w]  # one position
 

@@ -476,22 +476,24 @@ def design_effect(spread: GroupSpread, norms: Any, n_rows: int) -> float | None:
     """How many times more the total variance ``tr S`` varies between the row groups than independent rows
     would make it vary: the grouped variance of ``tr S`` over ``Var |y - mean|^2 / n``, the variance of the rows'
     squared norms read from their histogram (what independent rows of exactly these norms give, whatever their
-    law). About 1 for independent rows; the effective rows are ``n`` divided by it. None without a histogram."""
+    law). About 1 for independent rows; the effective rows are ``n`` divided by it. None without a histogram (and
+    for uncentred moments: the histogram's norms are about the mean). Scale-free: the norms in units of their
+    largest, the traces in the top eigenvalue's."""
     if norms is None or not getattr(norms, "rows", 0) or n_rows < 2:
         return None
     values, counts = norms.values()
     total = float(counts.sum())
-    if not total > 0:
+    top = float(values.max()) if values.size else 0.0
+    if not (total > 0 and top > 0 and math.isfinite(top)):
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        p = counts / total
-        mean = float(p @ values)
-        var_h = float(p @ (values * values)) - mean * mean
+    p, v = counts / total, values / top
+    mean = float(p @ v)
+    var_h = float(p @ (v * v)) - mean * mean  # (in units of top^2)
     if not (var_h > 0 and math.isfinite(var_h)):
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        between = spread.variance(spread.traces()) * spread.unit * spread.unit  # (the traces are in the top's units)
-        ratio = between / (var_h / n_rows)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        between = spread.variance(spread.traces())  # (in units of the top eigenvalue's square)
+        ratio = between / (var_h / n_rows) * (spread.unit / top) ** 2
     return ratio if math.isfinite(ratio) else None
 
 

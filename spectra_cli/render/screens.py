@@ -220,9 +220,10 @@ def print_compare(a: str, b: str, rows: Sequence[Any], console: Console) -> None
                    else _num(r.diff, "+.3g") for r in shown]),
         ("z", ["—" if r.z is None else f"{r.z:+.1f}" + (" *" if r.significant else "") for r in shown]),
         ("rel", ["—" if r.rel is None else f"{r.rel * 100:+.1f}%" for r in shown])])
-    console.print("[dim]z: the change over its standard error (independent samples); * beyond sampling noise at the "
-                  "false discovery rate (Benjamini-Hochberg over every field with a standard error; --json gives "
-                  "each row's standard error, z, p-value and verdict)[/]")
+    console.print("[dim]z: the change over its standard error (independent samples; Student's t where the errors "
+                  "come from row groups); * beyond sampling noise at the false discovery rate (Benjamini-Hochberg over "
+                  "each independent quantity once: the stable rank takes the top-PC share's verdict; --json gives "
+                  "each row's standard error, z, degrees of freedom, p-value and verdict)[/]")
 
 
 #: Past this many points, trend's table shows each series at its first and last step.

@@ -243,12 +243,13 @@ def _model_folder(model: Any) -> tuple[str, dict[str, Any], int]:
 
 
 def _check_indexes(path: str, files: dict[str, int]) -> None:
-    """Every weights index of the folder (``*.index.json``) maps its tensors to ``.safetensors`` files of the folder
+    """Every safetensors weights index of the folder (``*.safetensors.index.json``, the one transformers reads with
+    ``use_safetensors=True``) maps its tensors to ``.safetensors`` files of the folder
     itself (a plain name, no sub-folder, no ``..``) that exist as regular files: an index that points at a pickle
     (``.bin``) would have transformers unpickle it, one that points at a FIFO would block the load."""
     for name, size in files.items():
-        if not name.endswith(".index.json") or os.sep in name:
-            continue
+        if not name.endswith(".safetensors.index.json") or os.sep in name:
+            continue  # (a pytorch_model.bin.index.json beside it is never read: the load takes safetensors only)
         where = os.path.join(path, name)
         if size > MAX_CONFIG_BYTES:
             raise InputError(f"{where} is {size:,} bytes; a weights index is at most {MAX_CONFIG_BYTES:,}.")

@@ -165,6 +165,8 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
     found = benjamini_hochberg([rows[i].p for i in tested], fdr)  # type: ignore[misc]
     marks = dict(zip(tested, found, strict=True))
     for i, j in same.items():
+        while j in same:  # (a chain: a function of a field that repeats another)
+            j = same[j]
         marks[i] = marks[j]
     return [replace(r, significant=marks[i]) if i in marks else r for i, r in enumerate(rows)]
 

@@ -67,11 +67,6 @@ from spectra_cli.stream.passes import Input, as_dataset, input_paths
 from spectra_cli.validate import check_bool, check_int
 
 BOOTSTRAP_GROUPS = 32
-#: The row groups a pass keeps for the standard errors alone (16 blocks at least: half the blocks --ci's 32 groups
-#: need, so half their cost on short inputs), and the rows from which it keeps them (4 a group); below, the errors
-#: are first order.
-ERROR_GROUPS = 16
-GROUPED_ERRORS_ROWS = 4 * ERROR_GROUPS
 #: What spectra isotropy says it needs a second pass for (and what works from moments instead).
 ISOTROPY_NEED = ("isotropy (its partition isotropy; spectra fit on moments gives the mean cosine, top-PC share and "
                  "mean-norm ratio)")
@@ -227,8 +222,8 @@ def fit(
     with Input(data, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
         # (a weight matrix in WeightWatcher's convention is no sample of rows: its errors stay first order, as cheap)
-        grouped = inp.n_selected >= GROUPED_ERRORS_ROWS and not Convention.of(opts.convention).is_weightwatcher
-        groups = BOOTSTRAP_GROUPS if ci or population else ERROR_GROUPS if grouped else 0
+        grouped = inp.n_selected >= steps.GROUPED_ERRORS_ROWS and not Convention.of(opts.convention).is_weightwatcher
+        groups = BOOTSTRAP_GROUPS if ci or population else steps.ERROR_GROUPS if grouped else 0
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
@@ -370,7 +365,7 @@ def isotropy(
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
-        groups = ERROR_GROUPS if inp.n_selected >= GROUPED_ERRORS_ROWS else 0  # (the errors read them, as fit's)
+        groups = steps.ERROR_GROUPS if inp.n_selected >= steps.GROUPED_ERRORS_ROWS else 0  # (as fit reads them)
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=True, ddof=read.ddof)

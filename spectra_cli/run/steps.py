@@ -162,7 +162,15 @@ def sampling_dof(first: Accumulated, *, centered: bool) -> tuple[float, float]:
     return n_eff, n_eff - 1.0 if centered else n_eff
 
 
-def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None) -> dict[str, Any]:
+#: The row groups a pass keeps for the standard errors alone (16 blocks at least: half the blocks --ci's 32 groups
+#: need, so half their cost on short inputs), and the rows from which it keeps them (4 a group); below, the errors
+#: are first order.
+ERROR_GROUPS = 16
+GROUPED_ERRORS_ROWS = 4 * ERROR_GROUPS
+
+
+def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None, *,
+                   centered: bool = True) -> dict[str, Any]:
     """What the grouped route says of itself: its method, the groups and degrees of freedom, and the rows'
     design effect and effective number (with a warning when the rows look dependent)."""
     from spectra_cli.analysis.uncertainty import GROUPED_METHOD, dependence_limit, design_effect
@@ -173,7 +181,7 @@ def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None) 
         method["merged"] = (f"the pass's {spread.w.size} contiguous groups merged in adjacent pairs {spread.depth} "
                             f"time(s) into {G}: the metrics' values were alike in adjacent groups (dependence longer "
                             "than a group)")
-    deff = design_effect(spread, first.norm_histogram(), first.n_rows) if not first.weighted else None
+    deff = design_effect(spread, first.norm_histogram(), first.n_rows) if centered and not first.weighted else None
     if deff is not None:
         n_eff = first.n_rows / max(deff, 1.0)
         method.update(design_effect=deff, n_effective=n_eff)
@@ -207,8 +215,8 @@ def first_order_warning(first: Accumulated) -> str:
     """Why the standard errors took the first-order route, and what that assumes."""
     if first.moments is None:
         why = "fewer rows than features: the n x n route keeps no row groups"
-    elif not first.groups and first.n_rows < 128:
-        why = f"{first.n_rows} rows: too few for 32 row groups of 4 rows"
+    elif not first.groups and first.n_rows < GROUPED_ERRORS_ROWS:
+        why = f"{first.n_rows} rows: too few for {ERROR_GROUPS} row groups of 4 rows"
     elif first.groups:
         why = f"only {len(first.groups)} row group(s): too few to measure a spread"
     else:
@@ -289,7 +297,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
 
             read = [t for t in (linearised(g) for g in grads) if t is not None]
             settled = groups.settled([groups.traces(), *read])
-            method = grouped_method(settled, first, warnings)
+            method = grouped_method(settled, first, warnings, centered=centered)
             deff = max(method.get("design_effect") or 1.0, 1.0)
             wide_note = method
 

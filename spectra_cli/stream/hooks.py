@@ -71,7 +71,7 @@ def _glob_body(pattern: str) -> str:
             out.append("[^.]")
         elif close > 0:
             inner = pattern[i + 1:close]
-            out.append("[" + ("^" + re.escape(inner[1:]) if inner.startswith("!") else
+            out.append("[" + ("^" + re.escape(inner[1:]).replace("\\-", "-") if inner.startswith("!") else
                               re.escape(inner).replace("\\-", "-")) + "]")
             i = close
         else:

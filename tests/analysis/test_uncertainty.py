@@ -230,3 +230,15 @@ def test_real_tokens_of_one_text_widen_their_errors_and_say_so_where_shuffled_on
     for name in ("participation_ratio", "entropy_rank"):
         assert texts.rank.se[name] > 2 * rows.rank.se[name]
     assert texts.fit.se > 1.5 * rows.fit.se
+
+
+def test_the_design_effect_is_scale_free_and_said_only_where_the_norms_are_about_the_mean():
+    X = np.random.default_rng(21).standard_normal((4000, 32)) * np.arange(1, 33) ** -0.5 + 1.0
+    base = spectra.fit(X).rank.se_method["design_effect"]
+    for scale in (1e100, 1e-100):  # (the norms' squares overflowed or underflowed: no design effect; the histogram's
+        # bins are powers of 2^(1/B), so a scale moves the binned norms a little)
+        assert spectra.fit(X * scale).rank.se_method["design_effect"] == pytest.approx(base, rel=0.01)
+    raw = spectra.fit(X, centered=False)  # (uncentred totals against centred norms read false dependence: 5.3)
+    assert "design_effect" not in raw.rank.se_method and not any("look dependent" in str(w) for w in raw.warnings)
+    few = spectra.fit(X[:40])
+    assert any("40 rows: too few for 16 row groups of 4 rows" in str(w) for w in few.warnings)

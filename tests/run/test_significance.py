@@ -99,3 +99,17 @@ def test_a_number_under_two_names_is_tested_once_and_costs_are_not_compared(tmp_
                           window="3:12").to_dict()
     assert any(r["field"].startswith("fit.population.") for r in pop["metrics"])
     assert not [r for r in pop["metrics"] if ".cost." in r["field"] or r["field"].startswith("timings.")]
+
+
+def test_a_function_of_a_field_that_repeats_another_shares_the_verdict_of_the_first(samples):
+    # the top-PC share made equal to alpha (a hostile report): the stable rank's verdict follows a chain (a KeyError)
+    from spectra_cli.run.compare import compare_rows
+
+    docs = []
+    for name in ("a.npy", "c.npy"):
+        d = spectra.fit(str(samples / name)).to_dict()
+        d["isotropy"]["top_pc_share"], d["isotropy"]["se"]["top_pc_share"] = d["fit"]["alpha"], d["fit"]["se"]
+        docs.append(d)
+    rows = {r.field: r for r in compare_rows(*docs)}
+    assert rows["rank.stable_rank"].significant == rows["isotropy.top_pc_share"].significant \
+        == rows["fit.alpha"].significant

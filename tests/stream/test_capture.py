@@ -77,6 +77,7 @@ def test_module_patterns_are_globs_of_dotted_parts_or_regular_expressions():
     assert [n for n in names if module_matcher("encoder.layer.*")(n)] == ["encoder.layer.0", "bert.encoder.layer.11"]
     assert [n for n in names if module_matcher(r"layer\.\d+$")(n)] == ["encoder.layer.0", "bert.encoder.layer.11"]
     assert [n for n in names if module_matcher("encoder.layer.?")(n)] == ["encoder.layer.0"]
+    assert [n for n in names if module_matcher("encoder.layer.[!1-9]")(n)] == ["encoder.layer.0"]  # (a range)
     with pytest.raises(OptionError, match="modules='layer\\(' is not a valid regular expression"):
         module_matcher("layer(")
 

@@ -314,3 +314,24 @@ def test_hostile_texts_and_outputs_are_one_line_before_the_model_runs(tmp_path, 
             tmp_path / "o2")
     assert r.exit_code == 2 and r.stderr == (f"error: {tmp_path / 'nocol.parquet'} has no column 'text' (columns: x); "
                                              "name the text column with --column.\n")
+
+
+def test_a_sharded_folder_with_a_bin_index_beside_its_safetensors_index_loads(tmp_path, texts):
+    # Hub snapshots ship both indexes; with safetensors only, the .bin index is never read
+    from safetensors.torch import load_file, save_file
+
+    folder = _bert(tmp_path / "sharded")
+    sd = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    keys = sorted(sd)
+    halves = {f"model-0000{i + 1}-of-00002.safetensors": keys[i::2] for i in range(2)}
+    for shard, part in halves.items():
+        save_file({k: sd[k] for k in part}, folder / shard, metadata={"format": "pt"})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": {k: shard for shard, part in halves.items() for k in part}}))
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0},
+         "weight_map": {k: shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+                        for shard, part in halves.items() for k in part}}))
+    cap = spectra.capture(folder, modules="encoder.layer.*", texts=texts, groups=0)
+    assert cap.tokens_read == 14

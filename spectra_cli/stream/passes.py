@@ -321,6 +321,13 @@ class Input:
         kept = self.read.block_rows is not None and min_blocks < MIN_BLOCKS_FOR_GROUPS  # (a user's, for the errors)
         if -(-total // block_rows) < min_blocks and not kept:
             block_rows = max(1, -(-total // min_blocks))
+            # a sequence dump's tokens, every position of every window kept: blocks (so groups) of whole windows,
+            # so that a window's tokens, which are not independent, never fall in two groups
+            seq = self.info.details.get("sequence") or {}
+            whole = len(seq.get("positions_used") or ())
+            if seq.get("pool") == "tokens" and whole > 1 and not seq.get("masked_tokens") \
+                    and self.read.rows == RowSpec():
+                block_rows = whole * -(-block_rows // whole)
         return block_rows, groups, -(-total // block_rows)
 
     @property

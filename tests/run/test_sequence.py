@@ -268,3 +268,11 @@ def test_the_controls_are_fitted_over_the_contexts_ranks():
     asked = spectra.sequence(SAMPLE / "minilm_layer3_context32_128_f16.npy", window="5:60").to_dict()
     assert {asked["controls"][c]["fit"]["window_source"] for c in ("block-diagonal", "shuffled")} == {"user"}
     assert asked["controls"]["block-diagonal"]["fit"]["window"] == asked["context"]["fit"]["window"] == [5, 60]
+
+
+def test_the_row_groups_of_a_sequences_tokens_hold_whole_windows():
+    # 100 windows of 32 tokens: 16 blocks of 200 rows would split windows between groups; blocks of 224 never do
+    X = np.load(SAMPLE / "minilm_layer3_context32_128_f16.npy")[:100]
+    rep = spectra.fit(X)
+    assert rep.options["block_rows"] % 32 == 0 and rep.rank.se_method["route"] == "row groups"
+    assert spectra.fit(X.reshape(-1, 384)).options["block_rows"] == 200  # (a 2-D dump: no windows known)

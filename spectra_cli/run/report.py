@@ -35,7 +35,7 @@ from spectra_cli import metrics as registry
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.drawable import finite, item_name
 from spectra_cli.errors import InputError, Message, OptionError, SpectraError, param
-from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, standard_error, uncertainty
+from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, se_dof, standard_error, uncertainty
 from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_paths, check_regex
 
@@ -350,6 +350,8 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
     steps = sorted({p.step for p in points})
     figs.total = len(metrics)
     panels, movers = [], []
+    from spectra_cli.run.compare import Row
+
     tested: list[tuple[tuple[str, str], float]] = []  # every change with a standard error, and its p-value
     for f, label, fmt in metrics:
         change = []
@@ -370,7 +372,12 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
                     elif iv is not None:
                         spread.append(abs(iv[1] - iv[0]) / 2)
                 se = math.sqrt(sum(s * s for s in spread)) if len(spread) == 2 else None
-                change.append((abs(last[1] - first[1]), name, first[1], last[1], se, vals))
+                p_value = None
+                if se:  # (Student's t where both ends' errors come from row groups, as compare tests them)
+                    p_value = Row(f, first[1], last[1], se_a=spread[0], se_b=spread[1], dof_a=se_dof(ends[0]),
+                                  dof_b=se_dof(ends[1])).p if None not in errors \
+                        else math.erfc(abs(last[1] - first[1]) / se / math.sqrt(2.0))
+                change.append((abs(last[1] - first[1]), name, first[1], last[1], se, vals, p_value))
         change.sort(key=lambda t: -t[0])
         shown = change[:6]
 
@@ -384,7 +391,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
                     vs2 = [v for v in vs if v is not None]
                     mean.append(sum(vs2) / len(vs2) if vs2 else float("nan"))
                 ax.plot(steps, mean, "-", color="#1a1a1a", lw=2.0, label=f"mean of {len(series)} layers")
-            for i, (_, name, _a, _b, _se, vals) in enumerate(shown):
+            for i, (_, name, _a, _b, _se, vals, _p) in enumerate(shown):
                 errorbar(ax, [v[0] for v in vals], [v[1] for v in vals], [v[2] for v in vals],
                           color=PALETTE[i % len(PALETTE)], ls="-" if i == 0 else LINESTYLES[(i - 1) % len(LINESTYLES)],
                           marker="os^vD<"[i],
@@ -397,8 +404,10 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
             return fig
 
         panels.append({"label": label, "field": f, "src": figs.embed(_with_font(draw))})
-        tested += [((f, name), math.erfc(abs(b - a) / se / math.sqrt(2.0))) for _, name, a, b, se, _ in change if se]
-        for _, name, a, b, se, _ in change[:moved]:
+        base = registry.function_of(f)  # (the stable rank is the top-PC share's function: one test of the two)
+        if base is None or base not in {m[0] for m in metrics}:
+            tested += [((f, name), p) for _, name, _, _, se, _, p in change if se and p is not None]
+        for _, name, a, b, se, _, _ in change[:moved]:
             movers.append({"metric": label, "layer": name, "first": _show(a, fmt), "last": _show(b, fmt),
                            "change": ("+" if b >= a else "") + _show(b - a, fmt),
                            "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a)), "key": (f, name)})

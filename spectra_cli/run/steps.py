@@ -182,8 +182,11 @@ def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None, 
                             f"time(s) into {G}: the metrics' values were alike in adjacent groups (dependence longer "
                             "than a group)")
     deff = design_effect(spread, first.norm_histogram(), first.n_rows) if centered and not first.weighted else None
+    copies = repeated_rows(first)
     if deff is not None:
         n_eff = first.n_rows / max(deff, 1.0)
+        if copies is not None:
+            n_eff = min(n_eff, copies)
         method.update(design_effect=deff, n_effective=n_eff)
         if deff > dependence_limit(G) and warnings is not None:
             warnings.append(Message(
@@ -209,6 +212,31 @@ def misfit_warnings(fits: Any) -> list[str]:
                        f"its sampling error, {f.se:.2g}): the sampling error says how alpha would move over samples, "
                        "not how well the law fits; quote the least-squares error, or fit a window where the law holds")
     return out
+
+
+#: A share of repeated rows above this is said (the distinct count's error is below 1 % of the rows).
+REPEATED_SHARE = 0.05
+
+
+def repeated_rows(first: Accumulated) -> float | None:
+    """About how many distinct rows there are when more than :data:`REPEATED_SHARE` of the rows repeat others
+    (exact copies: a dump written twice, padding rows), else None."""
+    d = first.distinct
+    if d is None or not first.n_rows or d >= (1.0 - REPEATED_SHARE) * first.n_rows:
+        return None
+    return d
+
+
+def repeated_warning(first: Accumulated) -> str | None:
+    """The warning for repeated rows (:func:`repeated_rows`): the errors take copies as independent rows."""
+    d = repeated_rows(first)
+    if d is None:
+        return None
+    share = 1.0 - d / first.n_rows
+    return (f"about {share:.0%} of the {first.n_rows:,} rows repeat others exactly (about {d:,.0f} distinct; a "
+            "dump written twice, padding, repeated inputs): the standard errors take the copies as independent rows, "
+            f"so they are too small by up to sqrt({first.n_rows:,} / {d:,.0f}) = {math.sqrt(first.n_rows / d):.2g}x; "
+            "remove the copies, or give each distinct row its count as a weight")
 
 
 def first_order_warning(first: Accumulated) -> str:
@@ -323,6 +351,9 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
 
             def error(grad: np.ndarray | None) -> float | None:
                 return first_order_error(lam, grad, model)
+        if warnings is not None and sample and (said := repeated_warning(first)) is not None:
+            warnings.append(said)
+            method["distinct_rows"] = first.distinct
         pr = participation_ratio(lam)
         if pr > FLAT_PR_SHARE * main.n_features:
             method["caveat"] = (f"a flat spectrum (participation ratio {pr:.4g} of d = {main.n_features}): near-equal "

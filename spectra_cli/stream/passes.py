@@ -27,7 +27,7 @@ from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress, run_pass
 from spectra_cli.stream.moments import Moments
 from spectra_cli.stream.norms import NormHistogram, coordinate_fourth
-from spectra_cli.stream.states import MomentsState, RowGuard, RowsBuffer, State
+from spectra_cli.stream.states import DistinctRows, MomentsState, RowGuard, RowsBuffer, State
 
 #: A block of the default size holds at most this many bytes as float64 (wide matrices get fewer rows).
 BLOCK_BYTES = 64 << 20
@@ -102,6 +102,9 @@ class Accumulated:
     cosine: CosineAccumulator | None = None
     precision: str = "float64"
     weight_sq_sum: float | None = None
+    #: about how many distinct rows the pass saw (:class:`~spectra_cli.stream.states.DistinctRows`; None where no pass
+    #: read the rows: moment files, Dask)
+    distinct: float | None = None
 
     @property
     def n_effective(self) -> float | None:
@@ -361,7 +364,8 @@ class Input:
         main: MomentsState | RowsBuffer = RowsBuffer(total, d, weighted=weighted) if use_gram else MomentsState(
             d, weighted=weighted, precision=read.precision, groups=n_groups, n_blocks=n_blocks, block_rows=block_rows)
         cos = CosineAccumulator(d, dtype=read.dtype) if cosine else None
-        states: list[State] = [main] + ([cos] if cos is not None else [])
+        copies = DistinctRows(d)
+        states: list[State] = [main, copies] + ([cos] if cos is not None else [])
         guard = RowGuard(info.path, drop_nonfinite=read.drop_nonfinite, tiny_weights=read.logits is not None)
         run_pass(iter_selected(self.source, read.rows, block_rows, self.weights), states, guard, total=total,
                  progress=progress)
@@ -384,7 +388,8 @@ class Input:
             raise InputError("all weights are zero; at least one row needs a positive weight.")
         w2 = float(np.dot(wts, wts)) if wts is not None else (main.weight_sq_sum if isinstance(main, MomentsState)
                                                               else None)
-        return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision, w2)
+        return Accumulated(d, n_used, guard.dropped, moments, rows, wts, grp, cos, read.precision, w2,
+                           distinct=copies.estimate())
 
     def _first_pass_dask(self, *, groups: int, cosine: bool, min_rows: int) -> Accumulated:
         from spectra_cli.stream import cluster as dask_engine

@@ -10,6 +10,7 @@ see it (weights checked, non-finite rows refused or dropped).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -213,3 +214,47 @@ def finite_rows(X: np.ndarray) -> np.ndarray | None:
             return None
     ok = np.all(np.isfinite(X), axis=1)
     return None if ok.all() else ok
+
+
+class DistinctRows:
+    """How many distinct rows the pass saw, estimated by HyperLogLog (Flajolet et al. 2007, with linear counting
+    for small counts) over a hash of each row's bits on :data:`HASHED_COLUMNS` fixed columns (rows that agree
+    there exactly and differ elsewhere are counted once: for real-valued rows, copies): 2^14 one-byte registers,
+    a relative error of about 0.8 % (well below 1 % up to tens of thousands of rows, where linear counting
+    holds). Mergeable: the registers' maximum. Exact copies of rows (a dump written twice, shuffled) are
+    dependent rows the row groups cannot see."""
+
+    BITS = 14
+    HASHED_COLUMNS = 64
+
+    def __init__(self, d: int) -> None:
+        rng = np.random.default_rng(0x5EC7)
+        k = min(d, self.HASHED_COLUMNS)
+        self.columns = np.sort(rng.choice(d, size=k, replace=False)) if d > k else np.arange(d)
+        self.multipliers = rng.integers(1, 2**63, size=k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        self.registers = np.zeros(1 << self.BITS, dtype=np.uint8)
+        self.rows = 0
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        bits = np.ascontiguousarray(X[:, self.columns], dtype=np.float64).view(np.uint64)
+        with np.errstate(over="ignore"):
+            h = (bits * self.multipliers).sum(axis=1, dtype=np.uint64)
+            h ^= h >> np.uint64(31)  # (a finishing mix: every input bit reaches the top bits)
+            h *= np.uint64(0x94D049BB133111EB)
+            h ^= h >> np.uint64(29)
+        index = (h >> np.uint64(64 - self.BITS)).astype(np.intp)
+        rest = (h << np.uint64(self.BITS)) | np.uint64(1 << (self.BITS - 1))  # (never zero)
+        # leading zeros + 1: 64 - bit length; the bit length from a float's exponent (rounding at the top of a power
+        # of two may count one less: an error far below HyperLogLog's own)
+        rank = (64 - np.floor(np.log2(rest.astype(np.float64))).astype(np.int64)).astype(np.uint8)
+        np.maximum.at(self.registers, index, rank)
+        self.rows += len(X)
+
+    def estimate(self) -> float:
+        m = float(self.registers.size)
+        alpha = 0.7213 / (1.0 + 1.079 / m)
+        raw = alpha * m * m / float(np.sum(np.ldexp(1.0, -self.registers.astype(np.int64))))
+        zeros = int(np.count_nonzero(self.registers == 0))
+        if raw <= 2.5 * m and zeros:
+            raw = m * math.log(m / zeros)
+        return min(raw, float(self.rows))

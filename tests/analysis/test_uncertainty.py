@@ -242,3 +242,22 @@ def test_the_design_effect_is_scale_free_and_said_only_where_the_norms_are_about
     assert "design_effect" not in raw.rank.se_method and not any("look dependent" in str(w) for w in raw.warnings)
     few = spectra.fit(X[:40])
     assert any("40 rows: too few for 16 row groups of 4 rows" in str(w) for w in few.warnings)
+
+
+def test_rows_written_twice_are_counted_and_said():
+    # every row twice, shuffled: the copies land in different groups, where the groups' spread cannot see them
+    rng = np.random.default_rng(31)
+    X = rng.standard_normal((4000, 48)) * np.arange(1, 49) ** -0.5
+    twice = np.concatenate([X[:2000], X[:2000]])[rng.permutation(4000)]
+    rep = spectra.fit(twice)
+    assert rep.rank.se_method["distinct_rows"] == pytest.approx(2000, rel=0.03)
+    assert rep.rank.se_method["n_effective"] <= 2060
+    assert any("about 50% of the 4,000 rows repeat others exactly" in str(w) for w in rep.warnings)
+    plain = spectra.fit(X)
+    assert "distinct_rows" not in plain.rank.se_method and not any("repeat others" in str(w) for w in plain.warnings)
+    from spectra_cli.stream.states import DistinctRows
+
+    count = DistinctRows(48)
+    for i in range(0, 4000, 500):
+        count.update(X[i:i + 500], None)
+    assert count.estimate() == pytest.approx(4000, rel=0.02)  # (HyperLogLog with linear counting: about 0.6 % here)

@@ -54,10 +54,11 @@ class MomentsState:
         self.weight_sq_sum = 0.0  # sum w^2, for the effective sample size (sum w)^2 / sum w^2
         self._shift: np.ndarray | None = None
         self._scratch: np.ndarray | None = None
+        self._product: np.ndarray | None = None  # (with groups: every block's product in one buffer)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_scratch"] = None  # a reusable buffer, not data
+        state["_scratch"] = state["_product"] = None  # reusable buffers, not data
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -75,7 +76,12 @@ class MomentsState:
                 self._scratch = np.empty((len(X), d + 1), dtype=dt)
             m = self.moments  # (the rows so far: the norms are taken about their mean and this block's)
             prior = (m.weight_sum, self.weight_sq_sum, m.mean) if m.weight_sum > 0 and m.scale == 1.0 else None
+            if self.n_groups and self._product is None and dt == np.float64:
+                # every block's moments are copied (a group's first) or added (the rest) before the next block: its
+                # product can be written into one buffer, paying its memory's page faults once
+                self._product = np.empty((d + 1, d + 1))
             bm = Moments.from_block_shifted(X, self._shift, w, precision=self.precision, out=self._scratch,
+                                            product=self._product,
                                             prior=prior)
         if self.moments.weight_sum == 0.0:  # the first block: own a copy when groups share bm's buffer
             self.moments = self.moments.merge(bm)

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.analysis.equivalent import merged as atoms
+
 METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Var f = [a sum g_j^2 lambda_j^2 + "
           "c (sum g_j lambda_j)^2] / n_eff, g = grad f, with a and c of the rows' fourth moments read from the "
           "histogram of squared row norms (elliptical rows: a = 2 (1 + c); Gaussian: a = 2, c = 0)")
@@ -312,7 +314,7 @@ class GroupSpread:
     @property
     def groups(self) -> int:
         """The groups whose spread is read (the pass's, merged ``depth`` times in adjacent pairs)."""
-        return int(merged(self.w, self.w, self.depth)[0].size)
+        return -(-int(self.w.size) >> self.depth)
 
     @property
     def dof(self) -> int:
@@ -352,8 +354,7 @@ class GroupSpread:
         text lies within one group and its dependence is counted."""
         depth = 0
         while True:
-            w, _ = merged(self.w, self.w, depth)
-            G = w.size
+            G = -(-int(self.w.size) >> depth)
             if G // 2 < MIN_GROUPS:
                 break
             worst = max((lag_correlation(*merged(self.w, t, depth)) for t in ts), default=0.0)
@@ -396,16 +397,13 @@ class GroupSpread:
 
 
 def merged(w: np.ndarray, t: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """Groups' shares ``w`` and values ``t`` with adjacent groups merged in pairs ``depth`` times (a merged group's
-    value is its parts' mean, weighted by their shares; an odd last group stays alone)."""
-    for _ in range(depth):
-        m = w.size // 2 * 2
-        w2 = w[:m:2] + w[1:m:2]
-        t2 = (w[:m:2] * t[:m:2] + w[1:m:2] * t[1:m:2]) / np.where(w2 > 0, w2, 1.0)
-        if w.size % 2:
-            w2, t2 = np.append(w2, w[-1]), np.append(t2, t[-1])
-        w, t = w2, t2
-    return w, t
+    """Groups' shares ``w`` and values ``t`` with adjacent groups merged in pairs ``depth`` times: runs of
+    ``2^depth`` groups, each at its parts' mean weighted by their shares (the atoms of
+    :func:`spectra_cli.analysis.equivalent.merged`), a shorter run last."""
+    if not depth:
+        return w, t
+    values, shares = atoms(t, w, np.arange(w.size) >> depth)
+    return shares, values
 
 
 def lag_correlation(w: np.ndarray, t: np.ndarray) -> float:

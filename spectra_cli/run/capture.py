@@ -30,7 +30,7 @@ from spectra_cli.options import gib, memory_budget, parse_bytes, physical_memory
 from spectra_cli.sinks import check_not_input
 from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
-from spectra_cli.stream.hooks import Capture, check_keywords
+from spectra_cli.stream.hooks import Capture, check_keywords, snapshot_folder
 from spectra_cli.validate import MAX_STEP, check_choice, check_int, check_path
 
 #: A text longer than this many characters is cut to it before tokenising (the tokenizer keeps max_length tokens).
@@ -275,14 +275,7 @@ def _check_indexes(path: str, files: dict[str, int]) -> None:
 def _check_out(out: Any, step: int | None, model: str, texts: str) -> str:
     """``out`` checked before the model loads: a folder (or none yet), its snapshot folder ``step_N`` too, not
     inside the model folder, and not the folder of a texts file named as a moment file."""
-    out = check_path("out", out)
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise OutputError(f"{param('out', out)} exists and is not a directory; name a folder for the moment files "
-                          "(it is made when missing).")
-    target = os.path.join(out, f"step_{step}") if step is not None else out
-    if os.path.lexists(target) and not os.path.isdir(target):
-        raise OutputError(f"{param('out', out)}: {target} exists and is not a directory; the snapshot of step {step} "
-                          "is written into a folder of that name.")
+    out, target = snapshot_folder(out, step, "out")
     up = os.path.abspath(target)
     while not os.path.lexists(up):
         up = os.path.dirname(up)

@@ -495,19 +495,7 @@ class Capture:
         before anything is written (``flag`` names the option in messages): the folder is not a file, no two
         modules share a file (also on a file system that folds case), and no module's file is a directory, a FIFO
         or a file other than an earlier moment file."""
-        if step is not None:
-            step = check_int("step", step, minimum=0)
-            if step > MAX_STEP:
-                raise OptionError(f"{param('step', step if len(str(step)) < 20 else str(step)[:17] + '...')} is past "
-                                  f"{MAX_STEP:,}, no training step.")
-        root = check_path(flag, folder)
-        if os.path.lexists(root) and not os.path.isdir(root):
-            raise OutputError(f"{param(flag, root)} exists and is not a directory; name a folder for the moment "
-                              "files (it is made when missing).")
-        target = os.path.join(root, f"step_{step}") if step is not None else root
-        if os.path.lexists(target) and not os.path.isdir(target):
-            raise OutputError(f"{param(flag, root)}: {target} exists and is not a directory; the snapshot of step "
-                              f"{step} is written into a folder of that name.")
+        root, target = snapshot_folder(folder, step, flag)
         paths = {name: os.path.join(target, f"{file_name(name)}.npz") for name in self.modules}
         by_file: dict[str, str] = {}
         for name, path in paths.items():
@@ -521,6 +509,22 @@ class Capture:
     def __repr__(self) -> str:
         return (f"Capture({self.model_name}, {len(self.modules)} modules, groups={self.groups}, "
                 f"precision={self.precision!r}, {'active' if self.active else 'closed'})")
+
+
+def snapshot_folder(folder: Any, step: int | None, flag: str = "folder") -> tuple[str, str]:
+    """``(folder, the snapshot's folder)``: ``folder``, or with ``step`` its ``step_<step>``, each a folder or not
+    there yet (it is made), and the step a training step (``flag`` names the option in messages)."""
+    if step is not None:
+        step = check_int("step", step, minimum=0, maximum=MAX_STEP)
+    root = check_path(flag, folder)
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise OutputError(f"{param(flag, root)} exists and is not a directory; name a folder for the moment "
+                          "files (it is made when missing).")
+    target = os.path.join(root, f"step_{step}") if step is not None else root
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise OutputError(f"{param(flag, root)}: {target} exists and is not a directory; the snapshot of step "
+                          f"{step} is written into a folder of that name.")
+    return root, target
 
 
 #: The characters a module's file name keeps as they are; every other one is written as ``%XX``.

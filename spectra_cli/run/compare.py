@@ -63,6 +63,8 @@ class Row:
     #: each side's degrees of freedom (a standard error from G row groups has G - 1; None: first order, normal)
     dof_a: float | None = None
     dof_b: float | None = None
+    #: whether this row is one of Benjamini-Hochberg's family (not a repeat of another, nor a function of one)
+    tested: bool = False
 
     @property
     def diff(self) -> float | None:
@@ -168,7 +170,8 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
         while j in same:  # (a chain: a function of a field that repeats another)
             j = same[j]
         marks[i] = marks[j]
-    return [replace(r, significant=marks[i]) if i in marks else r for i, r in enumerate(rows)]
+    chosen = set(tested)
+    return [replace(r, significant=marks[i], tested=i in chosen) if i in marks else r for i, r in enumerate(rows)]
 
 
 def _compared(field: str) -> bool:
@@ -181,20 +184,6 @@ def _is_error(field: str) -> bool:
     """The standard errors and their row model (they travel beside their fields, not as fields)."""
     parts = field.split(".")
     return "se" in parts[:-1] or "se_method" in parts or parts[-1] == "se"
-
-
-def _family_size(rows: list[Row]) -> int:
-    """How many tests Benjamini-Hochberg ran over: the fields with a standard error, less repeats and functions of
-    another tested field."""
-    index = {r.field: r for r in rows}
-    keys = set()
-    for r in rows:
-        if r.p is None:
-            continue
-        base = metrics.function_of(r.field)
-        if base is None or base not in index or index[base].p is None:
-            keys.add((r.a, r.b, r.se_a, r.se_b))
-    return len(keys)
 
 
 def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: float = FDR) -> dict[str, Any]:
@@ -211,7 +200,7 @@ def compare_doc(a: dict[str, Any], b: dict[str, Any], rows: list[Row], *, fdr: f
         "b": src(b),
         "definition": "diff = b - a; rel_diff = (b - a) / |a|",
         "significance": {"method": SIGNIFICANCE, "fdr": fdr,
-                         "tested": _family_size(rows),
+                         "tested": sum(r.tested for r in rows),
                          "significant": sum(bool(r.significant) for r in rows)},
         "metrics": [r.to_dict() for r in rows],
     })

@@ -255,12 +255,52 @@ def first_order_warning(first: Accumulated) -> str:
             "row groups give errors from the data's own spread")
 
 
+def grouped_errors(spread: Any, grads: list[np.ndarray | None], first: Accumulated, lam: np.ndarray, model: Any, *,
+                   centered: bool, warnings: list[str] | None) -> tuple[dict[str, Any], Callable[..., float | None]]:
+    """The grouped route: the groups settled (merged while the ranks' and the isotropy's values, ``grads``, and the
+    total variance's correlate between neighbours: the same groups for every fit whatever its window), what the
+    route says of itself, and the standard error of a metric of the eigenvalues from its gradient (each gradient's
+    group values read once: a fit and its model of the same window share them). A metric that needs eigenvectors
+    past the leading ones computed (the entropy rank, past :data:`~spectra_cli.analysis.uncertainty.ALL_VECTORS_D`
+    features) gets its first-order error times the square root of the design effect."""
+    from spectra_cli.analysis.uncertainty import ALL_VECTORS_D, first_order_error, grouped_error
+
+    values: dict[bytes, np.ndarray | None] = {}
+
+    def linearised(grad: np.ndarray) -> np.ndarray | None:
+        key = grad.tobytes()
+        if key not in values:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                values[key] = spread.linearised(grad)
+        return values[key]
+
+    read = [t for t in (linearised(g) for g in grads if g is not None) if t is not None]
+    settled = spread.settled([spread.traces(), *read])
+    method = grouped_method(settled, first, warnings, centered=centered)
+    deff = max(method.get("design_effect") or 1.0, 1.0)
+
+    def error(grad: np.ndarray | None) -> float | None:
+        if grad is None:
+            return None
+        t = linearised(grad)
+        if t is not None:
+            return grouped_error(settled, t)
+        method["wide"] = (f"past {ALL_VECTORS_D:,} features the entropy rank's error is first order times the square "
+                          "root of the design effect (it needs every eigenvector; the other errors read the leading "
+                          "ones)")
+        se = first_order_error(lam, grad, model)
+        return se * math.sqrt(deff) if se is not None else None
+
+    return method, error
+
+
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
                      centered: bool, isoscore: bool = False, warnings: list[str] | None = None,
                      sample: bool = True) -> tuple[FitSuite | None, Isotropy | None]:
-    """The standard error of every rank and isotropy measure that has one and of each fit's alpha (the
-    delta method through the eigenvectors, :mod:`spectra_cli.analysis.uncertainty`), and for every one
-    without a standard error why there is none (never a zero)."""
+    """The standard error of every rank and isotropy measure that has one and of each fit's alpha
+    (:mod:`spectra_cli.analysis.uncertainty`: the spread of their linearisation between the pass's row groups, else
+    the first-order delta method), and for every one without a standard error why there is none (never a zero).
+    ``sample``: False for a weight matrix (its rows are no sample: no warning of how its errors were made)."""
     from spectra_cli.analysis.rank import participation_ratio
     from spectra_cli.analysis.uncertainty import (
         FLAT_PR_SHARE,
@@ -269,7 +309,6 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         alpha_gradient,
         first_order_error,
         group_spread,
-        grouped_error,
         isotropy_gradients,
         rank_gradients,
         row_model,
@@ -307,39 +346,11 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                               leading=max(windows, default=0)) if first.moments is not None else None
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
+        rank_grads = rank_gradients(lam)
+        iso_grads = isotropy_gradients(lam, d=main.n_features, isoscore=isoscore)
         if spread is not None:
-            # the ranks' and the isotropy's group values first: the groups are merged until adjacent ones are
-            # unrelated (the same groups for every fit whatever its window, so a rank's error never moves with one)
-            grads = [g for g in (*rank_gradients(lam).values(),
-                                 *isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).values())
-                     if g is not None]
-            values: dict[bytes, np.ndarray | None] = {}  # each gradient's group values, read once
-            groups = spread
-
-            def linearised(grad: np.ndarray) -> np.ndarray | None:
-                key = grad.tobytes()
-                if key not in values:
-                    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                        values[key] = groups.linearised(grad)
-                return values[key]
-
-            read = [t for t in (linearised(g) for g in grads) if t is not None]
-            settled = groups.settled([groups.traces(), *read])
-            method = grouped_method(settled, first, warnings, centered=centered)
-            deff = max(method.get("design_effect") or 1.0, 1.0)
-            wide_note = method
-
-            def error(grad: np.ndarray | None) -> float | None:
-                if grad is None:
-                    return None
-                t = linearised(grad)
-                if t is None:  # (wide: a metric of every eigenvector) first order, times the design effect's root
-                    se = first_order_error(lam, grad, model)
-                    wide_note["wide"] = ("past 2,048 features the entropy rank's error is first order times the "
-                                         "square root of the design effect (it needs every eigenvector; the other "
-                                         "errors read the leading ones)")
-                    return se * math.sqrt(deff) if se is not None else None
-                return grouped_error(settled, t)
+            method, error = grouped_errors(spread, [*rank_grads.values(), *iso_grads.values()], first, lam, model,
+                                           centered=centered, warnings=warnings)
         else:
             method = {"route": "first order", "method": METHOD, **model.to_dict()}
             if warnings is not None and sample:  # (a weight matrix's rows are no sample: nothing to warn of)
@@ -365,9 +376,9 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                     "repel; up to 4x on white noise): a change flagged against them is real, but a small one may go "
                     f"unflagged; the bootstrap interval of alpha ({param('ci', True)}) does not "
                     "rest on them"))
-        for name, grad in rank_gradients(lam).items():
+        for name, grad in rank_grads.items():
             _keep(name, error(grad), rank_se, rank_missing)
-        for name, grad in isotropy_gradients(lam, d=main.n_features, isoscore=isoscore).items():
+        for name, grad in iso_grads.items():
             _keep(name, error(grad), iso_se, iso_missing)
         if suite is not None:
             fits = []

@@ -194,16 +194,6 @@ def isotropy_gradients(lam: np.ndarray, *, d: int, isoscore: bool) -> dict[str, 
     return out
 
 
-def rank_errors(lam: np.ndarray, model: RowModel) -> dict[str, float | None]:
-    """First-order standard errors of the participation ratio, the entropy rank and the stable rank."""
-    return {k: first_order_error(lam, g, model) for k, g in rank_gradients(lam).items()}
-
-
-def isotropy_errors(lam: np.ndarray, model: RowModel, *, d: int, isoscore: bool) -> dict[str, float | None]:
-    """First-order standard errors of the top-PC share and (when asked for) IsoScore."""
-    return {k: first_order_error(lam, g, model) for k, g in isotropy_gradients(lam, d=d, isoscore=isoscore).items()}
-
-
 def first_order_error(lam: np.ndarray, grad: np.ndarray | None, model: RowModel) -> float | None:
     """The first-order standard error of a metric of gradient ``grad`` in the eigenvalues ``lam``."""
     if grad is None:
@@ -251,16 +241,6 @@ def alpha_gradient(eigenvalues: np.ndarray, fit: Any) -> np.ndarray | None:
     grad[window.k_min - 1:] = gl / lam
     return grad
 
-
-def alpha_error(eigenvalues: np.ndarray, fit: Any, model: RowModel) -> float | None:
-    """The first-order sampling standard error of a rank fit's alpha (:func:`alpha_gradient`); None for the broken
-    law."""
-    grad = alpha_gradient(eigenvalues, fit)
-    if grad is None:
-        return None
-    gl = grad * np.asarray(eigenvalues, dtype=np.float64)[: grad.size]
-    var = (model.a * float(np.dot(gl, gl)) + model.c * float(gl.sum()) ** 2) / model.n_effective
-    return math.sqrt(var) if math.isfinite(var) and var >= 0 else None
 
 GROUPED_METHOD = ("the spread between contiguous row groups of each metric's linearisation through the eigenvectors "
                   "(a grouped jackknife, or batch means: t_g = sum_j g_j v_j^T S_g v_j, S_g group g's rows about the "

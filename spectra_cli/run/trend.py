@@ -116,12 +116,11 @@ def file_step(path: str, pattern: Pattern | None = None) -> float | None:
     """The step of a results file: group 1 of ``pattern`` (``--step-regex``) on its path; else the last path
     part that names a checkpoint (``runs/step_100/results_fp16.jsonl`` -> 100); else the last run of digits in
     its folders, then in its file name. None when there is none."""
-    def number(text: str | None) -> float | None:  # (no step: too long, not finite, past MAX_STEP)
+    def number(text: str | None) -> float | None:  # (no step: step_number's refusal, or no group)
         try:
-            step = float(text) if text is not None and len(text) <= 40 else math.nan
-        except ValueError:
+            return step_number(text, path) if text is not None else None
+        except InputError:
             return None
-        return step if math.isfinite(step) and 0 <= step <= MAX_STEP else None
 
     if pattern is not None:
         m = pattern.search(path)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
-from spectra_cli.options import gib, memory_budget, parse_bytes, physical_memory, refuse_over_budget
+from spectra_cli.options import gib, refuse_over_budget
 from spectra_cli.sinks import check_not_input
 from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
@@ -132,7 +132,7 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
                 raise OptionError(f"{param(name)} is for a capture that runs the model over {param('texts')}.")
         return Capture(model, **options)
     # every option first: a refusal takes no model load (seconds to minutes) and no torch import
-    check_keywords(**options)
+    budget = check_keywords(**options)["budget"]
     batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_BATCH)
     max_length = check_int("max_length", max_length, minimum=2, maximum=MAX_LENGTH)
     if max_tokens is not None:
@@ -143,7 +143,6 @@ def capture(model: Any, *, modules: str, groups: int = 0, precision: str = "floa
         raise OptionError(f"{param('column', column, show=True)} must be the name of the text field or column.")
     device = _device_name(device)
     attention = check_choice("attention", attention, ATTENTIONS)
-    budget = min(memory_budget(parse_bytes(max_memory)), physical_memory())  # (no budget past the machine's)
     texts = check_path("texts", texts)
     if not os.path.isfile(texts):  # (a FIFO or a device is no file: nothing blocks on it)
         raise InputError(f"{param('texts', texts)} is not a file.")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from spectra_cli.errors import InputError, OptionError, OutputError, param
-from spectra_cli.options import gib, memory_budget, parse_bytes, refuse_over_budget
+from spectra_cli.options import gib, memory_budget, parse_bytes, physical_memory, refuse_over_budget
 from spectra_cli.sinks import check_replaceable
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.device import DeviceMoments
@@ -143,7 +143,10 @@ def check_keywords(*, modules: str, groups: int, precision: str, mask: Any, outp
         raise OptionError(f"{param('output', output, show=True)} must be an attribute name or an index.")
     return {"match": module_matcher(modules), "groups": groups, "precision": precision, "mask": mask,
             "output": output, "positions": _positions(positions), "drop_nonfinite": drop_nonfinite,
-            "weights": weights, "budget": memory_budget(parse_bytes(max_memory))}
+            "weights": weights,
+            # (what the moments and the model may take, never past the machine's memory: a budget of 1 TB on a
+            # 24 GB machine got the process killed rather than refused)
+            "budget": min(memory_budget(parse_bytes(max_memory)), physical_memory())}
 
 
 def check_capture_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -296,15 +296,39 @@ def short_label(name: str, limit: int = MAX_LABEL) -> str:
     return name.replace("$", r"\$")
 
 
+#: Extensions a common suffix of item names may drop (moment files and dumps: ``encoder.layer.4.npz``).
+NAME_SUFFIXES = (".npz", ".npy", ".parquet", ".json", ".jsonl", ".safetensors")
+
+
+def common_parts(items: Sequence[str]) -> tuple[str, str]:
+    """What every item name shares and a page may leave out, as ``(prefix, suffix)``: the common folder or
+    container (cut after the last ``/``, ``\\`` or ``::`` the names share, so ``moments/encoder.layer.4.npz`` keeps
+    ``encoder.layer.4``: a module's name is never cut inside) and a common file extension. Nothing for fewer than
+    two names."""
+    if len(items) < 2:
+        return "", ""
+    prefix = os.path.commonprefix(list(items))
+    cut = max(prefix.rfind("/") + 1, prefix.rfind("\\") + 1, prefix.rfind("::") + 2 if "::" in prefix else 0)
+    suffix = next((x for x in NAME_SUFFIXES if all(i.endswith(x) and len(i) - len(x) > cut for i in items)), "")
+    return prefix[:cut], suffix
+
+
 def layer_names(items: Sequence[str]) -> list[str]:
-    """The part of each item name that differs: the longest common prefix (cut at a separator)
-    dropped, the rest whole (up to :data:`MAX_LABEL` characters)."""
+    """The part of each item name that tells it apart: the common folder or container and file extension
+    dropped (:func:`common_parts`, which a page states), the rest whole (up to :data:`MAX_LABEL` characters)."""
     items = [i if len(i) <= 4 * MAX_LABEL else short_label(i, 4 * MAX_LABEL) for i in items]  # (bounded work below)
     if len(items) < 2:
         return [short_label(i.partition("::")[2] or os.path.basename(i) or i) for i in items]
-    prefix = os.path.commonprefix(list(items))
-    cut = max(prefix.rfind(c) for c in ":./_-") + 1 if prefix else 0
-    return [short_label(i[cut:] or i) for i in items]
+    prefix, suffix = common_parts(items)
+    return [short_label(i[len(prefix): len(i) - len(suffix)] or i) for i in items]
+
+
+def dropped_text(items: Sequence[str]) -> str:
+    """What :func:`layer_names` left out of every name, said: ``names without their common "moments/" and
+    ".npz"`` (empty when nothing was)."""
+    items = [i if len(i) <= 4 * MAX_LABEL else short_label(i, 4 * MAX_LABEL) for i in items]
+    parts = [f'"{short_label(p)}"' for p in common_parts(items) if p]
+    return f"names without their common {' and '.join(parts)}" if parts else ""
 
 
 #: A fit whose least-squares error of alpha is this many times its sampling error misses its points (or more than
@@ -322,15 +346,27 @@ def law_misses(se: float | None, ls: float | None, r2: float | None) -> bool:
 
 
 def alpha_error(fit: dict[str, Any]) -> tuple[float | None, str]:
-    """The error to show beside a fit's alpha and its label: the sampling standard error (``SE``), or where the law
-    misses its points (:func:`law_misses`) the least-squares one (``LS SE``: the law misses its points); a report
-    made before the sampling errors: the least-squares one."""
+    """The error to show beside a fit's alpha and its label: the sampling standard error (``SE``, the report's
+    ``se``); a report made before the sampling errors: the least-squares one (``LS SE``). Where the law misses its
+    points, :func:`alpha_error_text` says the least-squares error beside it."""
     se, ls = finite(fit.get("se")), finite(fit.get("stderr"))
-    if law_misses(se, ls, finite(fit.get("r2"))):
-        return ls, "LS SE; the law misses its points"
     if se is not None:
         return se, "SE"
     return (ls, "LS SE") if ls is not None and "se" not in fit else (None, "")
+
+
+def alpha_error_text(fit: dict[str, Any], digits: str = ".3g") -> str:
+    """`` ± 0.00105 (SE)``, with ``; least-squares error 0.0173: the power law misses its points`` where it does
+    (:func:`law_misses`): the sampling error alone would understate how well alpha is known. Empty without an
+    error."""
+    err, label = alpha_error(fit)
+    if err is None:
+        return ""
+    text = f" ± {err:{digits}} ({label})"
+    ls = finite(fit.get("stderr"))
+    if label == "SE" and ls is not None and law_misses(err, ls, finite(fit.get("r2"))):
+        text += f"; least-squares error {ls:{digits}}: the power law misses its points"
+    return text
 
 
 def finite(x: Any) -> float | None:

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from spectra_cli import metrics as registry
-from spectra_cli.drawable import alpha_error
+from spectra_cli.drawable import alpha_error_text
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
@@ -34,7 +34,8 @@ def require_pandas() -> Any:
     try:
         import pandas
     except ImportError:
-        raise OptionError("to_pandas() needs pandas, the optional extra 'pandas': pip install 'spectra-cli[pandas]' "
+        raise OptionError("to_pandas() needs pandas, the optional extra 'pandas': pip install "
+                          "'spectra-geometry[pandas]' "
                           "(from a checkout: pip install '.[pandas]').") from None
     return pandas
 
@@ -158,13 +159,12 @@ def report_html(doc: dict[str, Any]) -> str:
     fit = doc.get("fit") or {}
     rank = doc.get("rank") or {}
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else None
-    err, label = alpha_error(fit)  # the sampling standard error, the least-squares one where the law misses its points
     data = f"{src.get('path')} ({spec.get('n_samples')} x {spec.get('n_features')})"
     rows: list[dict[str, Any]] = [
             {"field": "data", "value": data},
             {"field": "spectrum", "value": spec.get("definition")},
             *([{"field": f"alpha (ranks {fit['window'][0]}..{fit['window'][1]})",
-                "value": f"{fit['alpha']:.4f}" + (f" ± {err:.3g} ({label})" if err is not None else "")
+                "value": f"{fit['alpha']:.4f}" + alpha_error_text(fit)
                 + (f", 95% CI {ci['low']:.4f}..{ci['high']:.4f}" if ci else "")}] if fit.get("alpha") is not None
               else []),
             *({"field": k, "value": rank.get(k)} for k in ("participation_ratio", "entropy_rank", "stable_rank")

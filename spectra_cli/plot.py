@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -44,6 +45,7 @@ from spectra_cli.drawable import (  # noqa: E402  (re-exported)
     alpha_error,
     finite,
     item_name,
+    law_misses,
     layer_names,
     natural_key,
     predict,
@@ -74,7 +76,7 @@ def require_matplotlib(needed_by: str | None = None, extra: str = "plot") -> Any
     except ImportError:
         who = needed_by if needed_by is not None else param("plot")
         raise OptionError(
-            f"{who} needs matplotlib, the optional extra '{extra}': pip install 'spectra-cli[{extra}]' "
+            f"{who} needs matplotlib, the optional extra '{extra}': pip install 'spectra-geometry[{extra}]' "
             f"(from a checkout: pip install '.[{extra}]')."
         ) from None
     return matplotlib
@@ -94,8 +96,14 @@ def _doc(rep: Any) -> dict[str, Any]:
 
 
 def _new_axes(ax: Any, height: float = 2.6, width: float = COLUMN_WIDTH) -> Any:
+    """``ax``, or the Axes of a new figure: made through pyplot where pyplot is already imported (a notebook's
+    ``%matplotlib inline`` or ``import matplotlib.pyplot``: the figure is pyplot's current one, so the notebook
+    shows it and ``plt.savefig`` writes it), else a figure of its own that nothing global holds."""
     if ax is not None:
         return ax
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        return pyplot.figure(figsize=(width, height), layout="constrained").add_subplot()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -137,8 +145,13 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
     if key != "alpha":
         return f"α = {a:.3f}"
-    err, label = alpha_error(fit)  # the sampling standard error, or the least-squares one where the law misses
-    return f"α = {a:.3f} ± {err:.3f} ({label})" if err is not None else f"α = {a:.3f}"
+    err, label = alpha_error(fit)  # the sampling standard error; the least-squares one beside it where the law misses
+    if err is None:
+        return f"α = {a:.3f}"
+    ls = finite(fit.get("stderr"))
+    misses = label == "SE" and law_misses(err, ls, finite(fit.get("r2")))
+    miss = f"\n(LS SE {ls:.3f}: the law misses its points)" if misses else ""
+    return f"α = {a:.3f} ± {err:.3f} ({label}){miss}"
 
 
 def _usable(spec: dict[str, Any], n: int) -> int:

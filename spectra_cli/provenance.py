@@ -13,7 +13,7 @@ NUMBER_OPTIONS = ("centered", "ddof", "weights", "window", "method", "model", "d
 
 
 def number_options(doc: dict[str, Any]) -> dict[str, Any]:
-    """The number-changing options of a report (absent keys are left out)."""
+    """The number-changing options of a report (absent keys are left out); the weights as their source."""
     opts = doc.get("options") if isinstance(doc, dict) else None
     if not isinstance(opts, dict):
         return {}
@@ -26,9 +26,31 @@ def number_options(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def resolved_windows(doc: dict[str, Any]) -> list[list[int]] | None:
+    """The rank windows a report's fits used (``[[11, 38]]``), where its window option was fixed (a default or a
+    spelled window, not ``auto``): ``default`` and ``11:38`` at d = 384 are one window. None where it cannot tell
+    (an automatic window, which the data choose, compares as spelled; a report without fits)."""
+    spelled = (doc.get("options") or {}).get("window")
+    if not isinstance(spelled, list) or any(isinstance(w, str) and "auto" in w for w in spelled):
+        return None
+    fits: list[Any] = doc["fits"] if isinstance(doc.get("fits"), list) else [doc.get("fit")]
+    out = []
+    for f in fits:
+        w = f.get("window") if isinstance(f, dict) else None
+        if not (isinstance(w, list) and len(w) == 2 and all(isinstance(k, int) and not isinstance(k, bool)
+                                                             for k in w)):
+            return None
+        out.append(list(w))
+    return out or None
+
+
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """``name: A vs B`` for each number-changing option on which two reports differ."""
+    """``name: A vs B`` for each number-changing option on which two reports differ: windows as the ranks their
+    fits used where both reports have them (:func:`resolved_windows`), else as spelled."""
     oa, ob = number_options(a), number_options(b)
+    wa, wb = resolved_windows(a), resolved_windows(b)
+    if wa is not None and wb is not None:  # (else both as spelled: options not yet run have no fits)
+        oa["window"], ob["window"] = wa, wb
     return [f"{k} {oa.get(k)!r} vs {ob.get(k)!r}" for k in NUMBER_OPTIONS
             if k in oa and k in ob and oa[k] != ob[k]]
 

@@ -110,6 +110,14 @@ def reference_eigenvalues(X: np.ndarray, ddof: int = 1) -> np.ndarray:
     return np.linalg.eigvalsh(Xc.T @ Xc / (len(X) - ddof))[::-1]
 
 
+@pytest.fixture(autouse=True)
+def _warnings_said_afresh() -> None:
+    """Each test starts with no kind of SpectraWarning said yet (each kind is said once per process)."""
+    from spectra_cli.run.assemble import SAID
+
+    SAID.clear()
+
+
 @pytest.fixture
 def no_thread_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     """The thread policy's own choices, whatever the environment the tests run in: a user's caps (OMP_NUM_THREADS,

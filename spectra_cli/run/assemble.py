@@ -4,6 +4,7 @@ frozen :class:`~spectra_cli.results.Report` with its source and options sections
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import warnings as _warnings
 from typing import Any
@@ -94,9 +95,21 @@ def near_null_warning(spec: Spectrum, suite: Any, *, density: bool) -> list[str]
             "leaves them out of " + " and ".join(what) + ", so there is nothing to change"]
 
 
+#: The kinds of warning this process has emitted (:func:`warning_kind`): each kind is a SpectraWarning once per
+#: process (a notebook's loop over 12 LayerNorm'd layers says the null directions once, not 12 times); every report
+#: still lists all of its own warnings.
+SAID: set[str] = set()
+
+
+def warning_kind(message: str) -> str:
+    """A warning's text with its numbers taken out: what stays the same from one layer or call to the next."""
+    return re.sub(r"\d[\d.,]*(?:e[+-]?\d+)?", "#", str(message))
+
+
 def emit_warnings(messages: list[str]) -> None:
     """Each suspect finding is also a SpectraWarning, pointing at the caller's line (the first
-    frame outside spectra_cli), never silent (STYLE)."""
+    frame outside spectra_cli), never silent; each kind of finding once per process (:data:`SAID`): the report's
+    ``warnings`` hold every one, every time."""
     here = inspect.currentframe()
     try:
         level, frame = 2, here.f_back if here is not None else None
@@ -109,7 +122,12 @@ def emit_warnings(messages: list[str]) -> None:
         # batch worker, 1.8 GB before it ran (Python's inspect documentation asks for this del)
         del here, frame
     for m in messages:
-        _warnings.warn(m, SpectraWarning, stacklevel=level)
+        kind = warning_kind(m)
+        if kind in SAID:
+            continue
+        SAID.add(kind)
+        _warnings.warn(Message(f"{raw(m)} (said once in this process; each report's warnings list it every time)"),
+                       SpectraWarning, stacklevel=level)
 
 
 class Stopwatch:

@@ -48,7 +48,7 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
         missing = getattr(exc, "name", None) or str(exc)
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"the package {missing!r} that this analysis needs cannot be imported ({exc}); reinstall "
-                         "spectra's dependencies (pip install 'spectra-cli') in this environment"}
+                         "spectra's dependencies (pip install 'spectra-geometry') in this environment"}
     except Exception as exc:  # noqa: BLE001 - one broken item must not stop the batch
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": f"unexpected {type(exc).__name__}: {exc} (a bug; please report it)"}

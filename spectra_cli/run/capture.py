@@ -304,7 +304,7 @@ def _load(path: str, config: dict[str, Any], device: str, attention: str, max_le
         import torch
     except ImportError:
         raise InputError("spectra capture MODEL_DIR needs PyTorch and transformers: pip install "
-                         "'spectra-cli[capture]'.") from None
+                         "'spectra-geometry[capture]'.") from None
     try:
         dev = torch.device(device)
         if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
@@ -317,7 +317,7 @@ def _load(path: str, config: dict[str, Any], device: str, attention: str, max_le
         from transformers import AutoModel, AutoTokenizer
     except ImportError:
         raise InputError("spectra capture MODEL_DIR needs PyTorch and transformers: pip install "
-                         "'spectra-cli[capture]'.") from None
+                         "'spectra-geometry[capture]'.") from None
     from transformers.utils import logging as hf_logging
 
     model_type = config.get("model_type")

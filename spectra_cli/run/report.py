@@ -53,7 +53,7 @@ def _jinja() -> Any:
         import jinja2
     except ImportError:
         raise OptionError("spectra report needs Jinja2, the optional extra 'report': pip install "
-                          "'spectra-cli[report]' (from a checkout: pip install '.[report]').") from None
+                          "'spectra-geometry[report]' (from a checkout: pip install '.[report]').") from None
     return jinja2
 
 
@@ -223,6 +223,7 @@ def _options_line(doc: dict[str, Any]) -> str:
 
 def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
                    worst: int) -> dict[str, Any]:
+    from spectra_cli.drawable import dropped_text
     from spectra_cli.plot import density, figure, layer_name_size, layer_names, layers, natural_key, spectrum
     from spectra_cli.run.summary import summarize
 
@@ -300,7 +301,7 @@ def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs
     failed = [{"item": _item(d), "why": str(d.get("error"))[:300]} for d in lines if "error" in d]
     rows = _layer_rows(docs, metrics)
     return {"summary": summary, "metrics": [{"field": f, "label": lb} for f, lb, _ in metrics],
-            "rows": rows, "per_layer": per_layer, "worst": worst_figs,
+            "rows": rows, "per_layer": per_layer, "worst": worst_figs, "dropped": dropped_text(ordered),
             "worst_kind": "ESD (density fit)" if has_density else "spectrum", "skipped": skipped,
             "worst_heading": worst_heading if has_density else "furthest from the median rank-fit α",
             "any_warnings": any(r["warnings"] for r in rows),

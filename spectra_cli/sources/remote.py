@@ -39,7 +39,7 @@ def filesystem(url: str) -> tuple[Any, str]:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
         extra = EXTRAS.get(url.split("://", 1)[0].lower())
-        hint = (f" (the backend comes with the extra '{extra}': pip install 'spectra-cli[{extra}]')"
+        hint = (f" (the backend comes with the extra '{extra}': pip install 'spectra-geometry[{extra}]')"
                 if extra and isinstance(exc, ImportError) else "")
         raise OptionError(f"cannot open {url}: {exc}{hint}") from None
 

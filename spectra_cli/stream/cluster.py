@@ -33,7 +33,7 @@ def require_distributed() -> Any:
         import distributed
     except ImportError:
         raise OptionError(f"{param('engine', 'dask')} needs dask and distributed, the optional extra 'dask': pip "
-                          "install 'spectra-cli[dask]' (from a checkout: pip install '.[dask]').") from None
+                          "install 'spectra-geometry[dask]' (from a checkout: pip install '.[dask]').") from None
     return distributed
 
 

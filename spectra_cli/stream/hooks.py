@@ -175,7 +175,8 @@ class Capture:
         try:
             import torch
         except ImportError:  # pragma: no cover - the capture extra is not installed
-            raise InputError("capture needs PyTorch: pip install 'spectra-cli[capture]' (the CPU wheel: pip install "
+            raise InputError("capture needs PyTorch: pip install 'spectra-geometry[capture]' (the CPU wheel: "
+                             "pip install "
                              "torch --index-url https://download.pytorch.org/whl/cpu).") from None
         if not isinstance(model, torch.nn.Module):
             raise OptionError(f"{param('model')} must be a torch.nn.Module (got {type(model).__name__}).")

@@ -80,7 +80,7 @@ def test_report_without_jinja2_names_the_extra(cli, results, tmp_path, without):
     r = cli("report", results, "-o", tmp_path / "p.html")
     assert r.exit_code == 2
     assert r.stderr == ("error: spectra report needs Jinja2, the optional extra 'report': pip install "
-                        "'spectra-cli[report]' (from a checkout: pip install '.[report]').\n")
+                        "'spectra-geometry[report]' (from a checkout: pip install '.[report]').\n")
 
 
 # The console script's entry with the command line's import held in the middle, as a slow disk or a busy machine

@@ -76,7 +76,8 @@ def test_plot_without_matplotlib_names_the_extra(cli, tmp_path, without):
     without("matplotlib")
     r = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--plot", tmp_path / "s.png")
     assert r.exit_code == 2
-    assert r.stderr == ("error: --plot needs matplotlib, the optional extra 'plot': pip install 'spectra-cli[plot]' "
+    assert r.stderr == ("error: --plot needs matplotlib, the optional extra 'plot': "
+                        "pip install 'spectra-geometry[plot]' "
                         "(from a checkout: pip install '.[plot]').\n")
 
 
@@ -97,4 +98,4 @@ def test_report_without_matplotlib_names_the_page_and_its_extra(cli, tmp_path, w
     r = cli("report", tmp_path / "r.json", "-o", tmp_path / "p.html")
     assert r.exit_code == 2 and not (tmp_path / "p.html").exists()
     assert r.stderr == ("error: the report page needs matplotlib, the optional extra 'report': pip install "
-                        "'spectra-cli[report]' (from a checkout: pip install '.[report]').\n")
+                        "'spectra-geometry[report]' (from a checkout: pip install '.[report]').\n")

@@ -86,7 +86,7 @@ NOT_RUN = (
     NotRun("figures.md", "python bench/make_real_checkpoint.py", "builds its checkpoint from MiniLM activation "
            "dumps that are not shipped (the next lines run on a small checkpoint of that name)", "not shipped"),
     NotRun("guides/capture.md", "pip install", "installs from a package index (a network)", "pip install"),
-    NotRun("guides/ci.md", "python -m pip install spectra-cli", "installs from a package index (a network)",
+    NotRun("guides/ci.md", "python -m pip install spectra-geometry", "installs from a package index (a network)",
            "pip install"),
     NotRun("guides/ci.md", "python scripts/dump_activations.py", "the reader's own script (the dump it writes, "
            "dumps/layer12.npy, is made here)", "your model's dump"),

@@ -206,7 +206,17 @@ def test_figure_sizes_read_at_one_column(layernorm_report):
 def test_layer_names_drop_the_common_prefix_and_sort_in_network_order():
     items = [f"m.safetensors::enc.layer.{i}.w" for i in (10, 2, 1)]
     assert sorted(items, key=plot.natural_key) == [items[2], items[1], items[0]]
-    assert plot.layer_names(sorted(items, key=plot.natural_key)) == ["1.w", "2.w", "10.w"]
+    assert plot.layer_names(sorted(items, key=plot.natural_key)) == ["enc.layer.1.w", "enc.layer.2.w", "enc.layer.10.w"]
+
+
+def test_layer_names_keep_the_modules_name_whole_and_the_page_says_what_was_dropped():
+    from spectra_cli.drawable import dropped_text
+
+    items = [f"runs/moments/encoder.layer.{i}.npz" for i in range(6)]
+    assert plot.layer_names(items) == [f"encoder.layer.{i}" for i in range(6)]
+    assert dropped_text(items) == 'names without their common "runs/moments/" and ".npz"'
+    assert plot.layer_names(["a.npz", "b.npz"]) == ["a", "b"] and dropped_text(["x_1", "x_2"]) == ""
+    assert plot.layer_names(["m/.npz", "m/x.npz"]) == [".npz", "x.npz"]  # a name is never cut to nothing
 
 
 def test_not_a_report_is_a_clear_error():

@@ -105,7 +105,7 @@ def test_a_missing_backend_names_its_extra(monkeypatch):
         raise ImportError("Install huggingface_hub to access HfFileSystem")
 
     monkeypatch.setattr(fsspec.core, "url_to_fs", refuse)
-    with pytest.raises(spectra.OptionError, match=r"the extra 'hf': pip install 'spectra-cli\[hf\]'"):
+    with pytest.raises(spectra.OptionError, match=r"the extra 'hf': pip install 'spectra-geometry\[hf\]'"):
         spectra.fit("hf://org/model/model.safetensors::w")
 
 

@@ -102,7 +102,7 @@ def test_without_the_extra_the_message_names_it(without):
     without("dask", "distributed")
     from spectra_cli.stream import cluster as engine
 
-    with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-cli\[dask\]'"):
+    with pytest.raises(spectra.OptionError, match=r"the optional extra 'dask': pip install 'spectra-geometry\[dask\]'"):
         engine.require_distributed()
 
 

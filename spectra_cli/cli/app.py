@@ -179,17 +179,19 @@ def _root(
     """spectra: covariance spectra, power laws and effective ranks of embedding matrices."""
 
 
-def emit(doc: dict[str, Any], as_json: bool, render: Any = None, *, written: tuple[str, ...] = ()) -> None:
+def emit(doc: dict[str, Any], as_json: bool, render: Any = None, *, written: tuple[str, ...] = (),
+         say_warnings: bool = True) -> None:
     """One strict JSON document on stdout (and each report warning as a stderr line), or the
     tables ``render(doc, console)`` draws (the report tables by default). ``written``: the files this run
     wrote, removed when stdout refuses the result (a full disk: the run failed, so it leaves nothing).
-    The report's warnings name options as flags here (``--population``; the library's ``population=True``)."""
+    The report's warnings name options as flags here (``--population``; the library's ``population=True``);
+    ``say_warnings=False``: not repeated on stderr beside the JSON (a saved report's, said when it was made)."""
     from spectra_cli.errors import flag_text
 
     if isinstance(doc.get("warnings"), list):
         doc = {**doc, "warnings": [flag_text(w) if isinstance(w, str) else w for w in doc["warnings"]]}
     try:
-        _emit(doc, as_json, render)
+        _emit(doc, as_json, render, say_warnings)
     except (BrokenPipeError, _PipeClosed):
         raise
     except OSError as exc:
@@ -204,14 +206,14 @@ def emit(doc: dict[str, Any], as_json: bool, render: Any = None, *, written: tup
                           f"{'; ' + ', '.join(written) + ' removed' if written else ''}.") from None
 
 
-def _emit(doc: dict[str, Any], as_json: bool, render: Any = None) -> None:
+def _emit(doc: dict[str, Any], as_json: bool, render: Any = None, say_warnings: bool = True) -> None:
     if as_json:
         from spectra_cli.jsonio import dumps
 
         sys.stdout.write(dumps(doc) + "\n")
         sys.stdout.flush()
         # stdout stays one JSON document; a person watching the run still sees the warnings.
-        for w in doc.get("warnings", []) if isinstance(doc.get("warnings"), list) else []:
+        for w in doc.get("warnings", []) if say_warnings and isinstance(doc.get("warnings"), list) else []:
             sys.stderr.write(f"warning: {w}\n")
         return
     from spectra_cli.render.table import console_for

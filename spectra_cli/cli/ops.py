@@ -57,18 +57,24 @@ def check(
     precision: Annotated[str | None, typer.Option("--precision", metavar="float64|float32",
                                                   help="Arithmetic of the products (default float64).")] = None,
     allow_option_mismatch: AllowMismatch = False,
+    only: Annotated[str | None, typer.Option("--only", metavar="REGEX", help="A batch's results: check only the "
+                                             "items whose name this matches (re.search).")] = None,
+    exclude: Annotated[str | None, typer.Option("--exclude", metavar="REGEX", help="A batch's results: leave out "
+                                                "the items whose name this matches (wins over --only).")] = None,
     json: Json = False,
     *,
     fitting: FitKeywords,
 ) -> None:
     """Evaluate thresholds on a report: exit 0 when all pass, 1 when any fails, 2 on bad input or a bad check.
 
-    Flags win over the config's [fit] table, which wins over the defaults.
+    Flags win over the config's [fit] table, which wins over the defaults. A null value (not computed, or not
+    finite) fails its check: leave such an item out with --exclude.
 
     \b
     Examples:
       spectra check acts.npy --require "fit.alpha between 0.6 0.9" --require "rank.participation_ratio >= 50"
       spectra check report.json --config spectra.toml --baseline last_good.json --max-change fit.alpha=0.05
+      spectra check weights.jsonl --require "fit.alpha < 1" --exclude token_type_embeddings
     """
     from spectra_cli.render.screens import print_checks, print_item_checks
     from spectra_cli.run.check import check as run_check
@@ -76,13 +82,14 @@ def check(
     result = run_check(path, require=require, config=config, baseline=baseline, max_change=max_change,
                        centered=None if uncentered is None else not uncentered, key=key, column=column, rows=rows,
                        sample=sample, seed=seed, precision=precision, allow_option_mismatch=allow_option_mismatch,
-                       **fitting)
+                       only=only, exclude=exclude, **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
     if result.items:
         emit(result.to_dict(), json, lambda d, console: print_item_checks(path, d, console))
-    else:
-        emit(result.to_dict(), json, lambda d, console: print_checks(path, list(result.verdicts), console))
+    else:  # a saved report's warnings were said when it was made
+        emit(result.to_dict(), json, lambda d, console: print_checks(path, list(result.verdicts), console),
+             say_warnings=result.computed)
     if not result.passed:
         raise typer.Exit(EXIT_CHECK)
 

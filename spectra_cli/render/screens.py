@@ -352,7 +352,9 @@ def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:
     """``check`` on a results file: the failures, item by item, and the count."""
     items = doc["items"]
     failed = [i for i in items if not i["passed"]]
-    t = Table(title=f"{path}: {len(items) - len(failed)} of {len(items)} item(s) pass", title_justify="left")
+    left_out = len(doc.get("excluded") or [])
+    t = Table(title=f"{path}: {len(items) - len(failed)} of {len(items)} item(s) pass"
+              + (f" ({left_out} left out by --only/--exclude)" if left_out else ""), title_justify="left")
     t.add_column("item", overflow="fold")
     t.add_column("failed check", overflow="fold")
     t.add_column("value", no_wrap=True)

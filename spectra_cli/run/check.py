@@ -43,8 +43,10 @@ class Check:
             return f"== {self.bound[0]:g} ± {self.bound[1]:g}"
         if self.op == "max-change" and self.in_se:
             return f"|change| <= {self.bound[0]:g} standard errors of the change"
+        if self.op == "max-change" and self.relative:
+            return f"|change| <= {self.bound[0]:g}% of |baseline|"
         if self.op == "max-change":
-            return f"|change| <= {self.bound[0]:g}{'%' if self.relative else ''} of baseline"
+            return f"|change from baseline| <= {self.bound[0]:g}"
         return f"{self.op} {self.bound[0]:g}"
 
 
@@ -167,14 +169,15 @@ def _judge_in_se(c: Check, value: float | None, base: float | None, se: float | 
     limit = c.bound[0] * math.hypot(se, se_base)
     verdict = _judge(Check(c.text, c.field, "max-change", (limit,)), value, base)
     return Verdict(c, verdict.value, verdict.baseline, verdict.passed,
-                   verdict.message.replace(f"<= {limit:g} of baseline",
-                                           f"<= {c.bound[0]:g} SE = {limit:.4g} (SE of the change "
+                   verdict.message.replace(f"|change from baseline| <= {limit:g}",
+                                           f"|change| <= {c.bound[0]:g} SE = {limit:.4g} (SE of the change "
                                            f"sqrt({se:.3g}^2 + {se_base:.3g}^2))"), limit)
 
 
 def _judge(c: Check, value: float | None, base: float | None) -> Verdict:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return Verdict(c, value, base, False, f"{c.field} is null (not computed or not finite)")
+        return Verdict(c, value, base, False, f"{c.field} is null (not computed or not finite): a null value fails "
+                       "its check")
     b = c.bound
     if c.op == "between":
         ok = b[0] <= value <= b[1]
@@ -283,15 +286,26 @@ def fit_options(config: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]
 RESULTS_SCHEMA = "spectra.check-results/1"
 
 
-def evaluate_results(lines: list[dict[str, Any]], checks: list[Check],
-                     baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+def evaluate_results(lines: list[dict[str, Any]], checks: list[Check], baseline: dict[str, Any] | None = None, *,
+                     only: str | None = None, exclude: str | None = None) -> dict[str, Any]:
     """Every item of a batch's results checked: one verdict list per item; a failed item fails, a
-    skipped tensor (not a weight matrix) is not checked. Unknown fields are refused as for one report."""
+    skipped tensor (not a weight matrix) is not checked. Unknown fields are refused as for one report.
+    ``only`` / ``exclude``: regular expressions searched in the item names (RE2): only the items one matches, or
+    all but them (``exclude`` wins); the items left out are listed in ``excluded``."""
+    from spectra_cli.validate import check_regex
+
+    keep = check_regex("only", only) if only is not None else None
+    drop = check_regex("exclude", exclude) if exclude is not None else None
     items: list[dict[str, Any]] = []
+    excluded: list[str] = []
     for doc in lines:
         source = doc.get("source")
         name = doc.get("item") or (source.get("path") if isinstance(source, dict) else None)
         if "skipped" in doc:
+            continue
+        text = str(name or "")
+        if (keep is not None and not keep.search(text)) or (drop is not None and drop.search(text)):
+            excluded.append(text)
             continue
         if "error" in doc:
             items.append({"item": name, "passed": False, "error": str(doc["error"]), "results": []})
@@ -300,9 +314,12 @@ def evaluate_results(lines: list[dict[str, Any]], checks: list[Check],
         items.append({"item": name, "passed": all(v.passed for v in verdicts),
                       "results": [v.to_dict() for v in verdicts]})
     if not items:
+        if excluded:
+            raise OptionError(f"{param('only') if only is not None else param('exclude')} left no item to check "
+                              f"(of {len(excluded)}).")
         raise OptionError("the results hold no analysed item to check (only skipped tensors).")
     return {"schema": RESULTS_SCHEMA, "passed": all(i["passed"] for i in items), "items": items,
-            "failed": [i["item"] for i in items if not i["passed"]]}
+            "failed": [i["item"] for i in items if not i["passed"]], "excluded": excluded}
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +334,9 @@ class CheckResult:
     verdicts: tuple[Verdict, ...] = ()
     option_mismatch: tuple[str, ...] = ()
     items: bool = False
+    #: Whether the checked report was computed by this call (an input), not read (a saved report or results): a
+    #: read report's warnings were said when it was made.
+    computed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.document)
@@ -337,6 +357,8 @@ def check(
     seed: int | None = None,
     precision: str | None = None,
     allow_option_mismatch: bool = False,
+    only: str | None = None,
+    exclude: str | None = None,
     **fitting: Unpack[FitKeywords],
 ) -> CheckResult:
     """Evaluate thresholds on a report, an input (its ``fit`` report) or every item of a batch's
@@ -348,7 +370,11 @@ def check(
     ``|value - baseline|`` (``LIMIT%``: relative to ``|baseline|``). ``config``: a ``spectra.toml`` with
     a ``[check]`` table (require, baseline, max_change) and a ``[fit]`` table of fit options; an
     argument given here (not None) wins over ``[fit]``, which wins over fit's defaults. A baseline made
-    with other number-changing options is refused unless ``allow_option_mismatch``."""
+    with other number-changing options is refused unless ``allow_option_mismatch``. ``only`` / ``exclude``
+    (a batch's results): regular expressions on the item names, the items to check or to leave out.
+
+    A null value (not computed, or not finite: alpha of a 2 x 384 tensor) fails its check: leave such an item out
+    with ``exclude``."""
     from spectra_cli.provenance import check_same_options
     from spectra_cli.results import json_safe
     from spectra_cli.run.compare import as_report, load_report
@@ -367,8 +393,11 @@ def check(
     base_path = baseline or cfg["baseline"]
     base = load_report(base_path) if base_path else None
     if formats.JSONL.matches(data):
-        doc = evaluate_results(read_results([data]), checks, base)
+        doc = evaluate_results(read_results([data]), checks, base, only=only, exclude=exclude)
         return CheckResult(bool(doc["passed"]), doc, items=True)
+    if only is not None or exclude is not None:
+        raise OptionError(f"{param('only') if only is not None else param('exclude')} chooses items of a batch's "
+                          f"results (.jsonl); {data} is one report.")
     flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,
                  **fitting)
     report = as_report(data, fit_options(cfg["fit"], flags))
@@ -380,4 +409,5 @@ def check(
                         "results": [v.to_dict() for v in verdicts]}
     # the verdict at the top, where a results file's check has it too (``jq -e .passed`` for every input)
     report = {"schema": report["schema"], "passed": passed, **{k: v for k, v in report.items() if k != "schema"}}
-    return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch))
+    return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch),
+                       computed=not (data == "-" or formats.JSON.matches(data)))

@@ -135,6 +135,16 @@ def test_model_summary_and_per_item_checks(cli, hf_model, tmp_path):
     r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50")
     assert r.exit_code == 1  # the 2-row embedding has no density fit: that item fails, by name
     assert "token_type_embeddings" in r.stdout and "3 of 4 item(s) pass" in r.stdout
+    r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50", "--exclude", "token_type", "--json")
+    assert r.exit_code == 0 and r.json()["excluded"] == [x["item"] for x in map(json.loads, out.read_text()
+                                                                                 .splitlines())
+                                                         if "token_type" in x["item"] and "skipped" not in x]
+    r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50", "--only", "token_type")
+    assert r.exit_code == 1 and "0 of 1 item(s) pass (3 left out by --only/--exclude)" in r.stdout
+    r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--only", "nothing-like-this")
+    assert r.exit_code == 2 and r.stderr == "error: --only left no item to check (of 4).\n"
+    r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--exclude", "(a)\\1")
+    assert r.exit_code == 2 and "--exclude" in r.stderr and "back-reference" in r.stderr
     assert cli("check", out, "--require", "rank.numerical_rank >= 1").exit_code == 0
     r = cli("batch", d / "pytorch_model.bin")
     assert r.exit_code == 2 and "never unpickles" in r.stderr and "safetensors" in r.stderr

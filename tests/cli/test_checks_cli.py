@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -56,12 +58,32 @@ def test_report_input_and_baseline_changes(cli, tmp_path):
                                                <= 0.05)
     pr = verdicts["rank.participation_ratio"]
     assert pr["passed"] == (abs(pr["value"] - pr["baseline"]) <= 0.01 * pr["baseline"])
+    assert "violates |change| <= 1% of |baseline|" in pr["message"] or "satisfies |change| <= 1% of" in pr["message"]
+    assert "|change from baseline| <= 0.05 (baseline" in verdicts["fit.alpha"]["message"]  # absolute, said so
     assert r.exit_code == (0 if all(v["passed"] for v in verdicts.values()) else 1)
     # a saved report checked directly, without recomputation
     r = cli("check", tmp_path / "base.json", "--require", "fit.alpha == 0.6547 +- 0.001")
     assert r.exit_code == 0
     r = cli("check", NPY, "--max-change", "fit.alpha=0.1")
     assert r.exit_code == 2 and r.stderr == "error: --max-change needs --baseline REPORT.json.\n"
+    # a saved report's warnings were said when it was made: --json does not repeat them on stderr
+    X = np.load(NPY).astype(np.float64)
+    X[:, :2] = 1.0  # two constant columns: a warning
+    np.save(tmp_path / "const.npy", X)
+    warned = cli("fit", tmp_path / "const.npy", "--json")
+    (tmp_path / "const.json").write_text(warned.stdout)
+    assert warned.json()["warnings"] and warned.stderr.startswith("warning: 2 constant column(s)")
+    r = cli("check", tmp_path / "const.json", "--require", "fit.alpha > 0", "--json")
+    assert r.exit_code == 0 and r.stderr == "" and r.json()["warnings"] == warned.json()["warnings"]
+    r = cli("check", tmp_path / "const.npy", "--require", "fit.alpha > 0", "--json")
+    assert r.stderr.startswith("warning: 2 constant column(s)")  # computed here: said
+    # windows compare as the ranks the fits used: the default is 11..38 at d = 384
+    r = cli("check", NPY, "--window", "11:38", "--baseline", tmp_path / "base.json", "--max-change", "fit.alpha=3se")
+    assert r.exit_code == 0, r.stderr
+    r = cli("check", NPY, "--window", "11:39", "--baseline", tmp_path / "base.json", "--max-change", "fit.alpha=3se")
+    assert r.exit_code == 2 and "window [[11, 39]] vs [[11, 38]]" in r.stderr
+    r = cli("check", NPY, "--only", "x", "--require", "fit.alpha > 0")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --only chooses items of a batch's results (.jsonl); ")
 
 
 def test_config_file(cli, tmp_path):

@@ -41,7 +41,8 @@ def _param(p: Any) -> click.Parameter:
     kind: Any = click.Choice(list(choices)) if choices else click.STRING
     if p.param_type_name == "argument":
         return click.Argument([p.name], required=p.required, nargs=p.nargs, metavar=p.metavar, type=kind)
-    default = p.default if isinstance(p.default, bool | int | float | str | list | tuple) else None  # (not a sentinel)
+    # (not a sentinel; nor "", which the reference would show as an empty code span)
+    default = p.default if isinstance(p.default, bool | int | float | str | list | tuple) and p.default != "" else None
     if getattr(p, "is_flag", False):
         return click.Option([*p.opts, *p.secondary_opts] if not p.secondary_opts else
                             ["/".join([p.opts[0], p.secondary_opts[0]])], is_flag=True, help=_cell(p.help),
@@ -51,14 +52,21 @@ def _param(p: Any) -> click.Parameter:
                         required=p.required, default=default, show_default=p.show_default, hidden=p.hidden)
 
 
+def _help(cmd: Any) -> click.Option:
+    """The command's own ``--help``, with a default: Click's (8.3 and later) has its UNSET sentinel, which the
+    reference would print as ``Sentinel.UNSET``."""
+    own = cmd.get_help_option(cmd.context_class(cmd))
+    return click.Option(list(own.opts), is_flag=True, default=False, expose_value=False, help=own.help)
+
+
 def _command(cmd: Any, name: str) -> click.Command:
-    params = [_param(p) for p in cmd.params]
+    params = [_param(p) for p in cmd.params] + [_help(cmd)]
     help_text = _as_markdown(cmd.help)
     subs = getattr(cmd, "commands", None)
     if subs:
         return click.Group(name, commands={n: _command(c, n) for n, c in subs.items()}, help=help_text,
-                           params=params)
-    return click.Command(name, params=params, help=help_text, hidden=cmd.hidden)
+                           params=params, add_help_option=False)
+    return click.Command(name, params=params, help=help_text, hidden=cmd.hidden, add_help_option=False)
 
 
 command = _command(typer.main.get_command(app), "spectra")

@@ -170,3 +170,6 @@ def test_the_site_builds_strict_and_its_cli_reference_has_every_option(tmp_path:
                     assert flag in html, f"{name} {flag}"
     api = (site / "reference" / "api" / "index.html").read_text()
     assert "spectra_cli.run.matrix.fit" in api and "spikes" in html
+    from tests.docs.test_rendering import assert_the_built_site_renders
+
+    assert_the_built_site_renders(site)

@@ -349,11 +349,12 @@ METRICS: tuple[Metric, ...] = (
     _m("isotropy.scale_value", "partition scale s", "the scale s of the partition function", kind="input",
        added_by=_PARTITION),
     _m("isotropy.mean_cosine", "mean cosine", "exact mean cosine over pairs i != j, (||sum w u||^2 - sum w^2) / "
-       "((sum w)^2 - sum w^2), u = x/||x||; zero rows excluded", views="batch table", better="lower"),
+       "((sum w)^2 - sum w^2), u = x/||x||; zero rows excluded", views="batch layer table", better="lower",
+       fmt=".3f"),
     _m("isotropy.zero_rows", "zero rows", "rows of norm 0, excluded from the cosine", kind="count",
        type="integer", nullable=False),
-    _m("isotropy.top_pc_share", "top-PC share", "lambda_1 / sum lambda of the covariance", views="batch table",
-       better="lower", se="isotropy.se.top_pc_share"),
+    _m("isotropy.top_pc_share", "top-PC share", "lambda_1 / sum lambda of the covariance",
+       views="batch layer table", better="lower", se="isotropy.se.top_pc_share", fmt=".4f"),
     _m("isotropy.mean_norm_ratio", "mean-norm ratio", "||mean|| / mean ||x_i||", views="table", better="lower"),
     _m("isotropy.isoscore", "IsoScore", "Rudman et al. 2022 from the d covariance eigenvalues", views="table",
        better="higher", se="isotropy.se.isoscore", added_by=(("isoscore", True),)),
@@ -606,6 +607,17 @@ def compared(path: str) -> bool:
         return False
     m = find(path)
     return m is None or (m.compared and m.kind not in ("cost", "input"))
+
+
+def shown(v: float, fmt: str) -> str:
+    """A metric's value as every screen shows it (the terminal's tables and summaries, the pages): in the
+    registry's ``fmt``, or in 4 significant digits where ``fmt`` would print it as 0 or too long (below 1e-3, from
+    1e6); ``fmt`` ``"d"``: a whole number with thousands separators."""
+    if fmt == "d" and abs(v) < 1e15 and v == int(v):
+        return format(int(v), ",")
+    if v != 0 and not 1e-3 <= abs(v) < 1e6:
+        return format(v, ".4g")
+    return format(v, fmt if fmt != "d" else ".0f")
 
 
 def view(name: str) -> tuple[Metric, ...]:

@@ -287,6 +287,7 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     else:
         console.print(title + " (no verdicts: run the batch with --density)")
     rows = doc["metrics"]
+    from spectra_cli.metrics import shown
     from spectra_cli.run.summary import summary_format
 
     of = {"centred": " of the centred rows, the covariance",
@@ -294,7 +295,7 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
           "mixed": ", centred rows for some layers and uncentred for others"}.get(str(doc.get("matrix")), "")
     print_columns(console, f"Metrics{of}: plain, and weighted by parameters", "metric", [r["label"] for r in rows],
                   [("layers", [str(r["layers"]) for r in rows]),
-                   *((head, [_num(r[k], summary_format(str(r["field"]))) for r in rows])
+                   *((head, ["—" if r[k] is None else shown(r[k], summary_format(str(r["field"]))) for r in rows])
                      for head, k in (("mean", "mean"), ("median", "median"), ("weighted mean", "weighted_mean"),
                                      ("weighted median", "weighted_median")))])
     if doc.get("worst"):

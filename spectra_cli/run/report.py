@@ -170,13 +170,7 @@ def _with_font(draw: Any) -> Any:
 # page sections
 
 
-def _show(v: float, fmt: str) -> str:
-    """``v`` in ``fmt``, or in 4 significant digits when ``fmt`` would print it too long or as 0."""
-    if fmt == "d" and abs(v) < 1e15 and v == int(v):
-        return format(int(v), ",")
-    if v != 0 and not 1e-3 <= abs(v) < 1e6:
-        return format(v, ".4g")
-    return format(v, fmt if fmt != "d" else ".0f")
+_show = registry.shown  # (one rounding per metric, the terminal's too)
 
 
 def _cell(value: Any, fmt: str) -> dict[str, Any]:
@@ -337,6 +331,32 @@ def _is_run(sources: list[Source], pts: list[Point]) -> bool:
     return bool(steps) and any(len(s) >= 2 for s in steps.values())
 
 
+def _largest_move(f: str, name: str, ps: list[Point], vals: list[tuple[float, float, Any]]) -> tuple[Any, ...]:
+    """A layer's largest move of metric ``f`` over the run: between the steps of its lowest and highest value (a
+    dip and a recovery count, not only the ends), with the standard error of that change and its p-value, which
+    is multiplied by the number of step pairs (Bonferroni: the pair was chosen as the most apart of them). The
+    tuple: ``(|change|, name, from value, to value, se, vals, p, (from step, to step))``."""
+    from spectra_cli.run.compare import Row
+
+    lo = min(range(len(vals)), key=lambda i: (vals[i][1], i))
+    hi = max(range(len(vals)), key=lambda i: (vals[i][1], -i))
+    i, j = sorted((lo, hi)) if lo != hi else (0, len(vals) - 1)
+    ends_v = (vals[i], vals[j])
+    ends = [next(q.doc for q in ps if q.step == e[0]) for e in ends_v]
+    errors = [standard_error(doc, f) for doc in ends]  # the standard error, not a 95 % interval's half
+    spread = [se_ if se_ is not None else abs(iv[1] - iv[0]) / 2 for se_, (_, _, iv) in zip(errors, ends_v, strict=True)
+              if se_ is not None or iv is not None]
+    se = math.sqrt(sum(s * s for s in spread)) if len(spread) == 2 else None
+    a, b = ends_v[0][1], ends_v[1][1]
+    p_value = None
+    if se:  # (Student's t where both ends' errors come from row groups, as compare tests them)
+        p_value = Row(f, a, b, se_a=spread[0], se_b=spread[1], dof_a=se_dof(ends[0]), dof_b=se_dof(ends[1])).p \
+            if None not in errors else math.erfc(abs(b - a) / se / math.sqrt(2.0))
+        if p_value is not None:
+            p_value = min(1.0, p_value * len(vals) * (len(vals) - 1) / 2)
+    return (abs(b - a), name, a, b, se, vals, p_value, (ends_v[0][0], ends_v[1][0]))
+
+
 def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, Any]:
     from spectra_cli.plot import COLUMN_WIDTH, LINESTYLES, PALETTE, errorbar, figure
     from spectra_cli.run.summary import summarize
@@ -351,7 +371,6 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
     steps = sorted({p.step for p in points})
     figs.total = len(metrics)
     panels, movers = [], []
-    from spectra_cli.run.compare import Row
 
     tested: list[tuple[tuple[str, str], float]] = []  # every change with a standard error, and its p-value
     for f, label, fmt in metrics:
@@ -363,22 +382,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
                 if v is not None:
                     vals.append((p.step, v, uncertainty(p.doc, f)))
             if len(vals) >= 2:
-                first, last = vals[0], vals[-1]
-                ends = [next(q.doc for q in ps if q.step == e[0]) for e in (first, last)]
-                errors = [standard_error(doc, f) for doc in ends]  # the standard error, not a 95 % interval's half
-                spread = []
-                for se_, iv in zip(errors, (first[2], last[2]), strict=True):
-                    if se_ is not None:
-                        spread.append(se_)
-                    elif iv is not None:
-                        spread.append(abs(iv[1] - iv[0]) / 2)
-                se = math.sqrt(sum(s * s for s in spread)) if len(spread) == 2 else None
-                p_value = None
-                if se:  # (Student's t where both ends' errors come from row groups, as compare tests them)
-                    p_value = Row(f, first[1], last[1], se_a=spread[0], se_b=spread[1], dof_a=se_dof(ends[0]),
-                                  dof_b=se_dof(ends[1])).p if None not in errors \
-                        else math.erfc(abs(last[1] - first[1]) / se / math.sqrt(2.0))
-                change.append((abs(last[1] - first[1]), name, first[1], last[1], se, vals, p_value))
+                change.append(_largest_move(f, name, ps, vals))
         change.sort(key=lambda t: -t[0])
         shown = change[:6]
 
@@ -392,7 +396,7 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
                     vs2 = [v for v in vs if v is not None]
                     mean.append(sum(vs2) / len(vs2) if vs2 else float("nan"))
                 ax.plot(steps, mean, "-", color="#1a1a1a", lw=2.0, label=f"mean of {len(series)} layers")
-            for i, (_, name, _a, _b, _se, vals, _p) in enumerate(shown):
+            for i, (_, name, _a, _b, _se, vals, _p, _steps) in enumerate(shown):
                 errorbar(ax, [v[0] for v in vals], [v[1] for v in vals], [v[2] for v in vals],
                           color=PALETTE[i % len(PALETTE)], ls="-" if i == 0 else LINESTYLES[(i - 1) % len(LINESTYLES)],
                           marker="os^vD<"[i],
@@ -407,9 +411,10 @@ def _run_section(points: list[Point], figs: Figures, moved: int) -> dict[str, An
         panels.append({"label": label, "field": f, "src": figs.embed(_with_font(draw))})
         base = registry.function_of(f)  # (the stable rank is the top-PC share's function: one test of the two)
         if base is None or base not in {m[0] for m in metrics}:
-            tested += [((f, name), p) for _, name, _, _, se, _, p in change if se and p is not None]
-        for _, name, a, b, se, _, _ in change[:moved]:
+            tested += [((f, name), p) for _, name, _, _, se, _, p, _ in change if se and p is not None]
+        for _, name, a, b, se, _, _, (s_a, s_b) in change[:moved]:
             movers.append({"metric": label, "layer": name, "first": _show(a, fmt), "last": _show(b, fmt),
+                           "from_step": f"{s_a:g}", "to_step": f"{s_b:g}",
                            "change": ("+" if b >= a else "") + _show(b - a, fmt),
                            "z": f"{abs(b - a) / se:.1f}" if se else "—", "sort": repr(abs(b - a)), "key": (f, name)})
     from spectra_cli.run.compare import FDR, benjamini_hochberg

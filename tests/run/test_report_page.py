@@ -348,3 +348,27 @@ def test_the_page_rounds_the_summary_as_the_terminal_does(model_jsonl, model_pag
         mean, median = row.groups()
         line = next(x for x in terminal.splitlines() if x.strip().startswith(m["label"]))
         assert f" {mean} " in f"{line} " and f" {median} " in f"{line} ", (m["field"], mean, median, line)
+
+
+def test_a_run_shows_each_layers_largest_move_not_only_its_ends(tmp_path):
+    """alpha rises from 0.8 to 1.3 at step 300 and comes back: the ends agree, the move is still shown, from the
+    step of one extreme to the other's, beyond noise (its p-value times the 10 step pairs)."""
+    files = []
+    for step, a in ((100, 0.8), (200, 0.8), (300, 1.3), (400, 0.8), (500, 0.8)):
+        d = tmp_path / f"step_{step}"
+        d.mkdir()
+        np.save(d / "acts.npy", powerlaw_matrix(1500, 40, a, seed=step))
+        spectra.batch(str(d / "acts.npy"), jsonl=str(d / "results.jsonl"), window="3:30")
+        files.append(str(d / "results.jsonl"))
+    html = spectra.report(files, out=str(tmp_path / "run.html")).html
+    alphas = {s: json.loads(open(f).readline())["fit"]["alpha"] for s, f in zip((100, 200, 300, 400, 500), files,
+                                                                                   strict=True)}
+    top = max(alphas, key=alphas.get)
+    low = min(alphas, key=alphas.get)
+    assert top == 300
+    table = html.split("Layers whose metrics moved most")[1].split("</table>")[0]
+    row = next(r for r in table.split("<tr>") if ">alpha" in r)
+    a, b = (low, top) if low < top else (top, low)
+    assert f"(step {a})" in row and f"(step {b})" in row
+    assert f"{alphas[b] - alphas[a]:+.3f}" in row and ">beyond<" in row
+    assert "mean cosine" in html and "top-PC share" in html  # the signs of collapse, on the run page too

@@ -30,8 +30,9 @@ from typing import Any
 
 #: Where a metric is shown besides the JSON: ``batch`` (a column of a batch's rows and
 #: ``to_pandas()``), ``layer`` (the report page's per-layer table and figures, and ``--summary``),
-#: ``table`` (its section of the terminal report).
-VIEWS = ("batch", "layer", "table")
+#: ``table`` (its section of the terminal report), ``headline`` (what ``trend`` shows without ``--metric`` and the
+#: training callbacks log: the signs of a representation's health and collapse).
+VIEWS = ("batch", "layer", "table", "headline")
 KINDS = ("metric", "diagnostic", "count", "input", "cost")
 #: The scales of eigenvalue-valued numbers.
 SPECTRA_SCALE = "spectra's eigenvalues: the covariance (or X^T X / n uncentred), 1/n"
@@ -118,7 +119,8 @@ METRICS: tuple[Metric, ...] = (
     _m("source.shape.*", "shape", "the input's shape as stored", kind="count", type="integer", compared=False),
     # -- the rank-window power law ------------------------------------------------------------------
     _m("fit.alpha", "alpha (rank fit)", "the exponent of lambda_j ~ j^(-alpha) over the fit's rank window (least "
-       "squares on log lambda against log j, or the method named in fit.method)", views="batch layer", fmt=".3f",
+       "squares on log lambda against log j, or the method named in fit.method)", views="batch layer headline",
+       fmt=".3f",
        se="fit.se"),
     _m("fit.se", "alpha (rank fit) SE", "the sampling standard error of the rank-fit exponent: its spread over "
        "samples of the rows (the delta method through the eigenvectors, rank.se_method)", kind="diagnostic",
@@ -232,7 +234,7 @@ METRICS: tuple[Metric, ...] = (
     *_added_by(_SPIKES,
         _m("spectrum.spikes.count", "spikes above the bulk", "eigenvalues above the power-law bulk of the rank window "
            "at this n and d (a sequential Tracy-Widom test at spectrum.spikes.level; not WeightWatcher's num_spikes, "
-           "whose bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer"),
+           "whose bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer headline"),
         _m("spectrum.spikes.spikes.*.rank", "spike rank", "the spike's rank in the spectrum", kind="count",
            type="integer", compared=False),
         _m("spectrum.spikes.spikes.*.eigenvalue", "spike eigenvalue", "the spike's eigenvalue", scale=SPECTRA_SCALE,
@@ -285,14 +287,14 @@ METRICS: tuple[Metric, ...] = (
     _m("capacity.capacity.*.N", "N(tau)", "sum lambda / (lambda + tau)"),
     # -- effective ranks ----------------------------------------------------------------------------
     _m("rank.participation_ratio", "participation ratio", "(sum lambda)^2 / sum lambda^2 (Gao et al. 2017)",
-       views="batch layer table", fmt=".1f", better="higher", se="rank.se.participation_ratio"),
+       views="batch layer table headline", fmt=".1f", better="higher", se="rank.se.participation_ratio"),
     _m("rank.participation_ratio_population", "participation ratio (population)",
        "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): the ratio of unbiased "
        "estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong 2010; p = w / sum w, y_i the "
        "rows about the mean), from the moments and the histogram of squared row norms", views="table", fmt=".1f",
        added_by=_POPULATION),
     _m("rank.entropy_rank", "entropy rank", "exp(-sum q log q), q = lambda / sum lambda (Roy & Vetterli 2007)",
-       views="batch layer table", fmt=".1f", better="higher", se="rank.se.entropy_rank"),
+       views="batch layer table headline", fmt=".1f", better="higher", se="rank.se.entropy_rank"),
     _m("rank.rankme", "entropy rank (uncentred singular values)",
        "exp(-sum p log p), p = sigma / sum sigma + 1e-7, sigma the singular values of the "
        "uncentred matrix (Garrido et al. 2023)", views="batch table", fmt=".1f", better="higher"),
@@ -354,7 +356,7 @@ METRICS: tuple[Metric, ...] = (
     _m("isotropy.zero_rows", "zero rows", "rows of norm 0, excluded from the cosine", kind="count",
        type="integer", nullable=False),
     _m("isotropy.top_pc_share", "top-PC share", "lambda_1 / sum lambda of the covariance",
-       views="batch layer table", better="lower", se="isotropy.se.top_pc_share", fmt=".4f"),
+       views="batch layer table headline", better="lower", se="isotropy.se.top_pc_share", fmt=".4f"),
     _m("isotropy.mean_norm_ratio", "mean-norm ratio", "||mean|| / mean ||x_i||", views="table", better="lower"),
     _m("isotropy.isoscore", "IsoScore", "Rudman et al. 2022 from the d covariance eigenvalues", views="table",
        better="higher", se="isotropy.se.isoscore", added_by=(("isoscore", True),)),

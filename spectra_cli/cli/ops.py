@@ -255,7 +255,8 @@ def trend(
                                                "several results files are the steps of a run (as for spectra "
                                                "report).", show_default=False)],
     metric: Annotated[list[str] | None, typer.Option("--metric", metavar="FIELD", help="Report field, e.g. "
-                                                     "fit.alpha (repeatable).")] = None,
+                                                     "fit.alpha (repeatable; default: the headline metrics the "
+                                                     "reports hold).")] = None,
     step_regex: Annotated[str | None, typer.Option("--step-regex", metavar="REGEX",
                                                    help="Regex whose group 1 is the step.")] = None,
     plot: Plot = None,
@@ -266,6 +267,7 @@ def trend(
 
     \b
     Examples:
+      spectra trend results.jsonl
       spectra trend results.jsonl --metric fit.alpha --plot alpha.png
       spectra trend results.jsonl --metric rank.participation_ratio --step-regex 'ckpt-(\\d+)' --json
       spectra trend runs/step_*/results.jsonl --metric fit.alpha
@@ -283,6 +285,7 @@ def trend(
 
         check_plot_target(plot)
     result = run_trend(paths, metric=metrics, step_regex=step_regex)
+    metrics = list(result.metrics)
     if plot is not None:
         plot_trend(list(result.points), metrics, plot, title)
     for note in result.notes:

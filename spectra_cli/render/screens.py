@@ -233,11 +233,19 @@ TREND_ROWS = 40
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:
     """Each metric at each step, ± half its interval (the standard error, or half a --ci interval)."""
 
-    def cell(p: Any, m: str) -> str:
+    from spectra_cli.metrics import find, shown
+
+    def fmt(m: str) -> str:
+        entry = find(m)
+        return ("d" if entry.type == "integer" else entry.fmt) if entry is not None else ".4g"
+
+    def cell(p: Any, m: str) -> str:  # in the metric's own format, as every screen shows it
         v, iv = p.values[m], (p.intervals or {}).get(m)
-        if v is None or iv is None:
-            return _num(v)
-        return f"{_num(v)} ± {format(abs(iv[1] - iv[0]) / 2, '.2g')}"
+        if v is None:
+            return "—"
+        if iv is None:
+            return shown(v, fmt(m))
+        return f"{shown(v, fmt(m))} ± {format(abs(iv[1] - iv[0]) / 2, '.2g')}"
 
     if len(points) > TREND_ROWS:  # a run of many series and steps: each series' first and last step
         series: dict[str, list[Any]] = {}
@@ -247,7 +255,7 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
 
         def change(a: Any, b: Any, m: str) -> str:
             va, vb = a.values[m], b.values[m]
-            return "—" if va is None or vb is None else f"{vb - va:+.3g}"
+            return "—" if va is None or vb is None else ("+" if vb >= va else "") + shown(vb - va, fmt(m))
 
         columns: list[tuple[str, list[str]]] = [("steps", [f"{a.step:g}..{b.step:g}" for _, a, b in ends])]
         for m in metrics:

@@ -185,9 +185,19 @@ def _usable(doc: dict[str, Any], notes: list[str]) -> bool:
     return True
 
 
+def headline(docs: list[dict[str, Any]]) -> list[str]:
+    """The registry's headline metrics (alpha, spikes, the effective ranks, the top-PC share) that some report of
+    ``docs`` holds as a number: what ``trend`` shows without a ``metric``."""
+    from spectra_cli import metrics as registry
+
+    return [m.path for m in registry.view("headline")
+            if any(isinstance(lookup(d, m.path), int | float) and not isinstance(lookup(d, m.path), bool)
+                   for d in docs)]
+
+
 def load_points(paths: list[str], metrics: list[str], step_regex: str | None) -> tuple[list[Point], list[str]]:
-    if not metrics:
-        raise OptionError(f"trend needs at least one {param('metric')} (e.g. {param('metric')} fit.alpha).")
+    """The points of ``metrics`` (the headline ones the reports hold where none is named: the list is filled in
+    place) against the step."""
     pattern = check_regex("step_regex", step_regex) if step_regex else None
     from spectra_cli.run.summary import iter_results
 
@@ -201,6 +211,11 @@ def load_points(paths: list[str], metrics: list[str], step_regex: str | None) ->
                 raise InputError(f"{path} line {i} has no item name.")
             lines.append({**doc, "_line": i})
         files.append((path, lines))
+    if not metrics:
+        metrics += headline([d for _, lines in files for d in lines])
+        if not metrics:
+            raise OptionError(f"the reports hold none of the headline metrics: name one with {param('metric')} "
+                              f"(e.g. {param('metric')} fit.alpha).")
     notes: list[str] = []
     points: list[Point] = []
     for series, step, doc in run_steps(files, pattern, notes):
@@ -270,9 +285,10 @@ def trend(paths: str | os.PathLike[str] | list[str] | tuple[str, ...], *,
     each file's step the last number in its path; in one file, each item's step is the last run of
     digits in its file name, or group 1 of ``step_regex``. Items of different names
     (``run-a/step_100.npy``, ``run-b/step_100.npy``) are separate series; failed and skipped items are
-    left out with a note."""
+    left out with a note. No ``metric``: the headline metrics the reports hold (alpha, the spikes' count, the
+    participation ratio, the entropy rank, the top-PC share)."""
     files = check_paths("paths", paths)
-    metrics = check_strings("metric", metric)
+    metrics = list(check_strings("metric", metric))
     if step_regex is not None and not isinstance(step_regex, str):
         raise OptionError(f"{param('step_regex', step_regex, show=True)} must be a string.")
     refuse_repeated(files, "one step of a run")

@@ -150,8 +150,12 @@ def test_trend_over_steps(cli, tmp_path):
     r = cli("trend", out, "--metric", "fit.alpha", "--metric", "rank.participation_ratio", "--plot",
             tmp_path / "t.png")
     assert r.exit_code == 0 and (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
-    r = cli("trend", out)
-    assert r.exit_code == 2 and r.stderr == "error: trend needs at least one --metric (e.g. --metric fit.alpha).\n"
+    r = cli("trend", out)  # the headline metrics the reports hold, each in its own format
+    assert r.exit_code == 0, r.stderr
+    assert "top-PC share" in r.stdout and "participation" in r.stdout
+    assert f"{alphas[0]:.3f} ± " in r.stdout and f"{alphas[0]:.6g}" not in r.stdout
+    doc = cli("trend", out, "--json").json()
+    assert doc["metrics"] == ["fit.alpha", "rank.participation_ratio", "rank.entropy_rank", "isotropy.top_pc_share"]
     r = cli("trend", out, "--metric", "fit.window")
     assert r.exit_code == 2 and r.stderr.startswith("error: --metric 'fit.window' is not a number")
 

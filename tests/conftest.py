@@ -149,6 +149,7 @@ SLOW_MODULES = (
     "tests/stream/test_dask_engine.py",  # a real 2-process LocalCluster against the local engine
     "tests/stream/test_capture.py",  # torch models, gloo ranks, the Lightning callback
     "tests/stream/test_capture_safety.py",  # planted model folders run through the command in subprocesses
+    "tests/run/test_dashboards.py",  # a Lightning and a Trainer run writing TensorBoard event files
 )
 SLOW_TESTS = (
     # the docs: every example run as written, and the site built strict

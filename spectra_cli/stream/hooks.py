@@ -589,21 +589,31 @@ class Snapshots:
         module_matcher(modules)
         self.capture: Capture | None = None
         self.saved: list[str] = []
+        #: The latest snapshot's files by module (rank 0; empty on the others, and when nothing was written)
+        self.latest: dict[str, str] = {}
         self._last = -1
 
     def start(self, model: Any) -> None:
         self.stop()  # (training started again after a failure: the old hooks go first)
         self.capture = Capture(model, modules=self.modules, **self.options)
 
-    def step(self, step: int) -> None:
-        if step and step % self.every == 0:
-            self.snapshot(step)
+    def step(self, step: int) -> bool:
+        """A snapshot when ``step`` is one of the schedule's; whether one was written."""
+        return bool(step and step % self.every == 0) and self.snapshot(step)
 
-    def snapshot(self, step: int) -> None:
-        if self.capture is not None and step != self._last:
-            with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
-                self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
-            self._last = step
+    def snapshot(self, step: int) -> bool:
+        """A snapshot of ``step`` (once a step); whether it wrote files (:attr:`latest` holds them)."""
+        self.latest = {}
+        if self.capture is None or step == self._last:
+            return False
+        self._last = step
+        with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
+            _, paths = self.capture.plan(self.folder, step=step)
+            written = self.capture.save(self.folder, step=step, reset=self.reset)
+            self.saved += written
+            module_of = {path: name for name, path in paths.items()}
+            self.latest = {module_of[p]: p for p in written if p in module_of}
+        return bool(self.latest)
 
     def stop(self) -> None:
         if self.capture is not None:

@@ -110,6 +110,18 @@ def _new_axes(ax: Any, height: float = 2.6, width: float = COLUMN_WIDTH) -> Any:
     return fig.add_subplot()
 
 
+def _wrapped_label(text: str, ax: Any) -> str:
+    """An axis label broken into lines that fit the panel's height (a long name, such as "spikes over the
+    Marchenko-Pastur edge", would run into the panels above and below)."""
+    import textwrap
+
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    size = float(ax.yaxis.label.get_size())
+    width = max(8, int(height_pt / (0.55 * size)))
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)) \
+        if len(text) > width else text
+
+
 def _fmt(x: float, digits: int = 3) -> str:
     if x == 0 or 1e-3 <= abs(x) < 1e5:
         return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
@@ -141,7 +153,8 @@ def interval_text(fit: dict[str, Any], key: str = "alpha") -> str:
     ci = fit.get("ci") if key == "alpha" else None
     if isinstance(ci, dict) and finite(ci.get("low")) is not None and finite(ci.get("high")) is not None:
         level = finite(ci.get("level")) or 0.95
-        note = "" if ci["low"] <= a <= ci["high"] else "\n(the bias-corrected interval excludes the fitted α)"
+        note = "" if ci["low"] <= a <= ci["high"] else \
+            "\n(bias-corrected: the sample α is biased, so its interval lies beside it)"
         return f"α = {a:.3f}, {level:.0%} CI {ci['low']:.3f}–{ci['high']:.3f}{note}"
     if key != "alpha":
         return f"α = {a:.3f}"
@@ -578,7 +591,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     else:
         ax.tick_params(labelbottom=False)
     ax.set_xlim(-0.7, len(labels) - 0.3)
-    ax.set_ylabel(label or metrics.label(metric))
+    ax.set_ylabel(_wrapped_label(label or metrics.label(metric), ax))
     ax.grid(True, axis="y", alpha=0.25, lw=0.5)
     _style(ax)
     if names:  # (after the house sizes: many names take a smaller type, which the report page's margin counts on)
@@ -649,7 +662,7 @@ def sequence_context(doc: Any, ax: Any = None) -> Any:
     _major_labels_only(ax)
     ax.set_xlabel("rank j")
     ax.set_ylabel("eigenvalue / sum")
-    _legend(ax, frameon=False, loc="upper right")
+    _legend(ax, frameon=False, loc="lower left")  # (the spectra fall from the upper left: that corner is free)
     ax.grid(True, which="major", alpha=0.25, lw=0.5)
     return _style(ax)
 
@@ -725,8 +738,15 @@ def sequence_figure(doc: Any, *, title: str | None = None) -> Any:
         axes = fig.subplots(2, 2)
         sequence_positions(doc, ax=axes[0, 0], metric="participation_ratio")
         sequence_positions(doc, ax=axes[1, 0], metric="alpha")
-        sequence_context(doc, ax=axes[0, 1])
+        context = sequence_context(doc, ax=axes[0, 1])
         lag_energy(doc, ax=axes[1, 1])
+        if context.get_legend() is not None:  # under the figure: inside, it covered the curves
+            handles, labels = context.get_legend_handles_labels()
+            context.get_legend().remove()
+            fig.set_figheight(4.4 + 0.16 * ((len(labels) + 1) // 2) + 0.2)
+            fig.legend(handles, [lb.replace("\n", "; ") for lb in labels], loc="outside lower center", ncol=2,
+                       frameon=False, fontsize=FONT["legend.fontsize"], title="context spectrum (upper right)",
+                       title_fontsize=FONT["legend.fontsize"])
         src = doc.get("source") or {}
         fig.suptitle(wrapped(title or f"{data_name(doc)}: {src.get('layout', '')}", fig, 0.98, 8.0), fontsize=8,
                      x=0.01, ha="left")

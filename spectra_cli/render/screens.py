@@ -14,6 +14,12 @@ from spectra_cli.options import Convention
 from spectra_cli.sources import formats
 
 
+def shape_text(doc: dict[str, Any]) -> str:
+    """A report's matrix shape as stored, rows first (``1536 × 384``), as every screen and page shows it."""
+    shape = (doc.get("source") or {}).get("shape") if "error" not in doc else None
+    return " × ".join(str(s) for s in shape) if isinstance(shape, list) else ""
+
+
 def _num(x: float | None, fmt: str = ".6g") -> str:
     return "—" if x is None else format(x, fmt)
 
@@ -157,9 +163,7 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
             entry = find(f"weightwatcher.columns.{k}")
             return "" if "error" in r else entry.format(c.get(k)) if entry is not None else _num(c.get(k))
 
-        columns = [("N x M", ["" if "error" in r else "{}x{}".format(*(((r.get("weightwatcher") or {}).get("columns")
-                                                                          or {}).get(x) for x in "NM"))
-                               for r in rows])]
+        columns = [("shape", [shape_text(r) for r in rows])]  # (as stored, as the page shows it)
         columns += [(label(f"weightwatcher.columns.{k}"), [ww(r, k) for r in rows]) for k in cols]
         columns.append(("warning", ["error" if "error" in r else str((((r.get("weightwatcher") or {}).get("columns")
                                                                         or {}).get("warning")) or "") for r in rows]))

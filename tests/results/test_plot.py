@@ -161,7 +161,10 @@ def test_sequence_figure_has_one_legend_per_panel_and_the_window_fit(tmp_path):
                            positions=":8", controls=["shuffled"])
     fig = plot.sequence_figure(rep)
     axes = fig.axes
-    assert len(axes) == 4 and all(ax.get_legend() is not None for ax in axes)
+    # the context panel's legend under the figure (inside, it covered the curves); the others' in their panels
+    assert len(axes) == 4 and all(ax.get_legend() is not None for i, ax in enumerate(axes) if i != 1)
+    assert axes[1].get_legend() is None and len(fig.legends) == 1
+    assert fig.legends[0].get_title().get_text() == "context spectrum (upper right)"
     assert not any(getattr(ax, "_twinned_axes", None) and len(ax._twinned_axes.get_siblings(ax)) > 1 for ax in axes)
     context = axes[1]
     fitted = next(ln for ln in context.get_lines() if "ranks 11–100" in ln.get_label())

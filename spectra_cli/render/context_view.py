@@ -6,11 +6,17 @@ from typing import Any
 
 from rich.console import Console
 
-from spectra_cli.metrics import label
+from spectra_cli.metrics import find, label, shown
 
 
 def _num(x: Any, fmt: str = ".4g") -> str:
     return "—" if x is None else format(x, fmt)
+
+
+def _metric(x: Any, field: str) -> str:
+    """A metric's value in its registry format, as every other screen shows it."""
+    entry = find(field)
+    return "—" if x is None else shown(float(x), entry.fmt if entry is not None else ".4g")
 
 
 def print_sequence(doc: dict[str, Any], console: Console) -> None:
@@ -25,9 +31,10 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     rows = doc["per_position"]
     print_columns(console, "Per position", "position", [str(r["position"]) for r in rows], [
         ("tokens", [str(r["n"]) for r in rows]),
-        (label("fit.alpha"), [_num(r["alpha"], ".4f") for r in rows]),
-        (label("rank.participation_ratio"), [_num(r["participation_ratio"]) for r in rows]),
-        (label("isotropy.mean_cosine"), [_num(r["mean_cosine"], ".3f") for r in rows])])
+        (label("fit.alpha"), [_metric(r["alpha"], "fit.alpha") for r in rows]),
+        (label("rank.participation_ratio"), [_metric(r["participation_ratio"], "rank.participation_ratio")
+                                             for r in rows]),
+        (label("isotropy.mean_cosine"), [_metric(r["mean_cosine"], "isotropy.mean_cosine") for r in rows])])
     parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
     fits = [p.get("fit") for _, p in parts]
@@ -35,15 +42,16 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     print_columns(console, "Spectra", "spectrum", [name for name, _ in parts], [
         ("n", [str(p["spectrum"]["n_samples"]) for _, p in parts]),
         ("features", [str(p["spectrum"]["n_features"]) for _, p in parts]),
-        (label("fit.alpha"), [_num(f["alpha"], ".4f") if f else "—" for f in fits]),
+        (label("fit.alpha"), [_metric(f["alpha"], "fit.alpha") if f else "—" for f in fits]),
         ("window", [f"{f['window'][0]}..{f['window'][1]}" if f else "—" for f in fits]),
-        (label("rank.participation_ratio"), [_num(r.get("participation_ratio")) for r in ranks]),
-        (label("rank.entropy_rank"), [_num(r.get("entropy_rank")) for r in ranks])])
+        (label("rank.participation_ratio"), [_metric(r.get("participation_ratio"), "rank.participation_ratio")
+                                             for r in ranks]),
+        (label("rank.entropy_rank"), [_metric(r.get("entropy_rank"), "rank.entropy_rank") for r in ranks])])
     lag = doc["lag_energy"]
-    shown = range(min(12, len(lag["lags"])))
+    lags = range(min(12, len(lag["lags"])))
     print_columns(console, "Lag energy (cross-position blocks / diagonal blocks)", "lag",
-                  [str(lag["lags"][i]) for i in shown],
-                  [("energy", [_num(lag["data"][i]) for i in shown]),
-                   *([("shuffled", [_num(lag["shuffled"][i]) for i in shown])] if lag["shuffled"] else [])])
+                  [str(lag["lags"][i]) for i in lags],
+                  [("energy", [_num(lag["data"][i]) for i in lags]),
+                   *([("shuffled", [_num(lag["shuffled"][i]) for i in lags])] if lag["shuffled"] else [])])
     for w in doc["warnings"]:
         console.print(Text.assemble(("warning:", "yellow"), " ", flag_text(w)))

@@ -1,4 +1,4 @@
-"""The test command also runs ruff and mypy on the package (STYLE.md); they start in the
+"""The test command also runs ruff and mypy on the package (the house style: docs/development.md); they start in the
 background when the session starts (tests/conftest.py)."""
 
 from __future__ import annotations

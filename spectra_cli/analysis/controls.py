@@ -1,4 +1,4 @@
-"""The shuffled control (seed 001): every column permuted independently, which keeps each
+"""The shuffled control: every column permuted independently, which keeps each
 feature's distribution and destroys the dependence between features, so its spectrum is
 what finite sampling alone produces."""
 

@@ -1,12 +1,12 @@
-"""Isotropy (seed 003, SPEC.md "Isotropy"), streamed.
+"""Isotropy (Mu & Viswanath 2018; docs/numbers.md, "Isotropy"), streamed.
 
 - ``partition_isotropy``: ``I = min_c Z(c) / max_c Z(c)``, ``Z(c) = sum_i w_i exp(c^T x_i / s)``
   over the eigenvectors ``c`` of ``sum_i w_i x_i x_i^T / s^2`` (uncentred rows), as
-  ``numpy.linalg.eigh`` returns them (seed 003). ``s`` is the standard deviation of all entries
-  (the seed's scaling) or 1 (``scale="none"``). ``log Z`` is accumulated block by block with a
+  ``numpy.linalg.eigh`` returns them (Mu & Viswanath 2018 approximate the minimum and maximum over them). ``s``
+  is the standard deviation of all entries (``scale="seed"``, the default) or 1 (``scale="none"``). ``log Z`` is accumulated block by block with a
   running log-sum-exp, so large activations never overflow.
 - ``partition_isotropy_symmetric``: the same over ``c`` and ``-c``. ``Z(c) != Z(-c)``, so the
-  first value depends on the eigensolver's sign choice (seed 003's numbers are reproduced with
+  first value depends on the eigensolver's sign choice (published numbers are reproduced with
   LAPACK's); the symmetric one does not, and is the one to compare across machines.
 - ``mean_cosine``: exact mean of ``cos(x_i, x_j)`` over pairs ``i != j`` (weighted by ``w_i w_j``):
   ``(||sum w u||^2 - sum w^2) / ((sum w)^2 - sum w^2)``, ``u = x / ||x||``, in O(n d); zero rows
@@ -66,7 +66,7 @@ def gram_log_z(A: np.ndarray, w: np.ndarray | None, scale: str) -> tuple[LogZAcc
     ``v_k = B^T u_k / sqrt(lambda_k)`` for the eigenpairs of the n x n ``B B^T``; the scores
     ``A v_k / s`` follow from ``A A^T`` alone. The other d - r directions are orthogonal to every
     row: their scores are 0 and ``Z = sum w``. Each ``v_k`` is signed so that its largest-magnitude
-    entry is positive (SPEC's convention: the d x d route's LAPACK signs are not available here).
+    entry is positive (spectra's convention, docs/numbers.md: the d x d route's LAPACK signs are not available here).
     """
     A = np.asarray(A, dtype=np.float64)
     n, d = A.shape

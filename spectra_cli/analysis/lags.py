@@ -1,4 +1,4 @@
-"""Context covariance of sequence dumps (seed 001 §4.2.2–4.2.3, SPEC.md "Sequence dumps").
+"""Context covariance of sequence dumps (docs/numbers.md, "Sequence dumps").
 
 Windows ``X`` of shape ``(n, P, k)`` (``n`` windows, ``P`` positions, ``k`` features per token) are
 flattened to ``n x (P k)`` rows, centred per coordinate across windows, and

@@ -1,4 +1,4 @@
-"""Local slope ``alpha_local(j) = -d log lambda / d log j`` (seed 001 §6).
+"""Local slope ``alpha_local(j) = -d log lambda / d log j`` (docs/numbers.md, "Local slope").
 
 Estimated at a rank ``c`` as minus the least-squares slope of ``log lambda_j`` on ``log j``
 over the integer ranks ``j`` with ``|log10 j - log10 c| <= width / 2`` (a window of ``width``

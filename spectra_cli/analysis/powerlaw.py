@@ -1,16 +1,16 @@
-"""Rank-form power-law fits over an inclusive rank window (SPEC.md "Power-law fits").
+"""Rank-form power-law fits over an inclusive rank window (docs/numbers.md, "Power-law fits").
 
 Models (``y = log lambda``, ``x = log j``):
 
 - ``power-law``: ``lambda_j = C j^(-alpha)``, i.e. ``y = log C - alpha x``.
-- ``log-corrected`` (seed 001, Theorem 1): ``lambda_j = C (log^(p-1)(j+1) / j)^alpha``,
+- ``log-corrected`` (Paquette, Xiao & Zhu 2026, Theorem 1): ``lambda_j = C (log^(p-1)(j+1) / j)^alpha``,
   i.e. ``y = log C + alpha ((p-1) log log(j+1) - log j)`` for a given degree ``p``.
 - ``broken``: two power laws joined continuously at a crossover rank ``j_b``:
   ``y = log C - alpha_1 x - (alpha_2 - alpha_1) max(0, x - log j_b)``; ``j_b`` by least squares.
 
 Methods (which points, which weights):
 
-- ``ols``: every integer rank in the window, equal weights (seed 001's fits).
+- ``ols``: every integer rank in the window, equal weights (the plain rank-window fit of published activation spectra, Stringer et al. 2019).
 - ``logspaced``: ``log lambda`` interpolated linearly in ``log j`` at ``M`` points evenly
   spaced in ``log j`` (``M = max(10, min(ranks in window, 20 per decade))``): equal weight per decade.
 - ``inv-rank``: every integer rank, weights ``1/j`` (the alpha-ReQ code).
@@ -207,7 +207,7 @@ def resolve_window(
 ) -> tuple[Window, list[str]]:
     """The window a fit will use, clipped to the usable rank, and warnings about it.
 
-    Default (seed 001's transformer panels): ranks 11 to floor(d / 10). If that leaves
+    Default (the convention of published transformer spectra): ranks 11 to floor(d / 10). If that leaves
     fewer than 10 usable ranks, the fallback is ranks 1..usable_rank.
     """
     warnings: list[str] = []
@@ -446,7 +446,7 @@ def golden_section(f: Any, lo: float, hi: float, *, xatol: float) -> tuple[float
 
 
 def fit_ols(eigenvalues: np.ndarray, window: Window) -> RankFit:
-    """The plain ``ols`` power-law fit (seed 001)."""
+    """The plain ``ols`` power-law fit."""
     return fit_model(eigenvalues, window, method="ols", model="power-law")
 
 

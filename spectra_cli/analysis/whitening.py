@@ -1,4 +1,4 @@
-"""Whitening transforms (seed 003 experiment 6, seed 004 §8), fitted from moments.
+"""Whitening transforms (Kessy, Lewin & Strimmer 2018; Mu & Viswanath 2018 for all-but-the-top), fitted from moments.
 
 With ``C = V diag(lambda) V^T`` (eigenvectors signed so each one's largest-magnitude entry
 is positive) and ``mu`` the mean, a transform is ``y = (x - mu) M``:

@@ -1,6 +1,6 @@
 """``sequence``: the geometry of a sequence dump ``(windows, positions, features)`` — a per-position
 summary, the pooled token spectrum, the context spectrum (covariance of whole flattened windows,
-seed 001 §4.2.2) with its fits and ranks, the block-diagonal and shuffled controls, and the lag
+docs/numbers.md, "Sequence dumps") with its fits and ranks, the block-diagonal and shuffled controls, and the lag
 energies of the cross-position blocks (:mod:`spectra_cli.analysis.lags` has the formulas).
 
 The selected positions of every window are held in memory once (``n x P x d``), as float32 when the

@@ -1,4 +1,4 @@
-"""Isotropy against seed 003's printed numbers (arrays rebuilt from its code) and brute force."""
+"""Isotropy against published reference numbers (arrays rebuilt from the constructions that printed them) and brute force."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from spectra_cli.run import matrix as api
 D, N = 50, 2000
 
 
-# --- seed 003's constructions, verbatim in substance -------------------------------------------
+# --- the reference constructions, verbatim in substance -------------------------------------------
 def make_isotropic(n, d, rng):
     return rng.standard_normal((n, d))
 
@@ -82,7 +82,7 @@ def test_seed003_frequency_collapse():
 
 
 def test_seed003_partition_isotropy_equals_the_notebook_function(clouds):
-    def partition_isotropy(X):  # seed 003's function
+    def partition_isotropy(X):  # the reference function
         Xs = X / X.std()
         _, V = eigh(Xs.T @ Xs)
         Z = np.exp(Xs @ V).sum(axis=0)

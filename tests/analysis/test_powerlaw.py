@@ -39,7 +39,7 @@ def test_ols_agrees_with_numpy_polyfit():
 
 
 def test_log_corrected_spectrum_known_answer_for_plain_ols():
-    # SPEC.md: for lambda_j = (log(j+1)/j)^1.31, plain ols over ranks 10..3000 gives ~1.09.
+    # the known answer: for lambda_j = (log(j+1)/j)^1.31, plain ols over ranks 10..3000 gives ~1.09.
     j = np.arange(1, 5001, dtype=float)
     lam = (np.log(j + 1) / j) ** 1.31
     f = fit_ols(lam, Window(10, 3000, "user", ""))

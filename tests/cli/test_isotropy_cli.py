@@ -1,4 +1,4 @@
-"""Isotropy against seed 003's printed numbers (arrays rebuilt from its code) and brute force. (command line)."""
+"""Isotropy against published reference numbers (arrays rebuilt from the constructions that printed them) and brute force. (command line)."""
 
 from __future__ import annotations
 

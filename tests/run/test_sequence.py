@@ -76,7 +76,7 @@ def test_independent_tokens_look_like_their_controls():
 
 
 def test_a_rotation_per_position_keeps_the_context_spectrum_and_moves_the_pooled_one():
-    # RoPE applies an orthogonal R_t at position t: Cov(R C) = R Sigma R^T, the same eigenvalues (seed 001).
+    # RoPE applies an orthogonal R_t at position t: Cov(R C) = R Sigma R^T, the same eigenvalues.
     X = np.load(CTX).astype(np.float64)[:64, :8]
     n, P, k = X.shape
     rng = np.random.default_rng(3)

@@ -30,7 +30,7 @@ def test_synth_random_features(activation):
 
 
 def test_synth_quadratic_features_have_the_log_corrected_spectrum():
-    # seed 001 Theorem 1 with p = 2: lambda_j ~ (log(j+1)/j)^alpha over a range of ranks.
+    # Paquette, Xiao & Zhu (2026) Theorem 1 with p = 2: lambda_j ~ (log(j+1)/j)^alpha over a range of ranks.
     from spectra_cli.run import matrix as api
 
     X = np.concatenate(list(synth.generate("random-features", n=20000, d=400, seed=1, alpha=1.31,

@@ -1,4 +1,4 @@
-"""Moments: seed 000's worked example, merge invariance, and the hard numerical cases."""
+"""Moments: a worked example of the weighted covariance, merge invariance, and the hard numerical cases."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from spectra_cli import metrics as registry
-from spectra_cli.drawable import alpha_error_text
+from spectra_cli.drawable import alpha_error_text, finite
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
@@ -167,7 +167,8 @@ def report_html(doc: dict[str, Any]) -> str:
                 "value": f"{fit['alpha']:.4f}" + alpha_error_text(fit)
                 + (f", 95% CI {ci['low']:.4f}..{ci['high']:.4f}" if ci else "")}] if fit.get("alpha") is not None
               else []),
-            *({"field": k, "value": rank.get(k)} for k in ("participation_ratio", "entropy_rank", "stable_rank")
-              if rank.get(k) is not None),
+            *({"field": registry.label(f"rank.{k}"), "value": registry.shown(float(rank[k]),
+                                                                               registry.get(f"rank.{k}").fmt)}
+              for k in ("participation_ratio", "entropy_rank", "stable_rank") if finite(rank.get(k)) is not None),
             {"field": "warnings", "value": len(doc.get("warnings") or [])}]
     return html_table(rows, ("field", "value"), title="spectra report")

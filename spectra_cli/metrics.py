@@ -120,7 +120,7 @@ METRICS: tuple[Metric, ...] = (
     # -- the rank-window power law ------------------------------------------------------------------
     _m("fit.alpha", "alpha (rank fit)", "the exponent of lambda_j ~ j^(-alpha) over the fit's rank window (least "
        "squares on log lambda against log j, or the method named in fit.method)", views="batch layer headline",
-       fmt=".3f",
+       fmt=".4f",
        se="fit.se"),
     _m("fit.se", "alpha (rank fit) SE", "the sampling standard error of the rank-fit exponent: its spread over "
        "samples of the rows (the delta method through the eigenvectors, rank.se_method)", kind="diagnostic",

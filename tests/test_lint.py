@@ -1,5 +1,5 @@
 """The test command also runs ruff and mypy on the package (the house style: docs/development.md); they start in the
-background when the session starts (tests/conftest.py)."""
+background when the session starts (tests/lint_plugin.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from tests.conftest import static_check_result
+from tests.lint_plugin import static_check_result
 
 
 @pytest.mark.parametrize("name", ["ruff", "mypy"])

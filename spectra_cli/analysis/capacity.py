@@ -1,4 +1,5 @@
-"""Counting function and capacity of a spectrum (the source/capacity language of Caponnetto & De Vito 2007; Rudi & Rosasco 2017).
+"""Counting function and capacity of a spectrum (the source/capacity language of Caponnetto & De Vito 2007;
+Rudi & Rosasco 2017).
 
 ``N(eps) = #{j : lambda_j >= eps}`` counts the directions above a scale; the capacity
 ``N(tau) = sum_j lambda_j / (lambda_j + tau)`` is its smooth version (the effective number of

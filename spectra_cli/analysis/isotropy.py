@@ -2,9 +2,9 @@
 
 - ``partition_isotropy``: ``I = min_c Z(c) / max_c Z(c)``, ``Z(c) = sum_i w_i exp(c^T x_i / s)``
   over the eigenvectors ``c`` of ``sum_i w_i x_i x_i^T / s^2`` (uncentred rows), as
-  ``numpy.linalg.eigh`` returns them (Mu & Viswanath 2018 approximate the minimum and maximum over them). ``s``
-  is the standard deviation of all entries (``scale="seed"``, the default) or 1 (``scale="none"``). ``log Z`` is accumulated block by block with a
-  running log-sum-exp, so large activations never overflow.
+  ``numpy.linalg.eigh`` returns them (Mu & Viswanath 2018 approximate the minimum and maximum over them).
+  ``s`` is the standard deviation of all entries (``scale="seed"``, the default) or 1 (``scale="none"``).
+  ``log Z`` is accumulated block by block with a running log-sum-exp, so large activations never overflow.
 - ``partition_isotropy_symmetric``: the same over ``c`` and ``-c``. ``Z(c) != Z(-c)``, so the
   first value depends on the eigensolver's sign choice (published numbers are reproduced with
   LAPACK's); the symmetric one does not, and is the one to compare across machines.

@@ -10,7 +10,8 @@ Models (``y = log lambda``, ``x = log j``):
 
 Methods (which points, which weights):
 
-- ``ols``: every integer rank in the window, equal weights (the plain rank-window fit of published activation spectra, Stringer et al. 2019).
+- ``ols``: every integer rank in the window, equal weights (the plain rank-window fit of published activation
+  spectra, Stringer et al. 2019).
 - ``logspaced``: ``log lambda`` interpolated linearly in ``log j`` at ``M`` points evenly
   spaced in ``log j`` (``M = max(10, min(ranks in window, 20 per decade))``): equal weight per decade.
 - ``inv-rank``: every integer rank, weights ``1/j`` (the alpha-ReQ code).

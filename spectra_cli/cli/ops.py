@@ -58,9 +58,9 @@ def check(
                                                   help="Arithmetic of the products (default float64).")] = None,
     allow_option_mismatch: AllowMismatch = False,
     only: Annotated[str | None, typer.Option("--only", metavar="REGEX", help="A batch's results: check only the "
-                                             "items whose name this matches (re.search).")] = None,
+                                             "items whose whole name this matches (searched, RE2).")] = None,
     exclude: Annotated[str | None, typer.Option("--exclude", metavar="REGEX", help="A batch's results: leave out "
-                                                "the items whose name this matches (wins over --only).")] = None,
+                                                "the items whose whole name this matches (wins over --only).")] = None,
     json: Json = False,
     *,
     fitting: FitKeywords,
@@ -85,6 +85,8 @@ def check(
                        only=only, exclude=exclude, **fitting)
     for m in result.option_mismatch:
         sys.stderr.write(f"warning: the baseline was made with other options ({m}); --allow-option-mismatch\n")
+    for note in result.notes:
+        sys.stderr.write(f"note: {flag_text(note)}\n")
     if result.items:
         emit(result.to_dict(), json, lambda d, console: print_item_checks(path, d, console))
     else:  # a saved report's warnings were said when it was made

@@ -366,8 +366,12 @@ def print_item_checks(path: str, doc: dict[str, Any], console: Console) -> None:
     items = doc["items"]
     failed = [i for i in items if not i["passed"]]
     left_out = len(doc.get("excluded") or [])
-    t = Table(title=f"{path}: {len(items) - len(failed)} of {len(items)} item(s) pass"
-              + (f" ({left_out} left out by --only/--exclude)" if left_out else ""), title_justify="left")
+    title = (f"{path}: {len(items) - len(failed)} of {len(items)} item(s) pass"
+             + (f" ({left_out} left out by --only/--exclude)" if left_out else ""))
+    if not failed:  # (no empty table of failures)
+        console.print(title)
+        return
+    t = Table(title=title, title_justify="left")
     t.add_column("item", overflow="fold")
     t.add_column("failed check", overflow="fold")
     t.add_column("value", no_wrap=True)

@@ -183,8 +183,10 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
             cmp = ", ".join(f"{name} {m['alpha']:.{3 if name == 'broken' else 4}f} (BIC {m['bic']:.1f})"
                             for name, m in models["models"].items())
             best, headline = models["best"], fits[0].get("model") or "power-law"
-            quote = (f" (the alpha above is the {headline} law's; the {best} law describes this window better: quote "
-                     f"its alpha with its name, or fit with --model {best} to make it the headline)"
+            law = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
+            quote = (f" (the alpha above is the {law.get(headline, headline)}'s; the {law.get(best, best)} describes "
+                     f"this window better: quote its alpha with its name, or fit with --model {best} to make it the "
+                     "headline)"
                      if best != headline else " (the alpha above)")
             notes.append(f"models on the first window: {cmp}; best by BIC: {best}{quote}")
         parts.append(Text("\n".join(notes), style="dim"))

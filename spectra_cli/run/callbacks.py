@@ -40,7 +40,10 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
         rank, top-PC share, spikes above the bulk), a list of report fields instead, False nothing. TensorBoard
         and W&B file them under ``train/``, as the Trainer does every logged value.
     fit : dict
-        Keywords of :func:`spectra_cli.fit` for the logged metrics (``{"window": "11:100"}``).
+        Keywords of :func:`spectra_cli.fit` for the logged metrics (``{"window": "11:100"}``), checked at once;
+        the option a logged field needs is turned on (``density`` for ``density.alpha``). While it logs, the
+        moments keep 16 row groups (``groups=16``, the standard errors' own: ``modules x 17 x d^2 x 8`` bytes;
+        ``groups=0``: first-order errors in a sixteenth of the memory).
     trainer : transformers.Trainer
         The trainer whose ``log`` the metrics go through (:meth:`add_to` sets it and adds the callback).
     **options
@@ -50,12 +53,15 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  log: bool | str | Sequence[str] = True, fit: dict[str, Any] | None = None, trainer: Any = None,
                  **options: Any) -> None:
-        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
         self.fields = dashboard.logged_fields(log)
         self.fit_keywords = dashboard.fit_keywords(self.fields, fit)
+        if self.fields:  # (the logged standard errors from row groups, as fit's: honest on tokens of one text)
+            options.setdefault("groups", dashboard.GROUPS)
+        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
         self.trainer = trainer
         #: what was logged, step by step (the numbers the integrations got)
         self.logged: dict[int, dict[str, float]] = {}
+        self._failed: set[str] = set()
 
     @classmethod
     def add_to(cls, trainer: Any, folder: str | os.PathLike[str], **keywords: Any) -> SpectraTrainerCallback:
@@ -95,7 +101,7 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
     def _log(self, step: int) -> None:
         if self.trainer is None:
             return
-        values = dashboard.snapshot_metrics(self.schedule.latest, self.fields, self.fit_keywords)
+        values = dashboard.snapshot_metrics(self.schedule.latest, self.fields, self.fit_keywords, self._failed)
         if values:
             self.logged[step] = values
             self.trainer.log(dict(values))

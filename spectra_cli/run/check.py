@@ -315,8 +315,9 @@ def evaluate_results(lines: list[dict[str, Any]], checks: list[Check], baseline:
                       "results": [v.to_dict() for v in verdicts]})
     if not items:
         if excluded:
-            raise OptionError(f"{param('only') if only is not None else param('exclude')} left no item to check "
-                              f"(of {len(excluded)}).")
+            which = " and ".join(param(k) for k, v in (("only", only), ("exclude", exclude)) if v is not None)
+            raise OptionError(f"{which} left no item to check (of {len(excluded)}; the patterns are searched in "
+                              "each item's whole name, as the JSON's item gives it).")
         raise OptionError("the results hold no analysed item to check (only skipped tensors).")
     return {"schema": RESULTS_SCHEMA, "passed": all(i["passed"] for i in items), "items": items,
             "failed": [i["item"] for i in items if not i["passed"]], "excluded": excluded}
@@ -337,6 +338,8 @@ class CheckResult:
     #: Whether the checked report was computed by this call (an input), not read (a saved report or results): a
     #: read report's warnings were said when it was made.
     computed: bool = False
+    #: What the caller should know and the report does not say (a config's [fit] table that a saved report ignores)
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.document)
@@ -397,9 +400,19 @@ def check(
         return CheckResult(bool(doc["passed"]), doc, items=True)
     if only is not None or exclude is not None:
         raise OptionError(f"{param('only') if only is not None else param('exclude')} chooses items of a batch's "
-                          f"results (.jsonl); {data} is one report.")
+                          f"results (.jsonl); {data} is one input, checked as one report.")
     flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,
                  **fitting)
+    saved = data == "-" or formats.JSON.matches(data)
+    notes: list[str] = []
+    if saved:  # a saved report is checked as it is: options that would make another one are not silently dropped
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            raise OptionError(f"{param(given[0])} makes a report from an input; {data} is a saved report, checked as "
+                              "it was made (check the input itself to fit it with these options).")
+        if cfg["fit"]:
+            notes.append(f"the config's [fit] table ({', '.join(sorted(cfg['fit']))}) does not apply to {data}, a "
+                         "saved report checked as it was made")
     report = as_report(data, fit_options(cfg["fit"], flags))
     mismatch = check_same_options(report, base, what=f"{data} and the baseline {base_path}",
                                   allow=allow_option_mismatch) if base is not None else []
@@ -409,5 +422,5 @@ def check(
                         "results": [v.to_dict() for v in verdicts]}
     # the verdict at the top, where a results file's check has it too (``jq -e .passed`` for every input)
     report = {"schema": report["schema"], "passed": passed, **{k: v for k, v in report.items() if k != "schema"}}
-    return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch),
-                       computed=not (data == "-" or formats.JSON.matches(data)))
+    return CheckResult(passed, json_safe(report), tuple(verdicts), tuple(mismatch), computed=not saved,
+                       notes=tuple(notes))

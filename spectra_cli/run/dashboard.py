@@ -12,57 +12,79 @@ from typing import Any
 from spectra_cli import metrics as registry
 from spectra_cli.errors import OptionError, SpectraError, param
 from spectra_cli.results import lookup
+from spectra_cli.run.steps import ERROR_GROUPS
 
 #: The prefix of every logged name.
 PREFIX = "spectra"
-#: A logged name's last part where it is not the field's last part.
-NAMES = {"spectrum.spikes.count": "spikes", "fit.alpha": "alpha"}
+#: The row groups a logging callback's moments keep unless told otherwise (the standard errors' own, as fit's).
+GROUPS = ERROR_GROUPS
+#: The logged names of the headline metrics; any other field is logged under its whole dotted path.
+NAMES = {"fit.alpha": "alpha", "spectrum.spikes.count": "spikes", "rank.participation_ratio": "participation_ratio",
+         "rank.entropy_rank": "entropy_rank", "isotropy.top_pc_share": "top_pc_share"}
 
 
 def name_of(field: str) -> str:
-    """The last part of a logged name: ``fit.alpha`` is ``alpha``, ``spectrum.spikes.count`` ``spikes``."""
-    return NAMES.get(field, field.rsplit(".", 1)[-1])
+    """The last part of a logged name: a headline metric's short name (``fit.alpha`` is ``alpha``), else the
+    field's whole path (``density.alpha``), so that no two fields share a name."""
+    return NAMES.get(field, field)
 
 
-def logged_fields(log: bool | str | Sequence[str]) -> tuple[str, ...]:
+def logged_fields(log: Any) -> tuple[str, ...]:
     """The report fields a callback logs: True, the registry's headline metrics; False, none; else the fields
     named (each a number of the registry, checked at once)."""
     if log is True:
         return tuple(m.path for m in registry.view("headline"))
     if log is False or log is None:
         return ()
-    fields = (log,) if isinstance(log, str) else tuple(log)
+    fields = (log,) if isinstance(log, str) else tuple(log) if isinstance(log, list | tuple) else None
+    if fields is None:
+        raise OptionError(f"{param('log', log, show=True)} must be True, False or a list of report fields "
+                          "(e.g. ['fit.alpha', 'isotropy.mean_cosine']).")
     for f in fields:
         entry = registry.find(f) if isinstance(f, str) else None
         if entry is None or entry.type not in ("number", "integer") or "*" in entry.path:
             raise OptionError(f"{param('log', f)} is not a number of a report (e.g. fit.alpha, "
                               "rank.participation_ratio, isotropy.top_pc_share).")
-    return fields
+    return tuple(dict.fromkeys(fields))
 
 
 def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[str, Any]:
-    """The keywords of each snapshot's fit: ``given`` (checked at once), with ``spikes=True`` where a logged
-    field needs it."""
+    """The keywords of each snapshot's fit: ``given``, every one checked at once (the fit's and the reading ones),
+    with the option that adds a logged field to a report turned on where it is not given (``spikes=True`` for
+    ``spectrum.spikes.count``, ``density=True`` for ``density.alpha``)."""
     from spectra_cli.analysis.suite import FIT_DEFAULTS, check_fit_keywords
-    from spectra_cli.run.matrix import FitReadKeywords
+    from spectra_cli.options import READ_DEFAULTS, ReadOptions
 
     if given is not None and not isinstance(given, dict):
         raise OptionError(f"{param('fit')} must be a dict of fit keywords (e.g. {{'window': '11:100'}}).")
     given = dict(given or {})
-    unknown = [k for k in given if k not in FitReadKeywords.__annotations__]
+    unknown = [k for k in given if k not in FIT_DEFAULTS and k not in READ_DEFAULTS]
     if unknown:
         raise OptionError(f"{param('fit')}: {unknown[0]!r} is not a keyword of spectra_cli.fit.")
     check_fit_keywords({k: v for k, v in given.items() if k in FIT_DEFAULTS})  # (the values, at once)
-    if any(f.startswith("spectrum.spikes.") for f in fields):
-        given["spikes"] = True
+    ReadOptions.create(**{k: v for k, v in given.items() if k in READ_DEFAULTS})  # type: ignore[arg-type]
+    for f in fields:
+        entry = registry.find(f)
+        alternatives = entry.added_by if entry is not None else ()
+        if alternatives and not any(given.get(k) == v for k, v in alternatives):
+            key, value = alternatives[0]
+            if key in given:  # (asked not to: the field cannot be logged)
+                raise OptionError(f"{param('log', f)} needs {param(key, value)}, and {param('fit')} gives "
+                                  f"{param(key, given[key])}.")
+            given[key] = value
     return given
 
 
-def snapshot_metrics(files: dict[str, str], fields: Sequence[str], keywords: dict[str, Any]) -> dict[str, float]:
+def snapshot_metrics(files: dict[str, str], fields: Sequence[str], keywords: dict[str, Any],
+                     failed: set[str] | None = None) -> dict[str, float]:
     """``{"spectra/<module>/<name>": value}`` for each module's moment file of a snapshot: each field of
     ``fields`` its fit reports as a number, and beside it its standard error (``<name>_se``) where the report has
-    one. A module whose fit fails (too few rows for the window, say) logs nothing; nothing is ever NaN."""
+    one. A module whose fit fails (too few rows for the window, say) logs nothing, and a SpectraWarning says why,
+    once per module (``failed`` holds the modules said); nothing is ever NaN."""
+    import warnings
+
     from spectra_cli.drawable import finite
+    from spectra_cli.errors import SpectraWarning
     from spectra_cli.run.matrix import fit
 
     out: dict[str, float] = {}
@@ -71,7 +93,11 @@ def snapshot_metrics(files: dict[str, str], fields: Sequence[str], keywords: dic
     for module, path in files.items():
         try:
             doc = fit(path, **keywords).to_dict()
-        except SpectraError:
+        except SpectraError as exc:
+            if failed is not None and module not in failed:
+                failed.add(module)
+                warnings.warn(f"the dashboard logs nothing for {module}: its snapshot's fit failed ({exc})",
+                              SpectraWarning, stacklevel=2)
             continue
         for f in fields:
             value = finite(lookup(doc, f))

@@ -35,7 +35,10 @@ class SpectraLightningCallback(Callback):  # type: ignore[misc]
         metrics (alpha, participation ratio, entropy rank, top-PC share, spikes above the bulk), a list of report
         fields instead, False nothing. Lightning's own curves are at the batch index, one below.
     fit : dict
-        Keywords of :func:`spectra_cli.fit` for the logged metrics (``{"window": "11:100"}``).
+        Keywords of :func:`spectra_cli.fit` for the logged metrics (``{"window": "11:100"}``), checked at once;
+        the option a logged field needs is turned on (``density`` for ``density.alpha``). While it logs, the
+        moments keep 16 row groups (``groups=16``, the standard errors' own: ``modules x 17 x d^2 x 8`` bytes;
+        ``groups=0``: first-order errors in a sixteenth of the memory).
     **options
         Further keywords of :func:`spectra_cli.capture` (``groups``, ``precision``, ``positions``, ...).
     """
@@ -43,11 +46,14 @@ class SpectraLightningCallback(Callback):  # type: ignore[misc]
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  log: bool | str | Sequence[str] = True, fit: dict[str, Any] | None = None, **options: Any) -> None:
         super().__init__()
-        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
         self.fields = dashboard.logged_fields(log)
         self.fit_keywords = dashboard.fit_keywords(self.fields, fit)
+        if self.fields:  # (the logged standard errors from row groups, as fit's: honest on tokens of one text)
+            options.setdefault("groups", dashboard.GROUPS)
+        self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
         #: what was logged, step by step (the numbers the loggers got)
         self.logged: dict[int, dict[str, float]] = {}
+        self._failed: set[str] = set()
 
     @property
     def saved(self) -> list[str]:
@@ -71,7 +77,7 @@ class SpectraLightningCallback(Callback):  # type: ignore[misc]
             self.schedule.stop()
 
     def _log(self, trainer: Any) -> None:
-        values = dashboard.snapshot_metrics(self.schedule.latest, self.fields, self.fit_keywords)
+        values = dashboard.snapshot_metrics(self.schedule.latest, self.fields, self.fit_keywords, self._failed)
         if values:
             step = int(trainer.global_step)
             self.logged[step] = values

@@ -3,8 +3,8 @@
 - ``powerlaw``: rows ``z diag(sqrt(j^-alpha)) Q^T + offset * u`` with ``z ~ N(0, I)``, ``Q`` a
   random orthogonal matrix and ``u`` a random unit vector: covariance eigenvalues ``j^-alpha``.
 - ``isotropic``: ``N(0, I)`` (an isotropic cloud).
-- ``cone``: a narrow cone (the anisotropy of Ethayarajh 2019): ``residual * N(0, I) + strength * (0.15 + 0.85 U) u`` with
-  ``U ~ Uniform(0, 1)`` per row and one random unit ``u``.
+- ``cone``: a narrow cone (the anisotropy of Ethayarajh 2019):
+  ``residual * N(0, I) + strength * (0.15 + 0.85 U) u`` with ``U ~ Uniform(0, 1)`` per row and one random unit ``u``.
 - ``random-features``: ``f(W^T x) / sqrt(d)`` with ``x ~ N(0, diag(j^-alpha))`` in ``R^v``, ``W`` a
   fixed ``v x d`` standard Gaussian matrix and ``f`` linear, quadratic (``y^2``), relu or tanh
   (Paquette, Xiao & Zhu 2026, Theorem 1: for ``y^p`` the spectrum is ``~ (log^(p-1)(j+1) / j)^alpha``).

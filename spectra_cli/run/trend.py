@@ -18,7 +18,8 @@ from typing import Any
 
 from spectra_cli.drawable import LINEAR_LIMIT, item_name
 from spectra_cli.errors import InputError, Message, OptionError, param, raw
-from spectra_cli.results import lookup, uncertainty
+from spectra_cli.results import MISSING, lookup, uncertainty
+from spectra_cli.sources import formats
 from spectra_cli.validate import MAX_STEP, Pattern, check_paths, check_regex, check_strings
 
 TREND_SCHEMA = "spectra.trend/1"
@@ -159,9 +160,8 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
                                  f"{param('step_regex')}"))
             steps = [float(i) for i in range(len(files))]
         for docs, step in zip(usable, steps, strict=True):
-            for doc in docs:
-                file, sep, tensor = item_name(doc, "?").partition("::")
-                out.append((tensor if sep else os.path.basename(file), float(step or 0.0), doc))
+            for doc, series in zip(docs, series_names(docs), strict=True):
+                out.append((series, float(step or 0.0), doc))
         return out
     for doc in usable[0]:
         try:
@@ -173,6 +173,23 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
             continue
         out.append((series, step, doc))
     return out
+
+
+def series_names(docs: list[dict[str, Any]]) -> list[str]:
+    """The series of one step's reports (one results file of a run): a checkpoint's tensor names; else the file
+    names, or where two items share a file name (``step_100/encoder.layer.0/acts.npy`` and
+    ``step_100/encoder.layer.4/acts.npy``), their paths less the folder every item of the file shares."""
+    from spectra_cli.drawable import common_parts
+
+    parts = [item_name(doc, "?").partition("::") for doc in docs]
+    if all(sep for _, sep, _ in parts):
+        return [tensor for _, _, tensor in parts]
+    files = [file for file, _, _ in parts]
+    base = [os.path.basename(f) for f in files]
+    if len(set(base)) == len(base):
+        return [tensor if sep else b for (_, sep, tensor), b in zip(parts, base, strict=True)]
+    prefix, _ = common_parts(files)
+    return [tensor if sep else file[len(prefix):] for file, sep, tensor in parts]
 
 
 def _usable(doc: dict[str, Any], notes: list[str]) -> bool:
@@ -211,11 +228,15 @@ def load_points(paths: list[str], metrics: list[str], step_regex: str | None) ->
                 raise InputError(f"{path} line {i} has no item name.")
             lines.append({**doc, "_line": i})
         files.append((path, lines))
+    chosen = bool(metrics)  # (named: each must be a number where it is given; the headline ones may be absent)
     if not metrics:
-        metrics += headline([d for _, lines in files for d in lines])
+        analysed = [d for _, lines in files for d in lines if "skipped" not in d and "error" not in d]
+        if not analysed:
+            raise InputError(f"{', '.join(paths)} hold(s) no successful report (every item failed or was skipped).")
+        metrics += headline(analysed)
         if not metrics:
-            raise OptionError(f"the reports hold none of the headline metrics: name one with {param('metric')} "
-                              f"(e.g. {param('metric')} fit.alpha).")
+            raise OptionError(f"the reports hold none of the headline metrics (alpha, the effective ranks, the "
+                              f"top-PC share): name a field they hold with {param('metric')}.")
     notes: list[str] = []
     points: list[Point] = []
     for series, step, doc in run_steps(files, pattern, notes):
@@ -223,6 +244,8 @@ def load_points(paths: list[str], metrics: list[str], step_regex: str | None) ->
         values: dict[str, float | None] = {}
         for m in metrics:
             v = lookup(doc, m)
+            if v is MISSING and not chosen:
+                v = None  # (a headline metric this report lacks: a dash)
             if isinstance(v, bool) or not (v is None or isinstance(v, int | float)):
                 raise OptionError(f"{param('metric', m)} is not a number in the reports ({where}).")
             if v is not None and not abs(float(v)) <= LINEAR_LIMIT:  # (nan too) beyond what a figure can draw
@@ -288,6 +311,10 @@ def trend(paths: str | os.PathLike[str] | list[str] | tuple[str, ...], *,
     left out with a note. No ``metric``: the headline metrics the reports hold (alpha, the spikes' count, the
     participation ratio, the entropy rank, the top-PC share)."""
     files = check_paths("paths", paths)
+    single = next((f for f in files if formats.JSON.matches(f)), None)
+    if single is not None:
+        raise InputError(f"{single} is a single report; trend reads a batch's results (.jsonl: one report a line, "
+                         "the steps in the item names, or one results file per step).")
     metrics = list(check_strings("metric", metric))
     if step_regex is not None and not isinstance(step_regex, str):
         raise OptionError(f"{param('step_regex', step_regex, show=True)} must be a string.")

@@ -194,7 +194,8 @@ def _take_block(pending: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]],
 
 
 class LogitsWeights:
-    """Row weights ``p = softmax(z / T)`` from a 1-D ``.npy`` of scores (a soft token: a softmax-weighted average; see docs/numbers.md, "Weights").
+    """Row weights ``p = softmax(z / T)`` from a 1-D ``.npy`` of scores (a soft token: a softmax-weighted average;
+    see docs/numbers.md, "Weights").
 
     The normaliser ``log sum exp(z / T)`` is found in one pass over the scores;
     blocks then get ``exp(z / T - lse)``, so no score overflows.

@@ -62,6 +62,7 @@ def test_logspaced_weights_each_decade_equally():
     assert fit_model(lam, w, method="logspaced").alpha > fit_model(lam, w, method="ols").alpha + 0.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.5, 1.0, 1.5, 2.0])
 def test_synthetic_powerlaw_rows_recover_alpha_within_003(alpha):
     X = _synth(n=20 * 512, d=512, seed=1, alpha=alpha)

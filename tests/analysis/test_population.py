@@ -161,6 +161,7 @@ def test_the_matchs_differences_run_side_by_side_only_above_their_floor(monkeypa
     assert points * atoms < default  # (this grid is below the floor)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("elliptical", [False, True])
 def test_fit_population_corrects_the_small_sample_bias(elliptical):
     rng = np.random.default_rng(5)
@@ -196,6 +197,7 @@ def test_n_below_d_and_weights_and_uncentred_moments_run():
     assert rep.fit.population.alpha > 0
 
 
+@pytest.mark.slow
 def test_the_participation_ratio_estimate_removes_most_of_the_bias():
     d, n = 128, 128
     tau = np.arange(1, d + 1) ** -0.5
@@ -286,6 +288,7 @@ def test_what_cannot_be_estimated_is_a_warning_and_no_population():
     assert any("effective sample of 1 rows" in w_ for w_ in rep.warnings)
 
 
+@pytest.mark.slow
 def test_the_population_does_not_depend_on_the_units():
     X = np.random.default_rng(9).standard_normal((400, 40)) * np.arange(1, 41) ** -0.5
     a = spectra.fit(X, window="2:20", population=True)
@@ -550,6 +553,7 @@ def test_the_bent_population_is_the_power_law_at_zero_and_monotone():
     np.testing.assert_allclose(np.diff(lt[79:]), -1.2 * np.diff(j[79:]), rtol=1e-9)  # the tail, continuous
 
 
+@pytest.mark.slow
 def test_a_population_that_bends_in_the_window_is_flagged_and_a_power_law_is_not():
     d, n = 128, 512
     j = np.arange(1, d + 1.0)
@@ -607,6 +611,7 @@ def test_heavy_tailed_coordinates_are_not_read_as_row_scales():
     assert rows["scales_from"] == "directions" and rows["cv2_scales"] == pytest.approx(1.0, abs=0.35)
 
 
+@pytest.mark.slow
 def test_at_many_rows_per_feature_the_interval_is_first_order_and_agrees_with_the_simulations(monkeypatch):
     """n >= 10 d: the interval and the bend's null come from each eigenvalue's own first-order sampling (Anderson
     1963) instead of 40 simulated samples; the simulations, forced, give the same standard deviation (within their

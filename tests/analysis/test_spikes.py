@@ -21,6 +21,7 @@ def test_tracy_widom_matches_the_published_quantiles(s: float, tail: float) -> N
     assert tracy_widom_sf(s) == pytest.approx(tail, abs=2e-4)
 
 
+@pytest.mark.slow
 def test_tracy_widom_has_its_mean_and_a_tail_that_keeps_its_digits() -> None:
     s = np.linspace(-9.0, 9.0, 241)
     sf = np.array([tracy_widom_sf(v) for v in s])
@@ -72,6 +73,7 @@ def _planted(alpha: float, d: int, n: int, seed: int, above: tuple[float, ...], 
     return rng.standard_normal((n, d)) * np.sqrt(pop)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("alpha", "ratio"), [(0.0, 1), (1.0, 1), (0.0, 4), (1.0, 4), (1.0, 10)])
 def test_planted_spikes_above_the_threshold_are_found_and_those_below_are_not(alpha: float, ratio: int) -> None:
     d = 160
@@ -152,6 +154,7 @@ def test_the_test_does_not_depend_on_the_datas_scale() -> None:
         assert s.bulk_edge == pytest.approx(base.bulk_edge * factor**2, rel=1e-6)  # a covariance: the square
 
 
+@pytest.mark.slow
 def test_the_bulk_has_every_direction_when_fewer_eigenvalues_are_known(tmp_path) -> None:
     """Fewer rows than features (the Gram route: n - 1 eigenvalues) and the top-k route test against the
     same bulk of d directions as the d x d route (a moment file)."""

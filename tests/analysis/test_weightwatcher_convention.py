@@ -195,7 +195,7 @@ def test_report_to_pandas_and_repr_html():
     assert list(df["rank"][inside]) == list(range(2, 11))
     f = rep.fits[0]
     assert df["fit 2-10"][1] == pytest.approx(math.exp(f.intercept) * 2 ** -f.alpha, rel=1e-12)
-    assert "participation_ratio" in rep._repr_html_() and "&lt;array&gt;" in rep._repr_html_()
+    assert "participation ratio" in rep._repr_html_() and "&lt;array&gt;" in rep._repr_html_()
 
 
 def test_info_fit_and_batch_count_the_same_matrices(hf_checkpoint, cli):

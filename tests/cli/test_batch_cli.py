@@ -153,7 +153,16 @@ def test_trend_over_steps(cli, tmp_path):
     r = cli("trend", out)  # the headline metrics the reports hold, each in its own format
     assert r.exit_code == 0, r.stderr
     assert "top-PC share" in r.stdout and "participation" in r.stdout
-    assert f"{alphas[0]:.3f} ± " in r.stdout and f"{alphas[0]:.6g}" not in r.stdout
+    assert f"{alphas[0]:.4f} ± " in r.stdout and f"{alphas[0]:.6g}" not in r.stdout
+    with open(out) as f:  # one pretty report is not a results file; a file of only failures holds none
+        one = json.loads(f.readline())
+    (tmp_path / "one.json").write_text(json.dumps(one, indent=1))
+    r = cli("trend", tmp_path / "one.json")
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: {tmp_path / 'one.json'} is a single report; ")
+    (tmp_path / "failed.jsonl").write_text(json.dumps({"schema": "spectra.batch-error/1", "item": "x_1.npy",
+                                                       "fingerprint": "0" * 16, "error": "boom"}) + "\n")
+    r = cli("trend", tmp_path / "failed.jsonl")
+    assert r.exit_code == 2 and "no successful report" in r.stderr
     doc = cli("trend", out, "--json").json()
     assert doc["metrics"] == ["fit.alpha", "rank.participation_ratio", "rank.entropy_rank", "isotropy.top_pc_share"]
     r = cli("trend", out, "--metric", "fit.window")

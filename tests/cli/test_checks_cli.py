@@ -82,6 +82,12 @@ def test_report_input_and_baseline_changes(cli, tmp_path):
     assert r.exit_code == 2 and "window [[11, 39]] vs [[11, 38]]" in r.stderr
     r = cli("check", NPY, "--only", "x", "--require", "fit.alpha > 0")
     assert r.exit_code == 2 and r.stderr.startswith("error: --only chooses items of a batch's results (.jsonl); ")
+    # a saved report is checked as it was made: a fit option given with it is refused, a config's [fit] noted
+    r = cli("check", tmp_path / "base.json", "--window", "11:200", "--require", "fit.alpha > 0")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --window makes a report from an input; ")
+    (tmp_path / "s.toml").write_text('[fit]\nwindow = "11:200"\n[check]\nrequire = ["fit.alpha > 0"]\n')
+    r = cli("check", tmp_path / "base.json", "--config", tmp_path / "s.toml")
+    assert r.exit_code == 0 and "note: the config's [fit] table (window) does not apply to " in r.stderr
 
 
 def test_config_file(cli, tmp_path):

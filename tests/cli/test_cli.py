@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import SAMPLE
 
 NPY = SAMPLE / "minilm_layer5_tokens_4k_f16.npy"
@@ -43,6 +45,7 @@ def test_help_does_not_import_heavy_modules():
     assert r.stderr.strip() == "[]", r.stderr
 
 
+@pytest.mark.slow
 def test_entry_point_streams(tmp_path):
     r = subprocess.run([sys.executable, "-m", "spectra_cli", "fit", str(NPY), "--json"],
                        capture_output=True, text=True, check=False, timeout=120)

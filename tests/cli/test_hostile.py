@@ -362,6 +362,7 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
 def test_workers_die_with_a_killed_batch(tmp_path):
     import signal
@@ -421,6 +422,7 @@ def _whiten_stopped_while_writing(tmp_path: Path) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_sigterm_removes_the_temporary_output(tmp_path):
     proc = _whiten_stopped_while_writing(tmp_path)
     assert not (tmp_path / "w.npy").exists()  # the output appears only when complete
@@ -568,6 +570,7 @@ def test_no_numpy_runtime_warnings_reach_stderr(cli, tmp_path):
     assert r.exit_code == 0 and "RuntimeWarning" not in r.stderr
 
 
+@pytest.mark.slow
 def test_after_sigkill_the_next_write_of_the_output_removes_what_was_left(tmp_path):
     """SIGKILL cannot be caught: where the file system allows, the output is written unnamed
     (O_TMPFILE) and nothing is left; elsewhere its temporary file is named for its writer, and the
@@ -585,6 +588,7 @@ def test_after_sigkill_the_next_write_of_the_output_removes_what_was_left(tmp_pa
         assert f"note: removed {tmp_path / name}, a temporary file left by an interrupted run" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["isotropy"], ["fit", "--population", "--window", "4:12"]])
 def test_an_ascii_terminal_gets_ascii_not_a_traceback(tmp_path, command):
     # LANG=C with PYTHONIOENCODING=ascii: the bullet of a table note was a UnicodeEncodeError, exit 3
@@ -600,6 +604,7 @@ def test_an_ascii_terminal_gets_ascii_not_a_traceback(tmp_path, command):
     assert b"alpha" in r.stdout or b"isotropy" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["whiten", "{a}", "-o", "{t}/w.npy", "--save-transform", "{t}/t.npz", "--block-rows", "1000"],
     ["whiten", "{a}", "-o", "{t}/w.parquet", "--block-rows", "1000"],
@@ -645,6 +650,7 @@ def test_a_temporary_file_whose_process_id_was_reused_is_stale(tmp_path):
         assert names == [mine.name, "out.npy"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("command", [
     ["report", "{t}/r.json", "-o", "{t}/page.html", "--json"],

@@ -19,8 +19,10 @@ import pytest
 
 from tests.conftest import powerlaw_matrix
 
+pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
 # distributed is not imported here: importing it into the test process slows every later test
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="needs the dask extra")
+pytestmark = [pytestmark, pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
+                                             reason="needs the dask extra")]
 X = powerlaw_matrix(3000, 8, 1.0, seed=5)
 
 

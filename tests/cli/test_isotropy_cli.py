@@ -1,4 +1,5 @@
-"""Isotropy against published reference numbers (arrays rebuilt from the constructions that printed them) and brute force. (command line)."""
+"""Isotropy against published reference numbers (arrays rebuilt from the constructions that printed them)
+and brute force. (command line)."""
 
 from __future__ import annotations
 

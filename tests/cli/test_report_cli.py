@@ -143,6 +143,7 @@ def _ctrl_c_once(args: list[str], ready: Path, what: str) -> tuple[int, str, str
     return proc.returncode, stdout, stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_command_line_imports_is_the_same_one_line(tmp_path):
     """The entry point (``spectra``, ``python -m spectra_cli``) turns Ctrl-C during its own imports into the
     run's one line and exit 130, not a traceback. The import is held in the middle until the Ctrl-C (a fixed
@@ -188,6 +189,7 @@ runpy.run_module("spectra_cli", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_exit_130_and_no_file(tmp_path):
     import sys
 

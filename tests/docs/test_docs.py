@@ -93,6 +93,7 @@ def spectra_here(_command: Any) -> Any:
     return invoke
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", EXECUTED)
 def test_the_examples_run_as_written(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      spectra_here: Any) -> None:
@@ -154,6 +155,7 @@ def test_the_cli_reference_shows_the_examples_as_typed() -> None:
     assert "\x08" in (typer.main.get_command(app).commands["batch"].help or "")
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_and_its_cli_reference_has_every_option(tmp_path: Path) -> None:
     """``mkdocs build --strict`` (warnings are errors; offline), and the generated command-line reference
     names every command and every option of the Typer app."""

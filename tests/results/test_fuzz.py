@@ -253,6 +253,7 @@ EIGEN = st.one_of(st.floats(min_value=-1e300, max_value=1e300), st.just(0.0), st
                   st.just(1e-300))
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(eig=[0.0] * 12, usable=None, low=None, high=None, drop="", n_over_d=None, xmin=1.0, source={}, page=True)
 @example(eig=[1e300] + [1.0 / j for j in range(1, 12)], usable=None, low=0.5, high=0.7, drop="", n_over_d=2.0,
@@ -316,6 +317,7 @@ def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usab
                 pass
 
 
+@pytest.mark.slow
 def test_the_page_draws_or_refuses_edge_reports_and_long_names_in_bounded_time(tmp_path):
     """The report page from results lines that pass the checks: no positive eigenvalue with a density fit, one of
     1e300, usable_rank 0, a population interval's bounds missing, n_over_d null, and an item name of 2 MB (its label

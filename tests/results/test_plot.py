@@ -171,6 +171,7 @@ def test_sequence_figure_has_one_legend_per_panel_and_the_window_fit(tmp_path):
     assert fitted.get_xdata()[0] == 11 and fitted.get_xdata()[-1] == 100
 
 
+@pytest.mark.slow
 def test_no_global_state_and_no_pyplot(tmp_path):
     code = (
         "import numpy as np, matplotlib, sys\n"
@@ -259,6 +260,7 @@ def _inside(fig) -> list[str]:
                                    ("right", tight.x1 > w + slack), ("top", tight.y1 > h + slack)) if bad]
 
 
+@pytest.mark.slow
 def test_every_figure_keeps_its_text_on_the_canvas(tmp_path):
     """Every kind: the fit with a long --ci label (3.4 in wide), the broken law, the density panel, the
     sequence figure, a trend of many series with a title, a layers figure."""

@@ -14,7 +14,7 @@ def test_the_model_comparison_says_which_alpha_to_quote(cli):
     r = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--window", "11:100")
     assert r.exit_code == 0
     text = " ".join(r.stdout.split())
-    assert ("best by BIC: broken (the alpha above is the power-law law's; the broken law describes this window "
+    assert ("best by BIC: broken (the alpha above is the power law's; the broken law describes this window "
             "better: quote its alpha with its name, or fit with --model broken to make it the headline)") in text
     r = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--window", "11:100", "--model", "broken")
     assert "best by BIC: broken (the alpha above)" in " ".join(r.stdout.split())

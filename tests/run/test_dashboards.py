@@ -16,6 +16,8 @@ pytest.importorskip("tensorboard")
 import spectra_cli as spectra  # noqa: E402
 from spectra_cli.errors import OptionError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
+
 FIT = {"window": "3:20"}  # (32 features: the default window would be ranks 1..32, leaving no rank for the spikes)
 NAMES = ("alpha", "alpha_se", "participation_ratio", "participation_ratio_se", "entropy_rank", "entropy_rank_se",
          "top_pc_share", "top_pc_share_se", "spikes")
@@ -133,11 +135,22 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
         SpectraTrainerCallback(tmp_path, modules="body", fit={"windo": "3:20"})
     with pytest.raises(OptionError, match="window"):
         SpectraTrainerCallback(tmp_path, modules="body", fit={"window": "20:3"})
+    with pytest.raises(OptionError, match="^log=3 must be True, False or a list of report fields"):
+        SpectraTrainerCallback(tmp_path, modules="body", log=3)
+    with pytest.raises(OptionError, match="precision"):  # a reading keyword's value, checked at once too
+        SpectraTrainerCallback(tmp_path, modules="body", fit={"precision": "float16"})
+    with pytest.raises(OptionError, match="^log='density.alpha' needs density=True, and fit gives density=False"):
+        SpectraTrainerCallback(tmp_path, modules="body", log=["density.alpha"], fit={"density": False})
     cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT)
     assert cb.fields == ("rank.participation_ratio",) and "spikes" not in cb.fit_keywords
-    assert SpectraTrainerCallback(tmp_path, modules="body", log=False).fields == ()
+    assert cb.schedule.options["groups"] == 16  # (logging: the errors from row groups)
+    cb = SpectraTrainerCallback(tmp_path, modules="body", log=["fit.alpha", "density.alpha"])
+    assert cb.fit_keywords == {"density": True}  # (the option the field needs, turned on)
+    off = SpectraTrainerCallback(tmp_path, modules="body", log=False)
+    assert off.fields == () and off.schedule.options.get("groups", 0) == 0
     from spectra_cli import metrics
     from spectra_cli.run.dashboard import name_of
 
     assert [name_of(m.path) for m in metrics.view("headline")] == ["alpha", "spikes", "participation_ratio",
                                                                    "entropy_rank", "top_pc_share"]
+    assert name_of("density.alpha") == "density.alpha"  # (never the headline alpha's name)

@@ -17,6 +17,8 @@ import spectra_cli as spectra  # noqa: E402
 from spectra_cli.errors import InputError, OptionError  # noqa: E402
 from spectra_cli.stream.hooks import module_matcher  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
+
 
 def _bert(seed: int = 0, width: int = 32, vocab: int = 120):
     torch.manual_seed(seed)

@@ -22,6 +22,8 @@ import spectra_cli as spectra  # noqa: E402
 from spectra_cli.errors import InputError, OptionError, OutputError  # noqa: E402
 from spectra_cli.stream.hooks import file_name  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
+
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"the a cat dog sat on mat ran far and".split()]
 
 

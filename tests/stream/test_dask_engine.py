@@ -9,6 +9,8 @@ import pytest
 import spectra_cli as spectra
 from tests.conftest import powerlaw_matrix
 
+pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
+
 X = powerlaw_matrix(6000, 24, 1.0, seed=11, offset=20.0).astype(np.float32)
 
 

@@ -139,6 +139,7 @@ def test_large_blocks_near_the_shift_skip_the_cross_term_within_a_few_percent():
     assert np.all(np.abs(ratio - 1) < 0.06) and abs(np.mean(got) / np.mean(q) - 1) < 0.003
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", [4, 7, 64])
 def test_the_coordinates_fourth_moments_are_unbiased_about_each_blocks_mean(b):
     # Gaussian coordinates: mu4 = 3 sigma^4; unit-variance Laplace: 6. Rows about their block's own mean.

@@ -28,6 +28,7 @@ first order (good when each metric changes smoothly with the eigenvalues and n i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -248,7 +249,10 @@ GROUPED_METHOD = ("the spread between contiguous row groups of each metric's lin
                   "cluster-robust variance), honest under any row law and under dependence that stays within a group; "
                   "adjacent groups are merged in pairs while the total variance's, a rank's or the top-PC share's "
                   "values correlate between neighbours (lag-1 autocorrelation over 1 / sqrt G: batches long enough "
-                  "for the rows' dependence), down to 8; "
+                  "for the rows' dependence), down to 8; the top-PC share and the stable rank (functions of the top "
+                  "eigenvalue and the trace) from a delete-a-group jackknife over the same groups instead, the top "
+                  "eigenvalue of each group's complement by Rayleigh-Ritz in the leading 8 eigenvectors (near-equal "
+                  "top eigenvalues make the linearisation through one of them overstate); "
                   "intervals and tests take t quantiles with G - 1 degrees of freedom")
 #: Up to this width the grouped errors read every eigenvector (one float32 decomposition with vectors); past it the
 #: leading ones only (a partial decomposition: at d = 4,096 a full one took twice the spectrum's own).
@@ -288,6 +292,8 @@ class GroupSpread:
     tr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     with_S: np.ndarray = field(default_factory=lambda: np.zeros(0))
     head: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    #: ``V_k^T A_g V_k`` for the leading :data:`HEAD` directions, ``(G, k, k)`` (``head`` is its diagonal)
+    head_block: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
     #: how many times adjacent groups are merged in pairs before their spread is read (:meth:`settled`)
     depth: int = 0
 
@@ -311,6 +317,39 @@ class GroupSpread:
         own = np.stack([((m @ v) * v).sum(axis=0) for m in self.m2])
         cross = (self.u @ v) ** 2
         return self.c * (self.r2[:, None] * own + cross / self.W[:, None]) / self.W[:, None]
+
+    def block(self, v: np.ndarray) -> np.ndarray:
+        """``v^T A_g v`` for every group, ``(G, k, k)`` (:meth:`quad` is its diagonal)."""
+        own = np.stack([v.T @ (m @ v) for m in self.m2])
+        cu = self.u @ v
+        return self.c * (self.r2[:, None, None] * own + cu[:, :, None] * cu[:, None, :] / self.W[:, None, None]) \
+            / self.W[:, None, None]
+
+    def top_jackknife(self, fn: Callable[[Any, Any], Any]) -> float | None:
+        """The grouped variance of a metric of the top eigenvalue and the trace, ``fn(lambda_1, tr)`` (the top-PC
+        share, the stable rank), from a delete-a-group jackknife over the settled groups (Efron 1981; Cameron &
+        Miller 2015): each group left out in turn, the top eigenvalue of the rest by Rayleigh-Ritz in the leading
+        :data:`HEAD` eigenvectors (when the top two are close, one text with a direction of its own turns the top
+        eigenvector, which the linearisation through it reads as twice the change), the trace exactly. The
+        pseudo-values ``theta + (1 - w_g) / w_g (theta - theta_(-g))`` go through the same cluster-robust formula
+        (for a metric linear in the covariance they are its linearised values). None without the leading block."""
+        if self.head_block.shape[0] != self.w.size or not self.head_block.size:
+            return None
+        lab = np.arange(self.w.size) >> self.depth
+        w = np.bincount(lab, self.w)
+        P = np.stack([np.tensordot(self.w[lab == j], self.head_block[lab == j], 1) / w[j] for j in range(w.size)])
+        tr = np.bincount(lab, self.w * self.traces()) / w
+        k = P.shape[1]
+        L, T = np.diag(self.lam[:k]), float(self.lam.sum())
+        if np.any(w >= 1.0):
+            return None
+        top = np.array([np.linalg.eigvalsh((L - s * Pg) / (1.0 - s))[-1] for s, Pg in zip(w, P, strict=True)])
+        theta = float(fn(float(self.lam[0]), T))
+        t = theta + (1.0 - w) / w * (theta - fn(top, (T - w * tr) / (1.0 - w)))
+        G = w.size
+        dev = t - float(w @ t)
+        var = G / (G - 1) * float(np.dot(w * w, dev * dev))
+        return var if math.isfinite(var) and var >= 0 else None
 
     def traces(self) -> np.ndarray:
         """``tr A_g`` for every group."""
@@ -439,7 +478,17 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
     V = V[:, ::-1][:, : lam.size]
     spread = GroupSpread(sums.W / Wt, sums.W, sums.m2, sums.r2, u, c, S, lam, V, unit)
     with np.errstate(over="ignore", invalid="ignore"):
-        return replace(spread, tr=spread.traces(), with_S=spread.inner(S), head=spread.quad(V[:, :HEAD]))
+        block = spread.block(V[:, :HEAD])
+        return replace(spread, tr=spread.traces(), with_S=spread.inner(S), head=np.einsum("gii->gi", block).copy(),
+                       head_block=block)
+
+
+#: The metrics that are functions of the top eigenvalue and the trace alone, ``fn(lambda_1, tr)``: their grouped
+#: errors come from the delete-a-group jackknife (:meth:`GroupSpread.top_jackknife`), not the linearisation.
+TOP_METRICS: dict[str, Callable[[Any, Any], Any]] = {
+    "stable_rank": lambda top, total: total / top,
+    "top_pc_share": lambda top, total: top / total,
+}
 
 
 def grouped_error(spread: GroupSpread, values: np.ndarray) -> float | None:

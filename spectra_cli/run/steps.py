@@ -279,9 +279,13 @@ def grouped_errors(spread: Any, grads: list[np.ndarray | None], first: Accumulat
     method = grouped_method(settled, first, warnings, centered=centered)
     deff = max(method.get("design_effect") or 1.0, 1.0)
 
-    def error(grad: np.ndarray | None) -> float | None:
+    def error(grad: np.ndarray | None, top: Callable[[Any, Any], Any] | None = None) -> float | None:
         if grad is None:
             return None
+        if top is not None:  # (a function of the top eigenvalue and the trace: the jackknife)
+            var = settled.top_jackknife(top)
+            if var is not None:
+                return math.sqrt(var)
         t = linearised(grad)
         if t is not None:
             return grouped_error(settled, t)
@@ -306,6 +310,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         FLAT_PR_SHARE,
         METHOD,
         NOT_DERIVED,
+        TOP_METRICS,
         alpha_gradient,
         first_order_error,
         group_spread,
@@ -360,7 +365,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                                     "spectra gathered one): the standard errors assume Gaussian rows; a moment file "
                                     "made again with this version gives errors from the data's own rows")
 
-            def error(grad: np.ndarray | None) -> float | None:
+            def error(grad: np.ndarray | None, top: Any = None) -> float | None:
                 return first_order_error(lam, grad, model)
         if warnings is not None and sample and (said := repeated_warning(first)) is not None:
             warnings.append(said)
@@ -377,9 +382,9 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
                     f"unflagged; the bootstrap interval of alpha ({param('ci', True)}) does not "
                     "rest on them"))
         for name, grad in rank_grads.items():
-            _keep(name, error(grad), rank_se, rank_missing)
+            _keep(name, error(grad, TOP_METRICS.get(name)), rank_se, rank_missing)
         for name, grad in iso_grads.items():
-            _keep(name, error(grad), iso_se, iso_missing)
+            _keep(name, error(grad, TOP_METRICS.get(name)), iso_se, iso_missing)
         if suite is not None:
             fits = []
             for i, f in enumerate(suite.fits):

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from spectra_cli.analysis.suite import FitKeywords
+from spectra_cli.analysis.fit_options import FitKeywords
 from spectra_cli.cli.app import app, emit
 from spectra_cli.cli.flags import (
     Column,

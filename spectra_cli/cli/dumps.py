@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from spectra_cli.analysis.suite import FitKeywords
+from spectra_cli.analysis.fit_options import FitKeywords
 from spectra_cli.cli.app import app, emit
 from spectra_cli.cli.flags import Json, Paths, Plot, Title, describe_paths, fit_options, reading_options
 from spectra_cli.options import SEQUENCE_REFUSES, SOURCE_KEYWORDS, SourceKeywords

@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from spectra_cli.analysis.suite import FIT_DEFAULTS
+from spectra_cli.analysis.fit_options import FIT_DEFAULTS
 
 Paths = Annotated[list[str], typer.Argument(
     metavar="PATH...", help="Input: .npy, .npz, .parquet, a directory or a glob of .npy or Parquet files, a "

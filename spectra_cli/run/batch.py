@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords, resolve_convention
+from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import Convention
 from spectra_cli.run.batch_items import Item, Skip, enumerate_items
@@ -30,12 +30,12 @@ from spectra_cli.validate import check_number, check_path, check_paths
 
 
 def expected_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The report ``options`` section a line made with ``options`` (keywords of ``fit``) carries."""
-    from spectra_cli.analysis.suite import FIT_KEYWORDS, FitOptions
+    """The report ``options`` section a line made with ``options`` (the reading keywords of ``fit`` and its
+    :class:`FitOptions` as ``options``, made once by the batch) carries."""
     from spectra_cli.options import ReadOptions
 
-    read = ReadOptions.create(**{k: v for k, v in options.items() if k not in FIT_KEYWORDS})
-    fit = FitOptions.create(**{k: v for k, v in options.items() if k in FIT_KEYWORDS})  # (top checked there once)
+    fit = options["options"]
+    read = ReadOptions.create(**{k: v for k, v in options.items() if k != "options"})
     return {"options": {**read.to_report(), **fit.to_report()}}
 
 
@@ -148,9 +148,9 @@ def batch(
         raise OptionError(f"{param('tensors', tensors, show=True)} must be a string (a regular expression).")
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
-    given, centered = resolve_convention(dict(fitting), centered)
-    convention = Convention.of(check_fit_keywords(given)["convention"])
-    centered = True if centered is None else centered
+    fit_options = FitOptions.create(centered=centered, **fitting)  # (once for every item: each is given them)
+    convention = fit_options.convention
+    centered = fit_options.centered if fit_options.centered is not None else True if centered is None else centered
     results_files = [p for p in args if formats.JSONL.matches(p)]
     if results_files:
         if len(results_files) != len(args):
@@ -189,7 +189,7 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
-    options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, **given,
+    options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}))
     out = os.fspath(jsonl) if jsonl is not None else None

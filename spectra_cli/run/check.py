@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from spectra_cli import metrics as registry
-from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
+from spectra_cli.analysis.fit_options import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import MISSING, lookup, scalar_fields, standard_error
 from spectra_cli.sources import formats

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
 from spectra_cli import metrics
-from spectra_cli.analysis.suite import FitKeywords, check_fit_keywords
+from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.results import check_report_schema, scalar_fields
 from spectra_cli.sources import formats
@@ -238,11 +238,11 @@ def compare(
     from spectra_cli.provenance import check_same_options
 
     pa, pb = check_path("a", a), check_path("b", b)
-    check_fit_keywords(dict(fitting))  # before either input is read
+    options = FitOptions.create(centered=centered, **fitting)  # (once, before either input is read)
     fdr = check_number("fdr", fdr)
     if not 0 < fdr < 1:
         raise OptionError(f"{param('fdr', fdr)} must lie between 0 and 1 (e.g. 0.05).")
-    opts: dict[str, Any] = {**({"centered": centered} if centered is not None else {}), **fitting}
+    opts: dict[str, Any] = {**({"centered": centered} if centered is not None else {}), "options": options}
     da, db = as_report(pa, opts), as_report(pb, opts)
     mismatch = check_same_options(da, db, what=f"{a} and {b}", allow=allow_option_mismatch)
     rows = compare_rows(da, db, fdr=fdr)

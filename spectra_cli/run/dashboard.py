@@ -52,7 +52,7 @@ def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[st
     """The keywords of each snapshot's fit: ``given``, every one checked at once (the fit's and the reading ones),
     with the option that adds a logged field to a report turned on where it is not given (``spikes=True`` for
     ``spectrum.spikes.count``, ``density=True`` for ``density.alpha``)."""
-    from spectra_cli.analysis.suite import FIT_DEFAULTS, check_fit_keywords
+    from spectra_cli.analysis.fit_options import FIT_DEFAULTS, FitOptions
     from spectra_cli.options import READ_DEFAULTS, ReadOptions
 
     if given is not None and not isinstance(given, dict):
@@ -61,8 +61,8 @@ def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[st
     unknown = [k for k in given if k not in FIT_DEFAULTS and k not in READ_DEFAULTS]
     if unknown:
         raise OptionError(f"{param('fit')}: {unknown[0]!r} is not a keyword of spectra_cli.fit.")
-    check_fit_keywords({k: v for k, v in given.items() if k in FIT_DEFAULTS})  # (the values, at once)
-    ReadOptions.create(**{k: v for k, v in given.items() if k in READ_DEFAULTS})  # type: ignore[arg-type]
+    reading = {k: v for k, v in given.items() if k in READ_DEFAULTS}
+    ReadOptions.create(**reading)  # type: ignore[arg-type]
     for f in fields:
         entry = registry.find(f)
         alternatives = entry.added_by if entry is not None else ()
@@ -72,7 +72,10 @@ def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[st
                 raise OptionError(f"{param('log', f)} needs {param(key, value)}, and {param('fit')} gives "
                                   f"{param(key, given[key])}.")
             given[key] = value
-    return given
+    # the fit's options made (and checked) once, here: each snapshot's fit takes them as they are
+    options = FitOptions.create(centered=reading.get("centered"), **{k: v for k, v in given.items()
+                                                                      if k in FIT_DEFAULTS})
+    return {**reading, "options": options}
 
 
 def snapshot_metrics(files: dict[str, str], fields: Sequence[str], keywords: dict[str, Any],

@@ -42,18 +42,11 @@ from typing import Any, TypeVar, Unpack
 import numpy as np
 
 from spectra_cli import threads
+from spectra_cli.analysis.fit_options import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords, FitOptions
 from spectra_cli.analysis.isotropy import check_scale
-from spectra_cli.analysis.suite import (
-    FIT_CONSTRAINTS,
-    FIT_KEYWORDS,
-    FitKeywords,
-    FitOptions,
-    check_fit_keywords,
-    resolve_convention,
-    run_suite,
-)
+from spectra_cli.analysis.suite import run_suite
 from spectra_cli.errors import Message, OptionError, param
-from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, Convention, ReadKeywords, ReadOptions
+from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
 from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, near_null_warning, spectrum_warnings
@@ -88,7 +81,8 @@ def keywords_checked(func: F) -> F:
     var = [p for p in params if p.kind is p.VAR_KEYWORD]
     declared = typing.get_args(typing.get_type_hints(func)[var[0].name]) if var else ()
     reading = [k for k in (declared[0].__annotations__ if declared else ()) if k not in own]
-    valid = [k for k in own if k != "progress"] + reading + [k for k in own if k == "progress"]
+    last = ("options", "progress")  # (a made FitOptions and the progress hook: after the keywords a user types)
+    valid = [k for k in own if k not in last] + reading + [k for k in last if k in own]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -149,6 +143,7 @@ def fit(
     data: Any,
     *,
     eigenvalues: bool = False,
+    options: FitOptions | None = None,
     progress: Progress | None = None,
     **given: Unpack[FitReadKeywords],
 ) -> Report:
@@ -180,40 +175,24 @@ def fit(
     interval in ``rank.bounds``; RankMe is not available). ``eigenvalues=True``: ``data`` is a list
     of eigenvalues. The reading options are described in the module docstring.
     """
-    fitting = {k: v for k, v in given.items() if k in FIT_KEYWORDS}
-    reading: dict[str, Any] = {k: v for k, v in given.items() if k not in FIT_KEYWORDS}
     check_bool("eigenvalues", eigenvalues)
-    fitting, centered = resolve_convention(fitting, reading.get("centered"), eigenvalues=eigenvalues)
-    if centered is not None:
-        reading["centered"] = centered
-    v = check_fit_keywords(fitting)
+    reading: dict[str, Any] = {k: v for k, v in given.items() if k not in FIT_KEYWORDS}
+    if options is None:  # (the one check of the fit's options; a batch makes it once and hands them to each item)
+        options = FitOptions.create(centered=reading.get("centered"), eigenvalues=eigenvalues,
+                                    **{k: v for k, v in given.items() if k in FIT_KEYWORDS})
+    elif not isinstance(options, FitOptions) or any(k in FIT_KEYWORDS for k in given):
+        raise OptionError(f"{param('options')} is a FitOptions made by FitOptions.create, given without fit "
+                          "keywords.")
+    opts = options
+    if opts.centered is not None:  # (the convention's centring: WeightWatcher's uncentred W^T W)
+        reading["centered"] = opts.centered
     read = ReadOptions.create(**reading)
-    opts = FitOptions.create(**fitting)
-    density, ci, population, top, spikes = opts.density, v["ci"], v["population"], v["top"], v["spikes"]
-    shuffled_control, partition_isotropy, isoscore = v["shuffled_control"], v["partition_isotropy"], v["isoscore"]
-    counting, capacity, rankme, scale, model = v["counting"], v["capacity"], v["rankme"], v["scale"], v["model"]
-    ci_replicates, ci_seed, control_seed = v["ci_replicates"], v["ci_seed"], v["control_seed"]
-    needs_all = [name for name, on in (("density", density), ("counting", bool(counting)),
-                                       ("capacity", bool(capacity)), ("shuffled_control", shuffled_control),
-                                       ("partition_isotropy", partition_isotropy), ("isoscore", isoscore),
-                                       ("rankme", bool(rankme)), ("population", population)) if on]
-    if top and needs_all:
-        raise OptionError(f"{param('top', top)} computes only the leading eigenvalues, but "
-                          f"{', '.join(param(n) for n in needs_all)} need{'s' if len(needs_all) == 1 else ''} "
-                          "all of them; drop one or the other.")
-    if population and model != "power-law":
-        raise OptionError(f"{param('population')} estimates the exponent of a power-law population; it does not "
-                          f"apply to {param('model', model)} (drop one or the other).")
+    ci, population, top, spikes = opts.ci, opts.population, opts.top, opts.spikes
+    shuffled_control, partition_isotropy, isoscore = opts.shuffled_control, opts.partition_isotropy, opts.isoscore
+    rankme, scale = opts.rankme, opts.scale
+    ci_replicates, ci_seed, control_seed = opts.ci_replicates, opts.ci_seed, opts.control_seed
+    needs_all = opts.needs_all
     if eigenvalues:
-        if population:
-            raise OptionError(f"{param('population')} needs the number of rows behind the spectrum (and their "
-                              f"norms): give the data matrix, not {param('eigenvalues')}.")
-        if spikes:
-            raise OptionError(f"{param('spikes')} needs the number of rows behind the spectrum and its eigenvectors: "
-                              f"give the data matrix, not {param('eigenvalues')}.")
-        if ci or shuffled_control or partition_isotropy:
-            raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} need "
-                              f"the data matrix, not {param('eigenvalues')}.")
         return _from_eigenvalues("fit", data, opts)
     if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
         threads.import_in_background("scipy.special")
@@ -222,7 +201,7 @@ def fit(
     with Input(data, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
         # (a weight matrix in WeightWatcher's convention is no sample of rows: its errors stay first order, as cheap)
-        grouped = inp.n_selected >= steps.GROUPED_ERRORS_ROWS and not Convention.of(opts.convention).is_weightwatcher
+        grouped = inp.n_selected >= steps.GROUPED_ERRORS_ROWS and not opts.convention.is_weightwatcher
         groups = BOOTSTRAP_GROUPS if ci or population else steps.ERROR_GROUPS if grouped else 0
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
@@ -237,7 +216,7 @@ def fit(
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
     warnings = spectrum_warnings(main, first, population=bool(population))
-    weightwatcher = Convention.of(opts.convention).is_weightwatcher
+    weightwatcher = opts.convention.is_weightwatcher
     if weightwatcher:  # a weight matrix's rows are not a sample: no sampling bias to warn of
         warnings = [w for w in warnings if "biased by finite sampling" not in w]
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)

@@ -20,6 +20,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from spectra_cli.analysis.fit_options import FIT_KEYWORDS, FitKeywords, FitOptions
 from spectra_cli.analysis.lags import (
     CONTROLS,
     GRAM_STACK_BYTES,
@@ -30,7 +31,7 @@ from spectra_cli.analysis.lags import (
 )
 from spectra_cli.analysis.powerlaw import fit_model
 from spectra_cli.analysis.rank import participation_ratio
-from spectra_cli.analysis.suite import FIT_KEYWORDS, FitKeywords, FitOptions, FitSuite, run_suite, windows_for
+from spectra_cli.analysis.suite import FitSuite, run_suite, windows_for
 from spectra_cli.eigen.decomposition import Spectrum, floor_for, spectrum_from_moments
 from spectra_cli.errors import FitError, InputError, Message, OptionError, describe_choices, param, raw
 from spectra_cli.options import SEQUENCE_REFUSES, ReadOptions, SourceKeywords
@@ -143,7 +144,7 @@ def sequence(
     if refused:
         raise OptionError(f"{param(refused[0])} does not apply to sequence: it fits rank windows of the context "
                           f"spectrum ({', '.join(param(k) for k in SEQUENCE_FIT)}).")
-    opts = FitOptions.create(**fitting)
+    opts = FitOptions.create(**fitting)  # type: ignore[arg-type]
     read = ReadOptions.create(refuse=SEQUENCE_REFUSES, **{k: v for k, v in given.items()  # type: ignore[arg-type]
                                                            if k not in FIT_KEYWORDS})
     warnings: list[str] = []

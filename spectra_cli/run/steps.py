@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spectra_cli.analysis.controls import ShuffledControl, meets_at, shuffled_spectrum
+from spectra_cli.analysis.fit_options import FitOptions
 from spectra_cli.analysis.isotropy import (
     DIRECTIONS_DXD,
     DIRECTIONS_GRAM,
@@ -22,7 +23,7 @@ from spectra_cli.analysis.isotropy import (
 )
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
-from spectra_cli.analysis.suite import FitOptions, FitSuite
+from spectra_cli.analysis.suite import FitSuite
 from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
 from spectra_cli.errors import FitError, Message, OptionError, param, raw
 from spectra_cli.stream.local import Progress

@@ -185,7 +185,7 @@ def test_the_convention_is_told_apart_in_one_place():
     string (the fit keywords' choices, analysis/suite.CONVENTIONS, are its values)."""
     import re
 
-    from spectra_cli.analysis.suite import CONVENTIONS
+    from spectra_cli.analysis.fit_options import CONVENTIONS
     from spectra_cli.options import Convention
 
     assert tuple(Convention) == CONVENTIONS
@@ -197,7 +197,7 @@ def test_the_convention_is_told_apart_in_one_place():
 
 
 def test_every_reading_option_is_declared_once_and_reaches_every_reader():
-    from spectra_cli.analysis.suite import FIT_KEYWORDS
+    from spectra_cli.analysis.fit_options import FIT_KEYWORDS
     from spectra_cli.cli.flags import READ_OPTIONS
     from spectra_cli.options import READ_DEFAULTS, ReadKeywords, ReadOptions
 
@@ -273,7 +273,7 @@ def test_every_fit_option_is_declared_once_and_reaches_every_command_that_fits()
     import re
 
     import spectra_cli as spectra
-    from spectra_cli.analysis.suite import FIT_CONSTRAINTS, FIT_DEFAULTS, FitKeywords
+    from spectra_cli.analysis.fit_options import FIT_CONSTRAINTS, FIT_DEFAULTS, FitKeywords
     from spectra_cli.cli import app
     from spectra_cli.cli.flags import FIT_OPTIONS
     from spectra_cli.run.sequence import SEQUENCE_FIT

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
+from spectra_cli.analysis.fit_options import FitOptions
 from spectra_cli.analysis.rank import entropy_rank, entropy_rank_bounds
-from spectra_cli.analysis.suite import FitOptions
 from spectra_cli.eigen import lanczos as eigensolver
 from spectra_cli.errors import OptionError
 

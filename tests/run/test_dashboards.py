@@ -142,10 +142,10 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
     with pytest.raises(OptionError, match="^log='density.alpha' needs density=True, and fit gives density=False"):
         SpectraTrainerCallback(tmp_path, modules="body", log=["density.alpha"], fit={"density": False})
     cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT)
-    assert cb.fields == ("rank.participation_ratio",) and "spikes" not in cb.fit_keywords
+    assert cb.fields == ("rank.participation_ratio",) and not cb.fit_keywords["options"].spikes
     assert cb.schedule.options["groups"] == 16  # (logging: the errors from row groups)
     cb = SpectraTrainerCallback(tmp_path, modules="body", log=["fit.alpha", "density.alpha"])
-    assert cb.fit_keywords == {"density": True}  # (the option the field needs, turned on)
+    assert cb.fit_keywords["options"].density  # (the option the field needs, turned on)
     off = SpectraTrainerCallback(tmp_path, modules="body", log=False)
     assert off.fields == () and off.schedule.options.get("groups", 0) == 0
     from spectra_cli import metrics

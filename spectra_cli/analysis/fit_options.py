@@ -6,7 +6,7 @@ between keywords). Every command and the library make that one call; a batch mak
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 from spectra_cli.analysis.isotropy import SCALES
@@ -234,6 +234,20 @@ class FitOptions:
                 raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} "
                                   f"need the data matrix, not {param('eigenvalues')}.")
         return opts
+
+    def for_matrix(self, n_rows: int, n_features: int) -> tuple[FitOptions, list[str]]:
+        """The options for one matrix of ``n_rows x n_features``, and what to say of it: in WeightWatcher's
+        convention its density floor (WeightWatcher's ``EVALS_THRESH`` on ``W^T W``'s eigenvalues, which are
+        spectra's times the rows) and a word where WeightWatcher's layer selection would skip the matrix; in
+        spectra's, the options as they are."""
+        if not self.convention.is_weightwatcher:
+            return self, []
+        from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH, ww_skip
+
+        skip = ww_skip((n_rows, n_features))
+        said = [f"WeightWatcher's analysis would skip this matrix ({skip}): spectra's numbers for it have no "
+                "WeightWatcher counterpart to compare with"] if skip else []
+        return replace(self, density_floor=WW_EVALS_THRESH / max(n_rows, 1)), said
 
     @property
     def needs_all(self) -> list[str]:

@@ -26,7 +26,7 @@ from spectra_cli.cli.flags import (
     reading_options,
     split_columns,
 )
-from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, WHITEN_REFUSES, Convention, ReadKeywords
+from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, WHITEN_REFUSES, ReadKeywords
 
 
 @app.command()
@@ -62,8 +62,6 @@ def fit(
         from spectra_cli.render.figures import check_plot_target
 
         check_plot_target(plot)
-    if Convention.of(fitting.get("convention")).is_weightwatcher and reading.get("centered") is True:
-        reading.pop("centered")  # (the flag's default: the convention sets it)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.fit(one_path(paths, "eigenvalues") if eigenvalues else paths, eigenvalues=eigenvalues,
                          progress=progress, **fitting, **reading)

@@ -29,7 +29,8 @@ Weights = Annotated[str | None, typer.Option("--weights", metavar="FILE.npy",
                                              help="1-D .npy of row weights (counts or probabilities).")]
 WeightCol = Annotated[str | None, typer.Option("--weight-column", metavar="NAME",
                                                help="Parquet column of row weights.")]
-Uncentered = Annotated[bool, typer.Option("--uncentered", help="Second moment X^T X / n instead of the covariance.")]
+Uncentered = Annotated[bool | None, typer.Option("--uncentered", help="Second moment X^T X / n instead of the "
+                                                 "covariance.", show_default=False)]
 Ddof = Annotated[int, typer.Option("--ddof", metavar="K", help="Delta degrees of freedom of the unweighted "
                                    "covariance.")]
 Precision = Annotated[str, typer.Option(
@@ -96,7 +97,7 @@ MaskColumn = Annotated[str | None, typer.Option("--mask-column", metavar="NAME",
 READ_OPTIONS: dict[str, tuple[Any, Any]] = {
     "key": (Key, None), "column": (Column, None), "columns": (Columns, None), "rows": (Rows, None),
     "sample": (Sample, None), "seed": (Seed, 0), "weights": (Weights, None), "weight_column": (WeightCol, None),
-    "logits": (Logits, None), "temperature": (Temperature, 1.0), "centered": (Uncentered, False),
+    "logits": (Logits, None), "temperature": (Temperature, 1.0), "centered": (Uncentered, None),
     "ddof": (Ddof, 1), "precision": (Precision, "float64"), "block_rows": (BlockRows, None),
     "drop_nonfinite": (DropNonfinite, False), "max_memory": (MaxMemory, None), "positions": (Positions, None),
     "pool": (Pool, "tokens"), "mask": (Mask, None), "positions_per_window": (PerWindow, None),
@@ -220,8 +221,10 @@ def reading_options(*, exclude: tuple[str, ...] = (), only: tuple[str, ...] | No
         raise ValueError(f"not a reading option: {unknown[0]}")
 
     def collect(reading: dict[str, Any]) -> dict[str, Any]:
-        if "centered" in reading:
-            reading["centered"] = not reading["centered"]  # the flag is --uncentered
+        if "centered" in reading:  # the flag is --uncentered; not given (None), the library's default (or a preset's)
+            uncentered = reading.pop("centered")
+            if uncentered is not None:
+                reading["centered"] = not uncentered
         return reading
 
     added = [inspect.Parameter(_FLAG_NAME.get(n, n), inspect.Parameter.KEYWORD_ONLY, annotation=READ_OPTIONS[n][0],

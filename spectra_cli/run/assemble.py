@@ -18,9 +18,12 @@ from spectra_cli.stream.passes import Accumulated, Input
 SAMPLING_WARN_RATIO = 10.0
 
 
-def spectrum_warnings(spec: Spectrum, first: Accumulated | None, *, population: bool = False) -> list[str]:
+def spectrum_warnings(spec: Spectrum, first: Accumulated | None, *, population: bool = False,
+                      sample: bool = True) -> list[str]:
     """Suspect but computable facts about a spectrum, one sentence each. ``population``: the population exponent
-    is being estimated (the advice to ask for it is then replaced by saying that it accounts for the bias)."""
+    is being estimated (the advice to ask for it is then replaced by saying that it accounts for the bias).
+    ``sample``: False for a weight matrix (WeightWatcher's convention): its rows are no sample, and there is no
+    finite-sampling bias to warn of."""
     out: list[str] = []
     remedy = ("; the population exponent asked for here accounts for it" if population else
               f", or estimate the population exponent with fit's {param('population', True)}")
@@ -36,6 +39,8 @@ def spectrum_warnings(spec: Spectrum, first: Accumulated | None, *, population: 
             f"than features to see every direction (n/d >= {SAMPLING_WARN_RATIO:g} keeps the tail's finite-sampling "
             "bias small)"
         )
+    elif not sample:
+        pass
     elif first is not None and first.n_effective is not None:
         ratio = first.n_effective / d
         if ratio < SAMPLING_WARN_RATIO:

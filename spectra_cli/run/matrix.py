@@ -29,7 +29,6 @@ Reading options, shared by every function:
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import functools
 import inspect
@@ -215,10 +214,9 @@ def fit(
                                              ddof=read.ddof)
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
-    warnings = spectrum_warnings(main, first, population=bool(population))
     weightwatcher = opts.convention.is_weightwatcher
-    if weightwatcher:  # a weight matrix's rows are not a sample: no sampling bias to warn of
-        warnings = [w for w in warnings if "biased by finite sampling" not in w]
+    # (a weight matrix's rows are not a sample: no sampling bias to warn of)
+    warnings = spectrum_warnings(main, first, population=bool(population), sample=not weightwatcher)
     iso = isotropy_of(first, main, logz=logz, scale=scale, scale_value=scale_value, isoscore=isoscore)
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
@@ -241,16 +239,8 @@ def fit(
     else:
         rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
                          f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
-    if weightwatcher:  # its cut is on W^T W's eigenvalues: ours times the rows
-        from spectra_cli.analysis.weightwatcher import ww_skip
-
-        skip = ww_skip((first.n_rows, main.n_features))
-        if skip:
-            warnings.append(f"WeightWatcher's analysis would skip this matrix ({skip}): spectra's numbers for it have "
-                            "no WeightWatcher counterpart to compare with")
-        from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH
-
-        opts = dataclasses.replace(opts, density_floor=WW_EVALS_THRESH / max(first.n_rows, 1))
+    opts, said = opts.for_matrix(first.n_rows, main.n_features)  # (the convention's floor and skips, if any)
+    warnings += said
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += [*suite.warnings, *near_null_warning(main, suite, density=opts.density)]
     seq = inp.info.details.get("sequence") or {}

@@ -77,9 +77,10 @@ def _spikes(spk: dict[str, Any]) -> Any:
     return t
 
 
-def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None = None) -> Group:
-    src, opt, sp = doc["source"], doc["options"], doc["spectrum"]
+def _source_and_spectrum(doc: dict[str, Any], top: int) -> list[Any]:
+    """The report's source, its leading eigenvalues and the spectrum's ranks and floors (and its spikes)."""
     parts: list[Any] = []
+    src, sp = doc["source"], doc["spectrum"]
     shape = "x".join(str(s) for s in src["shape"])
     used = src["rows_used"]
     sel = []
@@ -125,71 +126,84 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
     ]))
     if isinstance(spk := sp.get("spikes"), dict):
         parts.append(_spikes(spk))
-    fits = doc.get("fits") or []
-    if fits:
-        from spectra_cli.render.screens import column_tables
+    return parts
 
-        any_ci = any(f.get("ci") for f in fits)
-        excluded = []
-        cells: dict[str, list[str]] = {c: [] for c in ("model", "method", "alpha", "SE", "LS SE", "95% CI (bootstrap)",
-                                                        "R^2", "resid RMS", "points")}
-        for f in fits:
-            alpha = f"{f['alpha']:.4f}"
-            if f["model"] == "broken":
-                alpha = f"{f['alpha']:.3f}/{f['alpha_2']:.3f} @{f['crossover']:.0f}"
-            elif f["model"] == "log-corrected":
-                alpha += f" (p={f['degree']})"
-            ci = f["ci"]
-            if ci and not ci["low"] <= f["alpha"] <= ci["high"]:
-                excluded.append(f)
-            for c, v in zip(cells, (f["model"], f["method"], alpha, _fmt(f.get("se"), 2), _fmt(f["stderr"], 2),
-                                    (f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—") if any_ci else "",
-                                    f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"])), strict=True):
-                cells[c].append(v)
-        if all(f["n_points"] == f["window"][1] - f["window"][0] + 1 for f in fits):
-            del cells["points"]  # every rank of each window was fitted: the window says how many (and 80 columns fit)
-        shared = ""
-        if len(set(cells["model"])) == 1 and len(set(cells["method"])) == 1:  # said once, in the title
-            shared = f"; model {cells.pop('model')[0]}, method {cells.pop('method')[0]}"
-        windows = [f"{f['window'][0]}..{f['window'][1]} {f['window_source']}" for f in fits]
-        parts.extend(column_tables(width or 400, f"Power-law fits (lambda_j ~ j^-alpha over a window of ranks{shared})",
-                                   "window", windows, list(cells.items()), box=None))
-        notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
-                 "samples of this size); LS SE: the least-squares scatter of the points about the line (no sampling "
-                 "error: it under-states it where the law follows the points, and measures the misfit where not)"]
-        if (how := _errors_from(doc)) is not None:
-            notes.append(how)
-        for f in excluded:
-            notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
-                         f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "
-                         f"{f['ci']['bias']:+.3g} off; " + ("the population exponent below accounts for the bias"
-                                                             if f.get("population") else "for the population "
-                                                             "exponent with an interval that accounts for the bias, "
-                                                             "use --population"))
-        for f in fits:
-            pop = f.get("population")
-            if pop:
-                curve = pop.get("sampling_curve")
-                said = (f"; the rows spread the spectrum {curve['spread_ratio']:.2f} times as much as the row model "
-                        f"predicts (their sampling curve), which alone gives {pop['model_alpha']:.4f}" if curve
-                        else "; from the row model alone (too few row groups for a sampling curve)")
-                notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
-                             f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}), against the sample slope "
-                             f"{pop['naive_alpha']:.4f}{said}; the fitted population matches the spectrum to "
-                             f"{pop['match_rms']:.2g} in log lambda (RMS)")
-        models = doc.get("models")
-        if models:
-            # each alpha as the fit table shows it (the broken law's to 3 decimals, the others' to 4)
-            cmp = ", ".join(f"{name} {m['alpha']:.{3 if name == 'broken' else 4}f} (BIC {m['bic']:.1f})"
-                            for name, m in models["models"].items())
-            best, headline = models["best"], fits[0].get("model") or "power-law"
-            law = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
-            quote = (f" (the alpha above is the {law.get(headline, headline)}'s; the {law.get(best, best)} describes "
-                     f"this window better: quote its alpha with its name, or fit with --model {best} to make it the "
-                     "headline)"
-                     if best != headline else " (the alpha above)")
-            notes.append(f"models on the first window: {cmp}; best by BIC: {best}{quote}")
-        parts.append(Text("\n".join(notes), style="dim"))
+
+def _fit_tables(doc: dict[str, Any], width: int | None) -> list[Any]:
+    """The power-law fits' table and its notes (errors, the bootstrap, the population, the model comparison)."""
+    parts: list[Any] = []
+    fits = doc.get("fits") or []
+    if not fits:
+        return parts
+    from spectra_cli.render.screens import column_tables
+
+    any_ci = any(f.get("ci") for f in fits)
+    excluded = []
+    cells: dict[str, list[str]] = {c: [] for c in ("model", "method", "alpha", "SE", "LS SE", "95% CI (bootstrap)",
+                                                    "R^2", "resid RMS", "points")}
+    for f in fits:
+        alpha = f"{f['alpha']:.4f}"
+        if f["model"] == "broken":
+            alpha = f"{f['alpha']:.3f}/{f['alpha_2']:.3f} @{f['crossover']:.0f}"
+        elif f["model"] == "log-corrected":
+            alpha += f" (p={f['degree']})"
+        ci = f["ci"]
+        if ci and not ci["low"] <= f["alpha"] <= ci["high"]:
+            excluded.append(f)
+        for c, v in zip(cells, (f["model"], f["method"], alpha, _fmt(f.get("se"), 2), _fmt(f["stderr"], 2),
+                                (f"{ci['low']:.4f}..{ci['high']:.4f}" if ci else "—") if any_ci else "",
+                                f"{f['r2']:.4f}", _fmt(f["residual_rms"], 3), str(f["n_points"])), strict=True):
+            cells[c].append(v)
+    if all(f["n_points"] == f["window"][1] - f["window"][0] + 1 for f in fits):
+        del cells["points"]  # every rank of each window was fitted: the window says how many (and 80 columns fit)
+    shared = ""
+    if len(set(cells["model"])) == 1 and len(set(cells["method"])) == 1:  # said once, in the title
+        shared = f"; model {cells.pop('model')[0]}, method {cells.pop('method')[0]}"
+    windows = [f"{f['window'][0]}..{f['window'][1]} {f['window_source']}" for f in fits]
+    parts.extend(column_tables(width or 400, f"Power-law fits (lambda_j ~ j^-alpha over a window of ranks{shared})",
+                               "window", windows, list(cells.items()), box=None))
+    notes = [f"window: {fits[0]['window_reason']}", "SE: alpha's sampling standard error (its spread between "
+             "samples of this size); LS SE: the least-squares scatter of the points about the line (no sampling "
+             "error: it under-states it where the law follows the points, and measures the misfit where not)"]
+    if (how := _errors_from(doc)) is not None:
+        notes.append(how)
+    for f in excluded:
+        notes.append(f"ranks {f['window'][0]}..{f['window'][1]}: the bootstrap interval is bias-corrected (basic "
+                     f"bootstrap) and excludes the fitted {f['alpha']:.4f}: the replicates put the sample slope "
+                     f"{f['ci']['bias']:+.3g} off; " + ("the population exponent below accounts for the bias"
+                                                         if f.get("population") else "for the population "
+                                                         "exponent with an interval that accounts for the bias, "
+                                                         "use --population"))
+    for f in fits:
+        pop = f.get("population")
+        if pop:
+            curve = pop.get("sampling_curve")
+            said = (f"; the rows spread the spectrum {curve['spread_ratio']:.2f} times as much as the row model "
+                    f"predicts (their sampling curve), which alone gives {pop['model_alpha']:.4f}" if curve
+                    else "; from the row model alone (too few row groups for a sampling curve)")
+            notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
+                         f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}), against the sample slope "
+                         f"{pop['naive_alpha']:.4f}{said}; the fitted population matches the spectrum to "
+                         f"{pop['match_rms']:.2g} in log lambda (RMS)")
+    models = doc.get("models")
+    if models:
+        # each alpha as the fit table shows it (the broken law's to 3 decimals, the others' to 4)
+        cmp = ", ".join(f"{name} {m['alpha']:.{3 if name == 'broken' else 4}f} (BIC {m['bic']:.1f})"
+                        for name, m in models["models"].items())
+        best, headline = models["best"], fits[0].get("model") or "power-law"
+        law = {"power-law": "power law", "log-corrected": "log-corrected law", "broken": "broken law"}
+        quote = (f" (the alpha above is the {law.get(headline, headline)}'s; the {law.get(best, best)} describes "
+                 f"this window better: quote its alpha with its name, or fit with --model {best} to make it the "
+                 "headline)"
+                 if best != headline else " (the alpha above)")
+        notes.append(f"models on the first window: {cmp}; best by BIC: {best}{quote}")
+    parts.append(Text("\n".join(notes), style="dim"))
+    return parts
+
+
+def _other_sections(doc: dict[str, Any]) -> list[Any]:
+    """The density exponent, WeightWatcher's metrics, counting and capacity, and the shuffled control."""
+    parts: list[Any] = []
     dens = doc.get("density")
     if dens:
         parts.append(_kv("Density exponent (p(lambda) ~ lambda^-a, Hill MLE, KS x_min)", [
@@ -224,6 +238,12 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
             ("meets the data at rank", meets if meets is not None else "never"),
             ("rows", f"{ctrl['rows']}" + (" (uniform sample)" if ctrl["subsampled"] else "")),
         ]))
+    return parts
+
+
+def _rank_and_isotropy(doc: dict[str, Any]) -> list[Any]:
+    """The effective ranks (with their errors or bounds), and the isotropy, before and after a whitening."""
+    parts: list[Any] = []
     rank = doc.get("rank")
     if rank:
         bounds, exact = rank.get("bounds") or {}, rank.get("exactness") or {}
@@ -237,6 +257,7 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
 
         parts.append(_kv("Effective rank", [(m.label, shown(m)) for m in registry.section("rank", "table")
                                             if rank.get(m.name) is not None or m.name in bounds or m.name in exact]))
+    sp = doc["spectrum"]
     iso = doc.get("isotropy")
     wh = doc.get("whitening")
     if iso and wh:
@@ -265,12 +286,19 @@ def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None =
             rows_.append(("scale of Z(c)", f"s = {_fmt(iso['scale_value'])} (--scale {iso['scale']}: "
                                             + ("the std of all entries)" if iso["scale"] == "seed" else "1)")))
         parts.append(_kv("Isotropy", rows_))
+    return parts
+
+
+def report_renderable(doc: dict[str, Any], *, top: int = 10, width: int | None = None) -> Group:
+    """A report as the terminal shows it, section by section."""
+    parts: list[Any] = [*_source_and_spectrum(doc, top), *_fit_tables(doc, width), *_other_sections(doc),
+                        *_rank_and_isotropy(doc)]
     if doc["warnings"]:
         warn = Text("Warnings\n", style="bold yellow")
         for line in doc["warnings"]:
             warn.append(f"  • {flag_text(line)}\n")
         parts.append(warn)
-    parts.append(Text(f"total {doc['timings'].get('total_s', 0):.2f} s · {opt['precision']}", style="dim"))
+    parts.append(Text(f"total {doc['timings'].get('total_s', 0):.2f} s · {doc['options']['precision']}", style="dim"))
     return Group(*parts)
 
 

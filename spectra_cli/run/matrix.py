@@ -32,7 +32,6 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import math
 import os
 import typing
 from collections.abc import Callable
@@ -48,7 +47,16 @@ from spectra_cli.errors import Message, OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
 from spectra_cli.run import steps
-from spectra_cli.run.assemble import Stopwatch, assemble, emit_warnings, near_null_warning, spectrum_warnings
+from spectra_cli.run.assemble import (
+    Stopwatch,
+    assemble,
+    ci_coverage_warning,
+    control_window_warning,
+    emit_warnings,
+    near_null_warning,
+    sequence_tokens_warning,
+    spectrum_warnings,
+)
 from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
 from spectra_cli.stages import reports_progress
@@ -62,9 +70,6 @@ BOOTSTRAP_GROUPS = 32
 #: What spectra isotropy says it needs a second pass for (and what works from moments instead).
 ISOTROPY_NEED = ("isotropy (its partition isotropy; spectra fit on moments gives the mean cosine, top-PC share and "
                  "mean-norm ratio)")
-#: Below this n/d the bootstrap interval of the sample slope was measured not to cover the population
-#: exponent (bench/bench_ci_coverage.py: 47 of 96 fits on Gaussian rows at n/d <= 10, 81 of 96 elliptical).
-CI_COVERS_N_OVER_D = 20.0
 #: RankMe's second decomposition is made by default up to this width (0.1 s on 2 cores; 0.9 s at 2048).
 RANKME_AUTO_D = 1024
 F = TypeVar("F", bound=Callable[..., Any])
@@ -175,22 +180,10 @@ def fit(
     of eigenvalues. The reading options are described in the module docstring.
     """
     check_bool("eigenvalues", eigenvalues)
-    reading: dict[str, Any] = {k: v for k, v in given.items() if k not in FIT_KEYWORDS}
-    if options is None:  # (the one check of the fit's options; a batch makes it once and hands them to each item)
-        options = FitOptions.create(centered=reading.get("centered"), eigenvalues=eigenvalues,
-                                    **{k: v for k, v in given.items() if k in FIT_KEYWORDS})
-    elif not isinstance(options, FitOptions) or any(k in FIT_KEYWORDS for k in given):
-        raise OptionError(f"{param('options')} is a FitOptions made by FitOptions.create, given without fit "
-                          "keywords.")
-    opts = options
-    if opts.centered is not None:  # (the convention's centring: WeightWatcher's uncentred W^T W)
-        reading["centered"] = opts.centered
-    read = ReadOptions.create(**reading)
-    ci, population, top, spikes = opts.ci, opts.population, opts.top, opts.spikes
-    shuffled_control, partition_isotropy, isoscore = opts.shuffled_control, opts.partition_isotropy, opts.isoscore
-    rankme, scale = opts.rankme, opts.scale
+    opts, read = fit_and_read_options(dict(given), options, eigenvalues=eigenvalues)
+    ci, population, top, spikes, isoscore = opts.ci, opts.population, opts.top, opts.spikes, opts.isoscore
+    shuffled_control, partition_isotropy, scale = opts.shuffled_control, opts.partition_isotropy, opts.scale
     ci_replicates, ci_seed, control_seed = opts.ci_replicates, opts.ci_seed, opts.control_seed
-    needs_all = opts.needs_all
     if eigenvalues:
         return _from_eigenvalues("fit", data, opts)
     if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
@@ -204,7 +197,7 @@ def fit(
         groups = BOOTSTRAP_GROUPS if ci or population else steps.ERROR_GROUPS if grouped else 0
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
-        k, reason = _top_route(top, first, opts, needs_all, centered=read.centered)
+        k, reason = _top_route(top, first, opts, opts.needs_all, centered=read.centered)
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)
         clock.mark("eigen_s")
         if partition_isotropy:
@@ -221,43 +214,12 @@ def fit(
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
                         "counted in the covariance; if they are padding, remove them before the analysis")
-    # RankMe is defined on the singular values of the uncentred matrix: a second decomposition on the
-    # d x d route, made only when it is cheap or asked for (one decomposition per spectrum otherwise).
-    unc, rankme_source = None, None
-    d = main.n_features
-    size = d if first.moments is not None else min(first.n_rows, d)  # of the second decomposition
-    if main.top is not None:
-        pass  # the top-k ranks say RankMe is not available
-    elif not read.centered:
-        unc, rankme_source = main, "the main spectrum (already uncentred)"
-    elif rankme or (rankme is None and size <= RANKME_AUTO_D):
-        clock.mark("analysis_s")
-        unc = uncentered_of(first, main, centered=True)
-        clock.mark("eigen_uncentered_s")
-        rankme_source = ("a second eigendecomposition: the uncentred " + ("n x n Gram matrix" if first.moments is None
-                                                                            else f"{d} x {d} second moment"))
-    else:
-        rankme_source = (f"not computed: it would need a second {size} x {size} eigendecomposition "
-                         f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
+    unc, rankme_source = _rankme_spectrum(first, main, centered=read.centered, rankme=opts.rankme, clock=clock)
     opts, said = opts.for_matrix(first.n_rows, main.n_features)  # (the convention's floor and skips, if any)
     warnings += said
     suite = run_suite(main, opts, uncentered=unc, rankme_source=rankme_source)
     warnings += [*suite.warnings, *near_null_warning(main, suite, density=opts.density)]
-    seq = inp.info.details.get("sequence") or {}
-    if seq.get("pool") == "tokens" and len(seq.get("positions_used") or ()) > 1:
-        length = len(seq["positions_used"])
-        if first.groups:  # (the errors read contiguous row groups: a window inside one is counted)
-            warnings.append(Message(
-                f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are "
-                "not independent; the standard errors come from contiguous row groups, which count that dependence "
-                "where a window lies within a group (the report's design effect says how much it weighs); for errors "
-                f"across windows give each window one row ({param('pool', 'mean')})"))
-        else:
-            warnings.append(Message(
-                f"the rows are the tokens of {seq['windows']} windows of {length} positions: tokens of one window are "
-                "not independent, and the standard errors and intervals, which take the rows as independent, are too "
-                f"small (by up to sqrt({length}) = {math.sqrt(length):.2g}x where a window's positions move together); "
-                f"for errors across windows give each window one row ({param('pool', 'mean')})"))
+    warnings += sequence_tokens_warning(inp.info.details.get("sequence") or {}, grouped=bool(first.groups))
     if ci:
         clock.mark("analysis_s")
         suite = with_bootstrap(suite, first, opts, centered=read.centered, ddof=read.ddof, replicates=ci_replicates,
@@ -279,42 +241,32 @@ def fit(
         found = steps.spikes_of(suite, first, main, centered=read.centered, ddof=read.ddof, warnings=warnings)
         clock.mark("spikes_s")
     if ci and suite.fits:
-        ratio = (first.n_effective or first.n_rows) / main.n_features
-        if ratio < CI_COVERS_N_OVER_D:
-            warnings.append(Message(
-                f"n/d = {ratio:.3g} < {CI_COVERS_N_OVER_D:g}: finite sampling biases the sample slope, and the "
-                f"bootstrap interval ({param('ci', True)}) carries the same bias: at n/d <= 10 it held the population "
-                "exponent in only about half of the runs of spectra's coverage benchmark. "
-                + ("The population exponent, also computed, has an interval that accounts for it" if population else
-                   "For the population exponent with an interval that accounts for the bias, use "
-                   f"{param('population', True)}")))
-    if control is not None and control.meets_at_rank is not None and suite.fits:
-        k2 = suite.fits[0].window.k_max
-        if k2 >= control.meets_at_rank:
-            k1, meets = suite.fits[0].window.k_min, control.meets_at_rank
-            warnings.append(Message(
-                f"the fit window reaches rank {k2}, past rank {meets} where the spectrum meets the shuffled control "
-                "(finite-sampling noise): end the window before it"
-                + (f" ({param('window', f'{k1}:{meets - 1}')})" if meets - 1 > k1 else "")))
-    ww = None
-    if opts.density:
-        from spectra_cli.analysis.weightwatcher import weight_metrics
-
-        n = first.n_rows
-        factor = float(n if not read.centered or first.weighted else n - read.ddof)
-        ww = weight_metrics(main.resolved(), n_rows=n, n_features=main.n_features, sum_factor=factor,
-                            density_alpha=suite.density.alpha if suite.density is not None else None,
-                            alpha_range=opts.alpha_range, raw=main.eigenvalues if main.top is None else None,
-                            density=suite.density)
+        warnings += ci_coverage_warning((first.n_effective or first.n_rows) / main.n_features, population=population)
+    warnings += control_window_warning(control, suite.fits)
+    ww = _weight_metrics(first, main, suite, opts, centered=read.centered, ddof=read.ddof) if opts.density else None
     clock.mark("analysis_s")
     clock.note("peak_bytes_estimate", _peak_bytes(first, main.n_features, ci or population,
                                                   unc is not None and unc is not main, main))
-    stated: dict[str, Any] = {**inp.options_report(), **opts.to_report(),
-               "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
-               "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95}
-               if population else None}
+    stated: dict[str, Any] = {
+        **inp.options_report(), **opts.to_report(),
+        "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
+        "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95} if population
+        else None}
     return assemble("fit", inp, first, main, options=stated, warnings=warnings, clock=clock, suite=suite,
                     control=control, isotropy=iso, weightwatcher=ww, spikes=found)
+
+
+def _weight_metrics(first: Any, main: Any, suite: Any, opts: FitOptions, *, centered: bool, ddof: int) -> Any:
+    """WeightWatcher's per-layer metrics of the matrix (its norms on ``W^T W``'s eigenvalues: spectra's times the
+    rows, or the rows less ``ddof`` for a centred unweighted covariance), beside the density fit."""
+    from spectra_cli.analysis.weightwatcher import weight_metrics
+
+    n = first.n_rows
+    factor = float(n if not centered or first.weighted else n - ddof)
+    return weight_metrics(main.resolved(), n_rows=n, n_features=main.n_features, sum_factor=factor,
+                          density_alpha=suite.density.alpha if suite.density is not None else None,
+                          alpha_range=opts.alpha_range, raw=main.eigenvalues if main.top is None else None,
+                          density=suite.density)
 
 
 @keywords_checked
@@ -406,6 +358,44 @@ def moments(
     acc = accumulate(dataset if dataset is not None else data, groups=groups, progress=progress, **reading)
     acc.save(path)
     return acc
+
+
+def fit_and_read_options(given: dict[str, Any], options: FitOptions | None, *,
+                         eigenvalues: bool = False) -> tuple[FitOptions, ReadOptions]:
+    """A fit's options and its reading options from its keywords ``given``: the fit's made here by the one check
+    (:meth:`FitOptions.create`), or ``options`` made already (a batch makes them once and hands them to each item;
+    then no fit keyword beside them), the centring a convention sets applied to the reading."""
+    reading: dict[str, Any] = {k: v for k, v in given.items() if k not in FIT_KEYWORDS}
+    if options is None:
+        options = FitOptions.create(centered=reading.get("centered"), eigenvalues=eigenvalues,
+                                    **{k: v for k, v in given.items() if k in FIT_KEYWORDS})
+    elif not isinstance(options, FitOptions) or any(k in FIT_KEYWORDS for k in given):
+        raise OptionError(f"{param('options')} is a FitOptions made by FitOptions.create, given without fit "
+                          "keywords.")
+    if options.centered is not None:  # (the convention's centring: WeightWatcher's uncentred W^T W)
+        reading["centered"] = options.centered
+    return options, ReadOptions.create(**reading)
+
+
+def _rankme_spectrum(first: Any, main: Any, *, centered: bool, rankme: bool | None,
+                     clock: Stopwatch) -> tuple[Any, str | None]:
+    """The uncentred spectrum RankMe is defined on (the singular values of the uncentred matrix), and where it
+    came from: the main one when it is uncentred, else a second decomposition on the d x d route, made only when
+    it is cheap (at most :data:`RANKME_AUTO_D` wide) or asked for; on the top-k route none."""
+    d = main.n_features
+    size = d if first.moments is not None else min(first.n_rows, d)  # of the second decomposition
+    if main.top is not None:
+        return None, None  # the top-k ranks say RankMe is not available
+    if not centered:
+        return main, "the main spectrum (already uncentred)"
+    if rankme or (rankme is None and size <= RANKME_AUTO_D):
+        clock.mark("analysis_s")
+        unc = uncentered_of(first, main, centered=True)
+        clock.mark("eigen_uncentered_s")
+        return unc, ("a second eigendecomposition: the uncentred " + ("n x n Gram matrix" if first.moments is None
+                                                                     else f"{d} x {d} second moment"))
+    return None, (f"not computed: it would need a second {size} x {size} eigendecomposition "
+                  f"({size} > {RANKME_AUTO_D}); ask for it with rankme=True (--rankme)")
 
 
 def _peak_bytes(first: Any, d: int, ci: bool, second: bool, main: Any = None) -> float:

@@ -149,44 +149,8 @@ def sequence(
                                                            if k not in FIT_KEYWORDS})
     warnings: list[str] = []
     with Input(data, read) as inp:
-        src = inp.source
-        if not isinstance(src, SequenceSource):
-            raise InputError(f"{inp.info.path} is not a sequence dump: give a 3-D (windows, positions, features) "
-                             f"array, or token rows with {param('positions_per_window')} L.")
-        lay = src.layout
-        warnings += src.notes
+        src, lay, X, valid, k, stack_bytes = _held_windows(inp, read, project, progress, warnings)
         n, P, d = lay.windows, len(lay.positions), lay.d
-        k = project if project is not None else d
-        if project is not None and project > d:
-            raise OptionError(f"{param('project', project)} exceeds the {d} features of a token.")
-        if d == 0:
-            raise InputError(f"{inp.info.path} has 0 features (shape {inp.info.shape}); at least 1 is required.")
-        if P == 0 or lay.length == 0:
-            raise InputError(f"{inp.info.path} has 0 positions (shape {inp.info.shape}); at least 1 is required.")
-        # the windows once, float32 where it holds the values exactly (float16, bfloat16 and float32 dumps)
-        dtype = np.float32 if exact_in_float32(inp.info.dtype) else np.float64
-        held = float(np.dtype(dtype).itemsize) * n * P * d
-        # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
-        # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)
-        # the P Gram matrices at once when they fit (the faster route), else streamed: one n x n sum
-        stack_bytes = read.memory_budget() / 4
-        stacked = 8.0 * P * n * n <= min(stack_bytes, GRAM_STACK_BYTES)
-        gram = 8.0 * (P * n * n + n * n) if stacked else 8.0 * (3 * n * n + 2 * n * k)
-        ctx = (gram if n < P * k else 8.0 * 3 * (P * k) ** 2) + 8.0 * P * P
-        if held + ctx > read.memory_budget():
-            raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + ctx) / 2**30:.3g} GiB "
-                             f"({n} windows x {P} positions x {d} features held as {np.dtype(dtype).name}, the "
-                             f"context matrices and the {P} x {P} inner products of the positions behind the lag "
-                             f"energies); the memory budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer "
-                             f"windows or positions ({param('positions')} 0:512), use {param('project')} k, or raise "
-                             f"{param('max_memory')}.")
-        X = np.empty((n, P, d), dtype=dtype)
-        pos = np.asarray(lay.positions)
-        for w0, B in src.windows(max(1, inp.block_rows // lay.length)):  # the rows per block the matrix path reads
-            X[w0:w0 + len(B)] = B[:, pos, :]
-            if progress is not None:
-                progress(w0 + len(B), n)
-        valid = src.mask[:, pos] if src.mask is not None else np.ones((n, P), dtype=bool)
         clock.mark("read_s")
     if not np.all(np.isfinite(X[valid])):
         raise InputError(f"{inp.info.path} has NaN or inf entries in its selected tokens; clean the data first.")
@@ -212,6 +176,83 @@ def sequence(
                                "coordinate across windows, ddof 1", "eigvalsh of " + res.route, n_ctx - 1)
     context_doc = {**_suite_doc(ctx_spec, opts, warnings, "context"), "route": res.route}
     clock.mark("context_s")
+    controls_doc, shuffled_lags = _controls(W, res, ctrl, opts, context_doc, n_ctx, P, k, seed, stack_bytes,
+                                            warnings)
+    clock.mark("controls_s")
+    emit_warnings(warnings)
+    info = inp.info
+    source = {"path": info.path, "format": info.format, "shape": list(info.shape), "dtype": info.dtype,
+              "windows": n, "positions": lay.length, "features": d, "positions_used": list(lay.positions),
+              "windows_in_context": n_ctx, "masked_tokens": src.masked_tokens,
+              "fingerprint": inp.fingerprint(),
+              **({"members": inp.dataset.members_report()} if inp.dataset is not None else {}),
+              "layout": f"{n} windows x {lay.length} positions x {d} features"}
+    options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
+               "mask": read.mask if isinstance(read.mask, str | None) else "array",
+               "positions_per_window": read.positions_per_window, "doc_column": read.doc_column,
+               "mask_column": read.mask_column,
+               "project": {"k": k, "seed": seed, "definition": "each token x -> x Q, Q a fixed d x k matrix with "
+                           "orthonormal columns (QR of a Gaussian matrix from numpy.random.default_rng(seed))"}
+               if project is not None else None,
+               "controls": list(ctrl), "control_seed": seed if "shuffled" in ctrl else None, "centered": True,
+               "ddof": 1, **opts.to_report()}
+    lag_doc = {**lag_definition(), "lags": list(range(1, P)), "data": res.lag_energy.tolist(),
+               "shuffled": None if shuffled_lags is None else shuffled_lags.tolist()}
+    return SequenceReport(source, options, tuple(per_position), pooled, context_doc, controls_doc, lag_doc,
+                          tuple(warnings), clock.timings())
+
+
+def _held_windows(inp: Input, read: ReadOptions, project: int | None, progress: Progress | None,
+                  warnings: list[str]) -> tuple[Any, Any, np.ndarray, np.ndarray, int, float]:
+    """The selected positions of every window held once (float32 where it holds the values exactly), after the
+    memory they and the context need is checked against the budget: ``(source, layout, X, valid, k, stack
+    bytes)``, ``valid`` the tokens that are not padding and ``k`` the features after ``project``."""
+    src = inp.source
+    if not isinstance(src, SequenceSource):
+        raise InputError(f"{inp.info.path} is not a sequence dump: give a 3-D (windows, positions, features) "
+                         f"array, or token rows with {param('positions_per_window')} L.")
+    lay = src.layout
+    warnings += src.notes
+    n, P, d = lay.windows, len(lay.positions), lay.d
+    k = project if project is not None else d
+    if project is not None and project > d:
+        raise OptionError(f"{param('project', project)} exceeds the {d} features of a token.")
+    if d == 0:
+        raise InputError(f"{inp.info.path} has 0 features (shape {inp.info.shape}); at least 1 is required.")
+    if P == 0 or lay.length == 0:
+        raise InputError(f"{inp.info.path} has 0 positions (shape {inp.info.shape}); at least 1 is required.")
+    # the windows once, float32 where it holds the values exactly (float16, bfloat16 and float32 dumps)
+    dtype = np.float32 if exact_in_float32(inp.info.dtype) else np.float64
+    held = float(np.dtype(dtype).itemsize) * n * P * d
+    # the context matrices, and the P x P inner products of the positions' blocks behind the lag energies
+    # (P - 1 lags: the cost grows as P^2, so a dump of millions of positions is refused here, not run for hours)
+    # the P Gram matrices at once when they fit (the faster route), else streamed: one n x n sum
+    stack_bytes = read.memory_budget() / 4
+    stacked = 8.0 * P * n * n <= min(stack_bytes, GRAM_STACK_BYTES)
+    gram = 8.0 * (P * n * n + n * n) if stacked else 8.0 * (3 * n * n + 2 * n * k)
+    ctx = (gram if n < P * k else 8.0 * 3 * (P * k) ** 2) + 8.0 * P * P
+    if held + ctx > read.memory_budget():
+        raise InputError(f"{inp.info.path}: the sequence analysis needs about {(held + ctx) / 2**30:.3g} GiB "
+                         f"({n} windows x {P} positions x {d} features held as {np.dtype(dtype).name}, the "
+                         f"context matrices and the {P} x {P} inner products of the positions behind the lag "
+                         f"energies); the memory budget is {read.memory_budget() / 2**30:.3g} GiB. Select fewer "
+                         f"windows or positions ({param('positions')} 0:512), use {param('project')} k, or raise "
+                         f"{param('max_memory')}.")
+    X = np.empty((n, P, d), dtype=dtype)
+    pos = np.asarray(lay.positions)
+    for w0, B in src.windows(max(1, inp.block_rows // lay.length)):  # the rows per block the matrix path reads
+        X[w0:w0 + len(B)] = B[:, pos, :]
+        if progress is not None:
+            progress(w0 + len(B), n)
+    valid = src.mask[:, pos] if src.mask is not None else np.ones((n, P), dtype=bool)
+    return src, lay, X, valid, k, stack_bytes
+
+
+def _controls(W: np.ndarray, res: Any, ctrl: tuple[str, ...], opts: FitOptions, context_doc: dict[str, Any],
+              n_ctx: int, P: int, k: int, seed: int, stack_bytes: float,
+              warnings: list[str]) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The controls' reports (``block-diagonal``, ``shuffled``), fitted over the context's own ranks unless a window
+    is given, and the shuffled control's lag energies."""
     controls_doc: dict[str, Any] = {}
     shuffled_lags = None
     # the controls' alpha over the context's own ranks (by default each would take its own: the block-diagonal
@@ -243,28 +284,7 @@ def sequence(
                                   "and positions, windows rebuilt", "eigvalsh of " + sh.route, n_ctx - 1)
         controls_doc["shuffled"] = {**control_doc(sh_spec, "shuffled control"), "seed": seed}
         shuffled_lags = sh.lag_energy
-    clock.mark("controls_s")
-    emit_warnings(warnings)
-    info = inp.info
-    source = {"path": info.path, "format": info.format, "shape": list(info.shape), "dtype": info.dtype,
-              "windows": n, "positions": lay.length, "features": d, "positions_used": list(lay.positions),
-              "windows_in_context": n_ctx, "masked_tokens": src.masked_tokens,
-              "fingerprint": inp.fingerprint(),
-              **({"members": inp.dataset.members_report()} if inp.dataset is not None else {}),
-              "layout": f"{n} windows x {lay.length} positions x {d} features"}
-    options = {"positions": read.positions if isinstance(read.positions, str | None) else list(read.positions),
-               "mask": read.mask if isinstance(read.mask, str | None) else "array",
-               "positions_per_window": read.positions_per_window, "doc_column": read.doc_column,
-               "mask_column": read.mask_column,
-               "project": {"k": k, "seed": seed, "definition": "each token x -> x Q, Q a fixed d x k matrix with "
-                           "orthonormal columns (QR of a Gaussian matrix from numpy.random.default_rng(seed))"}
-               if project is not None else None,
-               "controls": list(ctrl), "control_seed": seed if "shuffled" in ctrl else None, "centered": True,
-               "ddof": 1, **opts.to_report()}
-    lag_doc = {**lag_definition(), "lags": list(range(1, P)), "data": res.lag_energy.tolist(),
-               "shuffled": None if shuffled_lags is None else shuffled_lags.tolist()}
-    return SequenceReport(source, options, tuple(per_position), pooled, context_doc, controls_doc, lag_doc,
-                          tuple(warnings), clock.timings())
+    return controls_doc, shuffled_lags
 
 
 def exact_in_float32(dtype: str) -> bool:

@@ -55,6 +55,34 @@ def _describe_type(t: Any) -> str:
     return str(t)
 
 
+def _open_files(files: list[str]) -> list[Any]:
+    """Each file's ``pyarrow.parquet.ParquetFile``, read through a buffered stream (column chunks piecewise instead
+    of whole row groups, which keeps the resident set near one batch: bench 230 MB instead of 600 MB for 50,000-row
+    groups of 768 floats, at no cost in speed) with page checksums verified where the file has them (a corrupted
+    data page is an input error, not numbers); every file's schema the first one's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spectra_cli.sources.base import open_regular
+    from spectra_cli.sources.remote import is_url
+
+    opened = []
+    for f in files:
+        try:
+            src = open_regular(f) if is_url(f) else f
+            opened.append(pq.ParquetFile(src, buffer_size=_BUFFER_BYTES, pre_buffer=False,
+                                         page_checksum_verification=True))
+        except FileNotFoundError:
+            raise InputError(f"no such file: {f}") from None
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InputError(f"cannot read Parquet file {f}: {_first_line(exc)}") from None
+    schema = opened[0].schema_arrow
+    for f, pf in zip(files[1:], opened[1:], strict=True):
+        if not pf.schema_arrow.equals(schema):
+            raise InputError(f"{f} has a different schema from {files[0]}; all files of a dataset must match.")
+    return opened
+
+
 class ParquetSource(Source):
     """Rows of a Parquet dataset; see the module docstring for the column rules."""
 
@@ -68,33 +96,10 @@ class ParquetSource(Source):
         files: list[str] | None = None,
     ) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         self._files = list(files) if files is not None else resolve_parquet_files(path)
-        self._pf = []
-        for f in self._files:
-            try:
-                # A buffered stream reads column chunks piecewise instead of whole row groups,
-                # which keeps the resident set near one batch (bench: 230 MB instead of 600 MB
-                # for 50,000-row groups of 768 floats) at no cost in speed.
-                from spectra_cli.sources.base import open_regular
-                from spectra_cli.sources.remote import is_url
-
-                src = open_regular(f) if is_url(f) else f
-                # Page checksums are verified where the file has them (spectra writes them): a corrupted data
-                # page is an input error, not numbers.
-                self._pf.append(pq.ParquetFile(src, buffer_size=_BUFFER_BYTES, pre_buffer=False,
-                                               page_checksum_verification=True))
-            except FileNotFoundError:
-                raise InputError(f"no such file: {f}") from None
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise InputError(f"cannot read Parquet file {f}: {_first_line(exc)}") from None
+        self._pf = _open_files(self._files)
         schema = self._pf[0].schema_arrow
-        for f, pf in zip(self._files[1:], self._pf[1:], strict=True):
-            if not pf.schema_arrow.equals(schema):
-                raise InputError(
-                    f"{f} has a different schema from {self._files[0]}; all files of a dataset must match."
-                )
         names = schema.names
         if weight_column is not None and weight_column not in names:
             raise OptionError(
@@ -105,51 +110,7 @@ class ParquetSource(Source):
             raise InputError(f"weight column {weight_column!r} has type {wtype}; a numeric column is required.")
         self._weight_column = weight_column
         self.has_weights = weight_column is not None
-        if column is not None and columns:
-            raise OptionError(f"use {param('column')} (one vector column) or {param('columns')} (numeric columns), "
-                              "not both.")
-        if column is not None:
-            if column not in names:
-                raise InputError(f"{path} has no column {column!r}; columns: {', '.join(names)}.")
-            t = schema.field(column).type
-            if _is_vector(t):
-                self._mode, self._cols = "vector", [column]
-            elif _is_number(t):
-                self._mode, self._cols = "columns", [column]
-            else:
-                raise InputError(
-                    f"column {column!r} has type {_describe_type(t)}; "
-                    "a numeric column or a list of numbers is required."
-                )
-        elif columns:
-            for c in columns:
-                if c not in names:
-                    raise InputError(f"{path} has no column {c!r}; columns: {', '.join(names)}.")
-                if not _is_number(schema.field(c).type):
-                    raise InputError(f"column {c!r} has type {schema.field(c).type}; {param('columns')} takes "
-                                     "numeric columns.")
-            self._mode, self._cols = "columns", list(columns)
-        else:
-            vectors = [n for n in names if _is_vector(schema.field(n).type) and n != weight_column]
-            numeric = [n for n in names if _is_number(schema.field(n).type) and n != weight_column]
-            if len(vectors) == 1:
-                self._mode, self._cols = "vector", vectors
-            elif len(vectors) > 1:
-                raise InputError(
-                    f"{path} has {len(vectors)} vector columns ({', '.join(vectors)}); "
-                    f"choose one with {param('column')}."
-                )
-            elif numeric:
-                kept, self.notes = self._without_ids(numeric, schema)
-                if not kept:
-                    raise InputError(f"{path}'s numeric columns ({', '.join(numeric)}) all look like ids or "
-                                     f"counters; name the features with {param('columns')}.")
-                self._mode, self._cols = "columns", kept
-            else:
-                kinds = ", ".join(f"{n}: {schema.field(n).type}" for n in names) or "none"
-                raise InputError(
-                    f"{path} has no numeric column or list-of-numbers column (columns: {kinds})."
-                )
+        self._mode, self._cols = self._choose_columns(path, schema, column, columns, weight_column)
         self._n_rows = sum(pf.metadata.num_rows for pf in self._pf)
         first = schema.field(self._cols[0]).type
         if self._mode == "vector":
@@ -181,6 +142,53 @@ class ParquetSource(Source):
                 "row_groups": sum(pf.metadata.num_row_groups for pf in self._pf),
             },
         )
+
+    def _choose_columns(self, path: str, schema: Any, column: str | None, columns: list[str] | None,
+                        weight_column: str | None) -> tuple[str, list[str]]:
+        """``("vector", [column])`` or ``("columns", names)``: the column asked for, the numeric columns asked
+        for, or else the one vector column, or the numeric columns less those that look like ids (said in
+        :attr:`notes`)."""
+        names = schema.names
+        if column is not None and columns:
+            raise OptionError(f"use {param('column')} (one vector column) or {param('columns')} (numeric columns), "
+                              "not both.")
+        if column is not None:
+            if column not in names:
+                raise InputError(f"{path} has no column {column!r}; columns: {', '.join(names)}.")
+            t = schema.field(column).type
+            if _is_vector(t):
+                return "vector", [column]
+            if _is_number(t):
+                return "columns", [column]
+            raise InputError(
+                f"column {column!r} has type {_describe_type(t)}; "
+                "a numeric column or a list of numbers is required."
+            )
+        if columns:
+            for c in columns:
+                if c not in names:
+                    raise InputError(f"{path} has no column {c!r}; columns: {', '.join(names)}.")
+                if not _is_number(schema.field(c).type):
+                    raise InputError(f"column {c!r} has type {schema.field(c).type}; {param('columns')} takes "
+                                     "numeric columns.")
+            return "columns", list(columns)
+        vectors = [n for n in names if _is_vector(schema.field(n).type) and n != weight_column]
+        numeric = [n for n in names if _is_number(schema.field(n).type) and n != weight_column]
+        if len(vectors) == 1:
+            return "vector", vectors
+        if len(vectors) > 1:
+            raise InputError(
+                f"{path} has {len(vectors)} vector columns ({', '.join(vectors)}); "
+                f"choose one with {param('column')}."
+            )
+        if numeric:
+            kept, self.notes = self._without_ids(numeric, schema)
+            if not kept:
+                raise InputError(f"{path}'s numeric columns ({', '.join(numeric)}) all look like ids or "
+                                 f"counters; name the features with {param('columns')}.")
+            return "columns", kept
+        kinds = ", ".join(f"{n}: {schema.field(n).type}" for n in names) or "none"
+        raise InputError(f"{path} has no numeric column or list-of-numbers column (columns: {kinds}).")
 
     def _without_ids(self, numeric: list[str], schema: Any) -> tuple[list[str], list[str]]:
         """Numeric columns minus integer ones that look like ids, indexes or counters: by name

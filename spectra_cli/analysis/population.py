@@ -365,27 +365,75 @@ def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: in
     return replicates + (CURVE_SIMULATIONS * (curve_parts + 1) if curve_parts else 0)
 
 
-def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
-                   offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
-                   level: float = 0.95, null_directions: int = 0,
-                   subsamples: Subsamples | None = None) -> PopulationFit:
-    """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
+@dataclass
+class _Match:
+    """One population fit's problem, shared by its phases: the scale-free sample spectrum ``lam`` (``top`` its
+    level), the rows ``n``, ``c = d / n``, the window ``k0..k1`` within the matched ranks ``k0..r_max``, the tail's
+    knots, the observed log eigenvalues ``y`` over the matched ranks, the rows' scales ``sc`` (None: Gaussian rows),
+    the grid of the expected spectrum, the notes said and the expected spectra evaluated so far."""
 
-    ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
-    sample's degrees of freedom (rows - 1 centred, rows uncentred); ``scales``: the rows' squared norms
-    (None: Gaussian rows), ``offset`` added to each (uncentred moments: the mean's squared norm);
-    ``n_effective``: Kish's, for weighted rows (reported; the first-order route needs it, not n, at the
-    ratio); ``null_directions``: how many directions
-    the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
-    ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
-    sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
-    The population model, the equations
-    and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those the
-    sample resolves (at most ``min(n, d)``), less a margin at the lower edge of the spectrum (10 %, 20 %
-    with row scales, where the smallest scales spread the lowest eigenvalues) — the window is cut to
-    them, and with no rank past the window the tail continues the window's law (both said in ``notes``).
-    """
-    t0 = time.perf_counter()
+    lam: np.ndarray
+    top: float
+    n: int
+    k0: int
+    k1: int
+    r_max: int
+    knots: tuple[int, ...]
+    sc: tuple[np.ndarray, np.ndarray] | None
+    margin: float
+    notes: list[str]
+    grid: Grid = field(default_factory=Grid)
+    evals: int = 0
+    done: int = 0
+    tick: Callable[[int], None] = field(default=lambda done: None)
+
+    @property
+    def d(self) -> int:
+        return int(self.lam.size)
+
+    @property
+    def c(self) -> float:
+        return self.d / self.n
+
+    @property
+    def ranks(self) -> np.ndarray:
+        return np.arange(self.k0, self.r_max + 1)
+
+    @property
+    def y(self) -> np.ndarray:
+        return np.log(self.lam[self.ranks - 1])
+
+    @property
+    def win(self) -> slice:
+        return slice(0, self.k1 - self.k0 + 1)
+
+    def f_on(self, ab: np.ndarray, g: Grid) -> np.ndarray:
+        """The expected sample spectrum's logarithm over the matched ranks, of the population with exponents
+        ``ab`` (the window's, then each tail segment's), on grid ``g``."""
+        ab = np.clip(ab, *ALPHA_BOUNDS)
+        tau = population_spectrum(0.0, ab[0], ab[1:], self.d, self.knots or (self.k1,))
+        ranks = self.ranks
+        return np.log(np.maximum(expected_eigenvalues(tau, self.c, int(ranks[-1]), scales=self.sc,
+                                                      grid=g)[ranks - 1], 1e-300))
+
+    def f(self, ab: np.ndarray) -> np.ndarray:
+        out = self.f_on(ab, self.grid)
+        self.done += 1
+        self.tick(min(self.done, TYPICAL_EVALUATIONS))
+        return out
+
+    def many(self, points: list[np.ndarray]) -> list[np.ndarray]:
+        out = on_grid_copies(self.f_on, self.grid)(points)
+        self.done += len(points)
+        self.tick(min(self.done, TYPICAL_EVALUATIONS))
+        return out
+
+
+def _problem(eigenvalues: np.ndarray, n: int, window: tuple[int, int], scales: RowScales | None, offset: float,
+             null_directions: int) -> tuple[_Match, float, dict[str, Any]]:
+    """The problem of a population fit (:class:`_Match`), the sample slope over the window and what the row model
+    is: the window cut to the ranks the sample resolves less a margin at its lower edge, the tail's knots, the
+    rows' scales deconvolved from their norms."""
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
     d = lam.size
     k0, k1 = (int(v) for v in window)
@@ -393,7 +441,6 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     if not top > 0 or n < 3:
         raise FitError("the population exponent needs at least 3 rows and a non-zero spectrum.")
     lam = lam / top  # scale-free: the level is restored at the end
-    c = d / n
     notes: list[str] = []
     if null_directions:
         notes.append(f"{null_directions} null direction(s) of the data (below the numerical floor, or near-null such "
@@ -428,69 +475,51 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                 ("Gaussian rows: " + ("the histogram has no non-zero norm" if "cv2_observed" not in info
                                       else "the norms spread no more than the directions themselves make them")),
                 **info}
-    ranks = np.arange(k0, r_max + 1)
-    y = np.log(lam[ranks - 1])
-    grid = Grid()
+    return _Match(lam, top, n, k0, k1, r_max, knots, sc, margin, notes), naive, rows
+
+
+def _matched(m: _Match, naive: float, first_order: bool) -> tuple[np.ndarray, float, float]:
+    """The population whose expected sample spectrum matches the observed one over the matched ranks (its
+    exponents ``ab``), its level and the match's RMS in log lambda."""
     from spectra_cli.stages import stage
 
-    tick_fit = stage(f"population: matching the expected spectrum (ranks {k0}..{k1})", TYPICAL_EVALUATIONS)
-    done = [0]
-
-    def f_on(ab: np.ndarray, g: Grid) -> np.ndarray:
-        ab = np.clip(ab, *ALPHA_BOUNDS)
-        tau = population_spectrum(0.0, ab[0], ab[1:], d, knots or (k1,))
-        return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=g)[ranks - 1],
-                                 1e-300))
-
-    def f(ab: np.ndarray) -> np.ndarray:
-        out = f_on(ab, grid)
-        done[0] += 1
-        tick_fit(min(done[0], TYPICAL_EVALUATIONS))
-        return out
-
-    on_copies = on_grid_copies(f_on, grid)
-
-    def many(points: list[np.ndarray]) -> list[np.ndarray]:
-        out = on_copies(points)
-        done[0] += len(points)
-        tick_fit(min(done[0], TYPICAL_EVALUATIONS))
-        return out
-
-    start = np.full(1 + len(knots), naive)
-    first_order = is_first_order(n, d, n_effective)
-    ab, f0, evals, J_match = gauss_newton(y, start, f, many=many)
+    m.tick = stage(f"population: matching the expected spectrum (ranks {m.k0}..{m.k1})", TYPICAL_EVALUATIONS)
+    y = m.y
+    start = np.full(1 + len(m.knots), naive)
+    ab, f0, evals, J_match = gauss_newton(y, start, m.f, many=m.many)
     # the atoms merged for the fitted population, then a few more steps from there; on the first-order route on the
     # match's last Jacobian (with many rows the merge moves the expected spectrum a little, not its derivatives: d =
     # 384, n = 50 d, 11 -> 7 evaluations, the same estimates; at n = d it left the match short, elliptical rows'
     # medians 0.025 low on the bench grid against 0.009)
-    grid.groups = None
-    ab, f0, more, _ = gauss_newton(y, ab, f, max_iter=3, many=many, jacobian=J_match if first_order else None)
-    evals += more
+    m.grid.groups = None
+    ab, f0, more, _ = gauss_newton(y, ab, m.f, max_iter=3, many=m.many, jacobian=J_match if first_order else None)
+    m.evals += evals + more
     log_c = float(np.mean(y - f0))
     match_rms = float(np.sqrt(np.mean((y - log_c - f0) ** 2)))
-    ab = np.clip(ab, *ALPHA_BOUNDS)
-    shape_alpha = float(ab[0])
-    tail = tuple(float(b) for b in ab[1:])
-    # alpha itself: the exponent whose expected sample spectrum has the observed sample slope over the window
-    # (the statistic the user reads; a spectrum that bends inside the window is matched where it is measured),
-    # the tail and level kept from the match of the whole shape
-    win = slice(0, k1 - k0 + 1)
+    return np.clip(ab, *ALPHA_BOUNDS), log_c, match_rms
+
+
+def _slope_alpha(m: _Match, ab: np.ndarray, naive: float) -> tuple[float, float]:
+    """alpha itself: the exponent whose expected sample spectrum has the observed sample slope over the window
+    (the statistic the user reads; a spectrum that bends inside the window is matched where it is measured), the
+    tail and level kept from the match of the whole shape; and the gain, d slope / d alpha."""
+    k0, k1, win = m.k0, m.k1, m.win
 
     def slope(a: float) -> float:
-        return slope_of(f(np.r_[a, ab[1:]])[win], k0)
+        return slope_of(m.f(np.r_[a, ab[1:]])[win], k0)
 
     h = LINEARISATION_STEP
-    alpha = shape_alpha
-    up, down = many([np.r_[alpha + h, ab[1:]], np.r_[alpha - h, ab[1:]]])
+    alpha = float(ab[0])
+    up, down = m.many([np.r_[alpha + h, ab[1:]], np.r_[alpha - h, ab[1:]]])
     gain = (slope_of(up[win], k0) - slope_of(down[win], k0)) / (2 * h)
-    evals += 2
+    m.evals += 2
     if not gain > 0.05:
         raise FitError(f"the population exponent is not identified over ranks {k0}..{k1}: the expected sample slope "
                        f"does not grow with it there (d slope / d alpha = {gain:.3g}); use a wider window, or more "
                        "rows.")
     for _ in range(3):
         s_a = slope(alpha)
-        evals += 1
+        m.evals += 1
         move = (naive - s_a) / gain
         alpha = float(np.clip(alpha + move, *ALPHA_BOUNDS))
         if abs(move) < 1e-5:
@@ -499,193 +528,283 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         raise FitError(f"the population exponent over ranks {k0}..{k1} falls at the bound {alpha:g} of the model "
                        f"({ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}): the sample slope ({naive:.4g}) is not that of a "
                        "power-law population there.")
+    return alpha, gain
+
+
+@dataclass
+class _Linear:
+    """The fitted population linearised: its expected log spectrum ``f_final`` (``fitted`` with the observed
+    level), the expected window slope, the whole-shape match's pseudo-inverse ``P`` and how the window slope moves
+    with each tail exponent (``tail_gain``); ``sd_rank``: each log eigenvalue's first-order sd, and ``sd_first``
+    the exponent's."""
+
+    final: np.ndarray
+    f_final: np.ndarray
+    fitted: np.ndarray
+    expected_slope: float
+    P: np.ndarray
+    tail_gain: np.ndarray
+    sd_rank: float
+    sd_first: float
+
+
+def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear:
     final = np.r_[alpha, ab[1:]]
-    f_final = f(final)
-    expected_slope = slope_of(f_final[win], k0)
-    fitted = float(np.mean(y - f_final)) + f_final
+    f_final = m.f(final)
+    expected_slope = slope_of(f_final[m.win], m.k0)
+    fitted = float(np.mean(m.y - f_final)) + f_final
     # the tail's part: how the expected window slope moves with each tail exponent, and how the tail moves
     # with the data (one Gauss-Newton step of the whole-shape match, linearised at the fitted population)
-    J = _jacobian(final, f, f_final, many=many, h=LINEARISATION_STEP)
+    J = _jacobian(final, m.f, f_final, many=m.many, h=LINEARISATION_STEP)
     P = np.linalg.pinv(J)
     # (the window slope is linear in the log eigenvalues: its derivatives are the slopes of J's columns)
-    tail_gain = np.array([slope_of(J[win, 1 + i], k0) for i in range(1, final.size)])
-    evals += 1 + 2 * final.size  # f(final) and the central Jacobian
+    tail_gain = np.array([slope_of(J[m.win, 1 + i], m.k0) for i in range(1, final.size)])
+    m.evals += 1 + 2 * final.size  # f(final) and the central Jacobian
     # first order (Anderson 1963): with many rows per feature each sample eigenvalue is its population one times the
     # mean of its coordinate's n squared draws, log lambda_j - log tau_j ~ (1/n) sum_i (s_i z_ij^2 - 1): a part
     # common to every rank ((E s^2 - 1) / n, which neither the slope nor the tail's step sees) and an independent
     # one of variance 2 E[s^2] / n; the replicate statistic is linear in log lambda, a' log lambda
-    m2_scales = 1.0 if sc is None else float(sc[1] @ (sc[0] * sc[0]))
-    slope_w = np.zeros(ranks.size)
-    slope_w[win] = slope_weights(k0, k1 - k0 + 1)
+    m2_scales = 1.0 if m.sc is None else float(m.sc[1] @ (m.sc[0] * m.sc[0]))
+    slope_w = np.zeros(m.ranks.size)
+    slope_w[m.win] = slope_weights(m.k0, m.k1 - m.k0 + 1)
     a_lin = (slope_w - tail_gain @ P[2:]) / gain
-    sd_rank = math.sqrt(2.0 * m2_scales / n)  # each log eigenvalue's own, first order
-    sd_first = sd_rank * float(np.linalg.norm(a_lin))
-    t_fit = time.perf_counter() - t0
-    rng = np.random.default_rng(seed)
-    tau_hat = population_spectrum(log_c, alpha, tail, d, knots or (k1,))
+    sd_rank = math.sqrt(2.0 * m2_scales / m.n)  # each log eigenvalue's own, first order
+    return _Linear(final, f_final, fitted, expected_slope, P, tail_gain, sd_rank,
+                   sd_rank * float(np.linalg.norm(a_lin)))
 
-    bend_of = BendStatistic(ranks[win])
+
+def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.ndarray, bend_of: BendStatistic, *,
+                first_order: bool, replicates: int, level: float,
+                rng: np.random.Generator) -> tuple[np.ndarray, float, float, float, float]:
+    """The interval's parts: the simulated samples' bends (empty on the first-order route), the bias of the
+    replicates' exponent, its sd, the share of the bias subtracted and the interval's quantile."""
+    from scipy.special import ndtri, stdtrit  # (scipy.special's quantiles: scipy.stats's, without its import)
+
+    from spectra_cli.stages import stage
+
+    k0, win = m.k0, m.win
 
     def replicate(spectrum: np.ndarray) -> tuple[float, float]:
         """One simulated sample spectrum: its window slope, less what its own tail moves the expected slope by,
         mapped through the gain to an exponent; and its bend over the window about the expected spectrum."""
-        log_b = np.log(np.maximum(spectrum[ranks - 1], 1e-300))
-        d_tail = (P @ (log_b - fitted))[2:]
-        return (alpha + (slope_of(log_b[win], k0) - expected_slope - float(tail_gain @ d_tail)) / gain,
-                bend_of(log_b[win] - f_final[win]))
-
-    # (scipy.special's quantiles, not scipy.stats: the same functions, without 0.85 s of importing)
-    from scipy.special import ndtri, stdtrit
+        log_b = np.log(np.maximum(spectrum[m.ranks - 1], 1e-300))
+        d_tail = (lin.P @ (log_b - lin.fitted))[2:]
+        return (alpha + (slope_of(log_b[win], k0) - lin.expected_slope - float(lin.tail_gain @ d_tail)) / gain,
+                bend_of(log_b[win] - lin.f_final[win]))
 
     if first_order:
         # at this many rows per feature the simulations would only restate the first order (within ~0-30 %, it the
         # wider: bench/README), at the cost of 40 samples of n rows: the interval and the bend's null are read off it
-        draws, bends = np.empty(0), np.empty(0)
-        bias, sd, share = 0.0, sd_first, 0.0
-        zq = float(ndtri(0.5 + level / 2))
-        notes.append(f"n/d = {n / d:.3g} >= {FIRST_ORDER_RATIO:g}: the interval and the bend test are first order "
-                     "(each sample eigenvalue its population one times the mean of n squared draws: Anderson 1963) "
-                     f"instead of {replicates} simulated samples; with this many rows they agree within about 0-30 %, "
-                     "the first order the wider")
-    else:
-        tick = stage(f"population: simulated spectra (ranks {k0}..{k1})", replicates)
-        draws = np.empty(replicates)
-        bends = np.empty(replicates)
-        # (a few samples at a time, drawn in turn and decomposed side by side, the next ones drawn meanwhile)
-        for b, spectrum in enumerate(simulated_stream(tau_hat, n, rng, sc, replicates)):
-            draws[b], bends[b] = replicate(spectrum)
-            tick(b + 1)
-        bias = float(draws.mean() - alpha)
-        sd = float(draws.std(ddof=1))
-        # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of
-        # it beyond three, linearly between (a hard switch at two made alpha jump by two standard errors of the
-        # offset between samples that differ by rounding)
-        se_bias = sd / math.sqrt(replicates)
-        share = min(max(abs(bias) / se_bias - 2.0, 0.0), 1.0) if se_bias > 0 else float(bias != 0.0)
-        if share and not ALPHA_BOUNDS[0] < alpha - share * bias < ALPHA_BOUNDS[1]:
-            notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's "
-                         f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
-            share = 0.0
-        # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
-        # offset carries its own error, share sd / sqrt(B)
-        zq = float(stdtrit(replicates - 1, 0.5 + level / 2))
-        sd *= math.sqrt(1.0 + share * share / replicates)
-    corrected = share > 0.0
-    estimate = alpha - share * bias
-    model_estimate, half = estimate, zq * sd
+        m.notes.append(f"n/d = {m.n / m.d:.3g} >= {FIRST_ORDER_RATIO:g}: the interval and the bend test are first "
+                       "order (each sample eigenvalue its population one times the mean of n squared draws: Anderson "
+                       f"1963) instead of {replicates} simulated samples; with this many rows they agree within about "
+                       "0-30 %, the first order the wider")
+        return np.empty(0), 0.0, lin.sd_first, 0.0, float(ndtri(0.5 + level / 2))
+    tick = stage(f"population: simulated spectra (ranks {k0}..{m.k1})", replicates)
+    draws = np.empty(replicates)
+    bends = np.empty(replicates)
+    # (a few samples at a time, drawn in turn and decomposed side by side, the next ones drawn meanwhile)
+    for b, spectrum in enumerate(simulated_stream(tau_hat, m.n, rng, m.sc, replicates)):
+        draws[b], bends[b] = replicate(spectrum)
+        tick(b + 1)
+    bias = float(draws.mean() - alpha)
+    sd = float(draws.std(ddof=1))
+    # the mean offset is subtracted in proportion to its evidence: none within twice its standard error, all of
+    # it beyond three, linearly between (a hard switch at two made alpha jump by two standard errors of the
+    # offset between samples that differ by rounding)
+    se_bias = sd / math.sqrt(replicates)
+    share = min(max(abs(bias) / se_bias - 2.0, 0.0), 1.0) if se_bias > 0 else float(bias != 0.0)
+    if share and not ALPHA_BOUNDS[0] < alpha - share * bias < ALPHA_BOUNDS[1]:
+        m.notes.append(f"the bootstrap's mean offset ({bias:+.3g}) would take the estimate past the model's "
+                       f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
+        share = 0.0
+    # the sd is estimated from the replicates (Student's t with B - 1 degrees of freedom), and a subtracted mean
+    # offset carries its own error, share sd / sqrt(B)
+    zq = float(stdtrit(replicates - 1, 0.5 + level / 2))
+    sd *= math.sqrt(1.0 + share * share / replicates)
+    return bends, bias, sd, share, zq
+
+
+def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, expected_slope: float,
+                tau_hat: np.ndarray, estimate: float, half: float, *, first_order: bool, seed: int,
+                level: float) -> tuple[float, float, dict[str, Any]]:
+    """The data's own sampling curve read (:func:`sampling_curve`): the estimate moved by its correction, the
+    interval's half-width at least its spread's, and what it says."""
+    from scipy.special import stdtrit
+
+    from spectra_cli.stages import stage
+
+    k0, d, n = m.k0, m.d, m.n
     curve: dict[str, Any] = {}
-    if subsamples is not None:
-        sub_top = subsamples.spectra / top
-        g_curve = Grid(groups=grid.groups, last=grid.last)  # the fitted population's atoms, for both n and n'
-        # a change of a few 1e-3 in the slope is read, on the fit's grid for both n and n' (the distribution being
-        # exact at each point, three times as dense a grid moves the change by at most 2e-5: d = 40 to 1,024, n/d = 2
-        # to 50; before issue 33's sixth round, the density's quadrature needed the three times)
-        ppd_curve = grid_density(d, c)
+    sub_top = subsamples.spectra / m.top
+    g_curve = Grid(groups=m.grid.groups, last=m.grid.last)  # the fitted population's atoms, for both n and n'
+    # a change of a few 1e-3 in the slope is read, on the fit's grid for both n and n' (the distribution being
+    # exact at each point, three times as dense a grid moves the change by at most 2e-5: d = 40 to 1,024, n/d = 2
+    # to 50; before issue 33's sixth round, the density's quadrature needed the three times)
+    ppd_curve = grid_density(d, m.c)
 
-        def expected_slope_at(dof: float, k_end: int) -> float:
-            e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=sc, grid=g_curve, points_per_decade=ppd_curve)
-            return slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
+    def expected_slope_at(dof: float, k_end: int) -> float:
+        e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=m.sc, grid=g_curve, points_per_decade=ppd_curve)
+        return slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
-        def simulated_changes(k_end: int, parts: int) -> np.ndarray:
-            """The sampling curve's change on samples simulated from the fitted population (its own stream), one
-            random partition of 32 runs of consecutive rows each, centred like the data (none on the first-order
-            route: the change's error is then the data's partitions' own)."""
-            if first_order:
-                return np.empty(0)
-            rng_c = np.random.default_rng([seed, 20])
-            out = np.empty(CURVE_SIMULATIONS)
-            G = min(32, n)
-            for b in range(CURVE_SIMULATIONS):
-                Z = simulated_rows(tau_hat, n + 1, rng_c, sc)
-                label = np.arange(n + 1) * G // (n + 1)
-                part = np.empty(G, dtype=np.int64)
-                part[rng_c.permutation(G)] = np.arange(G) % parts
-                slopes_b = [slope_of(np.log(np.maximum(v[k0 - 1:k_end], 1e-300)), k0)
-                            for v in partition_spectra(Z, part[label], parts)]
-                out[b] = float(np.mean(slopes_b[1:])) - slopes_b[0]
-                tick_c(b + 1)
-            return out
+    tick_c = (lambda done: None) if first_order else stage("population: simulated sampling curves",
+                                                            CURVE_SIMULATIONS)
 
-        tick_c = (lambda done: None) if first_order else stage("population: simulated sampling curves",
-                                                                CURVE_SIMULATIONS)
+    def simulated_changes(k_end: int, parts: int) -> np.ndarray:
+        """The sampling curve's change on samples simulated from the fitted population (its own stream), one
+        random partition of 32 runs of consecutive rows each, centred like the data (none on the first-order
+        route: the change's error is then the data's partitions' own)."""
+        if first_order:
+            return np.empty(0)
+        rng_c = np.random.default_rng([seed, 20])
+        out = np.empty(CURVE_SIMULATIONS)
+        G = min(32, n)
+        for b in range(CURVE_SIMULATIONS):
+            Z = simulated_rows(tau_hat, n + 1, rng_c, m.sc)
+            label = np.arange(n + 1) * G // (n + 1)
+            part = np.empty(G, dtype=np.int64)
+            part[rng_c.permutation(G)] = np.arange(G) % parts
+            slopes_b = [slope_of(np.log(np.maximum(v[k0 - 1:k_end], 1e-300)), k0)
+                        for v in partition_spectra(Z, part[label], parts)]
+            out[b] = float(np.mean(slopes_b[1:])) - slopes_b[0]
+            tick_c(b + 1)
+        return out
 
-        read = sampling_curve(replace(subsamples, spectra=sub_top), lam, n=n, k0=k0, k1=k1, margin=margin,
-                              bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
-                              simulated_changes=simulated_changes, notes=notes)
-        if read is not None:
-            shift, sd_data, df_data, curve = read
-            if not ALPHA_BOUNDS[0] < estimate + shift < ALPHA_BOUNDS[1]:
-                notes.append(f"the sampling curve's correction ({shift:+.3g}) would take the estimate past the model's "
-                             f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not applied, and the interval "
-                             "is widened by it")
-                curve["left_out"] = float(curve.get("left_out", 0.0)) + shift
-                shift = 0.0
-            curve["shift_applied"] = shift
-            estimate += shift
-            half_data = float(stdtrit(df_data, 0.5 + level / 2)) * sd_data
-            curve["interval_from"] = "data" if half_data > half else "model"
-            half = max(half, half_data)
-    # the power-law population itself, tested: the observed spectrum's bend over the window (about the expected
-    # one) against the simulated samples' bends; where it is beyond them, the curved alternative's window slope
-    # says how far the model's error can move alpha, and the interval is widened by it
-    observed_bend = bend_of(y[win] - f_final[win])
+    read = sampling_curve(replace(subsamples, spectra=sub_top), m.lam, n=n, k0=k0, k1=m.k1, margin=m.margin,
+                          bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
+                          simulated_changes=simulated_changes, notes=m.notes)
+    if read is None:
+        return estimate, half, curve
+    shift, sd_data, df_data, curve = read
+    if not ALPHA_BOUNDS[0] < estimate + shift < ALPHA_BOUNDS[1]:
+        m.notes.append(f"the sampling curve's correction ({shift:+.3g}) would take the estimate past the model's "
+                       f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not applied, and the interval "
+                       "is widened by it")
+        curve["left_out"] = float(curve.get("left_out", 0.0)) + shift
+        shift = 0.0
+    curve["shift_applied"] = shift
+    half_data = float(stdtrit(df_data, 0.5 + level / 2)) * sd_data
+    curve["interval_from"] = "data" if half_data > half else "model"
+    return estimate + shift, max(half, half_data), curve
+
+
+def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: np.ndarray, bend_of: BendStatistic,
+                 naive: float, gain: float, *, first_order: bool, level: float) -> dict[str, Any]:
+    """The power-law population itself, tested: the observed spectrum's bend over the window (about the expected
+    one) against the simulated samples' bends; where it is beyond them, the curved alternative's window slope says
+    how far the model's error can move alpha (``model_error``: the interval is widened by it)."""
+    k0, k1, win, d = m.k0, m.k1, m.win, m.d
+    observed_bend = bend_of(m.y[win] - lin.f_final[win])
     if first_order:  # (the bend is linear in log lambda: its first-order sd, about a mean of 0)
         bend = bend_test(observed_bend, None, level=level,
-                         null=(0.0, sd_rank * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
+                         null=(0.0, lin.sd_rank * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
     else:
         bend = bend_test(observed_bend, bends, level=level)
-    if not bend["fits"]:
-        grid_b = Grid(last=grid.last)
+    if bend["fits"]:
+        return bend
+    grid_b = Grid(last=m.grid.last)
+    ranks, knots = m.ranks, m.knots
 
-        def f_bent(ab: np.ndarray, g: Grid = grid_b) -> np.ndarray:
-            a = float(np.clip(ab[0], *ALPHA_BOUNDS))
-            beta = float(np.clip(ab[1], -a / bend_of.span, a / bend_of.span))  # (kept monotone over the window)
-            tau = population_spectrum(0.0, a, np.clip(ab[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
-            return np.log(np.maximum(expected_eigenvalues(tau, c, int(ranks[-1]), scales=sc, grid=g)[ranks - 1],
-                                     1e-300))
+    def f_bent(ab_: np.ndarray, g: Grid = grid_b) -> np.ndarray:
+        a = float(np.clip(ab_[0], *ALPHA_BOUNDS))
+        beta = float(np.clip(ab_[1], -a / bend_of.span, a / bend_of.span))  # (kept monotone over the window)
+        tau = population_spectrum(0.0, a, np.clip(ab_[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
+        return np.log(np.maximum(expected_eigenvalues(tau, m.c, int(ranks[-1]), scales=m.sc, grid=g)[ranks - 1],
+                                 1e-300))
 
-        # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
-        # moved (the bend and the tail kept) until its expected slope is the observed one
-        ab_b, fb, more, _ = gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
-                                       max_iter=BEND_ITERATIONS, many=on_grid_copies(f_bent, grid_b))
-        evals += more
-        a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
-        beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))
-        for _ in range(3):
-            fb = f_bent(np.r_[a_b, beta, ab_b[2:]])
-            s_b = slope_of(fb[win], k0)
-            evals += 1
-            move = (naive - s_b) / gain
-            a_b = float(np.clip(a_b + move, *ALPHA_BOUNDS))
-            if abs(move) < 1e-5:
-                break
-        tau_b = population_spectrum(0.0, a_b, np.clip(ab_b[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
-        curved = slope_of(np.log(tau_b[k0 - 1:k1]), k0)
-        error = curved - alpha
-        bend.update({"curved_alpha": curved, "curvature": beta, "model_error": error,
-                     "curved_match_rms": float(np.sqrt(np.mean((y - float(np.mean(y - fb)) - fb) ** 2)))})
-        notes.append(f"the power-law population does not fit over ranks {k0}..{k1}: the spectrum bends there beyond "
-                     f"what sampling makes of a power law (p = {bend['p_value']:.2g}); a population curved over the "
-                     f"window has slope {curved:.4g} there, and the interval is widened either side by the "
-                     f"{abs(error):.3g} between them")
+    # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
+    # moved (the bend and the tail kept) until its expected slope is the observed one
+    y = m.y
+    ab_b, fb, more, _ = gauss_newton(y, np.r_[alpha, bend["statistic"] - bend["simulated_mean"], ab[1:]], f_bent,
+                                     max_iter=BEND_ITERATIONS, many=on_grid_copies(f_bent, grid_b))
+    m.evals += more
+    a_b = float(np.clip(ab_b[0], *ALPHA_BOUNDS))
+    beta = float(np.clip(ab_b[1], -a_b / bend_of.span, a_b / bend_of.span))
+    for _ in range(3):
+        fb = f_bent(np.r_[a_b, beta, ab_b[2:]])
+        s_b = slope_of(fb[win], k0)
+        m.evals += 1
+        move = (naive - s_b) / gain
+        a_b = float(np.clip(a_b + move, *ALPHA_BOUNDS))
+        if abs(move) < 1e-5:
+            break
+    tau_b = population_spectrum(0.0, a_b, np.clip(ab_b[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
+    curved = slope_of(np.log(tau_b[k0 - 1:k1]), k0)
+    error = curved - alpha
+    bend.update({"curved_alpha": curved, "curvature": beta, "model_error": error,
+                 "curved_match_rms": float(np.sqrt(np.mean((y - float(np.mean(y - fb)) - fb) ** 2)))})
+    m.notes.append(f"the power-law population does not fit over ranks {k0}..{k1}: the spectrum bends there beyond "
+                   f"what sampling makes of a power law (p = {bend['p_value']:.2g}); a population curved over the "
+                   f"window has slope {curved:.4g} there, and the interval is widened either side by the "
+                   f"{abs(error):.3g} between them")
+    return bend
+
+
+def _interval(m: _Match, estimate: float, half: float, curve: dict[str, Any],
+              bend: dict[str, Any]) -> tuple[float, float]:
+    """The interval: ``estimate`` ± ``half``, widened by a sampling-curve correction left out and by the curved
+    alternative's model error, cut to the model's exponents, and holding the estimate."""
     low, high = estimate - half, estimate + half
     left_out = float(curve.get("left_out", 0.0))  # a spread ratio past its bound: the correction it leaves out
     low, high = min(low, low + left_out), max(high, high + left_out)
     model_error = abs(float(bend.get("model_error", 0.0)))  # (either side: the curved alternative is itself a model)
     low, high = low - model_error, high + model_error
     if low < ALPHA_BOUNDS[0] or high > ALPHA_BOUNDS[1]:
-        notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
-                     f"{low:.4g}..{high:.4g}): the window says little about alpha")
+        m.notes.append(f"the interval is cut to the model's exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g} (from "
+                       f"{low:.4g}..{high:.4g}): the window says little about alpha")
         low, high = max(low, ALPHA_BOUNDS[0]), min(high, ALPHA_BOUNDS[1])
     # (the estimate lies inside the model's range, so the cut interval is ordered and holds it)
-    low, high = min(low, estimate), max(high, estimate)
+    return min(low, estimate), max(high, estimate)
+
+
+def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
+                   offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
+                   level: float = 0.95, null_directions: int = 0,
+                   subsamples: Subsamples | None = None) -> PopulationFit:
+    """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
+
+    ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
+    sample's degrees of freedom (rows - 1 centred, rows uncentred); ``scales``: the rows' squared norms
+    (None: Gaussian rows), ``offset`` added to each (uncentred moments: the mean's squared norm);
+    ``n_effective``: Kish's, for weighted rows (reported; the first-order route needs it, not n, at the
+    ratio); ``null_directions``: how many directions
+    the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
+    ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
+    sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
+    The population model, the equations
+    and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those the
+    sample resolves (at most ``min(n, d)``), less a margin at the lower edge of the spectrum (10 %, 20 %
+    with row scales, where the smallest scales spread the lowest eigenvalues) — the window is cut to
+    them, and with no rank past the window the tail continues the window's law (both said in ``notes``).
+    """
+    t0 = time.perf_counter()
+    m, naive, rows = _problem(eigenvalues, n, window, scales, offset, null_directions)
+    first_order = is_first_order(n, m.d, n_effective)
+    ab, log_c, match_rms = _matched(m, naive, first_order)
+    shape_alpha, tail = float(ab[0]), tuple(float(b) for b in ab[1:])
+    alpha, gain = _slope_alpha(m, ab, naive)
+    lin = _linearised(m, alpha, ab, gain)
+    t_fit = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    tau_hat = population_spectrum(log_c, alpha, tail, m.d, m.knots or (m.k1,))
+    bend_of = BendStatistic(m.ranks[m.win])
+    bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
+                                             replicates=replicates, level=level, rng=rng)
+    estimate = alpha - share * bias
+    model_estimate, half = estimate, zq * sd
+    curve: dict[str, Any] = {}
+    if subsamples is not None:
+        estimate, half, curve = _curve_read(m, subsamples, alpha, gain, lin.expected_slope, tau_hat, estimate, half,
+                                            first_order=first_order, seed=seed, level=level)
+    bend = _bend_tested(m, lin, alpha, ab, bends, bend_of, naive, gain, first_order=first_order, level=level)
+    low, high = _interval(m, estimate, half, curve, bend)
     return PopulationFit(
         alpha=estimate, low=low, high=high, naive_alpha=naive,
-        segment_exponents=(alpha, *tail), segment_knots=knots, intercept=log_c + math.log(top), n_over_d=n / d,
+        segment_exponents=(alpha, *tail), segment_knots=m.knots, intercept=log_c + math.log(m.top), n_over_d=n / m.d,
         n_effective=float(n if n_effective is None else n_effective),
-        window=(k0, k1), ranks_matched=(k0, r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
-        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=corrected, bias_share=share,
+        window=(m.k0, m.k1), ranks_matched=(m.k0, m.r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
+        bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=share > 0.0, bias_share=share,
         replicates=0 if first_order else replicates, seed=seed,
-        scales=rows, notes=tuple(notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
-        cost={"sd_first_order": sd_first, "evaluations": evals, "grid_points": grid.points, "atoms": grid.atoms,
-              "fit_s": t_fit, "bootstrap_s": time.perf_counter() - t0 - t_fit})
+        scales=rows, notes=tuple(m.notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
+        cost={"sd_first_order": lin.sd_first, "evaluations": m.evals, "grid_points": m.grid.points,
+              "atoms": m.grid.atoms, "fit_s": t_fit, "bootstrap_s": time.perf_counter() - t0 - t_fit})

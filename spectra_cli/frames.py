@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from spectra_cli import metrics as registry
-from spectra_cli.drawable import alpha_error_text, finite
+from spectra_cli import registry
+from spectra_cli.documents import alpha_error_text, finite
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
@@ -41,7 +41,7 @@ def require_pandas() -> Any:
 
 
 def _value(doc: Any, field: str) -> Any:
-    from spectra_cli.drawable import MISSING, lookup
+    from spectra_cli.documents import MISSING, lookup
 
     v = lookup(doc, field)
     if v is None or v is MISSING:
@@ -52,7 +52,7 @@ def _value(doc: Any, field: str) -> Any:
 
 
 def _item(doc: dict[str, Any]) -> str:
-    from spectra_cli.drawable import item_name
+    from spectra_cli.documents import item_name
 
     return item_name(doc)
 
@@ -77,7 +77,7 @@ def batch_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def ww_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """WeightWatcher's details rows: one per layer analysed, in the network's order (the natural order of
     the names; ``layer_id`` is that position, where WeightWatcher numbers every module), by its column names."""
-    from spectra_cli.drawable import natural_key
+    from spectra_cli.documents import natural_key
 
     docs = [d for d in lines if "skipped" not in d and "error" not in d]
     if docs and not any(isinstance((d.get("weightwatcher") or {}).get("columns"), dict) for d in docs
@@ -117,7 +117,7 @@ def report_frame(doc: dict[str, Any]) -> Any:
     window, empty outside it)."""
     import numpy as np
 
-    from spectra_cli.drawable import predict
+    from spectra_cli.documents import predict
 
     pandas = require_pandas()
     spec = doc["spectrum"]

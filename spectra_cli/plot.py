@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from spectra_cli import metrics
+from spectra_cli import registry
 from spectra_cli.errors import OptionError, param
 from spectra_cli.sources import formats
 
@@ -41,7 +41,7 @@ __all__ = [
     "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
 ]
 
-from spectra_cli.drawable import (  # noqa: E402  (re-exported)
+from spectra_cli.documents import (  # noqa: E402  (re-exported)
     alpha_error,
     finite,
     item_name,
@@ -84,7 +84,7 @@ def require_matplotlib(needed_by: str | None = None, extra: str = "plot") -> Any
 
 def _doc(rep: Any) -> dict[str, Any]:
     if isinstance(rep, dict):  # a report's JSON, perhaps written elsewhere: checked before any drawing
-        from spectra_cli.drawable import check_report
+        from spectra_cli.documents import check_report
 
         return check_report(rep, "the report")
     to_dict = getattr(rep, "to_dict", None)
@@ -536,7 +536,7 @@ def trend(points: Any, metric: str, ax: Any = None, *, max_series: int = 12) -> 
         errs = [(p.intervals or {}).get(metric) for p in ps]
         errorbar(ax, [p.step for p in ps], [p.values[metric] for p in ps], errs, **style)
     ax.set_xlabel("step")
-    ax.set_ylabel(metrics.label(metric))
+    ax.set_ylabel(registry.label(metric))
     ax.grid(True, alpha=0.25, lw=0.5)
     if len(drawn) > 1:
         _legend(ax, frameon=False, **({"title": f"moved most (of {len(drawn)})", "title_fontsize": 6}
@@ -563,7 +563,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     """One metric per layer of a batch, in the network's order (the natural order of the names), with
     error bars where the reports carry them, and ``healthy`` (e.g. WeightWatcher's 2..6 for its
     alpha) as a band."""
-    from spectra_cli.results import lookup
+    from spectra_cli.documents import lookup
 
     require_matplotlib()
     docs = list(docs) if not isinstance(docs, dict) else [docs]
@@ -591,7 +591,7 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     else:
         ax.tick_params(labelbottom=False)
     ax.set_xlim(-0.7, len(labels) - 0.3)
-    ax.set_ylabel(_wrapped_label(label or metrics.label(metric), ax))
+    ax.set_ylabel(_wrapped_label(label or registry.label(metric), ax))
     ax.grid(True, axis="y", alpha=0.25, lw=0.5)
     _style(ax)
     if names:  # (after the house sizes: many names take a smaller type, which the report page's margin counts on)

@@ -9,16 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spectra_cli.drawable import (  # noqa: F401  (re-exported: lookup, MISSING, the schema names and their check)
-    ERROR_SCHEMA,
-    MISSING,
-    RESULT_SCHEMAS,
-    SCHEMA_VERSION,
-    SKIP_SCHEMA,
-    check_report_schema,
-    finite,
-    lookup,
-)
+from spectra_cli.documents import SCHEMA_VERSION, finite, lookup
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.version import __version__
 
@@ -231,15 +222,14 @@ def report_schema(name: str = "report") -> dict[str, Any]:
     """The JSON Schema that every ``Report.to_dict()`` satisfies (``sequence``: ``SequenceReport``).
 
     Its structure is ``schema/<name>.schema.json``; each reported number's property (its type and its
-    ``description``: label, definition, scale) is filled from the registry :mod:`spectra_cli.metrics`,
+    ``description``: label, definition, scale) is filled from the registry :mod:`spectra_cli.registry`,
     so a new metric needs no edit here."""
     import json
     from importlib.resources import files
 
     schema = json.loads(files("spectra_cli").joinpath(f"schema/{name}.schema.json").read_text())
-    from spectra_cli import metrics
-
-    for m in metrics.METRICS:
+    from spectra_cli import registry
+    for m in registry.METRICS:
         if "*" not in m.path and m.document == name:
             _fill_property(schema, m)
     return schema
@@ -306,10 +296,9 @@ def scalar_fields(doc: Any, prefix: str = "") -> dict[str, float]:
 
 def standard_error(doc: dict[str, Any], field: str) -> float | None:
     """The standard error a report gives the number at ``field`` (where the registry says it keeps it:
-    :func:`spectra_cli.metrics.se_path`), or None."""
-    from spectra_cli import metrics
-
-    path = metrics.se_path(field)
+    :func:`spectra_cli.registry.se_path`), or None."""
+    from spectra_cli import registry
+    path = registry.se_path(field)
     se = finite(lookup(doc, path)) if path is not None else None
     return se if se is not None and se >= 0 else None
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 from spectra_cli.errors import OptionError, describe_choices, param
 from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator  # noqa: F401  (re-exported)
 from spectra_cli.stream.moments import Moments

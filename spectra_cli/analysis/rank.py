@@ -1,5 +1,5 @@
 """Effective ranks of a spectrum, each under its own name; their labels and definitions are in the registry
-(:mod:`spectra_cli.metrics`)."""
+(:mod:`spectra_cli.registry`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 from spectra_cli.eigen.decomposition import Spectrum
 
 RANKME_EPS = 1e-7

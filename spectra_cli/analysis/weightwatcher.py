@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 
 DEFAULT_ALPHA_RANGE = (2.0, 6.0)
 VERDICTS = ("over-trained", "ok", "under-trained")

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from spectra_cli.metrics import find, label, shown
+from spectra_cli.registry import find, label, shown
 
 
 def _num(x: Any, fmt: str = ".4g") -> str:

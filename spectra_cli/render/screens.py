@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spectra_cli.metrics import find, get, label
 from spectra_cli.options import Convention
+from spectra_cli.registry import find, get, label
 from spectra_cli.sources import formats
 
 
@@ -147,7 +147,7 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     prefix, _ = common_part([str(r["item"]) for r in results])
     title = f"{len(results)} item(s)" + (f" of {prefix}" if prefix else "") + \
         (f", {skipped} skipped (--resume)" if skipped else "")
-    from spectra_cli.drawable import natural_key
+    from spectra_cli.documents import natural_key
 
     rows = sorted(results, key=lambda r: natural_key(str(r["item"])))  # layer.2 before layer.10, step_200 before 1000
     names = shorten_names([str(r["item"]) for r in rows])
@@ -173,7 +173,7 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
         with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
 
         def cell(r: dict[str, Any], path: str) -> str:
-            from spectra_cli.results import lookup
+            from spectra_cli.documents import lookup
 
             v = lookup(r, path)
             entry = find(path)
@@ -237,7 +237,7 @@ TREND_ROWS = 40
 def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: Console) -> None:
     """Each metric at each step, ± half its interval (the standard error, or half a --ci interval)."""
 
-    from spectra_cli.metrics import find, shown
+    from spectra_cli.registry import find, shown
 
     def fmt(m: str) -> str:
         entry = find(m)
@@ -299,7 +299,7 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
     else:
         console.print(title + " (no verdicts: run the batch with --density)")
     rows = doc["metrics"]
-    from spectra_cli.metrics import shown
+    from spectra_cli.registry import shown
     from spectra_cli.run.summary import summary_format
 
     of = {"centred": " of the centred rows, the covariance",

@@ -8,9 +8,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 from spectra_cli.errors import flag_text
-from spectra_cli.metrics import Metric, label
+from spectra_cli.registry import Metric, label
 
 
 def _fmt(x: Any, digits: int = 4) -> str:

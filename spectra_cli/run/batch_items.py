@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli.documents import SKIP_SCHEMA
 from spectra_cli.errors import InputError, OptionError, SpectraError, param
-from spectra_cli.results import SKIP_SCHEMA
 from spectra_cli.sources import formats
 from spectra_cli.sources.base import expand_glob, fingerprint, is_glob
 from spectra_cli.sources.dataset import is_moment_file

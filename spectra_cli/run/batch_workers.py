@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
+from spectra_cli.documents import ERROR_SCHEMA
 from spectra_cli.errors import CLI_RUN, SpectraError
 from spectra_cli.options import ENGINES
-from spectra_cli.results import ERROR_SCHEMA
 from spectra_cli.run.batch_items import Item
 from spectra_cli.threads import ENV_VARS, worker_threads
 from spectra_cli.validate import check_choice, check_int

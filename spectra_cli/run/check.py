@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 from spectra_cli.analysis.fit_options import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
+from spectra_cli.documents import MISSING, lookup
 from spectra_cli.errors import OptionError, param
-from spectra_cli.results import MISSING, lookup, scalar_fields, standard_error
+from spectra_cli.results import scalar_fields, standard_error
 from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_strings
 

@@ -7,10 +7,11 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
-from spectra_cli import metrics
+from spectra_cli import registry
 from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
+from spectra_cli.documents import check_report_schema
 from spectra_cli.errors import InputError, OptionError, param
-from spectra_cli.results import check_report_schema, scalar_fields
+from spectra_cli.results import scalar_fields
 from spectra_cli.sources import formats
 from spectra_cli.validate import check_number, check_path
 
@@ -157,7 +158,7 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
     for i, r in enumerate(rows):
         if r.p is None:
             continue
-        base = metrics.function_of(r.field)
+        base = registry.function_of(r.field)
         if base is not None and base in index and rows[index[base]].p is not None:
             same[i] = index[base]
         elif first_of.setdefault((r.a, r.b, r.se_a, r.se_b), i) == i:
@@ -175,9 +176,9 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], *, fdr: float = FDR) -> l
 
 
 def _compared(field: str) -> bool:
-    """A field compared: one the registry says compare subtracts (:func:`spectra_cli.metrics.compared`: not the
+    """A field compared: one the registry says compare subtracts (:func:`spectra_cli.registry.compared`: not the
     run's costs or options, not a number that names), and not a standard error travelling beside its field."""
-    return metrics.compared(field) and not _is_error(field)
+    return registry.compared(field) and not _is_error(field)
 
 
 def _is_error(field: str) -> bool:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
+from spectra_cli.documents import lookup
 from spectra_cli.errors import OptionError, SpectraError, param
-from spectra_cli.results import lookup
-from spectra_cli.run.steps import ERROR_GROUPS
+from spectra_cli.run.fit_steps import ERROR_GROUPS
 
 #: The prefix of every logged name.
 PREFIX = "spectra"
@@ -86,7 +86,7 @@ def snapshot_metrics(files: dict[str, str], fields: Sequence[str], keywords: dic
     once per module (``failed`` holds the modules said); nothing is ever NaN."""
     import warnings
 
-    from spectra_cli.drawable import finite
+    from spectra_cli.documents import finite
     from spectra_cli.errors import SpectraWarning
     from spectra_cli.run.matrix import fit
 

@@ -46,7 +46,7 @@ from spectra_cli.analysis.suite import run_suite
 from spectra_cli.errors import Message, OptionError, param
 from spectra_cli.options import ACCUMULATE_REFUSES, ISOTROPY_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import OptionsSection, Report, SourceSection
-from spectra_cli.run import steps
+from spectra_cli.run import fit_steps
 from spectra_cli.run.assemble import (
     Stopwatch,
     assemble,
@@ -57,7 +57,7 @@ from spectra_cli.run.assemble import (
     sequence_tokens_warning,
     spectrum_warnings,
 )
-from spectra_cli.run.steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
+from spectra_cli.run.fit_steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
 from spectra_cli.stages import reports_progress
 from spectra_cli.stream import moment_file
@@ -193,8 +193,8 @@ def fit(
     with Input(data, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
         # (a weight matrix in WeightWatcher's convention is no sample of rows: its errors stay first order, as cheap)
-        grouped = inp.n_selected >= steps.GROUPED_ERRORS_ROWS and not opts.convention.is_weightwatcher
-        groups = BOOTSTRAP_GROUPS if ci or population else steps.ERROR_GROUPS if grouped else 0
+        grouped = inp.n_selected >= fit_steps.GROUPED_ERRORS_ROWS and not opts.convention.is_weightwatcher
+        groups = BOOTSTRAP_GROUPS if ci or population else fit_steps.ERROR_GROUPS if grouped else 0
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, opts.needs_all, centered=read.centered)
@@ -203,7 +203,7 @@ def fit(
         if partition_isotropy:
             logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress)
         if shuffled_control:
-            control = steps.shuffled_control(inp, first, main, seed=control_seed, centered=read.centered,
+            control = fit_steps.shuffled_control(inp, first, main, seed=control_seed, centered=read.centered,
                                              ddof=read.ddof)
         if partition_isotropy or shuffled_control:
             clock.mark("second_pass_s")
@@ -227,18 +227,18 @@ def fit(
         clock.mark("bootstrap_s")
     if population:
         clock.mark("analysis_s")
-        suite = steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
+        suite = fit_steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
                                       warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"))
         clock.mark("population_s")
     clock.mark("analysis_s")
-    with_se, iso_se = steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
+    with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
                                              warnings=warnings, sample=not weightwatcher)
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")
     found = None
     if spikes:
-        found = steps.spikes_of(suite, first, main, centered=read.centered, ddof=read.ddof, warnings=warnings)
+        found = fit_steps.spikes_of(suite, first, main, centered=read.centered, ddof=read.ddof, warnings=warnings)
         clock.mark("spikes_s")
     if ci and suite.fits:
         warnings += ci_coverage_warning((first.n_effective or first.n_rows) / main.n_features, population=population)
@@ -250,7 +250,7 @@ def fit(
     stated: dict[str, Any] = {
         **inp.options_report(), **opts.to_report(),
         "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
-        "population": {"replicates": steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95} if population
+        "population": {"replicates": fit_steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95} if population
         else None}
     return assemble("fit", inp, first, main, options=stated, warnings=warnings, clock=clock, suite=suite,
                     control=control, isotropy=iso, weightwatcher=ww, spikes=found)
@@ -286,7 +286,7 @@ def isotropy(
     check_scale(scale)
     clock = Stopwatch()
     with Input(data, read) as inp:
-        groups = steps.ERROR_GROUPS if inp.n_selected >= steps.GROUPED_ERRORS_ROWS else 0  # (as fit reads them)
+        groups = fit_steps.ERROR_GROUPS if inp.n_selected >= fit_steps.GROUPED_ERRORS_ROWS else 0  # (as fit reads them)
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=True, ddof=read.ddof)
@@ -299,7 +299,7 @@ def isotropy(
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
                         "counted in the covariance; if they are padding, remove them before the analysis")
-    _, with_se = steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore, warnings=warnings)
+    _, with_se = fit_steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore, warnings=warnings)
     iso = with_se if with_se is not None else iso
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,

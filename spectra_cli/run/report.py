@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from spectra_cli import metrics as registry
+from spectra_cli import registry
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
-from spectra_cli.drawable import finite, item_name
+from spectra_cli.documents import RESULT_SCHEMAS, SCHEMA_VERSION, finite, item_name, lookup
 from spectra_cli.errors import InputError, Message, OptionError, SpectraError, param
-from spectra_cli.results import RESULT_SCHEMAS, SCHEMA_VERSION, lookup, se_dof, standard_error, uncertainty
+from spectra_cli.results import se_dof, standard_error, uncertainty
 from spectra_cli.sources import formats
 from spectra_cli.validate import check_path, check_paths, check_regex
 
@@ -96,7 +96,7 @@ class Source:
 
 
 def _read(path: str) -> Source:
-    from spectra_cli.drawable import check_report
+    from spectra_cli.documents import check_report
     from spectra_cli.jsonio import loads
     from spectra_cli.run.summary import iter_results
     from spectra_cli.sources.base import open_regular
@@ -121,7 +121,7 @@ def _read(path: str) -> Source:
         doc = loads(f.read(), path)
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema != "spectra.sequence/1":
-        from spectra_cli.results import check_report_schema
+        from spectra_cli.documents import check_report_schema
 
         check_report_schema(doc, path)
     return Source(path, [check_report(doc, path)], single=True)
@@ -181,7 +181,7 @@ def _cell(value: Any, fmt: str) -> dict[str, Any]:
 
 
 def _layer_rows(docs: list[dict[str, Any]], metrics: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-    from spectra_cli.plot import layer_names, natural_key
+    from spectra_cli.documents import layer_names, natural_key
 
     order = sorted(docs, key=lambda d: natural_key(_item(d)))
     names = layer_names([_item(d) for d in order])
@@ -217,8 +217,8 @@ def _options_line(doc: dict[str, Any]) -> str:
 
 def _model_section(docs: list[dict[str, Any]], lines: list[dict[str, Any]], figs: Figures,
                    worst: int) -> dict[str, Any]:
-    from spectra_cli.drawable import dropped_text
-    from spectra_cli.plot import density, figure, layer_name_size, layer_names, layers, natural_key, spectrum
+    from spectra_cli.documents import dropped_text, layer_names, natural_key
+    from spectra_cli.plot import density, figure, layer_name_size, layers, spectrum
     from spectra_cli.run.summary import summarize
 
     summary = summarize(lines).to_dict()

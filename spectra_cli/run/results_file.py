@@ -29,8 +29,8 @@ def parse_line(line: str) -> dict[str, Any] | None:
 def strict_line(line: bytes, where: str) -> tuple[dict[str, Any] | None, str | None]:
     """A results line read as every other reader reads it (strict JSON, a known schema): the record, or
     None and why not."""
+    from spectra_cli.documents import RESULT_SCHEMAS, check_report_schema
     from spectra_cli.jsonio import loads
-    from spectra_cli.results import RESULT_SCHEMAS, check_report_schema
 
     try:
         doc = loads(line, where)

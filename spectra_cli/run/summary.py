@@ -10,10 +10,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli import metrics as registry
-from spectra_cli.drawable import finite
+from spectra_cli import registry
+from spectra_cli.documents import RESULT_SCHEMAS, check_report_schema, finite, lookup
 from spectra_cli.errors import InputError
-from spectra_cli.results import RESULT_SCHEMAS, check_report_schema, lookup
 
 SUMMARY_SCHEMA = "spectra.batch-summary/1"
 #: (report field, label) of the metrics summarised: the registry's ``layer`` view.

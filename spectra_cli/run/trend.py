@@ -16,9 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from spectra_cli.drawable import LINEAR_LIMIT, item_name
+from spectra_cli.documents import LINEAR_LIMIT, MISSING, item_name, lookup
 from spectra_cli.errors import InputError, Message, OptionError, param, raw
-from spectra_cli.results import MISSING, lookup, uncertainty
+from spectra_cli.results import uncertainty
 from spectra_cli.sources import formats
 from spectra_cli.validate import MAX_STEP, Pattern, check_paths, check_regex, check_strings
 
@@ -179,7 +179,7 @@ def series_names(docs: list[dict[str, Any]]) -> list[str]:
     """The series of one step's reports (one results file of a run): a checkpoint's tensor names; else the file
     names, or where two items share a file name (``step_100/encoder.layer.0/acts.npy`` and
     ``step_100/encoder.layer.4/acts.npy``), their paths less the folder every item of the file shares."""
-    from spectra_cli.drawable import common_parts
+    from spectra_cli.documents import common_parts
 
     parts = [item_name(doc, "?").partition("::") for doc in docs]
     if all(sep for _, sep, _ in parts):
@@ -205,7 +205,7 @@ def _usable(doc: dict[str, Any], notes: list[str]) -> bool:
 def headline(docs: list[dict[str, Any]]) -> list[str]:
     """The registry's headline metrics (alpha, spikes, the effective ranks, the top-PC share) that some report of
     ``docs`` holds as a number: what ``trend`` shows without a ``metric``."""
-    from spectra_cli import metrics as registry
+    from spectra_cli import registry
 
     return [m.path for m in registry.view("headline")
             if any(isinstance(lookup(d, m.path), int | float) and not isinstance(lookup(d, m.path), bool)

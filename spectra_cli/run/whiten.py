@@ -22,7 +22,7 @@ from spectra_cli.eigen.decomposition import Spectrum, describe, floor_for, spect
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import WHITEN_REFUSES, ReadKeywords, ReadOptions
 from spectra_cli.results import Report
-from spectra_cli.run import steps
+from spectra_cli.run import fit_steps
 from spectra_cli.run.assemble import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
@@ -169,7 +169,7 @@ def whiten(
         warnings.append(f"{t.zeroed} direction(s) past the usable rank of the fitted data were set to zero, not "
                         "scaled by 1/sqrt(lambda), which would only amplify rounding noise: nothing to change (the "
                         "whitened rows have that many fewer directions with variance)")
-    _, with_se = steps.with_uncertainty(None, iso_before, first, before, centered=True, isoscore=True)
+    _, with_se = fit_steps.with_uncertainty(None, iso_before, first, before, centered=True, isoscore=True)
     iso_before = with_se if with_se is not None else iso_before
     clock.mark("analysis_s")
     options = {**inp.options_report(), "centered": True, "precision": "float64"}

@@ -30,7 +30,7 @@ def read_eigenvalues(path: str) -> np.ndarray:
 
         doc = read(path, "eigenvalues file")
         if isinstance(doc, dict) and "eigenvalues" not in doc:
-            from spectra_cli.drawable import check_report_schema
+            from spectra_cli.documents import check_report_schema
 
             check_report_schema(doc, path)  # a report: one of the schema this spectra reads
         if isinstance(doc, dict):

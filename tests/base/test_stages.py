@@ -118,7 +118,7 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
     sub-samples), on the d x d route, the n x n route and moments without row groups."""
     from spectra_cli.analysis import bootstrap, simulate
     from spectra_cli.analysis.population import simulated_decompositions
-    from spectra_cli.run import steps
+    from spectra_cli.run import fit_steps
 
     made: list[str] = []
     def counting(real):
@@ -129,7 +129,7 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
         return counted
 
     for module, name in ((simulate, "eigvalsh_checked"), (bootstrap, "leading_eigenvalues"),
-                         (steps, "spectrum_from_rows")):
+                         (fit_steps, "spectrum_from_rows")):
         monkeypatch.setattr(module, name, counting(getattr(module, name)))
     bare = spectra.Accumulator(d=32)  # (no row groups: no sub-samples, no sampling curve)
     bare.update(powerlaw_matrix(200, 32, 1.0, seed=3))

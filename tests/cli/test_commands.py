@@ -81,10 +81,9 @@ def test_float32_precision_is_reported(cli, validate):
 def test_fit_table_names_every_figure(cli):
     r = cli("fit", NPY)
     assert r.exit_code == 0, r.stderr
-    from spectra_cli import metrics
-
+    from spectra_cli import registry
     for word in ("alpha", "window", "R^2", "numerical rank", "numerical floor", "k90", "float64",
-                 "past it 1 direction(s) with almost no variance", *(m.label for m in metrics.section("rank", "table")
+                 "past it 1 direction(s) with almost no variance", *(m.label for m in registry.section("rank", "table")
                                                      if m.name != "participation_ratio_population")):
         assert word in r.stdout, word
     assert r.stderr == ""

@@ -147,7 +147,7 @@ def test_a_step_number_too_long_to_be_a_step_is_said_not_nulled(cli, tmp_path, r
 
 def test_a_name_with_a_run_of_5000_digits_sorts_and_draws(cli, tmp_path, report):
     # int() of the run in the natural sort passed Python's 4,300-digit limit: exit 3 from batch and report
-    from spectra_cli.drawable import natural_key
+    from spectra_cli.documents import natural_key
 
     names = ["layer.10", "layer.2", "w" + "1" * 5000, "w2"]
     assert [n[:8] for n in sorted(names, key=natural_key)] == ["layer.2", "layer.10", "w2", "w" + "1" * 7]

@@ -269,7 +269,7 @@ EIGEN = st.one_of(st.floats(min_value=-1e300, max_value=1e300), st.just(0.0), st
        page=st.sampled_from([False, False, False, True]))
 def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usable, low, high, drop, n_over_d,
                                                                        xmin, source, page):
-    """Reports written elsewhere that pass the report checks (drawable.check_report): each figure draws them or
+    """Reports written elsewhere that pass the report checks (documents.check_report): each figure draws them or
     refuses with a SpectraError; none crashes (null interval bounds, n_over_d null, no positive eigenvalue,
     1e300, usable_rank 0 each crashed one before)."""
     import matplotlib
@@ -278,7 +278,7 @@ def test_every_figure_draws_or_refuses_a_report_that_passes_the_checks(eig, usab
     from matplotlib import pyplot as plt
 
     from spectra_cli import plot
-    from spectra_cli.drawable import check_report
+    from spectra_cli.documents import check_report
 
     doc = _valid_report()
     doc["spectrum"]["eigenvalues"] = eig

@@ -214,7 +214,7 @@ def test_layer_names_drop_the_common_prefix_and_sort_in_network_order():
 
 
 def test_layer_names_keep_the_modules_name_whole_and_the_page_says_what_was_dropped():
-    from spectra_cli.drawable import dropped_text
+    from spectra_cli.documents import dropped_text
 
     items = [f"runs/moments/encoder.layer.{i}.npz" for i in range(6)]
     assert plot.layer_names(items) == [f"encoder.layer.{i}" for i in range(6)]

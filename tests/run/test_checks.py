@@ -56,7 +56,7 @@ def test_the_fields_an_option_adds_are_the_registrys_and_check_names_the_option(
     import numpy as np
 
     import spectra_cli as spectra
-    from spectra_cli import metrics
+    from spectra_cli import registry
     from spectra_cli.errors import param
     from spectra_cli.results import scalar_fields
     from tests.conftest import powerlaw_matrix
@@ -65,16 +65,16 @@ def test_the_fields_an_option_adds_are_the_registrys_and_check_names_the_option(
     np.save(path, powerlaw_matrix(1200, 48, 1.0, seed=0))
 
     def entries(doc: dict) -> set[str]:
-        return {m.path for k in scalar_fields(doc) if (m := metrics.find(k)) is not None}
+        return {m.path for k in scalar_fields(doc) if (m := registry.find(k)) is not None}
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = entries(spectra.fit(path, window="3:30").to_dict())
-        groups = {m.added_by for m in metrics.METRICS if m.added_by}
+        groups = {m.added_by for m in registry.METRICS if m.added_by}
         assert len(groups) >= 6
         said: set = set()
         for group in groups:
-            added = {m.path for m in metrics.METRICS if m.added_by == group}
+            added = {m.path for m in registry.METRICS if m.added_by == group}
             assert not plain & added, group
             for name, value in group:
                 extra = {"ci_replicates": 20} if name == "ci" else {}

@@ -148,9 +148,9 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
     assert cb.fit_keywords["options"].density  # (the option the field needs, turned on)
     off = SpectraTrainerCallback(tmp_path, modules="body", log=False)
     assert off.fields == () and off.schedule.options.get("groups", 0) == 0
-    from spectra_cli import metrics
+    from spectra_cli import registry
     from spectra_cli.run.dashboard import name_of
 
-    assert [name_of(m.path) for m in metrics.view("headline")] == ["alpha", "spikes", "participation_ratio",
+    assert [name_of(m.path) for m in registry.view("headline")] == ["alpha", "spikes", "participation_ratio",
                                                                    "entropy_rank", "top_pc_share"]
     assert name_of("density.alpha") == "density.alpha"  # (never the headline alpha's name)

@@ -110,11 +110,11 @@ def test_run_from_several_results_files_takes_the_step_from_their_paths(tmp_path
     files = sorted(str(p) for p in tmp_path.glob("step_*/results.jsonl"))
     page = spectra.report(files, out=str(tmp_path / "run.html"))
     # a figure per metric of the registry's layer view that the lines hold (fit.alpha, the ranks, ...)
-    from spectra_cli import metrics
-    from spectra_cli.results import lookup
+    from spectra_cli import registry
+    from spectra_cli.documents import lookup
 
     lines = [json.loads(open(f).readline()) for f in files]
-    drawn = [m.path for m in metrics.view("layer") if any(isinstance(lookup(d, m.path), int | float) for d in lines)]
+    drawn = [m.path for m in registry.view("layer") if any(isinstance(lookup(d, m.path), int | float) for d in lines)]
     assert {"fit.alpha", "rank.participation_ratio", "rank.entropy_rank"} <= set(drawn)
     assert page.kind == "run" and page.figures == len(drawn)
     html = page.html

@@ -199,10 +199,10 @@ def grouped_method(spread: Any, first: Accumulated, warnings: list[str] | None, 
 
 
 def misfit_warnings(fits: Any) -> list[str]:
-    """A warning for each fit whose law misses its points (:func:`~spectra_cli.drawable.law_misses`: the sampling
+    """A warning for each fit whose law misses its points (:func:`~spectra_cli.documents.law_misses`: the sampling
     error then says how alpha would move over samples, not how far the law is from the points; the tables and figures
     show the least-squares one)."""
-    from spectra_cli.drawable import law_misses
+    from spectra_cli.documents import law_misses
 
     out = []
     for f in fits:

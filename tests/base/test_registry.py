@@ -1,4 +1,4 @@
-"""The registry of reported numbers (spectra_cli.metrics): every number of every report kind is
+"""The registry of reported numbers (spectra_cli.registry): every number of every report kind is
 known, labels are one per number, and every view reads the registry."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
-from spectra_cli import metrics
+from spectra_cli import registry
 
 
 @pytest.fixture(scope="module")
@@ -49,57 +49,57 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def test_every_number_of_every_report_kind_is_in_the_registry(documents: dict[str, dict]) -> None:
-    unknown = {kind: metrics.unknown_numbers(doc) for kind, doc in documents.items()}
+    unknown = {kind: registry.unknown_numbers(doc) for kind, doc in documents.items()}
     assert not {k: v for k, v in unknown.items() if v}
 
 
 def test_a_number_the_registry_does_not_know_is_found() -> None:
-    assert metrics.unknown_numbers({"rank": {"participation_ratio": 3.0, "brand_new_rank": 2.0}}) == [
+    assert registry.unknown_numbers({"rank": {"participation_ratio": 3.0, "brand_new_rank": 2.0}}) == [
         "rank.brand_new_rank"]
 
 
 def test_two_numbers_never_share_a_label_and_one_number_has_one() -> None:
     by_label: dict[str, set[str]] = {}
-    for m in metrics.METRICS:
+    for m in registry.METRICS:
         same = frozenset((m.path, *m.same_as))
         by_label.setdefault(re.sub(r"[\s_]+", " ", m.label.lower()), set()).add(min(same))
     shared = {label: paths for label, paths in by_label.items() if len(paths) > 1}
     assert not shared
-    for m in metrics.METRICS:  # an alias is the same number: the same label
+    for m in registry.METRICS:  # an alias is the same number: the same label
         for other in m.same_as:
-            assert metrics.label(other) == m.label, (m.path, other)
+            assert registry.label(other) == m.label, (m.path, other)
 
 
 def test_sub_reports_read_the_root_entries() -> None:
-    assert metrics.canonical("fits.2.alpha") == "fit.alpha"
-    assert metrics.canonical("models.models.broken.alpha_2") == "fit.alpha_2"
-    assert metrics.canonical("context.rank.participation_ratio") == "rank.participation_ratio"
-    assert metrics.canonical("whitening.isotropy_after.mean_cosine") == "isotropy.mean_cosine"
-    assert metrics.get("controls.shuffled.fits.0.r2") is metrics.get("fit.r2")
+    assert registry.canonical("fits.2.alpha") == "fit.alpha"
+    assert registry.canonical("models.models.broken.alpha_2") == "fit.alpha_2"
+    assert registry.canonical("context.rank.participation_ratio") == "rank.participation_ratio"
+    assert registry.canonical("whitening.isotropy_after.mean_cosine") == "isotropy.mean_cosine"
+    assert registry.get("controls.shuffled.fits.0.r2") is registry.get("fit.r2")
     with pytest.raises(KeyError, match="no reported number is named 'rank.nope'"):
-        metrics.get("rank.nope")
+        registry.get("rank.nope")
 
 
 def test_the_weightwatcher_spikes_and_spectras_edge_are_two_names() -> None:
-    ww = metrics.get("weightwatcher.columns.num_spikes")
-    ours = metrics.get("weightwatcher.mp_spikes")
+    ww = registry.get("weightwatcher.columns.num_spikes")
+    ours = registry.get("weightwatcher.mp_spikes")
     assert ww.label == "WW num_spikes" and ww.ww_name == "num_spikes"
     assert ours.label != ww.label and ours.ww_name is None
-    assert metrics.get("density.xmin").scale == metrics.SPECTRA_SCALE
-    assert metrics.get("weightwatcher.columns.xmin").scale == metrics.WW_SCALE
+    assert registry.get("density.xmin").scale == registry.SPECTRA_SCALE
+    assert registry.get("weightwatcher.columns.xmin").scale == registry.WW_SCALE
 
 
 def test_entries_are_well_formed() -> None:
-    paths = [m.path for m in metrics.METRICS]
+    paths = [m.path for m in registry.METRICS]
     assert len(paths) == len(set(paths))
-    for m in metrics.METRICS:
-        assert m.kind in metrics.KINDS and m.views <= set(metrics.VIEWS), m.path
+    for m in registry.METRICS:
+        assert m.kind in registry.KINDS and m.views <= set(registry.VIEWS), m.path
         assert m.label and m.definition and "SPEC" not in m.definition, m.path
-        assert m.se is None or metrics.find(m.se) is not None, m.path
+        assert m.se is None or registry.find(m.se) is not None, m.path
         format(1.5, m.fmt)
-    assert metrics.get("rank.participation_ratio").format(12.345) == "12.3"
-    assert metrics.get("rank.numerical_rank").format(7) == "7"
-    assert metrics.get("fit.alpha").format(None) == "—"
+    assert registry.get("rank.participation_ratio").format(12.345) == "12.3"
+    assert registry.get("rank.numerical_rank").format(7) == "7"
+    assert registry.get("fit.alpha").format(None) == "—"
 
 
 def _schema_numbers(schema: dict, node: dict, prefix: str = "", depth: int = 0) -> set[str]:
@@ -131,9 +131,9 @@ def test_the_schema_is_filled_from_the_registry_and_knows_no_other_number() -> N
     from spectra_cli.results import report_schema, schema_node
 
     schema = report_schema()
-    unknown = sorted(p for p in _schema_numbers(schema, schema) if metrics.find(p) is None)
+    unknown = sorted(p for p in _schema_numbers(schema, schema) if registry.find(p) is None)
     assert not unknown
-    for m in metrics.METRICS:
+    for m in registry.METRICS:
         if "*" in m.path or m.path.startswith(("options.", "timings.", "source.")) or m.document != "report":
             continue
         node = schema_node(schema, m.path)
@@ -146,8 +146,8 @@ def test_a_new_metric_needs_no_schema_edit(monkeypatch: pytest.MonkeyPatch) -> N
 
     from spectra_cli.results import report_schema
 
-    new = metrics.Metric("rank.brand_new_rank", "brand-new rank", "a rank for this test", type="number")
-    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    new = registry.Metric("rank.brand_new_rank", "brand-new rank", "a rank for this test", type="number")
+    monkeypatch.setattr(registry, "METRICS", (*registry.METRICS, new))
     schema = report_schema()
     assert schema["properties"]["rank"]["properties"]["brand_new_rank"]["type"] == ["number", "null"]
     doc = spectra.fit(np.random.default_rng(1).standard_normal((200, 12))).to_dict()
@@ -157,12 +157,12 @@ def test_a_new_metric_needs_no_schema_edit(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_what_compare_subtracts_and_what_adds_a_field_are_the_registrys() -> None:
     for path in ("fit.alpha", "fits.1.alpha", "spectrum.spikes.count", "rank.participation_ratio", "source.n_rows"):
-        assert metrics.compared(path), path
+        assert registry.compared(path), path
     for path in ("fits.0.alpha", "models.models.broken.alpha_2", "timings.total", "options.ddof", "source.shape.0",
                  "spectrum.spikes.spikes.0.rank", "spectrum.spikes.spikes.1.features.3",
                  "spectrum.spikes.bulk.window.1", "spectrum.spikes.rogue_dimensions.0", "fit.population.cost.seconds"):
-        assert not metrics.compared(path), path
-    assert metrics.added_by("fits.2.population.alpha") == (("population", True),)
-    assert metrics.added_by("spectrum.spikes") == (("spikes", True),)  # a section: that of every number in it
-    assert ("convention", "weightwatcher") in metrics.added_by("weightwatcher.columns.num_spikes")
-    assert metrics.added_by("fit.alpha") == () and metrics.added_by("rank.nope") == ()
+        assert not registry.compared(path), path
+    assert registry.added_by("fits.2.population.alpha") == (("population", True),)
+    assert registry.added_by("spectrum.spikes") == (("spikes", True),)  # a section: that of every number in it
+    assert ("convention", "weightwatcher") in registry.added_by("weightwatcher.columns.num_spikes")
+    assert registry.added_by("fit.alpha") == () and registry.added_by("rank.nope") == ()

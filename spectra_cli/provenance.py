@@ -45,14 +45,23 @@ def resolved_windows(doc: dict[str, Any]) -> list[list[int]] | None:
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """``name: A vs B`` for each number-changing option on which two reports differ: windows as the ranks their
-    fits used where both reports have them (:func:`resolved_windows`), else as spelled."""
+    """``name: A vs B`` for each number-changing option on which two reports differ. Windows agree when they are
+    spelled alike (the default at two widths is the same option) or when both reports' fits used the same ranks
+    (:func:`resolved_windows`: ``11:38`` and the default at d = 384); a difference names the ranks too."""
     oa, ob = number_options(a), number_options(b)
-    wa, wb = resolved_windows(a), resolved_windows(b)
-    if wa is not None and wb is not None:  # (else both as spelled: options not yet run have no fits)
-        oa["window"], ob["window"] = wa, wb
-    return [f"{k} {oa.get(k)!r} vs {ob.get(k)!r}" for k in NUMBER_OPTIONS
-            if k in oa and k in ob and oa[k] != ob[k]]
+    out = []
+    for k in NUMBER_OPTIONS:
+        if k not in oa or k not in ob or oa[k] == ob[k]:
+            continue
+        if k == "window":
+            wa, wb = resolved_windows(a), resolved_windows(b)
+            if wa is not None and wa == wb:
+                continue
+            if wa is not None and wb is not None:
+                out.append(f"window {oa[k]!r} (ranks {wa}) vs {ob[k]!r} (ranks {wb})")
+                continue
+        out.append(f"{k} {oa[k]!r} vs {ob[k]!r}")
+    return out
 
 
 def check_same_options(a: dict[str, Any], b: dict[str, Any], *, what: str, allow: bool) -> list[str]:

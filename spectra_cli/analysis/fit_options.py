@@ -197,16 +197,12 @@ class FitOptions:
         density, preset_centered = v["density"], None
         if convention.is_weightwatcher:
             preset = param("convention", "weightwatcher")
-            for name, value, wanted in (("centered", centered, False), ("density", fitting.get("density"), True)):
-                if value is not None:
-                    check_bool(name, value)
-                    if value is not wanted:
-                        raise OptionError(f"{preset} sets {param(name, wanted)} (WeightWatcher's uncentred W^T W and "
-                                          f"its density alpha); leave out {param(name, value)}.")
-            if v["top"] not in (None, 0) or eigenvalues:
-                what = param("top", v["top"]) if v["top"] not in (None, 0) else param("eigenvalues", True)
+            if fitting.get("density") is not None and check_bool("density", fitting["density"]) is not True:
+                raise OptionError(f"{preset} sets {param('density', True)} (WeightWatcher's uncentred W^T W and "
+                                  f"its density alpha); leave out {param('density', fitting['density'])}.")
+            if v["top"] not in (None, 0):
                 raise OptionError(f"{preset} needs the whole matrix and every eigenvalue (its norms, its MP fit); "
-                                  f"leave out {what}.")
+                                  f"leave out {param('top', v['top'])}.")
             density, preset_centered = True, False
         opts = cls(windows=v["window"], method=v["method"], model=v["model"], degree=v["degree"],
                    auto_tolerance=v["auto_tolerance"], density=density, counting=v["counting"],
@@ -223,17 +219,33 @@ class FitOptions:
         if opts.population and opts.model != "power-law":
             raise OptionError(f"{param('population')} estimates the exponent of a power-law population; it does not "
                               f"apply to {param('model', opts.model)} (drop one or the other).")
-        if eigenvalues:
-            if opts.population:
-                raise OptionError(f"{param('population')} needs the number of rows behind the spectrum (and their "
-                                  f"norms): give the data matrix, not {param('eigenvalues')}.")
-            if opts.spikes:
-                raise OptionError(f"{param('spikes')} needs the number of rows behind the spectrum and its "
-                                  f"eigenvectors: give the data matrix, not {param('eigenvalues')}.")
-            if opts.ci or opts.shuffled_control or opts.partition_isotropy:
-                raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} "
-                                  f"need the data matrix, not {param('eigenvalues')}.")
+        opts.check_call(centered=centered, eigenvalues=eigenvalues)
         return opts
+
+    def check_call(self, *, centered: Any = None, eigenvalues: bool = False) -> None:
+        """What the options cannot go with in one call (made options handed to a fit are checked against it):
+        the centring given against the convention's, and an option that needs the rows with
+        ``eigenvalues=True``."""
+        if self.centered is not None and centered is not None:
+            check_bool("centered", centered)
+            if centered is not self.centered:
+                raise OptionError(f"{param('convention', self.convention.value)} sets "
+                                  f"{param('centered', self.centered)} (WeightWatcher's uncentred W^T W and its "
+                                  f"density alpha); leave out {param('centered', centered)}.")
+        if not eigenvalues:
+            return
+        if self.convention.is_weightwatcher:
+            raise OptionError(f"{param('convention', 'weightwatcher')} needs the whole matrix and every eigenvalue "
+                              f"(its norms, its MP fit); leave out {param('eigenvalues', True)}.")
+        if self.population:
+            raise OptionError(f"{param('population')} needs the number of rows behind the spectrum (and their "
+                              f"norms): give the data matrix, not {param('eigenvalues')}.")
+        if self.spikes:
+            raise OptionError(f"{param('spikes')} needs the number of rows behind the spectrum and its "
+                              f"eigenvectors: give the data matrix, not {param('eigenvalues')}.")
+        if self.ci or self.shuffled_control or self.partition_isotropy:
+            raise OptionError(f"{param('ci')}, {param('shuffled_control')} and {param('partition_isotropy')} "
+                              f"need the data matrix, not {param('eigenvalues')}.")
 
     def for_matrix(self, n_rows: int, n_features: int) -> tuple[FitOptions, list[str]]:
         """The options for one matrix of ``n_rows x n_features``, and what to say of it: in WeightWatcher's

@@ -162,6 +162,16 @@ def control_window_warning(control: Any, fits: Any) -> list[str]:
         + (f" ({param('window', f'{k1}:{meets - 1}')})" if meets - 1 > k1 else ""))]
 
 
+def _ignored(text: str, module: str, lineno: int) -> bool:
+    """Whether the warnings filters in force ignore a SpectraWarning of ``text`` raised at the caller's line
+    (the first filter that matches decides, as :mod:`warnings` does)."""
+    for action, message, category, mod, line in _warnings.filters:
+        if (message is None or message.match(text)) and issubclass(SpectraWarning, category) \
+                and (mod is None or mod.match(module)) and (line == 0 or line == lineno):
+            return action == "ignore"
+    return False
+
+
 def emit_warnings(messages: list[str]) -> None:
     """Each suspect finding is also a SpectraWarning, pointing at the caller's line (the first
     frame outside spectra_cli), never silent; each kind of finding once per process (:data:`SAID`): the report's
@@ -172,6 +182,8 @@ def emit_warnings(messages: list[str]) -> None:
         while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("spectra_cli"):
             frame = frame.f_back  # type: ignore[assignment]
             level += 1
+        module = str(frame.f_globals.get("__name__", "")) if frame is not None else ""
+        lineno = frame.f_lineno if frame is not None else 0
     finally:
         # a frame held in its own locals is a reference cycle that keeps every frame above it alive, with their
         # locals (a d x d matrix each), until the cyclic collector runs: 128 MiB more per fit at d = 4,096 in a
@@ -180,6 +192,8 @@ def emit_warnings(messages: list[str]) -> None:
     for m in messages:
         kind = warning_kind(m)
         if kind in SAID:
+            continue
+        if _ignored(str(m), module, lineno):  # (hidden by a filter here: said the next time one may see it)
             continue
         SAID.add(kind)
         _warnings.warn(Message(f"{raw(m)} (said once in this process; each report's warnings list it every time)"),

@@ -55,8 +55,8 @@ class SpectraTrainerCallback(TrainerCallback):  # type: ignore[misc]
                  **options: Any) -> None:
         self.fields = dashboard.logged_fields(log)
         self.fit_keywords = dashboard.fit_keywords(self.fields, fit)
-        if self.fields:  # (the logged standard errors from row groups, as fit's: honest on tokens of one text)
-            options.setdefault("groups", dashboard.GROUPS)
+        if self.fields and trainer is not None:  # (the logged errors from row groups, as fit's; none to log
+            options.setdefault("groups", dashboard.GROUPS)  # without the trainer: the snapshots as asked)
         self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
         self.trainer = trainer
         #: what was logged, step by step (the numbers the integrations got)

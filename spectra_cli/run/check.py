@@ -396,24 +396,24 @@ def check(
                           f"table via {param('config')}).")
     base_path = baseline or cfg["baseline"]
     base = load_report(base_path) if base_path else None
+    flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,
+                 **fitting)
+    saved = data == "-" or formats.JSON.matches(data) or formats.JSONL.matches(data)
+    notes: list[str] = []
+    if saved:  # saved reports are checked as they are: options that would make others are not silently dropped
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            raise OptionError(f"{param(given[0])} makes a report from an input; {data} holds saved reports, checked "
+                              "as they were made (check the input itself to fit it with these options).")
+        if cfg["fit"]:
+            notes.append(f"the config's [fit] table ({', '.join(sorted(cfg['fit']))}) does not apply to {data}: saved "
+                         "reports are checked as they were made")
     if formats.JSONL.matches(data):
         doc = evaluate_results(read_results([data]), checks, base, only=only, exclude=exclude)
-        return CheckResult(bool(doc["passed"]), doc, items=True)
+        return CheckResult(bool(doc["passed"]), doc, items=True, notes=tuple(notes))
     if only is not None or exclude is not None:
         raise OptionError(f"{param('only') if only is not None else param('exclude')} chooses items of a batch's "
                           f"results (.jsonl); {data} is one input, checked as one report.")
-    flags = dict(centered=centered, key=key, column=column, rows=rows, sample=sample, seed=seed, precision=precision,
-                 **fitting)
-    saved = data == "-" or formats.JSON.matches(data)
-    notes: list[str] = []
-    if saved:  # a saved report is checked as it is: options that would make another one are not silently dropped
-        given = [k for k, v in flags.items() if v is not None]
-        if given:
-            raise OptionError(f"{param(given[0])} makes a report from an input; {data} is a saved report, checked as "
-                              "it was made (check the input itself to fit it with these options).")
-        if cfg["fit"]:
-            notes.append(f"the config's [fit] table ({', '.join(sorted(cfg['fit']))}) does not apply to {data}, a "
-                         "saved report checked as it was made")
     report = as_report(data, fit_options(cfg["fit"], flags))
     mismatch = check_same_options(report, base, what=f"{data} and the baseline {base_path}",
                                   allow=allow_option_mismatch) if base is not None else []

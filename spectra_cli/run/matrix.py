@@ -372,6 +372,8 @@ def fit_and_read_options(given: dict[str, Any], options: FitOptions | None, *,
     elif not isinstance(options, FitOptions) or any(k in FIT_KEYWORDS for k in given):
         raise OptionError(f"{param('options')} is a FitOptions made by FitOptions.create, given without fit "
                           "keywords.")
+    else:
+        options.check_call(centered=reading.get("centered"), eigenvalues=eigenvalues)
     if options.centered is not None:  # (the convention's centring: WeightWatcher's uncentred W^T W)
         reading["centered"] = options.centered
     return options, ReadOptions.create(**reading)

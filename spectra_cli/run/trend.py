@@ -159,9 +159,10 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
                                  "the step; put the step in each path (runs/step_100/results.jsonl) or pass "
                                  f"{param('step_regex')}"))
             steps = [float(i) for i in range(len(files))]
+        names = series_names([lines for _, lines in files])  # (one rule for the whole run, failed items counted)
         for docs, step in zip(usable, steps, strict=True):
-            for doc, series in zip(docs, series_names(docs), strict=True):
-                out.append((series, float(step or 0.0), doc))
+            for doc in docs:
+                out.append((names[id(doc)], float(step or 0.0), doc))
         return out
     for doc in usable[0]:
         try:
@@ -175,21 +176,22 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
     return out
 
 
-def series_names(docs: list[dict[str, Any]]) -> list[str]:
-    """The series of one step's reports (one results file of a run): a checkpoint's tensor names; else the file
-    names, or where two items share a file name (``step_100/encoder.layer.0/acts.npy`` and
-    ``step_100/encoder.layer.4/acts.npy``), their paths less the folder every item of the file shares."""
+def series_names(steps: list[list[dict[str, Any]]]) -> dict[int, str]:
+    """The series of every report of a run (``steps``: each results file's lines, failed and skipped ones
+    included), by ``id`` of the line, one rule for the whole run: a checkpoint's tensor names; else the file
+    names, or where two items of one step share a file name (``step_100/encoder.layer.0/acts.npy`` and
+    ``step_100/encoder.layer.4/acts.npy``), their paths less the folder every item of their step shares."""
     from spectra_cli.documents import common_parts
 
-    parts = [item_name(doc, "?").partition("::") for doc in docs]
-    if all(sep for _, sep, _ in parts):
-        return [tensor for _, _, tensor in parts]
-    files = [file for file, _, _ in parts]
-    base = [os.path.basename(f) for f in files]
-    if len(set(base)) == len(base):
-        return [tensor if sep else b for (_, sep, tensor), b in zip(parts, base, strict=True)]
-    prefix, _ = common_parts(files)
-    return [tensor if sep else file[len(prefix):] for file, sep, tensor in parts]
+    parts = [[item_name(doc, "?").partition("::") for doc in docs] for docs in steps]
+    clash = any(len({os.path.basename(f) for f, sep, _ in ps if not sep}) < sum(1 for _, sep, _ in ps if not sep)
+                for ps in parts)
+    out: dict[int, str] = {}
+    for docs, ps in zip(steps, parts, strict=True):
+        prefix = common_parts([f for f, sep, _ in ps if not sep])[0] if clash else ""
+        for doc, (file, sep, tensor) in zip(docs, ps, strict=True):
+            out[id(doc)] = tensor if sep else file[len(prefix):] if clash else os.path.basename(file)
+    return out
 
 
 def _usable(doc: dict[str, Any], notes: list[str]) -> bool:

@@ -63,3 +63,8 @@ def test_made_options_are_taken_as_they_are_and_never_beside_fit_keywords():
         spectra.fit(X, options=opts, window="3:9")
     with pytest.raises(spectra.OptionError, match="^options is a FitOptions"):
         spectra.fit(X, options={"window": "3:9"})
+    # what made options cannot go with in this call is checked against it
+    with pytest.raises(spectra.OptionError, match=r"^convention='weightwatcher' sets centered=False"):
+        spectra.fit(X, options=opts, centered=True)
+    with pytest.raises(spectra.OptionError, match="^spikes needs the number of rows behind the spectrum"):
+        spectra.fit(np.arange(1, 30.0)[::-1], eigenvalues=True, options=FitOptions.create(spikes=True))

@@ -141,6 +141,8 @@ def test_model_summary_and_per_item_checks(cli, hf_model, tmp_path):
                                                          if "token_type" in x["item"] and "skipped" not in x]
     r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50", "--only", "token_type")
     assert r.exit_code == 1 and "0 of 1 item(s) pass (3 left out by --only/--exclude)" in r.stdout
+    r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--window", "2:20")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --window makes a report from an input; ")
     r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--only", "nothing-like-this")
     assert r.exit_code == 2 and r.stderr == ("error: --only left no item to check (of 4; the patterns are searched in "
                                              "each item's whole name, as the JSON's item gives it).\n")

@@ -79,7 +79,12 @@ def test_report_input_and_baseline_changes(cli, tmp_path):
     r = cli("check", NPY, "--window", "11:38", "--baseline", tmp_path / "base.json", "--max-change", "fit.alpha=3se")
     assert r.exit_code == 0, r.stderr
     r = cli("check", NPY, "--window", "11:39", "--baseline", tmp_path / "base.json", "--max-change", "fit.alpha=3se")
-    assert r.exit_code == 2 and "window [[11, 39]] vs [[11, 38]]" in r.stderr
+    assert r.exit_code == 2 and "window ['11:39'] (ranks [[11, 39]]) vs ['default'] (ranks [[11, 38]])" in r.stderr
+    # the default at two widths is one option, whatever ranks it resolves to (a collapse changes them)
+    np.save(tmp_path / "wide.npy", np.hstack([np.load(NPY), np.load(NPY)[::-1]]).astype(np.float32))
+    r = cli("check", tmp_path / "wide.npy", "--baseline", tmp_path / "base.json", "--max-change",
+            "rank.participation_ratio=1000%")
+    assert r.exit_code == 0, r.stderr
     r = cli("check", NPY, "--only", "x", "--require", "fit.alpha > 0")
     assert r.exit_code == 2 and r.stderr.startswith("error: --only chooses items of a batch's results (.jsonl); ")
     # a saved report is checked as it was made: a fit option given with it is refused, a config's [fit] noted

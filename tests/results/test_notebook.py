@@ -63,3 +63,15 @@ def test_a_warning_each_layer_repeats_is_said_once_per_process_and_every_report_
     assert "said once in this process" in constant[0]
     for k, rep in zip((3, 4, 5), reports, strict=True):
         assert any(w.startswith(f"{k} constant column(s)") for w in rep.warnings)
+
+
+def test_a_warning_hidden_by_a_filter_is_said_the_next_time_one_may_see_it():
+    X = np.random.default_rng(3).standard_normal((400, 40))
+    X[:, :3] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpectraWarning)  # (a batch worker's, or a caller's own)
+        spectra.fit(X, window="2:20")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spectra.fit(X, window="2:20")
+    assert any("constant column(s)" in str(w.message) for w in caught if issubclass(w.category, SpectraWarning))

@@ -141,9 +141,11 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
         SpectraTrainerCallback(tmp_path, modules="body", fit={"precision": "float16"})
     with pytest.raises(OptionError, match="^log='density.alpha' needs density=True, and fit gives density=False"):
         SpectraTrainerCallback(tmp_path, modules="body", log=["density.alpha"], fit={"density": False})
-    cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT)
+    cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT, trainer=object())
     assert cb.fields == ("rank.participation_ratio",) and not cb.fit_keywords["options"].spikes
     assert cb.schedule.options["groups"] == 16  # (logging: the errors from row groups)
+    unbound = SpectraTrainerCallback(tmp_path, modules="body")  # (no trainer: nothing to log, no groups added)
+    assert unbound.schedule.options.get("groups", 0) == 0
     cb = SpectraTrainerCallback(tmp_path, modules="body", log=["fit.alpha", "density.alpha"])
     assert cb.fit_keywords["options"].density  # (the option the field needs, turned on)
     off = SpectraTrainerCallback(tmp_path, modules="body", log=False)

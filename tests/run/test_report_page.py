@@ -388,3 +388,25 @@ def test_a_run_keeps_layers_apart_that_share_a_file_name(tmp_path):
     result = spectra.trend(files, metric="fit.alpha")
     assert sorted({p.series for p in result.points}) == ["encoder.layer.0/acts.npy", "encoder.layer.4/acts.npy"]
     assert "2 layers over 2 steps" in spectra.report(files, out=str(tmp_path / "run.html")).html
+
+
+def test_a_layer_keeps_its_series_at_a_step_where_its_sibling_failed(tmp_path):
+    files = []
+    for step in (100, 200):
+        for layer in (0, 4):
+            d = tmp_path / f"step_{step}" / f"encoder.layer.{layer}"
+            d.mkdir(parents=True)
+            np.save(d / "acts.npy", powerlaw_matrix(1500, 40, 1.0, seed=step + layer))
+        out = tmp_path / f"step_{step}" / "r.jsonl"
+        spectra.batch(str(tmp_path / f"step_{step}"), jsonl=str(out), window="3:30")
+        if step == 200:  # layer 4 failed at this step
+            lines = out.read_text().splitlines()
+            bad = next(i for i, x in enumerate(lines) if "encoder.layer.4" in x)
+            item = json.loads(lines[bad])["item"]
+            lines[bad] = json.dumps({"schema": "spectra.batch-error/1", "item": item, "fingerprint": "0" * 16,
+                                     "error": "boom"})
+            out.write_text("\n".join(lines) + "\n")
+        files.append(str(out))
+    series = {(p.series, p.step) for p in spectra.trend(files, metric="fit.alpha").points}
+    assert series == {("encoder.layer.0/acts.npy", 100), ("encoder.layer.4/acts.npy", 100),
+                      ("encoder.layer.0/acts.npy", 200)}

@@ -32,8 +32,8 @@ _EXPORTS = {
     "report": "spectra_cli.run.report",
     "info": "spectra_cli.run.info",
     "synth": "spectra_cli.run.synth",
-    "capture": "spectra_cli.run.capture",
-    "Capture": "spectra_cli.stream.hooks",
+    "capture": "spectra_cli.capturing.command",
+    "Capture": "spectra_cli.capturing.hooks",
     "Dataset": "spectra_cli.sources.dataset",
     "resolve": "spectra_cli.sources.dataset",
     "Accumulator": "spectra_cli.stream.accumulator",
@@ -58,11 +58,12 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli import plot
     from spectra_cli.analysis.whitening import WhiteningTransform
+    from spectra_cli.capturing.command import capture
+    from spectra_cli.capturing.hooks import Capture
     from spectra_cli.errors import FitError, InputError, OptionError, OutputError, SpectraError, SpectraWarning
     from spectra_cli.options import ReadOptions
     from spectra_cli.results import Report
     from spectra_cli.run.batch import batch
-    from spectra_cli.run.capture import capture
     from spectra_cli.run.check import check
     from spectra_cli.run.compare import compare
     from spectra_cli.run.info import info
@@ -74,7 +75,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from spectra_cli.run.whiten import whiten
     from spectra_cli.sources.dataset import Dataset, resolve
     from spectra_cli.stream.accumulator import Accumulator
-    from spectra_cli.stream.hooks import Capture
 
 
 def __getattr__(name: str) -> Any:

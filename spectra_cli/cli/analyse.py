@@ -321,8 +321,8 @@ def capture(
       spectra capture ./my-model --texts corpus.txt --modules 'encoder.layer.*' -o moments/
       spectra batch moments/ --jsonl layers.jsonl && spectra report layers.jsonl -o layers.html
     """
+    from spectra_cli.capturing.command import capture as run_capture
     from spectra_cli.render.progress import LazyProgress
-    from spectra_cli.run.capture import capture as run_capture
 
     with LazyProgress(f"capturing {model}") as progress:
         cap = run_capture(model, modules=modules, texts=texts, out=out, step=step, groups=groups,

@@ -112,6 +112,7 @@ FLOORS = (
     ("analysis", {"analysis"}),
     ("results", {"results", "frames", "plot"}),
     ("run", {"run"}),
+    ("capturing", {"capturing"}),  # (its callbacks log fit's numbers: above run)
     ("render", {"render"}),
     ("cli", {"cli", "__main__", ""}),
 )

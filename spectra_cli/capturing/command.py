@@ -1,6 +1,6 @@
 """``spectra capture``: the activations of a model's modules, streamed into moment files as the model runs.
 
-:func:`capture` installs the hooks (:class:`spectra_cli.stream.hooks.Capture`) on a ``torch.nn.Module``;
+:func:`capture` installs the hooks (:class:`spectra_cli.capturing.hooks.Capture`) on a ``torch.nn.Module``;
 with ``texts=`` it also loads a local Hugging Face model folder (transformers; no network) and feeds it the
 texts of a file itself, in batches, and with ``out=`` saves one moment file per module.
 
@@ -25,12 +25,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from spectra_cli.capturing.hooks import Capture, check_keywords, snapshot_folder
 from spectra_cli.errors import InputError, OptionError, OutputError, SpectraError, param
 from spectra_cli.options import gib, refuse_over_budget
 from spectra_cli.sinks import check_not_input
 from spectra_cli.sources import formats
 from spectra_cli.stages import reports_progress, stage
-from spectra_cli.stream.hooks import Capture, check_keywords, snapshot_folder
 from spectra_cli.validate import MAX_STEP, check_choice, check_int, check_path
 
 #: A text longer than this many characters is cut to it before tokenising (the tokenizer keeps max_length tokens).

@@ -19,8 +19,8 @@ transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
 
 import spectra_cli as spectra  # noqa: E402
+from spectra_cli.capturing.hooks import file_name  # noqa: E402
 from spectra_cli.errors import InputError, OptionError, OutputError  # noqa: E402
-from spectra_cli.stream.hooks import file_name  # noqa: E402
 
 pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
 
@@ -143,7 +143,7 @@ def test_pickled_weights_are_refused_with_the_conversion_named(tmp_path, texts):
 
 def test_outputs_never_land_on_inputs_and_are_checked_before_the_model_loads(tmp_path, texts, monkeypatch):
     folder = _bert(tmp_path / "bert")
-    from spectra_cli.run import capture as run
+    from spectra_cli.capturing import command as run
 
     def never(*args, **kwargs):
         raise AssertionError("the model was loaded before the refusal")
@@ -244,7 +244,7 @@ def test_capture_sizes_its_moments_before_allocating_them(tmp_path):
 
 
 def test_texts_are_read_in_bounded_pieces(tmp_path):
-    from spectra_cli.run.capture import MAX_TEXT_CHARS, _texts
+    from spectra_cli.capturing.command import MAX_TEXT_CHARS, _texts
 
     long = tmp_path / "long.txt"
     with open(long, "w") as f:

@@ -14,8 +14,8 @@ transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)  # (the tests' tiny models: two spinning intra-op threads only wait on a busy machine)
 
 import spectra_cli as spectra  # noqa: E402
+from spectra_cli.capturing.hooks import module_matcher  # noqa: E402
 from spectra_cli.errors import InputError, OptionError  # noqa: E402
-from spectra_cli.stream.hooks import module_matcher  # noqa: E402
 
 pytestmark = pytest.mark.slow  # (the default run does not even import this module: tests/conftest.py)
 
@@ -222,7 +222,7 @@ def test_two_gloo_ranks_on_two_halves_save_what_one_process_saves_on_all(tmp_pat
 def test_the_trainer_callback_writes_a_snapshot_every_n_steps(tmp_path):
     from types import SimpleNamespace
 
-    from spectra_cli.run.callbacks import SpectraTrainerCallback
+    from spectra_cli.capturing.callbacks import SpectraTrainerCallback
 
     model, batches = _bert(), _batches()
     cb = SpectraTrainerCallback(tmp_path / "run", modules="encoder.layer.1", every=2, groups=2)
@@ -281,7 +281,7 @@ def test_float32_products_are_within_their_floor_and_said_so():
 
 def test_the_lightning_callback_writes_a_snapshot_every_n_steps(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
-    from spectra_cli.run.lightning_callback import SpectraLightningCallback
+    from spectra_cli.capturing.callbacks import SpectraLightningCallback
 
     class Net(pl.LightningModule):
         def __init__(self) -> None:
@@ -376,7 +376,7 @@ def test_a_module_that_saw_no_row_is_left_out_of_a_snapshot_and_the_reset_holds(
 def test_callbacks_check_their_keywords_at_once_and_never_leave_hooks(tmp_path):
     from types import SimpleNamespace
 
-    from spectra_cli.run.callbacks import SpectraTrainerCallback
+    from spectra_cli.capturing.callbacks import SpectraTrainerCallback
 
     with pytest.raises(OptionError, match="foo: not a keyword of spectra_cli.capture in a training callback"):
         SpectraTrainerCallback(tmp_path, modules="encoder.layer.*", foo=1)
@@ -502,7 +502,7 @@ def test_check_gates_a_snapshot_against_an_earlier_one(tmp_path):
 
 def test_the_device_and_the_host_make_norms_unbiased_the_same_way():
     """The running-mean form in torch (capture) and in numpy (the pass), weighted and not, one row dominating."""
-    from spectra_cli.stream.device import _unbiased_about_running_mean as on_device
+    from spectra_cli.capturing.device import _unbiased_about_running_mean as on_device
     from spectra_cli.stream.moments import _unbiased_about_running_mean as on_host
 
     rng = np.random.default_rng(0)

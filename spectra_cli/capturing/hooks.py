@@ -1,5 +1,5 @@
 """Capture a model's activations as they are made: forward hooks that stream every matching module's output
-into mergeable moments on the activations' own device (:mod:`spectra_cli.stream.device`).
+into mergeable moments on the activations' own device (:mod:`spectra_cli.capturing.device`).
 
 Which modules: ``modules`` is a glob when it has no regular-expression syntax (``*`` one dotted part of a name,
 ``?`` one character; matched against the whole qualified name or a dotted tail of it, so ``encoder.layer.*``
@@ -21,11 +21,11 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from spectra_cli.capturing.device import DeviceMoments
 from spectra_cli.errors import InputError, OptionError, OutputError, param
 from spectra_cli.options import gib, memory_budget, parse_bytes, physical_memory, refuse_over_budget
 from spectra_cli.sinks import check_replaceable
 from spectra_cli.stream.accumulator import Accumulator
-from spectra_cli.stream.device import DeviceMoments
 from spectra_cli.validate import (
     MAX_PATTERN,
     MAX_STEP,

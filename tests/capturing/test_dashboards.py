@@ -65,7 +65,7 @@ def test_a_lightning_run_logs_the_headline_metrics_at_each_snapshot(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from spectra_cli.run.lightning_callback import SpectraLightningCallback
+    from spectra_cli.capturing.callbacks import SpectraLightningCallback
 
     class Net(pl.LightningModule):
         def __init__(self) -> None:
@@ -96,7 +96,7 @@ def test_a_trainer_run_logs_the_headline_metrics_through_its_integrations(tmp_pa
     pytest.importorskip("accelerate")
     from transformers import Trainer, TrainingArguments
 
-    from spectra_cli.run.callbacks import SpectraTrainerCallback
+    from spectra_cli.capturing.callbacks import SpectraTrainerCallback
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -127,7 +127,7 @@ def test_a_trainer_run_logs_the_headline_metrics_through_its_integrations(tmp_pa
 
 
 def test_what_is_logged_is_checked_at_once(tmp_path):
-    from spectra_cli.run.callbacks import SpectraTrainerCallback
+    from spectra_cli.capturing.callbacks import SpectraTrainerCallback
 
     with pytest.raises(OptionError, match="^log='fit.window' is not a number of a report"):
         SpectraTrainerCallback(tmp_path, modules="body", log=["fit.window"])
@@ -151,7 +151,7 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
     off = SpectraTrainerCallback(tmp_path, modules="body", log=False)
     assert off.fields == () and off.schedule.options.get("groups", 0) == 0
     from spectra_cli import registry
-    from spectra_cli.run.dashboard import name_of
+    from spectra_cli.capturing.dashboard import name_of
 
     assert [name_of(m.path) for m in registry.view("headline")] == ["alpha", "spikes", "participation_ratio",
                                                                    "entropy_rank", "top_pc_share"]

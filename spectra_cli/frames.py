@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from spectra_cli import registry
-from spectra_cli.documents import alpha_error_text, finite
+from spectra_cli.documents import alpha_error_text, finite, lookup
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
@@ -157,18 +157,20 @@ def report_html(doc: dict[str, Any]) -> str:
     """A report's headline numbers, for Jupyter."""
     src, spec = doc.get("source") or {}, doc.get("spectrum") or {}
     fit = doc.get("fit") or {}
-    rank = doc.get("rank") or {}
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else None
     data = f"{src.get('path')} ({spec.get('n_samples')} x {spec.get('n_features')})"
+    law = {"log-corrected": "log-corrected law, ", "broken": "broken law, "}.get(str(fit.get("model")), "")
+    alpha = ([{"field": f"alpha ({law}ranks {fit['window'][0]}..{fit['window'][1]})",
+               "value": f"{fit['alpha']:.4f}" + alpha_error_text(fit)
+               + (f", 95% CI {ci['low']:.4f}..{ci['high']:.4f}" if ci else "")}] if fit.get("alpha") is not None
+             else [{"field": "alpha", "value": "not fitted (the warnings say why)"}])
+    # the headline metrics besides alpha, each in its registry format (a new one shows here without an edit)
+    headline = [{"field": m.label, "value": registry.shown(float(v), "d" if m.type == "integer" else m.fmt)}
+                for m in registry.view("headline") if m.path != "fit.alpha"
+                and (v := finite(lookup(doc, m.path))) is not None]
     rows: list[dict[str, Any]] = [
             {"field": "data", "value": data},
             {"field": "spectrum", "value": spec.get("definition")},
-            *([{"field": f"alpha (ranks {fit['window'][0]}..{fit['window'][1]})",
-                "value": f"{fit['alpha']:.4f}" + alpha_error_text(fit)
-                + (f", 95% CI {ci['low']:.4f}..{ci['high']:.4f}" if ci else "")}] if fit.get("alpha") is not None
-              else []),
-            *({"field": registry.label(f"rank.{k}"), "value": registry.shown(float(rank[k]),
-                                                                               registry.get(f"rank.{k}").fmt)}
-              for k in ("participation_ratio", "entropy_rank", "stable_rank") if finite(rank.get(k)) is not None),
+            *alpha, *headline,
             {"field": "warnings", "value": len(doc.get("warnings") or [])}]
     return html_table(rows, ("field", "value"), title="spectra report")

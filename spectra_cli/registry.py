@@ -31,8 +31,9 @@ from typing import Any
 #: Where a metric is shown besides the JSON: ``batch`` (a column of a batch's rows and
 #: ``to_pandas()``), ``layer`` (the report page's per-layer table and figures, and ``--summary``),
 #: ``table`` (its section of the terminal report), ``headline`` (what ``trend`` shows without ``--metric`` and the
-#: training callbacks log: the signs of a representation's health and collapse).
-VIEWS = ("batch", "layer", "table", "headline")
+#: training callbacks log: the signs of a representation's health and collapse), ``row`` (a batch's item in the
+#: terminal table and in a notebook: shown where some item holds it).
+VIEWS = ("batch", "layer", "table", "headline", "row")
 KINDS = ("metric", "diagnostic", "count", "input", "cost")
 #: The scales of eigenvalue-valued numbers.
 SPECTRA_SCALE = "spectra's eigenvalues: the covariance (or X^T X / n uncentred), 1/n"
@@ -68,6 +69,8 @@ class Metric:
     #: Whether ``compare`` subtracts it: False for numbers that name rather than measure (a spike's rank and
     #: coordinates, a window's ends, the input's shape). Costs and echoed options are never compared.
     compared: bool = True
+    #: The name a training dashboard logs it under (:attr:`short`: the path's last part unless given).
+    log_name: str | None = None
     #: The field this one is a function of (the stable rank is 1 / the top-PC share): ``compare`` tests the two
     #: as one change, the other's verdict given to this one, so that Benjamini-Hochberg counts it once.
     function_of: str | None = None
@@ -79,6 +82,11 @@ class Metric:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1]
+
+    @property
+    def short(self) -> str:
+        """The name a training dashboard logs it under: :attr:`log_name`, else the path's last part."""
+        return self.log_name or self.name
 
     def format(self, value: Any) -> str:
         """The value as the tables print it (``—`` for none)."""
@@ -119,7 +127,7 @@ METRICS: tuple[Metric, ...] = (
     _m("source.shape.*", "shape", "the input's shape as stored", kind="count", type="integer", compared=False),
     # -- the rank-window power law ------------------------------------------------------------------
     _m("fit.alpha", "alpha (rank fit)", "the exponent of lambda_j ~ j^(-alpha) over the fit's rank window (least "
-       "squares on log lambda against log j, or the method named in fit.method)", views="batch layer headline",
+       "squares on log lambda against log j, or the method named in fit.method)", views="batch layer headline row",
        fmt=".4f",
        se="fit.se"),
     _m("fit.se", "alpha (rank fit) SE", "the sampling standard error of the rank-fit exponent: its spread over "
@@ -129,7 +137,7 @@ METRICS: tuple[Metric, ...] = (
        "points' scatter about the line; not a sampling error: neighbouring eigenvalues are correlated)",
        kind="diagnostic", views="batch"),
     _m("fit.r2", "R^2 (rank fit)", "coefficient of determination of the rank fit on log-log axes",
-       kind="diagnostic", views="batch", fmt=".4f", better="higher"),
+       kind="diagnostic", views="batch row", fmt=".4f", better="higher"),
     _m("fit.residual_rms", "residual RMS (rank fit)", "root mean square of the rank fit's residuals in log10 lambda",
        kind="diagnostic", fmt=".3g"),
     _m("fit.intercept", "intercept (rank fit)", "the fitted log10 lambda at rank 1", kind="diagnostic"),
@@ -234,7 +242,8 @@ METRICS: tuple[Metric, ...] = (
     *_added_by(_SPIKES,
         _m("spectrum.spikes.count", "spikes above the bulk", "eigenvalues above the power-law bulk of the rank window "
            "at this n and d (a sequential Tracy-Widom test at spectrum.spikes.level; not WeightWatcher's num_spikes, "
-           "whose bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer headline"),
+           "whose bulk is a Marchenko-Pastur fit)", kind="count", type="integer", views="batch layer headline row",
+           log_name="spikes"),
         _m("spectrum.spikes.spikes.*.rank", "spike rank", "the spike's rank in the spectrum", kind="count",
            type="integer", compared=False),
         _m("spectrum.spikes.spikes.*.eigenvalue", "spike eigenvalue", "the spike's eigenvalue", scale=SPECTRA_SCALE,
@@ -287,7 +296,7 @@ METRICS: tuple[Metric, ...] = (
     _m("capacity.capacity.*.N", "N(tau)", "sum lambda / (lambda + tau)"),
     # -- effective ranks ----------------------------------------------------------------------------
     _m("rank.participation_ratio", "participation ratio", "(sum lambda)^2 / sum lambda^2 (Gao et al. 2017)",
-       views="batch layer table headline", fmt=".1f", better="higher", se="rank.se.participation_ratio"),
+       views="batch layer table headline row", fmt=".1f", better="higher", se="rank.se.participation_ratio"),
     _m("rank.participation_ratio_population", "participation ratio (population)",
        "(with --population) ((tr S)^2 - sum p_i^2 |y_i|^4) / (tr S^2 - sum p_i^2 |y_i|^4): the ratio of unbiased "
        "estimators of (tr Sigma)^2 and tr Sigma^2 (U-statistics, Chen, Zhang & Zhong 2010; p = w / sum w, y_i the "
@@ -363,7 +372,7 @@ METRICS: tuple[Metric, ...] = (
     # -- WeightWatcher's metrics (Martin & Mahoney) -------------------------------------------------
     *_added_by(_DENSITY,
         _m("weightwatcher.alpha", "WW alpha", "density exponent p(lambda) ~ lambda^-alpha (Hill MLE, KS xmin): "
-           "WeightWatcher's alpha", ww_name="alpha", views="batch layer", fmt=".3f", better="inside alpha_range",
+           "WeightWatcher's alpha", ww_name="alpha", views="batch layer row", fmt=".3f", better="inside alpha_range",
            same_as=("weightwatcher.columns.alpha",)),
         _m("weightwatcher.alpha_weighted", "WW alpha_weighted", "alpha * log10(lambda_max)", ww_name="alpha_weighted",
            views="batch layer", fmt=".3f", scale=WW_SCALE, same_as=("weightwatcher.columns.alpha_weighted",)),
@@ -378,7 +387,7 @@ METRICS: tuple[Metric, ...] = (
            "Marchenko-Pastur edge (sum lambda / M)(1 + 1/sqrt(Q))^2, N x M, N >= M, Q = N/M (closed form; "
            "WeightWatcher fits sigma by kernel density)", views="batch layer", type="integer", nullable=False),
         _m("weightwatcher.verdict", "verdict", "over-trained if alpha < lo, under-trained if alpha > hi, else ok",
-           views="batch", type="string"),
+           views="batch row", type="string"),
         _m("weightwatcher.mp_bulk_edge", "Marchenko-Pastur edge", f"the {_PL} edge (sum lambda / M)(1 + 1/sqrt(Q))^2",
            kind="diagnostic", scale=WW_SCALE),
         _m("weightwatcher.alpha_range.*", "healthy alpha range", "WeightWatcher's guidance for its alpha (2..6)",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,3 +189,52 @@ def top_k_ranks(spec: Spectrum) -> EffectiveRanks:
         exactness=exactness,
         bounds=bounds,
     )
+
+
+# The ranks that have a standard error: each one's value and gradient in the eigenvalues (descending, scale-free:
+# u = lambda / lambda_1), read by the errors' delta method and row groups (spectra_cli.analysis.uncertainty).
+def _pr_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A, B = float(lam.sum()), float(np.dot(lam, lam))
+    return A * A / B, 2.0 * A / B - 2.0 * A * A * lam / (B * B)
+
+
+def _entropy_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A = float(lam.sum())
+    q = lam / A
+    logq = np.log(np.where(q > 0, q, 1.0))
+    H = -float(np.dot(q, logq))
+    er = math.exp(H)
+    return er, er * (-(logq + H) / A) * (q > 0)
+
+
+def _stable_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
+    A, top = float(lam.sum()), float(lam[0])
+    g = np.full(lam.size, 1.0 / top)
+    g[0] -= A / (top * top)
+    return A / top, g
+
+
+GRADIENTS: dict[str, Callable[[np.ndarray], tuple[float, np.ndarray]]] = {
+    "participation_ratio": _pr_grad, "entropy_rank": _entropy_grad, "stable_rank": _stable_grad}
+#: The ranks that are functions of the top eigenvalue and the trace alone, ``fn(lambda_1, tr)``: their grouped errors
+#: come from a delete-a-group jackknife of the top eigenvalue, not the linearisation.
+TOP_FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {"stable_rank": lambda top, total: total / top}
+#: The ranks no standard error is given for, and why.
+NO_ERROR = {
+    "numerical_rank": "a count of eigenvalues above the rounding floor: not a sampling estimate",
+    "k90": "a step function of the eigenvalues (no derivative)", "k95": "a step function of the eigenvalues",
+    "k99": "a step function of the eigenvalues",
+    "rankme": "computed on the uncentred spectrum (a second decomposition): not derived",
+    "participation_ratio_population": "the population estimate's spread is not derived (its bias correction is "
+                                      "first order)",
+}
+
+
+def rank_gradients(lam: np.ndarray) -> dict[str, np.ndarray | None]:
+    """The gradients in the eigenvalues (``lam`` descending, floors resolved to 0) of every rank with a standard
+    error (:data:`GRADIENTS`); None where there is no spectrum."""
+    lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
+    if not lam.size or not lam[0] > 0:
+        return dict.fromkeys(GRADIENTS)
+    u = lam / lam[0]  # scale-free: d f / d lambda = (d f / d u) / lambda_1
+    return {name: fn(u)[1] / lam[0] for name, fn in GRADIENTS.items()}

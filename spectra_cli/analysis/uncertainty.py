@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.analysis.equivalent import merged as atoms
+from spectra_cli.analysis.rank import TOP_FUNCTIONS
 
 METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Var f = [a sum g_j^2 lambda_j^2 + "
           "c (sum g_j lambda_j)^2] / n_eff, g = grad f, with a and c of the rows' fourth moments read from the "
@@ -42,14 +43,8 @@ METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Va
 #: A participation ratio above this share of d marks a flat spectrum, where near-equal eigenvalues repel and
 #: the first-order errors over-state the spread (measured: 2-4x on white noise, 1.5x at j^-0.2, exact from j^-0.4).
 FLAT_PR_SHARE = 0.75
-#: Metrics no standard error is given for, and why.
+#: The isotropy measures no standard error is given for, and why (the ranks': ``spectra_cli.analysis.rank.NO_ERROR``).
 NOT_DERIVED = {
-    "numerical_rank": "a count of eigenvalues above the rounding floor: not a sampling estimate",
-    "k90": "a step function of the eigenvalues (no derivative)", "k95": "a step function of the eigenvalues",
-    "k99": "a step function of the eigenvalues",
-    "rankme": "computed on the uncentred spectrum (a second decomposition): not derived",
-    "participation_ratio_population": "the population estimate's spread is not derived (its bias correction is "
-                                      "first order)",
     "mean_cosine": "the variance of the mean cosine needs the second moment of the unit rows, which the pass does "
                    "not keep",
     "mean_norm_ratio": "not derived", "partition_isotropy": "a min/max over directions: not derived",
@@ -121,27 +116,6 @@ def row_model(lam: np.ndarray, *, n_effective: float, norms: Any = None, varianc
     return RowModel(a, c, n_effective, source)
 
 
-def _pr_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
-    A, B = float(lam.sum()), float(np.dot(lam, lam))
-    return A * A / B, 2.0 * A / B - 2.0 * A * A * lam / (B * B)
-
-
-def _entropy_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
-    A = float(lam.sum())
-    q = lam / A
-    logq = np.log(np.where(q > 0, q, 1.0))
-    H = -float(np.dot(q, logq))
-    er = math.exp(H)
-    return er, er * (-(logq + H) / A) * (q > 0)
-
-
-def _stable_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
-    A, top = float(lam.sum()), float(lam[0])
-    g = np.full(lam.size, 1.0 / top)
-    g[0] -= A / (top * top)
-    return A / top, g
-
-
 def _top_share_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
     A, top = float(lam.sum()), float(lam[0])
     g = np.full(lam.size, -top / (A * A))
@@ -169,17 +143,6 @@ def _isoscore_grad(lam: np.ndarray, d: int) -> tuple[float, np.ndarray] | None:
     d_delta2 = -2 * rd * dr / (2 * (d - rd))
     grad = 2 * inner * (-(d - rd) * d_delta2) / (d * (d - 1))
     return value, grad[: lam.size]
-
-
-def rank_gradients(lam: np.ndarray) -> dict[str, np.ndarray | None]:
-    """The gradients in the eigenvalues (``lam`` descending, floors resolved to 0) of the participation ratio, the
-    entropy rank and the stable rank; None where there is no spectrum."""
-    lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
-    if not lam.size or not lam[0] > 0:
-        return {"participation_ratio": None, "entropy_rank": None, "stable_rank": None}
-    u = lam / lam[0]  # scale-free: d f / d lambda = (d f / d u) / lambda_1
-    return {name: fn(u)[1] / lam[0] for name, fn in (("participation_ratio", _pr_grad),
-                                                     ("entropy_rank", _entropy_grad), ("stable_rank", _stable_grad))}
 
 
 def isotropy_gradients(lam: np.ndarray, *, d: int, isoscore: bool) -> dict[str, np.ndarray | None]:
@@ -485,10 +448,7 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
 
 #: The metrics that are functions of the top eigenvalue and the trace alone, ``fn(lambda_1, tr)``: their grouped
 #: errors come from the delete-a-group jackknife (:meth:`GroupSpread.top_jackknife`), not the linearisation.
-TOP_METRICS: dict[str, Callable[[Any, Any], Any]] = {
-    "stable_rank": lambda top, total: total / top,
-    "top_pc_share": lambda top, total: top / total,
-}
+TOP_METRICS: dict[str, Callable[[Any, Any], Any]] = {**TOP_FUNCTIONS, "top_pc_share": lambda top, total: top / total}
 
 
 def grouped_error(spread: GroupSpread, values: np.ndarray) -> float | None:

@@ -18,15 +18,13 @@ from spectra_cli.run.fit_steps import ERROR_GROUPS
 PREFIX = "spectra"
 #: The row groups a logging callback's moments keep unless told otherwise (the standard errors' own, as fit's).
 GROUPS = ERROR_GROUPS
-#: The logged names of the headline metrics; any other field is logged under its whole dotted path.
-NAMES = {"fit.alpha": "alpha", "spectrum.spikes.count": "spikes", "rank.participation_ratio": "participation_ratio",
-         "rank.entropy_rank": "entropy_rank", "isotropy.top_pc_share": "top_pc_share"}
 
 
 def name_of(field: str) -> str:
-    """The last part of a logged name: a headline metric's short name (``fit.alpha`` is ``alpha``), else the
-    field's whole path (``density.alpha``), so that no two fields share a name."""
-    return NAMES.get(field, field)
+    """The last part of a logged name: a headline metric's short name (``fit.alpha`` is ``alpha``; the registry's
+    :attr:`~spectra_cli.registry.Metric.short`), else the field's whole path (``density.alpha``), so that no two
+    fields share a name."""
+    return next((m.short for m in registry.view("headline") if m.path == field), field)
 
 
 def logged_fields(log: Any) -> tuple[str, ...]:

@@ -180,10 +180,12 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
             return "" if "error" in r else entry.format(v if isinstance(v, int | float | str) else None) \
                 if entry is not None else str(v)
 
-        paths = ["fit.alpha", "fit.r2", "rank.participation_ratio",
-                 *(("weightwatcher.alpha", "weightwatcher.verdict") if with_ww else ()),
-                 *(("spectrum.spikes.count",) if any(isinstance((r.get("spectrum") or {}).get("spikes"), dict)
-                                                     for r in rows) else ())]
+        from spectra_cli.documents import MISSING, lookup
+        from spectra_cli.registry import view
+
+        # the registry's row view, each field where some item holds it (WeightWatcher's with --density, spikes with
+        # --spikes)
+        paths = [m.path for m in view("row") if any(lookup(r, m.path) not in (None, MISSING) for r in rows)]
         columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows])]
         columns += [(label(p), [cell(r, p) for r in rows]) for p in paths]
         if failed:  # a status column only where some item failed (each reason is printed below)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from spectra_cli import registry
 from spectra_cli.options import Convention
 
 
@@ -68,8 +69,8 @@ class BatchResult:
         rows = self.rows()
         cols = (["longname", "N", "M", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank",
                  "num_spikes", "mp_softrank", "warning"] if self.is_weightwatcher
-                else ["item", "status", "shape", "fit.alpha", "fit.r2", "rank.participation_ratio",
-                      "weightwatcher.alpha", "why"])
+                else ["item", "status", "shape", *(m.path for m in registry.view("row")  # (where an item holds it)
+                                                   if any(r.get(m.path) is not None for r in rows)), "why"])
         return html_table(rows, cols, title=f"spectra batch: {len(self.results)} item(s), {len(self.failed)} "
                                             f"failed, {len(self.skipped)} skipped")
 

@@ -306,7 +306,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
     (:mod:`spectra_cli.analysis.uncertainty`: the spread of their linearisation between the pass's row groups, else
     the first-order delta method), and for every one without a standard error why there is none (never a zero).
     ``sample``: False for a weight matrix (its rows are no sample: no warning of how its errors were made)."""
-    from spectra_cli.analysis.rank import participation_ratio
+    from spectra_cli.analysis.rank import GRADIENTS, NO_ERROR, participation_ratio, rank_gradients
     from spectra_cli.analysis.uncertainty import (
         FLAT_PR_SHARE,
         METHOD,
@@ -316,18 +316,13 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         first_order_error,
         group_spread,
         isotropy_gradients,
-        rank_gradients,
         row_model,
     )
 
-    rank_names = ("participation_ratio", "entropy_rank", "stable_rank")
+    rank_names = tuple(GRADIENTS)
     iso_names = ("top_pc_share", *(("isoscore",) if isoscore else ()))
-    rank_missing: dict[str, str] = {k: v for k, v in NOT_DERIVED.items()
-                                    if k in ("numerical_rank", "k90", "k95", "k99", "rankme",
-                                             "participation_ratio_population")}
-    iso_missing: dict[str, str] = {k: v for k, v in NOT_DERIVED.items()
-                                   if k in ("mean_cosine", "mean_norm_ratio", "partition_isotropy",
-                                            "partition_isotropy_symmetric")}
+    rank_missing: dict[str, str] = dict(NO_ERROR)
+    iso_missing: dict[str, str] = dict(NOT_DERIVED)
     rank_se: dict[str, float | None] = {}
     iso_se: dict[str, float | None] = {}
     method: dict[str, Any] | None = None

@@ -20,7 +20,9 @@ LAM = np.sort(np.random.default_rng(3).uniform(0.1, 5.0, 40))[::-1]
 
 
 def _metric(name, lam, d=None):
-    return {"pr": u._pr_grad, "er": u._entropy_grad, "sr": u._stable_grad, "top": u._top_share_grad,
+    from spectra_cli.analysis import rank
+
+    return {"pr": rank._pr_grad, "er": rank._entropy_grad, "sr": rank._stable_grad, "top": u._top_share_grad,
             "iso": lambda x: u._isoscore_grad(x, d or x.size)}[name](lam)
 
 

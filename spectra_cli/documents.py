@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from spectra_cli.errors import InputError
+from spectra_cli.registry import per_position
 from spectra_cli.validate import MAX_STEP
 
 #: Largest magnitude of a number drawn on a linear axis or printed in a table.
@@ -228,8 +229,8 @@ def _check_sequence(c: _Check, doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(r, dict):
             raise c.fail(f"per_position.{i}", "must be an object", r)
         c.number(r.get("position"), f"per_position.{i}.position", none=False, lo=0, hi=10**12, integer=True)
-        for k in ("alpha", "participation_ratio", "mean_cosine"):
-            c.number(r.get(k), f"per_position.{i}.{k}")
+        for m in per_position():
+            c.number(r.get(m.name), f"per_position.{i}.{m.name}")
     parts = [("context", c.section(doc, "context", none=False))]
     controls = doc.get("controls")
     if not isinstance(controls, dict):

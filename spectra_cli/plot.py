@@ -599,18 +599,21 @@ def layers(docs: Iterable[dict[str, Any]], metric: str, ax: Any = None, *, healt
     return ax
 
 
-def sequence_positions(doc: Any, ax: Any = None, *, metric: str = "participation_ratio") -> Any:
-    """One per-position metric of ``spectra sequence`` (``participation_ratio``, ``alpha`` or
-    ``mean_cosine``) against the position."""
+def sequence_positions(doc: Any, ax: Any = None, *, metric: str | None = None) -> Any:
+    """One per-position metric of ``spectra sequence`` (the registry's per-position numbers: the participation
+    ratio, alpha, the mean cosine; the first of them by default) against the position."""
     doc = _doc(doc)
     require_matplotlib()
     ax = _new_axes(ax, height=2.0)
+    entries = {m.name: m for m in registry.per_position()}
+    metric = metric if metric is not None else next(iter(entries))
     rows = [r for r in doc.get("per_position") or [] if finite(r.get(metric)) is not None]
-    labels = {"participation_ratio": "participation ratio", "alpha": "α (rank fit)", "mean_cosine": "mean cosine"}
+    label = entries[metric].label.removesuffix(" (position)").replace("alpha", "α (rank fit)") \
+        if metric in entries else metric
     ax.plot([r["position"] for r in rows], [r[metric] for r in rows], "o-", ms=2.5, lw=0.9, color=PALETTE[0],
-            label=f"{labels.get(metric, metric)}, per position")
+            label=f"{label}, per position")
     ax.set_xlabel("position in the window")
-    ax.set_ylabel(labels.get(metric, metric))
+    ax.set_ylabel(label)
     _legend(ax, frameon=False, loc="best")
     ax.grid(True, alpha=0.25, lw=0.5)
     return _style(ax)
@@ -736,8 +739,9 @@ def sequence_figure(doc: Any, *, title: str | None = None) -> Any:
     with mpl.rc_context(FONT):
         fig = figure(2 * COLUMN_WIDTH, 4.4)
         axes = fig.subplots(2, 2)
-        sequence_positions(doc, ax=axes[0, 0], metric="participation_ratio")
-        sequence_positions(doc, ax=axes[1, 0], metric="alpha")
+        first, second = (m.name for m in registry.per_position()[:2])  # (the participation ratio, alpha)
+        sequence_positions(doc, ax=axes[0, 0], metric=first)
+        sequence_positions(doc, ax=axes[1, 0], metric=second)
         context = sequence_context(doc, ax=axes[0, 1])
         lag_energy(doc, ax=axes[1, 1])
         if context.get_legend() is not None:  # under the figure: inside, it covered the curves

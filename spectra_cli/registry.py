@@ -667,3 +667,10 @@ def unknown_numbers(doc: dict[str, Any]) -> list[str]:
     developer's check: every reported number has an entry)."""
     schema = doc.get("schema") if isinstance(doc.get("schema"), str) else None
     return sorted({p for p in numeric_leaves(doc) if find(p, schema) is None})
+
+
+def per_position() -> tuple[Metric, ...]:
+    """The numbers a sequence report gives each position (``per_position.*.<name>``), in the registry's order:
+    those a table, a figure and the report's check read."""
+    return tuple(m for m in METRICS if m.document == "sequence" and m.path.startswith("per_position.*.")
+                 and m.kind == "metric")

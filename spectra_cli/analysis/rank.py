@@ -214,6 +214,11 @@ def _stable_grad(lam: np.ndarray) -> tuple[float, np.ndarray]:
     return A / top, g
 
 
+#: Each rank that is a function of the resolved eigenvalues alone, by name (what a sequence report computes per
+#: position where the registry lists the rank there).
+RANKS: dict[str, Callable[[np.ndarray], Any]] = {
+    "participation_ratio": lambda lam: participation_ratio(lam), "entropy_rank": lambda lam: entropy_rank(lam),
+    "stable_rank": lambda lam: stable_rank(lam)}
 GRADIENTS: dict[str, Callable[[np.ndarray], tuple[float, np.ndarray]]] = {
     "participation_ratio": _pr_grad, "entropy_rank": _entropy_grad, "stable_rank": _stable_grad}
 #: The ranks that are functions of the top eigenvalue and the trace alone, ``fn(lambda_1, tr)``: their grouped errors

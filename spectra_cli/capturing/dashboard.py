@@ -41,8 +41,8 @@ def logged_fields(log: Any) -> tuple[str, ...]:
     for f in fields:
         entry = registry.find(f) if isinstance(f, str) else None
         if entry is None or entry.type not in ("number", "integer") or "*" in entry.path:
-            raise OptionError(f"{param('log', f)} is not a number of a report (e.g. fit.alpha, "
-                              "rank.participation_ratio, isotropy.top_pc_share).")
+            examples = ", ".join(m.path for m in registry.view("headline"))
+            raise OptionError(f"{param('log', f)} is not a number of a report (e.g. {examples}).")
     return tuple(dict.fromkeys(fields))
 
 

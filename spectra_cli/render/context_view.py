@@ -6,11 +6,18 @@ from typing import Any
 
 from rich.console import Console
 
-from spectra_cli.registry import find, label, shown
+from spectra_cli.registry import find, label, per_position, shown, view
 
 
 def _num(x: Any, fmt: str = ".4g") -> str:
     return "—" if x is None else format(x, fmt)
+
+
+def _report_field(name: str) -> str:
+    """The report field whose format a per-position number takes (``alpha`` -> ``fit.alpha``): the registry's
+    number of that name outside the sequence report."""
+    entry = next((m for m in view("batch") if m.name == name), None)
+    return entry.path if entry is not None else name
 
 
 def _metric(x: Any, field: str) -> str:
@@ -31,10 +38,8 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     rows = doc["per_position"]
     print_columns(console, "Per position", "position", [str(r["position"]) for r in rows], [
         ("tokens", [str(r["n"]) for r in rows]),
-        (label("fit.alpha"), [_metric(r["alpha"], "fit.alpha") for r in rows]),
-        (label("rank.participation_ratio"), [_metric(r["participation_ratio"], "rank.participation_ratio")
-                                             for r in rows]),
-        (label("isotropy.mean_cosine"), [_metric(r["mean_cosine"], "isotropy.mean_cosine") for r in rows])])
+        *((m.label.removesuffix(" (position)"), [_metric(r.get(m.name), _report_field(m.name)) for r in rows])
+          for m in per_position())])
     parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
     fits = [p.get("fit") for _, p in parts]
@@ -44,9 +49,8 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
         ("features", [str(p["spectrum"]["n_features"]) for _, p in parts]),
         (label("fit.alpha"), [_metric(f["alpha"], "fit.alpha") if f else "—" for f in fits]),
         ("window", [f"{f['window'][0]}..{f['window'][1]}" if f else "—" for f in fits]),
-        (label("rank.participation_ratio"), [_metric(r.get("participation_ratio"), "rank.participation_ratio")
-                                             for r in ranks]),
-        (label("rank.entropy_rank"), [_metric(r.get("entropy_rank"), "rank.entropy_rank") for r in ranks])])
+        *((m.label, [_metric(r.get(m.name), m.path) for r in ranks]) for m in view("headline")
+          if m.path.startswith("rank."))])
     lag = doc["lag_energy"]
     lags = range(min(12, len(lag["lags"])))
     print_columns(console, "Lag energy (cross-position blocks / diagonal blocks)", "lag",

@@ -20,6 +20,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from spectra_cli import registry
 from spectra_cli.analysis.fit_options import FIT_KEYWORDS, FitKeywords, FitOptions
 from spectra_cli.analysis.lags import (
     CONTROLS,
@@ -30,7 +31,7 @@ from spectra_cli.analysis.lags import (
     shuffled_order,
 )
 from spectra_cli.analysis.powerlaw import fit_model
-from spectra_cli.analysis.rank import participation_ratio
+from spectra_cli.analysis.rank import RANKS
 from spectra_cli.analysis.suite import FitSuite, run_suite, windows_for
 from spectra_cli.eigen.decomposition import Spectrum, floor_for, spectrum_from_moments
 from spectra_cli.errors import FitError, InputError, Message, OptionError, describe_choices, param, raw
@@ -308,8 +309,8 @@ def _positions(X: np.ndarray, valid: np.ndarray, positions: tuple[int, ...],
     rows: list[dict[str, Any]] = []
     for i, p in enumerate(positions):
         T = X[valid[:, i], i, :]
-        entry: dict[str, Any] = {"position": int(p), "n": int(len(T)), "alpha": None, "participation_ratio": None,
-                                 "mean_cosine": None}
+        entry: dict[str, Any] = {"position": int(p), "n": int(len(T)),
+                                 **{m.name: None for m in registry.per_position()}}
         if len(T) >= 2:
             m = Moments.from_block(T)
             pooled = pooled.merge(m)
@@ -317,7 +318,9 @@ def _positions(X: np.ndarray, valid: np.ndarray, positions: tuple[int, ...],
             cos.update(T)
             cos_all.merge(cos)
             spec = spectrum_from_moments(m)
-            entry["participation_ratio"] = participation_ratio(spec.resolved())
+            for name, value_of in RANKS.items():  # (each rank the registry gives a position)
+                if name in entry:
+                    entry[name] = value_of(spec.resolved())
             entry["mean_cosine"] = cos.mean_cosine()
             try:
                 (win,), _ = windows_for(spec, FitOptions())

@@ -355,12 +355,19 @@ def _report_tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
         sec = doc.get(key)
         if isinstance(sec, dict):
             defs: dict[str, Any] = sec["definitions"] if isinstance(sec.get("definitions"), dict) else {}
-            rows = [[k, _fmtv(v, ".4g") if finite(v) is not None else str(v), str(defs.get(k, ""))]
+            rows = [[_label(f"{key}.{k}", k), _fmtv(v, ".4g") if finite(v) is not None else str(v),
+                     str(defs.get(k, ""))]
                     for k, v in sec.items() if not isinstance(v, dict | list) and v is not None
                     and k not in ("definition", "relation", "convention")]
             if rows:
                 tables.append({"title": title, "head": ["metric", "value", "definition"], "rows": rows})
     return tables
+
+def _label(path: str, name: str) -> str:
+    """A field's label in the registry (its name where the registry has none)."""
+    entry = registry.find(path)
+    return entry.label if entry is not None else name
+
 
 def _fmtv(v: Any, fmt: str) -> str:
     n = finite(v)

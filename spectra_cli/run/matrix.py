@@ -59,11 +59,12 @@ from spectra_cli.run.assemble import (
 )
 from spectra_cli.run.fit_steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
+from spectra_cli.sources.opening import open_input
 from spectra_cli.stages import reports_progress
 from spectra_cli.stream import moment_file
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
-from spectra_cli.stream.passes import Input, as_dataset, input_paths
+from spectra_cli.stream.passes import Input, input_paths
 from spectra_cli.validate import check_bool, check_int
 
 BOOTSTRAP_GROUPS = 32
@@ -127,10 +128,11 @@ def spectrum(
     """
     read = ReadOptions.create(**reading)
     top = check_top(top)
-    if eigenvalues:
+    opening = open_input(data, eigenvalues=eigenvalues)  # (what the input is, told once)
+    if opening.kind == "eigenvalues":
         return _from_eigenvalues("spectrum", data, None)
     clock = Stopwatch()
-    with Input(data, read) as inp:
+    with Input(opening, read) as inp:
         first = inp.first_pass(progress=progress)
         clock.mark("read_accumulate_s")
         main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=top or None,
@@ -184,13 +186,14 @@ def fit(
     ci, population, top, spikes, isoscore = opts.ci, opts.population, opts.top, opts.spikes, opts.isoscore
     shuffled_control, partition_isotropy, scale = opts.shuffled_control, opts.partition_isotropy, opts.scale
     ci_replicates, ci_seed, control_seed = opts.ci_replicates, opts.ci_seed, opts.control_seed
-    if eigenvalues:
+    opening = open_input(data, eigenvalues=eigenvalues)  # (what the input is, told once)
+    if opening.kind == "eigenvalues":
         return _from_eigenvalues("fit", data, opts)
     if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
         threads.import_in_background("scipy.special")
     clock = Stopwatch()
     control = logz = scale_value = None
-    with Input(data, read) as inp:
+    with Input(opening, read) as inp:
         # the row groups the standard errors read (and --ci, --population): kept whenever each holds a few rows
         # (a weight matrix in WeightWatcher's convention is no sample of rows: its errors stay first order, as cheap)
         grouped = inp.n_selected >= fit_steps.GROUPED_ERRORS_ROWS and not opts.convention.is_weightwatcher
@@ -353,9 +356,9 @@ def moments(
         raise OptionError(f"moments needs {param('out')} FILE.npz.")
     path = moment_file.check_target(out, "out")  # before the pass: a bad target costs no reading
     read = ReadOptions.create(refuse=ACCUMULATE_REFUSES, **reading)
-    dataset = as_dataset(data)
-    check_not_input(path, input_paths(dataset, read), "out")
-    acc = accumulate(dataset if dataset is not None else data, groups=groups, progress=progress, **reading)
+    opening = open_input(data)  # (resolved once: the output is checked against its files, and they are read)
+    check_not_input(path, input_paths(opening.dataset, read), "out")
+    acc = accumulate(opening, groups=groups, progress=progress, **reading)
     acc.save(path)
     return acc
 

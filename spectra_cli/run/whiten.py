@@ -26,11 +26,12 @@ from spectra_cli.run import fit_steps
 from spectra_cli.run.assemble import Stopwatch, assemble, spectrum_warnings
 from spectra_cli.run.matrix import keywords_checked
 from spectra_cli.sinks import MatrixWriter, check_not_input, check_target
+from spectra_cli.sources.opening import open_input
 from spectra_cli.stages import reports_progress
 from spectra_cli.stream.isotropy_sums import CosineAccumulator, LogZAccumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.moments import Moments
-from spectra_cli.stream.passes import Input, as_dataset, input_paths
+from spectra_cli.stream.passes import Input, input_paths
 from spectra_cli.validate import check_bool, check_int
 
 
@@ -100,10 +101,8 @@ def whiten(
     out = os.fspath(out) if out is not None else None
     save_transform = os.fspath(save_transform) if save_transform is not None else None
     transform_path = os.fspath(transform) if isinstance(transform, str | os.PathLike) else None
-    dataset = as_dataset(data)
-    if dataset is not None:
-        data = dataset  # resolved once: the outputs are checked against its members, and it is read
-    inputs = input_paths(dataset, read, transform_path)
+    opening = open_input(data)  # (resolved once: the outputs are checked against its files, and they are read)
+    inputs = input_paths(opening.dataset, read, transform_path)
     if out is not None:
         check_target(out)
         check_not_input(out, inputs, "out")
@@ -118,7 +117,7 @@ def whiten(
     if loaded is not None and not isinstance(loaded, WhiteningTransform):
         raise TypeError(f"transform must be a path or a WhiteningTransform, not {type(loaded).__name__}.")
     clock = Stopwatch()
-    with Input(data, read) as inp:
+    with Input(opening, read) as inp:
         info = inp.info
         if loaded is not None and loaded.d_in != info.n_features:
             raise InputError(f"transform {transform_path or '<WhiteningTransform>'} expects {loaded.d_in} features; "

@@ -9,7 +9,6 @@ isotropy, the shuffled control, whitening) reads the rows again through the same
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,8 +17,9 @@ import numpy as np
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import DEFAULT_BLOCK_ROWS, ReadOptions, refuse_over_budget
 from spectra_cli.sources import LogitsWeights, Source, SourceInfo, WeightsFile, formats, iter_selected, open_dataset
-from spectra_cli.sources.dataset import Dataset, moment_file_problem, resolve
+from spectra_cli.sources.dataset import Dataset, moment_file_problem
 from spectra_cli.sources.in_memory import as_array
+from spectra_cli.sources.opening import open_input
 from spectra_cli.sources.rows import RowSpec, WeightsArray
 from spectra_cli.stream import moment_file
 from spectra_cli.stream.accumulator import UNBOUNDED, Accumulator
@@ -34,17 +34,6 @@ BLOCK_BYTES = 64 << 20
 #: Group moments kept for the bootstrap may use at most this much memory.
 GROUP_MEMORY = 1 << 30
 MIN_BLOCKS_FOR_GROUPS = 32
-
-def as_dataset(data: Any) -> Dataset | None:
-    """``data`` resolved as a :class:`Dataset` when it names files (a path, several, or a Dataset
-    already); None for arrays and accumulators."""
-    if isinstance(data, Dataset):
-        return data
-    if isinstance(data, str | os.PathLike) or (isinstance(data, list | tuple) and (not data or any(
-            isinstance(p, str | os.PathLike) for p in data))):
-        return resolve(data)  # a list with a path in it names files (each element checked there)
-    return None
-
 
 def input_paths(dataset: Dataset | None, read: ReadOptions, *others: str | None) -> list[str]:
     """Every file a run reads, for the checks that keep an output off them: the dataset's members
@@ -174,6 +163,8 @@ class Input:
     """An opened input (use as a context manager)."""
 
     def __init__(self, data: Any, read: ReadOptions) -> None:
+        """``data``: anything :func:`~spectra_cli.sources.opening.open_input` tells the kind of (or its
+        :class:`~spectra_cli.sources.opening.Opening`): rows, moments or a Dask array."""
         self.read = read
         self.accumulator: Accumulator | None = None
         self.source: Source | None = None
@@ -182,9 +173,12 @@ class Input:
         self.dask_array: Any = None
         self.dataset: Dataset | None = None
         self.block_rows_used: int | None = None  # set by the first pass
-        from spectra_cli.stream.cluster import is_dask_array
-
-        if is_dask_array(data):
+        opening = open_input(data)
+        if opening.kind == "eigenvalues":
+            raise OptionError("eigenvalues computed elsewhere have no rows to read (fit and spectrum take them with "
+                              f"{param('eigenvalues', True)}).")
+        data = opening.data
+        if opening.kind == "dask array":
             if data.ndim != 2:
                 raise InputError(f"a dask array must be 2-D (rows, features) chunked by rows; got shape {data.shape}.")
             self.dask_array = data
@@ -196,9 +190,9 @@ class Input:
                 raise OptionError("a dask array is analysed whole and unweighted: rows, weights and sequence options "
                                   "apply to files.")
             return
-        if isinstance(data, Accumulator):
+        if opening.kind == "accumulator":
             self.accumulator = data
-        elif (ds := as_dataset(data)) is not None:
+        elif (ds := opening.dataset) is not None:
             self.dataset = ds
             self.path = ds.name
             if ds.is_moments:

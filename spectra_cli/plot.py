@@ -38,10 +38,10 @@ from spectra_cli.sources import formats
 __all__ = [
     "COLUMN_WIDTH", "PALETTE", "density", "density_figure", "errorbar", "figure", "lag_energy", "layers",
     "local_slope", "log_ticks", "report_figure", "require_matplotlib", "save", "sequence_context", "sequence_figure",
-    "sequence_positions", "spectrum", "trend", "trend_figure", "uncertainty",
+    "sequence_positions", "spectrum", "trend", "trend_figure",
 ]
 
-from spectra_cli.documents import (  # noqa: E402  (re-exported)
+from spectra_cli.documents import (  # noqa: E402  (what a figure reads of a report written elsewhere)
     alpha_error,
     finite,
     item_name,
@@ -51,7 +51,7 @@ from spectra_cli.documents import (  # noqa: E402  (re-exported)
     predict,
     short_label,
 )
-from spectra_cli.results import uncertainty  # noqa: E402  (re-exported: the interval a metric carries)
+from spectra_cli.results import uncertainty  # noqa: E402  (the interval a metric carries: its error bars)
 
 #: Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")

@@ -254,12 +254,21 @@ class FitOptions:
         spectra's, the options as they are."""
         if not self.convention.is_weightwatcher:
             return self, []
-        from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH, ww_skip
+        from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH
 
-        skip = ww_skip((n_rows, n_features))
+        skip = self.skip((n_rows, n_features))
         said = [f"WeightWatcher's analysis would skip this matrix ({skip}): spectra's numbers for it have no "
                 "WeightWatcher counterpart to compare with"] if skip else []
         return replace(self, density_floor=WW_EVALS_THRESH / max(n_rows, 1)), said
+
+    def skip(self, shape: tuple[int, ...]) -> str | None:
+        """Why the convention leaves a tensor of ``shape`` out (WeightWatcher's layer selection: too small, or not
+        a matrix), or None: spectra's own convention leaves none out."""
+        if not self.convention.is_weightwatcher:
+            return None
+        from spectra_cli.analysis.weightwatcher import ww_skip
+
+        return ww_skip(shape)
 
     @property
     def needs_all(self) -> list[str]:

@@ -164,12 +164,10 @@ def batch(
                            convention=(made.pop() if not convention.is_weightwatcher and len(made) == 1
                                        else convention).value)
     items, listing = enumerate_items(args, tensors)
-    if convention.is_weightwatcher:  # its layer selection (weightwatcher.py layer_supported)
-        from spectra_cli.analysis.weightwatcher import ww_skip
-
+    if convention.is_weightwatcher:  # its layer selection (FitOptions.skip)
         kept = []
         for it in items:
-            why = ww_skip(it.shape) if it.shape is not None and len(it.shape) == 2 else None
+            why = fit_options.skip(it.shape) if it.shape is not None and len(it.shape) == 2 else None
             if why is None:
                 kept.append(it)
             else:

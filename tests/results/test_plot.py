@@ -15,7 +15,7 @@ from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import spectra_cli as spectra  # noqa: E402
-from spectra_cli import plot  # noqa: E402
+from spectra_cli import documents, plot  # noqa: E402
 from tests.conftest import powerlaw_matrix  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def test_fit_line_is_the_fits_own_prediction(layernorm_report):
     for model in ("power-law", "broken", "log-corrected"):
         f = fit_model(lam, Window(4, 40, "user", "test"), model=model, degree=2)
         j = np.geomspace(4, 40, 17)
-        np.testing.assert_allclose(plot.predict(f.to_dict(), j), f.predict(j), rtol=1e-12)
+        np.testing.assert_allclose(documents.predict(f.to_dict(), j), f.predict(j), rtol=1e-12)
 
 
 def test_bootstrap_interval_and_broken_law_in_the_labels():
@@ -209,18 +209,19 @@ def test_figure_sizes_read_at_one_column(layernorm_report):
 
 def test_layer_names_drop_the_common_prefix_and_sort_in_network_order():
     items = [f"m.safetensors::enc.layer.{i}.w" for i in (10, 2, 1)]
-    assert sorted(items, key=plot.natural_key) == [items[2], items[1], items[0]]
-    assert plot.layer_names(sorted(items, key=plot.natural_key)) == ["enc.layer.1.w", "enc.layer.2.w", "enc.layer.10.w"]
+    assert sorted(items, key=documents.natural_key) == [items[2], items[1], items[0]]
+    assert documents.layer_names(sorted(items, key=documents.natural_key)) == ["enc.layer.1.w", "enc.layer.2.w",
+                                                                             "enc.layer.10.w"]
 
 
 def test_layer_names_keep_the_modules_name_whole_and_the_page_says_what_was_dropped():
     from spectra_cli.documents import dropped_text
 
     items = [f"runs/moments/encoder.layer.{i}.npz" for i in range(6)]
-    assert plot.layer_names(items) == [f"encoder.layer.{i}" for i in range(6)]
+    assert documents.layer_names(items) == [f"encoder.layer.{i}" for i in range(6)]
     assert dropped_text(items) == 'names without their common "runs/moments/" and ".npz"'
-    assert plot.layer_names(["a.npz", "b.npz"]) == ["a", "b"] and dropped_text(["x_1", "x_2"]) == ""
-    assert plot.layer_names(["m/.npz", "m/x.npz"]) == [".npz", "x.npz"]  # a name is never cut to nothing
+    assert documents.layer_names(["a.npz", "b.npz"]) == ["a", "b"] and dropped_text(["x_1", "x_2"]) == ""
+    assert documents.layer_names(["m/.npz", "m/x.npz"]) == [".npz", "x.npz"]  # a name is never cut to nothing
 
 
 def test_not_a_report_is_a_clear_error():

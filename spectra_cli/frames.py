@@ -16,18 +16,13 @@ from html import escape
 from typing import Any
 
 from spectra_cli import registry
+from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS
 from spectra_cli.documents import alpha_error_text, finite, lookup
 from spectra_cli.errors import OptionError
 
 #: A batch row's report fields (dotted), in this order: the registry's ``batch`` view.
 FIELDS = tuple(m.path.removesuffix(".*") for m in registry.view("batch"))
 #: WeightWatcher's ``analyze()`` details columns (0.7.7, default and ``mp_fit=True``), in its order of interest.
-WW_COLUMNS = (
-    "layer_id", "name", "longname", "N", "M", "Q", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm",
-    "log_alpha_norm", "stable_rank", "xmin", "xmax", "D", "sigma", "num_pl_spikes", "num_evals", "lambda_max",
-    "spectral_norm", "norm", "sv_max", "sv_min", "matrix_rank", "rank_loss", "weak_rank_loss", "entropy", "warning",
-    "num_spikes", "sigma_mp", "mp_softrank", "bulk_max", "bulk_min", "W_scale",
-)
 
 
 def require_pandas() -> Any:
@@ -93,7 +88,7 @@ def ww_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         tensor = _item(doc).partition("::")[2] or os.path.basename(_item(doc))
         longname = tensor[: -len(".weight")] if tensor.endswith(".weight") else tensor
         row = {"layer_id": k, "name": longname.split(".")[-1], "longname": longname}
-        row.update({c: cols.get(c) for c in WW_COLUMNS[3:]})
+        row.update({c: cols.get(c) for c in ANALYZE_COLUMNS[3:]})
         rows.append(row)
     return rows
 

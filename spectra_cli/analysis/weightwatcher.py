@@ -44,6 +44,20 @@ WW_EVALS_THRESH = 1e-5
 WW_EPSILON = 1e-10
 
 
+#: WeightWatcher 0.7.7's analyze() columns, by its names and in its order (a DataFrame a WeightWatcher user reads).
+ANALYZE_COLUMNS = (
+    "layer_id", "name", "longname", "N", "M", "Q", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm",
+    "log_alpha_norm", "stable_rank", "xmin", "xmax", "D", "sigma", "num_pl_spikes", "num_evals", "lambda_max",
+    "spectral_norm", "norm", "sv_max", "sv_min", "matrix_rank", "rank_loss", "weak_rank_loss", "entropy", "warning",
+    "num_spikes", "sigma_mp", "mp_softrank", "bulk_max", "bulk_min", "W_scale",
+)
+#: The columns its get_summary() averages (the model-level summary), in its order.
+SUMMARY_COLUMNS = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",
+                   "mp_softrank")
+#: The columns a batch's table shows in its convention (a terminal's width of them).
+TABLE_COLUMNS = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
+                 "mp_softrank")
+
 def ww_skip(shape: list[int] | tuple[int, ...]) -> str | None:
     """Why WeightWatcher's ``analyze()`` skips a 2-D weight of this shape (``layer_supported``:
     ``M < min_evals``, ``M > max_evals``, ``N > max_N``; ``N, M`` its larger and smaller side), or None."""

@@ -72,7 +72,7 @@ def check(
 
     \b
     Examples:
-      spectra check acts.npy --require "fit.alpha between 0.6 0.9" --require "rank.participation_ratio >= 50"
+      spectra check acts.npy --require "fit.alpha between 0.3 1.5" --require "rank.participation_ratio >= 50"
       spectra check report.json --config spectra.toml --baseline last_good.json --max-change fit.alpha=0.05
       spectra check weights.jsonl --require "fit.alpha < 1" --exclude token_type_embeddings
     """

@@ -155,8 +155,7 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
         Convention.of_report(r).is_weightwatcher for r in rows)
     failed = [r for r in rows if "error" in r]
     if ww_convention:  # WeightWatcher's analyze() columns, by its names
-        cols = ("alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "num_spikes",
-                "mp_softrank")
+        from spectra_cli.analysis.weightwatcher import TABLE_COLUMNS as cols
 
         def ww(r: dict[str, Any], k: str) -> str:
             c = (r.get("weightwatcher") or {}).get("columns") or {}

@@ -56,19 +56,21 @@ class BatchResult:
         """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``): the items analysed
         (and failed), each reported number a numeric column; ``skipped=True`` adds the tensors that are
         not matrices (status ``skipped``, with ``why``)."""
-        from spectra_cli.frames import WW_COLUMNS, frame
+        from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS
+        from spectra_cli.frames import frame
 
         rows = self.rows()
         if not skipped:
             rows = [r for r in rows if r.get("status") != "skipped"]
-        return frame(rows, WW_COLUMNS if self.is_weightwatcher else None)
+        return frame(rows, ANALYZE_COLUMNS if self.is_weightwatcher else None)
 
     def _repr_html_(self) -> str:
         from spectra_cli.frames import html_table
 
         rows = self.rows()
-        cols = (["longname", "N", "M", "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank",
-                 "num_spikes", "mp_softrank", "warning"] if self.is_weightwatcher
+        from spectra_cli.analysis.weightwatcher import TABLE_COLUMNS
+
+        cols = (["longname", "N", "M", *TABLE_COLUMNS, "warning"] if self.is_weightwatcher
                 else ["item", "status", "shape", *(m.path for m in registry.view("row")  # (where an item holds it)
                                                    if any(r.get(m.path) is not None for r in rows)), "why"])
         return html_table(rows, cols, title=f"spectra batch: {len(self.results)} item(s), {len(self.failed)} "

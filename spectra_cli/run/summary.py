@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectra_cli import registry
+from spectra_cli.analysis.weightwatcher import SUMMARY_COLUMNS
 from spectra_cli.documents import RESULT_SCHEMAS, check_report_schema, finite, lookup
 from spectra_cli.errors import InputError
 
@@ -20,8 +21,6 @@ METRICS = tuple((m.path, m.label) for m in registry.view("layer"))
 WORST = 5
 #: WeightWatcher's get_summary(): the plain mean of these columns over the layers analysed
 #: (weightwatcher.py 0.7.7 ``get_summary``; mp_softrank is there with ``mp_fit=True``).
-WW_SUMMARY = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",
-              "mp_softrank")
 
 
 def summary_format(field: str) -> str:
@@ -167,7 +166,7 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
     cols = [c for c in (lookup(doc, "weightwatcher.columns") for doc in layers) if isinstance(c, dict)]
     if cols:
         ww_summary = {"layers": len(cols)}
-        for name in WW_SUMMARY:
+        for name in SUMMARY_COLUMNS:
             vals = [v for v in (finite(c.get(name)) for c in cols) if v is not None]
             ww_summary[name] = sum(vals) / len(vals) if vals else None
     centring = {c for c in ((doc.get("options") or {}).get("centered") for doc in layers) if isinstance(c, bool)}

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 import spectra_cli as spectra
+from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS as WW_COLUMNS
 from spectra_cli.analysis.weightwatcher import linear_kde, mp_fit, ww_skip
-from spectra_cli.frames import WW_COLUMNS
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 

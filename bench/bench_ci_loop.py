@@ -38,7 +38,7 @@ def main() -> int:
     from spectra_cli import jsonio
     from spectra_cli.analysis.local_slope import local_slope_profile
     from spectra_cli.analysis.powerlaw import compare_models
-    from spectra_cli.results import check_report_schema
+    from spectra_cli.documents import check_report_schema
 
     warnings.simplefilter("ignore")
     rep = spectra.fit(SAMPLE)

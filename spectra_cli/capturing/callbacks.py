@@ -21,7 +21,21 @@ from spectra_cli.capturing import dashboard
 from spectra_cli.capturing.hooks import Snapshots
 from spectra_cli.errors import SpectraWarning
 
-__all__ = ["SpectraLightningCallback", "SpectraTrainerCallback"]  # noqa: F822  (made when first asked for)
+
+def _frameworks() -> list[str]:
+    """The callbacks whose framework is installed (each class needs its own)."""
+    from importlib.util import find_spec
+
+    return [name for name, module in (("SpectraTrainerCallback", "transformers"),
+                                      ("SpectraLightningCallback", "lightning"))
+            if find_spec(module) is not None]
+
+
+__all__ = _frameworks()  # (each made when first asked for)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

@@ -182,9 +182,9 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
         from spectra_cli.documents import MISSING, lookup
         from spectra_cli.registry import view
 
-        # the registry's row view, each field where some item holds it (WeightWatcher's with --density, spikes with
-        # --spikes)
-        paths = [m.path for m in view("row") if any(lookup(r, m.path) not in (None, MISSING) for r in rows)]
+        # the registry's row view, each field where some item's report has it (WeightWatcher's with --density, spikes
+        # with --spikes; a null value is a dash)
+        paths = [m.path for m in view("row") if any(lookup(r, m.path) is not MISSING for r in rows)]
         columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows])]
         columns += [(label(p), [cell(r, p) for r in rows]) for p in paths]
         if failed:  # a status column only where some item failed (each reason is printed below)

@@ -45,9 +45,10 @@ def _is_dask_array(obj: Any) -> bool:
 
 
 def _is_accumulator(obj: Any) -> bool:
-    """An Accumulator (told by its class's name and module: this floor does not import the streams)."""
-    cls = type(obj)
-    return cls.__name__ == "Accumulator" and cls.__module__ == "spectra_cli.stream.accumulator"
+    """An Accumulator, or one of its subclasses (told by the classes' names and modules: this floor does not import
+    the streams)."""
+    return any(c.__name__ == "Accumulator" and c.__module__ == "spectra_cli.stream.accumulator"
+               for c in type(obj).__mro__)
 
 
 def open_input(data: Any, *, eigenvalues: bool = False) -> Opening:

@@ -60,17 +60,11 @@ def fit(
       spectra fit emb.parquet --column emb --window auto --ci --plot spectrum.png
       spectra fit mlp_acts.npy --window 11:1049 --top 2000
     """
+    from spectra_cli.render.figures import check_plot_options
     from spectra_cli.render.progress import LazyProgress
     from spectra_cli.run import matrix as api
 
-    if title is not None and plot is None:
-        from spectra_cli.errors import OptionError
-
-        raise OptionError("--title names the figure: give --plot FILE too.")
-    if plot is not None:
-        from spectra_cli.render.figures import check_plot_target
-
-        check_plot_target(plot)
+    check_plot_options(plot, title)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = api.fit(one_path(paths, "eigenvalues") if eigenvalues else paths, eigenvalues=eigenvalues,
                          progress=progress, **fitting, **reading)
@@ -377,17 +371,11 @@ def sequence(
       spectra sequence ctx.npy --project 32 --seed 0 --window 50:500 --plot ctx.png
       spectra sequence tokens.parquet --positions-per-window 32 --doc-column doc_id --json
     """
+    from spectra_cli.render.figures import check_plot_options
     from spectra_cli.render.progress import LazyProgress
     from spectra_cli.run.sequence import sequence as run
 
-    if title is not None and plot is None:
-        from spectra_cli.errors import OptionError
-
-        raise OptionError("--title names the figure: give --plot FILE too.")
-    if plot is not None:
-        from spectra_cli.render.figures import check_plot_target
-
-        check_plot_target(plot)
+    check_plot_options(plot, title)
     with LazyProgress(f"reading {describe_paths(paths)}") as progress:
         report = run(paths, project=project, seed=seed, controls=[c.strip() for c in controls.split(",") if c.strip()],
                      progress=progress, **fitting, **reading)

@@ -278,14 +278,9 @@ def trend(
     from spectra_cli.run.trend import trend as run_trend
 
     metrics = list(metric or [])
-    if title is not None and plot is None:
-        from spectra_cli.errors import OptionError
+    from spectra_cli.render.figures import check_plot_options
 
-        raise OptionError("--title names the figure: give --plot FILE too.")
-    if plot is not None:
-        from spectra_cli.render.figures import check_plot_target
-
-        check_plot_target(plot)
+    check_plot_options(plot, title)
     result = run_trend(paths, metric=metrics, step_regex=step_regex)
     metrics = list(result.metrics)
     if plot is not None:

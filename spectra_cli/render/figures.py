@@ -14,6 +14,15 @@ if TYPE_CHECKING:
     from spectra_cli.run.trend import Point
 
 
+def check_plot_options(plot: str | None, title: str | None) -> None:
+    """A command's ``--plot`` and ``--title``, checked before any work: a title names a figure, and the figure
+    must be writable (:func:`check_plot_target`)."""
+    if title is not None and plot is None:
+        raise OptionError("--title names the figure: give --plot FILE too.")
+    if plot is not None:
+        check_plot_target(plot)
+
+
 def check_plot_target(path: str) -> None:
     """Fail before any work if the plot cannot be written."""
     if formats.by_path(path, formats.FIGURES) is None:

@@ -70,6 +70,9 @@ def test_plot_bad_target_fails_before_any_work(cli, tmp_path):
     r = cli("fit", SAMPLE / "minilm_layer5_tokens_4k_f16.npy", "--plot", tmp_path / "s.gif")
     assert r.exit_code == 2
     assert r.stderr == f"error: --plot '{tmp_path / 's.gif'}': the file must end in .png, .svg, .pdf.\n"
+    for command in ("fit", "sequence", "trend"):  # (one check of the pair, before any reading)
+        r = cli(command, tmp_path / "none.npy", "--title", "t")
+        assert r.exit_code == 2 and r.stderr == "error: --title names the figure: give --plot FILE too.\n"
 
 
 def test_plot_without_matplotlib_names_the_extra(cli, tmp_path, without):

@@ -282,27 +282,10 @@ def test_float32_products_are_within_their_floor_and_said_so():
 def test_the_lightning_callback_writes_a_snapshot_every_n_steps(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from spectra_cli.capturing.callbacks import SpectraLightningCallback
+    from tests.capturing.lightning_run import fit_tiny
 
-    class Net(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = torch.nn.Linear(8, 6)
-            self.head = torch.nn.Linear(6, 1)
-
-        def training_step(self, batch, batch_idx):
-            (x,) = batch
-            return self.head(torch.tanh(self.body(x))).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    torch.manual_seed(0)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 8)), batch_size=10)
     cb = SpectraLightningCallback(tmp_path / "run", modules="body", every=2)
-    trainer = pl.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                         default_root_dir=str(tmp_path))
-    trainer.fit(Net(), data)
+    fit_tiny(pl, cb, tmp_path, d_in=8, d_hidden=6, rows=40, batch=10)
     assert sorted(os.listdir(tmp_path / "run")) == ["step_2", "step_4"]
     assert [spectra.Accumulator.load(tmp_path / "run" / s / "body.npz").n for s in ("step_2", "step_4")] == [20, 20]
 

@@ -66,28 +66,11 @@ def test_a_lightning_run_logs_the_headline_metrics_at_each_snapshot(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from spectra_cli.capturing.callbacks import SpectraLightningCallback
+    from tests.capturing.lightning_run import fit_tiny
 
-    class Net(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = torch.nn.Linear(32, 32)
-            self.head = torch.nn.Linear(32, 1)
-
-        def training_step(self, batch, batch_idx):
-            (x,) = batch
-            return self.head(torch.tanh(self.body(x))).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    torch.manual_seed(0)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(7 * 24, 32)), batch_size=24)
     logger = TensorBoardLogger(save_dir=str(tmp_path / "tb"), name="run", version=0)
     cb = SpectraLightningCallback(tmp_path / "moments", modules="body", every=2, fit=FIT)
-    trainer = pl.Trainer(max_epochs=1, callbacks=[cb], logger=logger, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                         default_root_dir=str(tmp_path))
-    trainer.fit(Net(), data)
+    fit_tiny(pl, cb, tmp_path, d_in=32, d_hidden=32, rows=7 * 24, batch=24, logger=logger)
     assert sorted(cb.logged) == [2, 4, 6, 7]  # every 2 steps, and the end of training
     _check(scalars(logger.log_dir), "", tmp_path / "moments", [2, 4, 6, 7])
 

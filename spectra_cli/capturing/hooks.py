@@ -206,6 +206,7 @@ class Capture:
         self.n_dropped = {n: 0 for n in names}
         self.calls = 0
         self.saved: list[str] = []  # the files the last save wrote (rank 0)
+        self.saved_by_module: dict[str, str] = {}  # the same, by module
         self.texts_read = self.tokens_read = 0  # (a capture that ran the model over texts itself)
         self._mask_rule = mask
         self._mask: Any = None
@@ -475,7 +476,7 @@ class Capture:
             raise InputError("no captured module saw a row since the last snapshot: nothing to save (run the model "
                              "inside the capture).")
         writer = _rank() == 0
-        written: list[str] = []
+        written: dict[str, str] = {}
         if writer:
             try:
                 os.makedirs(target, exist_ok=True)
@@ -484,14 +485,14 @@ class Capture:
         for name in seen:  # (one module's host copy at a time; every rank: collective)
             acc = self._accumulator(name, step)
             if writer:
-                written.append(acc.save(paths[name]))
+                written[name] = acc.save(paths[name])
             del acc
         if reset:
             for st in self._states.values():
                 st.reset()
             self._since = step
-        self.saved = written
-        return written
+        self.saved, self.saved_by_module = list(written.values()), written
+        return self.saved
 
     def plan(self, folder: str | os.PathLike[str], *, step: int | None = None,
              flag: str = "folder") -> tuple[str, dict[str, str]]:
@@ -608,11 +609,8 @@ class Snapshots:
             return False
         self._last = step
         with contextlib.suppress(InputError):  # (no module saw a row since the last one: nothing to write)
-            _, paths = self.capture.plan(self.folder, step=step)
-            written = self.capture.save(self.folder, step=step, reset=self.reset)
-            self.saved += written
-            module_of = {path: name for name, path in paths.items()}
-            self.latest = {module_of[p]: p for p in written if p in module_of}
+            self.saved += self.capture.save(self.folder, step=step, reset=self.reset)
+            self.latest = dict(self.capture.saved_by_module)
         return bool(self.latest)
 
     def stop(self) -> None:

@@ -348,12 +348,12 @@ def common_part(names: Sequence[str]) -> tuple[str | None, list[str]]:
         if len(models) == 1:
             model = (os.path.dirname(files[0]) or ".") + "/" if all(sharded) else files[0]
             return model, [n.partition("::")[2] for n in names]
-    if len(names) < 2:
+    from spectra_cli.documents import common_parts
+
+    prefix, _ = common_parts(names)  # (the pages' rule: the folder the names share, never inside a name)
+    if not prefix:
         return None, names
-    cut = os.path.commonprefix(names).rfind("/") + 1
-    if cut <= 0:
-        return None, names
-    return names[0][:cut], [n[cut:] for n in names]
+    return prefix, [n[len(prefix):] for n in names]
 
 
 def shorten_names(names: Sequence[str]) -> list[str]:

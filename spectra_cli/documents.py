@@ -225,12 +225,13 @@ def _check_sequence(c: _Check, doc: dict[str, Any]) -> dict[str, Any]:
     rows = doc.get("per_position")
     if not isinstance(rows, list):
         raise c.fail("per_position", "must be a list", rows)
+    numbers = [m.name for m in per_position()]  # (read once, not per position)
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise c.fail(f"per_position.{i}", "must be an object", r)
         c.number(r.get("position"), f"per_position.{i}.position", none=False, lo=0, hi=10**12, integer=True)
-        for m in per_position():
-            c.number(r.get(m.name), f"per_position.{i}.{m.name}")
+        for name in numbers:
+            c.number(r.get(name), f"per_position.{i}.{name}")
     parts = [("context", c.section(doc, "context", none=False))]
     controls = doc.get("controls")
     if not isinstance(controls, dict):

@@ -38,8 +38,8 @@ def print_sequence(doc: dict[str, Any], console: Console) -> None:
     rows = doc["per_position"]
     print_columns(console, "Per position", "position", [str(r["position"]) for r in rows], [
         ("tokens", [str(r["n"]) for r in rows]),
-        *((m.label.removesuffix(" (position)"), [_metric(r.get(m.name), _report_field(m.name)) for r in rows])
-          for m in per_position())])
+        *((m.label.removesuffix(" (position)"), [_metric(r.get(m.name), field) for r in rows])
+          for m in per_position() for field in (_report_field(m.name),))])
     parts = [("pooled tokens", doc["pooled"]), ("context", doc["context"])]
     parts += [(f"{name} control", c) for name, c in doc["controls"].items()]
     fits = [p.get("fit") for _, p in parts]

@@ -259,6 +259,11 @@ def ascii_safe_streams() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    if sys.stderr is None:  # (closed: 2>&-) messages go nowhere, the run goes on
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (for the whole run)
+    if sys.stdout is None:  # (closed: >&-) the result has nowhere to go: said, exit 2, before any work
+        sys.stderr.write("error: stdout is closed: the result has nowhere to go (redirect it to a file).\n")
+        raise SystemExit(2)
     ascii_safe_streams()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)

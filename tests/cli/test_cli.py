@@ -75,3 +75,13 @@ def test_a_long_stage_without_a_terminal_gets_one_line_with_its_time_left(monkey
     clock[0] += 6.0
     bar(4, 8)  # 6 s more: not long
     assert capsys.readouterr().err == ""
+
+
+def test_closed_streams_are_said_or_ignored_never_a_traceback(tmp_path):
+    """stdout closed (>&-): one line and exit 2 before any work; stderr closed (2>&-): the result as ever."""
+    entry = f"{sys.executable} -c 'from spectra_cli.cli import main; main()'"
+    r = subprocess.run(f"{entry} fit {NPY} --json >&-", shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr == "error: stdout is closed: the result has nowhere to go (redirect it to a file).\n"
+    r = subprocess.run(f"{entry} fit {NPY} --json 2>&-", shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["spectrum"]["n_features"] == 384

@@ -17,7 +17,7 @@ from typing import Any, Unpack
 
 from spectra_cli import registry
 from spectra_cli.analysis.fit_options import FIT_CONSTRAINTS, FIT_KEYWORDS, FitKeywords
-from spectra_cli.documents import MISSING, lookup
+from spectra_cli.documents import MISSING, item_name, lookup
 from spectra_cli.errors import OptionError, param
 from spectra_cli.results import scalar_fields, standard_error
 from spectra_cli.sources import formats
@@ -409,8 +409,16 @@ def check(
             notes.append(f"the config's [fit] table ({', '.join(sorted(cfg['fit']))}) does not apply to {data}: saved "
                          "reports are checked as they were made")
     if formats.JSONL.matches(data):
-        doc = evaluate_results(read_results([data]), checks, base, only=only, exclude=exclude)
-        return CheckResult(bool(doc["passed"]), doc, items=True, notes=tuple(notes))
+        lines = read_results([data])
+        doc = evaluate_results(lines, checks, base, only=only, exclude=exclude)
+        mismatch: list[str] = []
+        checked = {i["item"] for i in doc["items"] if "error" not in i}
+        for line in lines:  # (each item checked against the baseline, as one report is)
+            if base is not None and "skipped" not in line and "error" not in line and item_name(line) in checked:
+                for m in check_same_options(line, base, what=f"{data} ({item_name(line)}) and the baseline "
+                                            f"{base_path}", allow=allow_option_mismatch):
+                    mismatch += [m] if m not in mismatch else []
+        return CheckResult(bool(doc["passed"]), doc, option_mismatch=tuple(mismatch), items=True, notes=tuple(notes))
     if only is not None or exclude is not None:
         raise OptionError(f"{param('only') if only is not None else param('exclude')} chooses items of a batch's "
                           f"results (.jsonl); {data} is one input, checked as one report.")

@@ -141,6 +141,16 @@ def test_model_summary_and_per_item_checks(cli, hf_model, tmp_path):
                                                          if "token_type" in x["item"] and "skipped" not in x]
     r = cli("check", out, "--require", "weightwatcher.alpha between 0.5 50", "--only", "token_type")
     assert r.exit_code == 1 and "0 of 1 item(s) pass (3 left out by --only/--exclude)" in r.stdout
+    # each item checked is held to the baseline's options, as one report is
+    (tmp_path / "base.json").write_text(json.dumps(next(x for x in map(json.loads, out.read_text().splitlines())
+                                                        if "skipped" not in x and "error" not in x)))
+    r = cli("check", out, "--baseline", tmp_path / "base.json", "--max-change", "weightwatcher.alpha=1000%")
+    assert r.exit_code in (0, 1), r.stderr  # (the same options: compared)
+    other = cli("batch", d, "--density", "--jsonl", tmp_path / "w2.jsonl")  # (centred: other options)
+    assert other.exit_code == 0
+    r = cli("check", tmp_path / "w2.jsonl", "--baseline", tmp_path / "base.json", "--max-change",
+            "fit.alpha=1000%")
+    assert r.exit_code == 2 and "were made with different options (centered" in r.stderr
     r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--window", "2:20")
     assert r.exit_code == 2 and r.stderr.startswith("error: --window makes a report from an input; ")
     r = cli("check", out, "--require", "weightwatcher.alpha > 0", "--only", "nothing-like-this")

@@ -142,6 +142,7 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
     Skipped tensors are left out; failed items too, with a note."""
     out: list[tuple[str, float, dict[str, Any]]] = []
     usable = [[d for d in lines if _usable(d, notes)] for _, lines in files]
+    notes += options_note([d for docs in usable for d in docs])
     if len(files) > 1:
         empty = [path for (path, _), docs in zip(files, usable, strict=True) if not docs]
         if empty:
@@ -174,6 +175,20 @@ def run_steps(files: list[tuple[str, list[dict[str, Any]]]], pattern: Pattern | 
             continue
         out.append((series, step, doc))
     return out
+
+
+def options_note(docs: list[dict[str, Any]]) -> list[str]:
+    """A word where a run's reports were made with different number-changing options (a window, the centring):
+    a change between their steps may then be the options', not the model's."""
+    from spectra_cli.provenance import differences
+
+    said: list[str] = []
+    for doc in docs[1:]:
+        said += [d for d in differences(docs[0], doc) if d not in said]
+    if not said:
+        return []
+    return [f"the reports were made with different options ({'; '.join(said[:3])}): a change between steps may be "
+            "the options', not the model's; make every step with the same options"]
 
 
 def series_names(steps: list[list[dict[str, Any]]]) -> dict[int, str]:

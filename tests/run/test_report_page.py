@@ -410,3 +410,17 @@ def test_a_layer_keeps_its_series_at_a_step_where_its_sibling_failed(tmp_path):
     series = {(p.series, p.step) for p in spectra.trend(files, metric="fit.alpha").points}
     assert series == {("encoder.layer.0/acts.npy", 100), ("encoder.layer.4/acts.npy", 100),
                       ("encoder.layer.0/acts.npy", 200)}
+
+
+def test_a_run_made_with_different_options_says_so(tmp_path):
+    files = []
+    for step, window in ((100, "3:30"), (200, "5:30")):
+        d = tmp_path / f"step_{step}"
+        d.mkdir()
+        np.save(d / "acts.npy", powerlaw_matrix(1500, 40, 1.0, seed=step))
+        spectra.batch(str(d / "acts.npy"), jsonl=str(d / "r.jsonl"), window=window)
+        files.append(str(d / "r.jsonl"))
+    notes = spectra.trend(files, metric="fit.alpha").notes
+    assert any(n.startswith("the reports were made with different options (window ['3:30'] (ranks [[3, 30]]) vs "
+                            "['5:30'] (ranks [[5, 30]])): a change between steps may be the options'") for n in notes)
+    assert not any("different options" in n for n in spectra.trend(files[:1], metric="fit.alpha").notes)

@@ -18,6 +18,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.sources.rows import RowSpec
+from spectra_cli.threads import check_threads
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_str, product_dtype
 
 ENGINES = ("local", "dask")
@@ -253,6 +254,7 @@ class ReadOptions:
             raise OptionError(f"{param('connect_timeout', connect_timeout)} must be at most 600 seconds.")
         threads = check_int("threads", v["threads"], minimum=1, what="a positive number of threads") \
             if v["threads"] is not None else None
+        check_threads(threads)  # (and at most the threads a run may be given: the pools' own bound)
         product_dtype(precision)  # one of PRECISIONS
         ddof = check_int("ddof", ddof, minimum=0)
         if block_rows is not None:

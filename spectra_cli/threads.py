@@ -101,9 +101,8 @@ def env_threads() -> int | None:
 MAX_THREADS = 4096
 
 
-def set_threads(threads: int | None) -> None:
-    """Fix every BLAS call at ``threads`` threads (None: the policy decides again)."""
-    global _override
+def check_threads(threads: Any) -> int | None:
+    """``threads`` as a count of BLAS threads (None: the policy's), or an OptionError naming it."""
     from spectra_cli.errors import OptionError, param
 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -112,7 +111,13 @@ def set_threads(threads: int | None) -> None:
         shown = str(threads) if len(str(threads)) <= 20 else f"{str(threads)[:17]}... ({len(str(threads))} digits)"
         raise OptionError(f"{param('threads', show=False)} {shown} is more than {MAX_THREADS} threads; give at most "
                           "the cores the run may use.")
-    _override = threads
+    return threads
+
+
+def set_threads(threads: int | None) -> None:
+    """Fix every BLAS call at ``threads`` threads (None: the policy decides again)."""
+    global _override
+    _override = check_threads(threads)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from typing import Any
 
 from spectra_cli.capturing import dashboard
 from spectra_cli.capturing.hooks import Snapshots
-from spectra_cli.errors import SpectraWarning
+from spectra_cli.errors import OptionError, SpectraWarning, param
 
 
 def _frameworks() -> list[str]:
@@ -91,6 +91,9 @@ def _trainer_callback() -> type:
             if self.fields and trainer is not None:  # (the logged errors from row groups, as fit's; none to log
                 options.setdefault("groups", dashboard.GROUPS)  # without the trainer: the snapshots as asked)
             self.schedule = Snapshots(folder, modules=modules, every=every, reset=reset, **options)
+            if trainer is not None and not callable(getattr(trainer, "log", None)):
+                raise OptionError(f"{param('trainer', trainer, show=True)} must be the transformers Trainer the "
+                                  "metrics are logged through (its log method).")
             self.trainer = trainer
             #: what was logged, step by step (the numbers the integrations got)
             self.logged: dict[int, dict[str, float]] = {}

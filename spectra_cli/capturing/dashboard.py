@@ -46,6 +46,10 @@ def logged_fields(log: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(fields))
 
 
+#: The reading keywords a moment file's fit takes (the others select, weigh or read rows).
+MOMENTS_KEYWORDS = ("centered", "ddof", "max_memory", "threads")
+
+
 def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[str, Any]:
     """The keywords of each snapshot's fit: ``given``, every one checked at once (the fit's and the reading ones),
     with the option that adds a logged field to a report turned on where it is not given (``spikes=True`` for
@@ -59,6 +63,10 @@ def fit_keywords(fields: Sequence[str], given: dict[str, Any] | None) -> dict[st
     unknown = [k for k in given if k not in FIT_DEFAULTS and k not in READ_DEFAULTS]
     if unknown:
         raise OptionError(f"{param('fit')}: {unknown[0]!r} is not a keyword of spectra_cli.fit.")
+    rows = [k for k in given if k in READ_DEFAULTS and k not in MOMENTS_KEYWORDS]
+    if rows:  # (a snapshot is a moment file: it has no rows to select, weigh or read)
+        raise OptionError(f"{param('fit')}: {rows[0]!r} applies to rows; each snapshot is a moment file (its fit "
+                          f"takes {', '.join(MOMENTS_KEYWORDS)}).")
     reading = {k: v for k, v in given.items() if k in READ_DEFAULTS}
     ReadOptions.create(**reading)  # type: ignore[arg-type]
     for f in fields:

@@ -584,6 +584,7 @@ class Snapshots:
 
     def __init__(self, folder: str | os.PathLike[str], *, modules: str, every: int = 500, reset: bool = True,
                  **options: Any) -> None:
+        snapshot_folder(folder, None)  # (a folder, or none yet: said now, not after `every` training steps)
         self.folder, self.modules, self.options = folder, modules, check_capture_options(options)
         self.reset = check_bool("reset", reset)
         self.every = check_int("every", every, minimum=1)

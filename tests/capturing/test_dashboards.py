@@ -120,11 +120,21 @@ def test_what_is_logged_is_checked_at_once(tmp_path):
         SpectraTrainerCallback(tmp_path, modules="body", fit={"window": "20:3"})
     with pytest.raises(OptionError, match="^log=3 must be True, False or a list of report fields"):
         SpectraTrainerCallback(tmp_path, modules="body", log=3)
+    with pytest.raises(OptionError, match="more than 4096 threads"):
+        SpectraTrainerCallback(tmp_path, modules="body", fit={"threads": 10**30})
+    with pytest.raises(OptionError, match="^fit: 'rows' applies to rows; each snapshot is a moment file"):
+        SpectraTrainerCallback(tmp_path, modules="body", fit={"rows": "0:10"})
+    with pytest.raises(OptionError, match="^trainer=5 must be the transformers Trainer"):
+        SpectraTrainerCallback(tmp_path, modules="body", trainer=5)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(spectra.OutputError, match="exists and is not a directory"):  # (now, not at a snapshot)
+        SpectraTrainerCallback(tmp_path / "file", modules="body")
     with pytest.raises(OptionError, match="precision"):  # a reading keyword's value, checked at once too
         SpectraTrainerCallback(tmp_path, modules="body", fit={"precision": "float16"})
     with pytest.raises(OptionError, match="^log='density.alpha' needs density=True, and fit gives density=False"):
         SpectraTrainerCallback(tmp_path, modules="body", log=["density.alpha"], fit={"density": False})
-    cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT, trainer=object())
+    cb = SpectraTrainerCallback(tmp_path, modules="body", log=["rank.participation_ratio"], fit=FIT,
+                                trainer=type("Trainer", (), {"log": lambda self, logs: None})())
     assert cb.fields == ("rank.participation_ratio",) and not cb.fit_keywords["options"].spikes
     assert cb.schedule.options["groups"] == 16  # (logging: the errors from row groups)
     unbound = SpectraTrainerCallback(tmp_path, modules="body")  # (no trainer: nothing to log, no groups added)

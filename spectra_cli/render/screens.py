@@ -262,17 +262,18 @@ def print_trend(jsonl: str, points: Sequence[Any], metrics: list[str], console: 
             va, vb = a.values[m], b.values[m]
             return "—" if va is None or vb is None else ("+" if vb >= va else "") + shown(vb - va, fmt(m))
 
-        columns: list[tuple[str, list[str]]] = [("steps", [f"{a.step:g}..{b.step:g}" for _, a, b in ends])]
+        columns: list[tuple[str, list[str]]] = []
         for m in metrics:
             columns += [(f"{label(m)} first", [cell(a, m) for _, a, _ in ends]),
                         (f"{label(m)} last", [cell(b, m) for _, _, b in ends]),
                         ("change", [change(a, b, m) for _, a, b in ends])]
         print_columns(console, f"{jsonl}: {len(points)} points of {len(series)} series, each at its first and last "
-                      "step (every point: --json or --plot)", "series", [name for name, _, _ in ends], columns)
+                      "step (every point: --json or --plot)", "series, steps",
+                      [f"{name}, {a.step:g}..{b.step:g}" for name, a, b in ends], columns)
     else:
-        print_columns(console, jsonl, "series", [p.series for p in points],
-                      [("step", [f"{p.step:g}" for p in points]),
-                       *((label(m), [cell(p, m) for p in points]) for m in metrics)])
+        # (the step beside the series in the key column, which a table too wide for the terminal repeats)
+        print_columns(console, jsonl, "series, step", [f"{p.series}, {p.step:g}" for p in points],
+                      [(label(m), [cell(p, m) for p in points]) for m in metrics])
     if any((p.intervals or {}).get(m) for p in points for m in metrics):
         console.print("[dim]± the standard error of each report (half the 95% interval where --ci gave one)[/]")
 

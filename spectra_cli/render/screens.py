@@ -97,6 +97,10 @@ def wrap_name(name: str, width: int) -> str:
     return "\n".join(lines)
 
 
+#: A column heading this short is never wrapped.
+SHORT_HEADING = 8
+
+
 def column_tables(width: int, title: str, key: str, keys: Sequence[str],
                   columns: Sequence[tuple[str, Sequence[str]]], *, box: Any = "simple") -> list[Table]:
     """A table of items (``keys``, under the heading ``key``) and columns of text, split into as many
@@ -105,7 +109,9 @@ def column_tables(width: int, title: str, key: str, keys: Sequence[str],
     from rich import box as boxes
 
     columns = [(h, vals) for h, vals in columns if any(vals)]  # a column with nothing in it is left out
-    widest_word = [max((len(w) for w in h.split()), default=1) for h, _ in columns]
+    # (a heading of a few characters, "B - A", stays on one line: wrapped at its spaces it stood one letter a line)
+    widest_word = [len(h) if len(h) <= SHORT_HEADING else max((len(w) for w in h.split()), default=1)
+                   for h, _ in columns]
     widths = [max([len(v) for v in vals] + [w]) for (_, vals), w in zip(columns, widest_word, strict=True)]
     key_min = min(max([len(k) for k in keys] + [len(key)]), max(16, width // 3))
 

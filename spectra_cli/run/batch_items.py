@@ -84,10 +84,12 @@ def _readable_name(path: str) -> bool:
 def _found(directory: str) -> str:
     """What a directory without matrices holds instead (its sub-folders are searched too), and what reads it."""
     kinds: dict[str, int] = {}
-    for _, dirs, files in os.walk(directory):
+    for root, dirs, files in os.walk(directory):
         dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
         for f in files:
             ext = os.path.splitext(f)[1].lower() or "(no extension)"
+            if not os.path.isfile(os.path.join(root, f)):  # (a FIFO, a device, a dangling link: not a file)
+                ext = f"{ext} that is not a regular file"
             kinds[ext] = kinds.get(ext, 0) + 1
         if sum(kinds.values()) > 10_000:
             break

@@ -305,3 +305,11 @@ def test_items_with_warnings_are_counted_and_verbose_names_them(cli, tmp_path):
         library = spectra.batch([tmp_path / "few.npy"], window="2:8").results[0]["warnings"]
     assert "--population" in " ".join(said) and "population=True" in " ".join(library)
     assert [w.replace("population=True", "--population") for w in library] == said
+
+
+def test_a_folder_holding_only_a_fifo_says_what_it_holds(cli, tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "only.npy")
+    r = cli("batch", tmp_path)
+    assert r.exit_code == 2 and r.stderr.endswith("(it holds 1 .npy that is not a regular file).\n")

@@ -257,12 +257,36 @@ def ascii_safe_streams() -> None:
                 reconfigure(errors="spectra-ascii")
 
 
+def _stdout_is_an_argument(args: list[str]) -> str | None:
+    """The argument naming the regular file stdout is (``>> r.jsonl`` beside ``r.jsonl``), or None."""
+    import stat
+
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not stat.S_ISREG(out.st_mode):
+        return None
+    for arg in args:
+        try:
+            st = os.stat(arg)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            return arg
+    return None
+
+
 def main() -> None:
     """Console-script entry point."""
     if sys.stderr is None:  # (closed: 2>&-) messages go nowhere, the run goes on
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (for the whole run)
     if sys.stdout is None:  # (closed: >&-) the result has nowhere to go: said, exit 2, before any work
         sys.stderr.write("error: stdout is closed: the result has nowhere to go (redirect it to a file).\n")
+        raise SystemExit(2)
+    named = _stdout_is_an_argument(sys.argv[2:])
+    if named is not None:  # (spectra check r.jsonl --json >> r.jsonl: the result would be written into its input)
+        sys.stderr.write(f"error: stdout is {named}, a file this command reads; write the result elsewhere.\n")
         raise SystemExit(2)
     ascii_safe_streams()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -85,3 +85,15 @@ def test_closed_streams_are_said_or_ignored_never_a_traceback(tmp_path):
     assert r.stderr == "error: stdout is closed: the result has nowhere to go (redirect it to a file).\n"
     r = subprocess.run(f"{entry} fit {NPY} --json 2>&-", shell=True, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and json.loads(r.stdout)["spectrum"]["n_features"] == 384
+
+
+def test_stdout_appended_onto_an_input_is_refused(tmp_path):
+    """spectra fit x.npy --json >> x.npy would write the result into the file it reads."""
+    target = tmp_path / "x.npy"
+    target.write_bytes(NPY.read_bytes())
+    entry = f"{sys.executable} -c 'from spectra_cli.cli import main; main()'"
+    r = subprocess.run(f"{entry} fit {target} --json >> {target}", shell=True, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr == f"error: stdout is {target}, a file this command reads; write the " \
+        "result elsewhere.\n"
+    assert target.read_bytes() == NPY.read_bytes()

@@ -463,6 +463,9 @@ METRICS: tuple[Metric, ...] = (
     _m("checks.results.*.baseline", "baseline value", "the field's value in the baseline report"),
     _m("checks.results.*.bound.**", "check bound", "the bound of the check (LO and HI, or the limit)",
        kind="input"),
+    # -- a change between two checkpoints (batch --base) ---------------------------------------------
+    _m("base_model.**", "base and fine-tune", "the base's and the fine-tune's own metrics beside their change (a = "
+       "base, b = fine-tune), with compare's test", kind="diagnostic", compared=False),
     # -- what was read, how, and at what cost ------------------------------------------------------
     _m("source.**", "source", "what was read: shapes, files, rows used or dropped", kind="count"),
     _m("options.**", "options", "the options that change a number, echoed", kind="input"),

@@ -106,6 +106,10 @@ def batch(
     workers: Annotated[int, typer.Option("--workers", metavar="N", help="Worker processes.")] = 1,
     tensors: Annotated[str | None, typer.Option("--tensors", metavar="REGEX",
                                                 help="Regex on tensor names (re.search).")] = None,
+    base: Annotated[str | None, typer.Option("--base", metavar="BASE", help="A base checkpoint: analyse each "
+                                             "layer's change W - W_base (matched by name; uncentred: its "
+                                             "squared singular values), with the base's and this checkpoint's own "
+                                             "metrics side by side.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Skip items already in --jsonl with the same "
                                          "fingerprint; repair a cut last line, retry failed items.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results already in --jsonl (without "
@@ -135,6 +139,7 @@ def batch(
     Examples:
       spectra batch runs/*/step_*.npy --jsonl results.jsonl --workers 2
       spectra batch checkpoint.safetensors --tensors 'attn|mlp' --jsonl weights.jsonl --resume
+      spectra batch finetuned/ --base base-model/ --tensors 'query|value' --jsonl changes.jsonl
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -157,7 +162,7 @@ def batch(
                 sys.stdout.flush()
 
         result = run_batch(paths, jsonl=jsonl, resume=resume, overwrite=overwrite, workers=workers, tensors=tensors,
-                           centered=False if uncentered else None, ddof=ddof, precision=precision,
+                           base=base, centered=False if uncentered else None, ddof=ddof, precision=precision,
                            block_rows=block_rows, positions=positions, pool=pool, engine=engine, scheduler=scheduler,
                            connect_timeout=connect_timeout, verbose=verbose,
                            allow_option_mismatch=allow_option_mismatch, on_result=on_result,

@@ -160,7 +160,10 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     ww_convention = Convention.of(convention).is_weightwatcher or any(
         Convention.of_report(r).is_weightwatcher for r in rows)
     failed = [r for r in rows if "error" in r]
-    if ww_convention:  # WeightWatcher's analyze() columns, by its names
+    changes = any(isinstance(r.get("base_model"), dict) for r in rows)
+    if changes:
+        _change_columns(console, title, rows, names, jsonl, weightwatcher=ww_convention)
+    elif ww_convention:  # WeightWatcher's analyze() columns, by its names
         from spectra_cli.analysis.weightwatcher import TABLE_COLUMNS as cols
 
         def ww(r: dict[str, Any], k: str) -> str:
@@ -199,9 +202,46 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     for r in failed:  # the reason of a failed item, whole, below the table
         console.print(f"[red]error[/] {shorten_names([str(x['item']) for x in rows])[rows.index(r)]}: {r['error']}")
     with_ww = any(isinstance(r.get("weightwatcher"), dict) for r in results)
-    if any(str(r["item"]).partition("::")[0].endswith(formats.SAFETENSORS.extension) for r in rows) and not with_ww:
+    if any(str(r["item"]).partition("::")[0].endswith(formats.SAFETENSORS.extension) for r in rows) and not with_ww \
+            and not changes:
         console.print(f"[dim]{label('fit.alpha')} is the rank-window exponent of the centred rows; WeightWatcher's "
                       "alpha and its 2..6 guidance: --convention weightwatcher[/]")
+
+
+def _change_columns(console: Console, title: str, rows: list[dict[str, Any]], names: list[str], jsonl: str | None,
+                    *, weightwatcher: bool) -> None:
+    """A batch of changes (``--base``): each layer's change (its numerical rank and stable rank) beside the base's
+    and the fine-tune's own alpha, and the fields whose change is significant (compare's test)."""
+    alpha = "weightwatcher.alpha" if weightwatcher else "fit.alpha"
+
+    def side(r: dict[str, Any], which: str) -> str:
+        for m in (r.get("base_model") or {}).get("metrics") or ():
+            if m.get("field") == alpha:
+                return get(alpha).format(m.get(which))
+        return "—"
+
+    def changed(r: dict[str, Any]) -> str:
+        bm = r.get("base_model") or {}
+        if not (bm.get("significance") or {}).get("tested"):
+            return "not tested"
+        hit = [label(m["field"]) for m in bm.get("metrics") or () if m.get("significant")]
+        return ", ".join(hit) if hit else "none"
+
+    def own(r: dict[str, Any], path: str) -> str:
+        from spectra_cli.documents import lookup
+
+        v = lookup(r, path)
+        return "" if "error" in r else get(path).format(v if isinstance(v, int | float) else None)
+
+    columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows]),
+               ("change: rank", [own(r, "rank.numerical_rank") for r in rows]),
+               ("change: stable rank", [own(r, "rank.stable_rank") for r in rows]),
+               (f"{label(alpha)}: base", [side(r, "a") for r in rows]),
+               (f"{label(alpha)}: tuned", [side(r, "b") for r in rows]),
+               ("significant changes", ["error" if "error" in r else changed(r) for r in rows])]
+    base = next((r["base_model"]["base"] for r in rows if isinstance(r.get("base_model"), dict)), "")
+    print_columns(console, title.replace(" item(s)", " change(s) W - W_base", 1)
+                  + f"\nbase: {base.partition('::')[0]}" + (f" -> {jsonl}" if jsonl else ""), "layer", names, columns)
 
 
 HEADLINE = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meets_at_rank")

@@ -20,7 +20,7 @@ from typing import Any, Unpack
 from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import Convention
-from spectra_cli.run.batch_items import Item, Skip, enumerate_items
+from spectra_cli.run.batch_items import Item, Skip, enumerate_items, match_base
 from spectra_cli.run.batch_result import BatchResult
 from spectra_cli.run.batch_workers import run_batch
 from spectra_cli.run.matrix import keywords_checked
@@ -35,7 +35,10 @@ def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     from spectra_cli.options import ReadOptions
 
     fit = options["options"]
-    read = ReadOptions.create(**{k: v for k, v in options.items() if k != "options"})
+    reading = {k: v for k, v in options.items() if k not in ("options", "change_centered")}
+    if "change_centered" in options:  # (a batch of changes: each line is the change's report)
+        reading["centered"] = options["change_centered"]
+    read = ReadOptions.create(**reading)
     return {"options": {**read.to_report(), **fit.to_report()}}
 
 
@@ -103,6 +106,7 @@ def batch(
     overwrite: bool = False,
     workers: int = 1,
     tensors: str | None = None,
+    base: str | os.PathLike[str] | None = None,
     centered: bool | None = None,
     ddof: int = 1,
     precision: str = "float64",
@@ -140,8 +144,14 @@ def batch(
     failed item does not stop the batch: it is a line with ``error``. Paths that are all results
     files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``). ``threads``:
     BLAS threads of every product here and in each worker (default: the thread policy, each worker's
-    share ``cores // workers``)."""
+    share ``cores // workers``). ``base``: a base checkpoint (a file, folder or glob, as PATHs): each item becomes the
+    change ``W - W_base`` from the base's tensor of the same name (matched by name, or by a unique dotted ending;
+    unmatched or reshaped layers skipped with the reason), analysed uncentred unless ``centered`` is given (the
+    squared singular values of the change, over its rows), and its line holds the base's and the fine-tune's own
+    metrics side by side (``base_model``: each field of the batch table, the change, and compare's test where both
+    give a standard error)."""
     args = check_paths("paths", paths)
+    base_path = check_path("base", base) if base is not None else None
     if jsonl is not None:
         jsonl = check_path("jsonl", jsonl)
     if tensors is not None and not isinstance(tensors, str):
@@ -149,6 +159,7 @@ def batch(
     if resume and not jsonl:
         raise OptionError(f"{param('resume')} needs {param('jsonl')} FILE (the results to resume from).")
     fit_options = FitOptions.create(centered=centered, **fitting)  # (once for every item: each is given them)
+    given_centered = centered if fit_options.centered is None else fit_options.centered
     convention = fit_options.convention
     centered = fit_options.centered if fit_options.centered is not None else True if centered is None else centered
     results_files = [p for p in args if formats.JSONL.matches(p)]
@@ -164,6 +175,8 @@ def batch(
                            convention=(made.pop() if not convention.is_weightwatcher and len(made) == 1
                                        else convention).value)
     items, listing = enumerate_items(args, tensors)
+    if base_path is not None:
+        items = match_base(items, base_path, tensors, listing)
     if convention.is_weightwatcher:  # its layer selection (FitOptions.skip)
         kept = []
         for it in items:
@@ -190,6 +203,8 @@ def batch(
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}))
+    if base_path is not None:  # (a change is no sample of rows: uncentred, unless asked)
+        options["change_centered"] = given_centered if given_centered is not None else False
     out = os.fspath(jsonl) if jsonl is not None else None
     run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,
                        scheduler=scheduler, allow_option_mismatch=allow_option_mismatch, skipped=listing.skipped,

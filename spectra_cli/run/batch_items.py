@@ -20,6 +20,8 @@ from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.validate import Pattern, check_regex
 from spectra_cli.version import __version__
 
+#: The kinds of skip of a batch of changes (``--base``): a layer the base lacks, or holds in another shape.
+BASE_KINDS = ("layer not in the base", "reshaped layer")
 #: The data files of a folder besides its checkpoint's shards (those are listed by the safetensors reader).
 FOLDER_FORMATS = (formats.NPY, formats.NPZ, formats.PARQUET)
 
@@ -30,6 +32,7 @@ class Item:
     fingerprint: str
     error: str | None = None  # the file could not even be listed: the item fails with this
     shape: tuple[int, ...] | None = None  # a checkpoint tensor's, from its header
+    base: str | None = None  # the base checkpoint's tensor of the same name: the item is the change W - W_base
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +64,14 @@ class Listing:
         for sk in self.skipped:
             counts[sk.kind] = counts.get(sk.kind, 0) + 1
         parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-        why = ("not weight matrices, or layers WeightWatcher skips" if "WeightWatcher-skipped layer" in counts
-               else "not weight matrices")
-        return "skipped " + ", ".join(parts) + f" ({why}; --verbose lists them)"
+        whys = []
+        if set(counts) - set(BASE_KINDS) - {"WeightWatcher-skipped layer"}:
+            whys.append("not weight matrices")
+        if "WeightWatcher-skipped layer" in counts:
+            whys.append("layers WeightWatcher skips")
+        if set(counts) & set(BASE_KINDS):
+            whys.append("no counterpart in the base")
+        return "skipped " + ", ".join(parts) + f" ({', or '.join(whys)}; --verbose lists them)"
 
 
 def _pickle_refusal(path: str) -> InputError:
@@ -243,3 +251,59 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
         why = listing.skip_summary() or "; ".join(listing.notes[:3])
         raise InputError("no matrices to analyse" + (f" ({why})" if why else "") + ".")
     return items, listing
+
+
+def _layer_key(name: str) -> str:
+    """The name a layer is matched by across two checkpoints: a tensor's or an archive's array name, else the
+    file's name."""
+    file, _, inner = name.partition("::")
+    return inner or os.path.basename(file)
+
+
+def match_base(items: list[Item], base: str, tensors: str | None, listing: Listing) -> list[Item]:
+    """The items paired with the base checkpoint's tensor of the same name (``--base``): each becomes the change
+    ``W - W_base``. Names match exactly, or else by a unique dotted suffix (``bert.encoder.layer.0...`` against
+    ``encoder.layer.0...``: said in a note); an item with no counterpart, or with another shape, is skipped with the
+    reason, and the base's tensors left over are counted in a note."""
+    from spectra_cli.sources.change import Change
+
+    base_items, base_listing = enumerate_items([base], tensors)
+    by_key: dict[str, Item] = {}
+    for found in base_items:
+        by_key.setdefault(_layer_key(found.name), found)
+    used: set[str] = set()
+    out: list[Item] = []
+    suffixed: list[str] = []
+    for it in items:
+        key = _layer_key(it.name)
+        b: Item | None = by_key.get(key)
+        if b is None:
+            near = [k for k in by_key if k.endswith("." + key) or key.endswith("." + k)]
+            if len(near) == 1:
+                b = by_key[near[0]]
+                suffixed.append(f"{key} -> {near[0]}")
+        if b is None:
+            listing.skipped.append(Skip(it.name, BASE_KINDS[0], f"the base {base} has no tensor {key!r}",
+                                        it.fingerprint))
+            continue
+        used.add(b.name)
+        if it.error is not None or b.error is not None:
+            out.append(Item(it.name, it.fingerprint, it.error or f"the base's {b.name}: {b.error}", it.shape, b.name))
+            continue
+        if it.shape is not None and b.shape is not None and it.shape != b.shape:
+            listing.skipped.append(Skip(it.name, BASE_KINDS[1], f"shape {list(it.shape)} here, {list(b.shape)} in "
+                                        f"the base ({b.name}): no change to analyse", it.fingerprint))
+            continue
+        out.append(Item(it.name, Change(it.name, b.name).fingerprint(), None, it.shape, b.name))
+    if suffixed:
+        listing.notes.append(f"matched {len(suffixed)} layer(s) to the base by their names' ending (e.g. "
+                             f"{suffixed[0]})")
+    left = [x.name for x in base_items if x.name not in used]
+    if left:
+        listing.notes.append(f"{len(left)} matrix(es) of the base have no layer of the same name here (e.g. "
+                             f"{_layer_key(left[0])}); not analysed")
+    listing.notes.extend(base_listing.notes)
+    if not out:
+        why = listing.skipped[-1].reason if listing.skipped else "nothing matched"
+        raise InputError(f"no layer matches one of the base {base} ({why}).")
+    return out

@@ -11,8 +11,9 @@ from spectra_cli.sources.dataset import Dataset, resolve
 
 #: The kinds of input: eigenvalues computed elsewhere (``eigenvalues=True``), a Dask array (its chunks read on
 #: the cluster), an Accumulator fed in this process (moments, no rows), moment files (merged, no rows), files of
-#: rows (npy, Parquet, safetensors, remote: a :class:`~spectra_cli.sources.dataset.Dataset`), rows in memory.
-KINDS = ("eigenvalues", "dask array", "accumulator", "moment files", "files", "array")
+#: rows (npy, Parquet, safetensors, remote: a :class:`~spectra_cli.sources.dataset.Dataset`), the change of a
+#: matrix between two checkpoints (:class:`~spectra_cli.sources.change.Change`), rows in memory.
+KINDS = ("eigenvalues", "dask array", "accumulator", "moment files", "files", "change", "array")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Opening:
     @property
     def rows(self) -> bool:
         """Whether rows can be read from it (not moments, nor eigenvalues)."""
-        return self.kind in ("dask array", "files", "array")
+        return self.kind in ("dask array", "files", "change", "array")
 
 
 def as_dataset(data: Any) -> Dataset | None:
@@ -62,6 +63,8 @@ def open_input(data: Any, *, eigenvalues: bool = False) -> Opening:
         return Opening("dask array", data)
     if _is_accumulator(data):
         return Opening("accumulator", data)
+    if type(data).__name__ == "Change" and type(data).__module__ == "spectra_cli.sources.change":
+        return Opening("change", data)
     dataset = as_dataset(data)
     if dataset is not None:
         return Opening("moment files" if dataset.is_moments else "files", data, dataset)

@@ -173,6 +173,7 @@ class Input:
         self.dask_array: Any = None
         self.dataset: Dataset | None = None
         self.block_rows_used: int | None = None  # set by the first pass
+        self.change: Any = None  # a Change (two checkpoints' tensors), when that is the input
         opening = open_input(data)
         if opening.kind == "eigenvalues":
             raise OptionError("eigenvalues computed elsewhere have no rows to read (fit and spectrum take them with "
@@ -190,8 +191,15 @@ class Input:
                 raise OptionError("a dask array is analysed whole and unweighted: rows, weights and sequence options "
                                   "apply to files.")
             return
+        self.change = data if opening.kind == "change" else None
+        if self.change is not None and read.engine != "local":
+            raise OptionError(f"the change between two checkpoints' tensors is read here; {param('engine', 'dask')} "
+                              "runs a batch's items as Dask tasks instead (spectra batch --engine dask).")
         if opening.kind == "accumulator":
             self.accumulator = data
+        elif self.change is not None:
+            self.source = self.change.open()
+            self.path = self.change.name
         elif (ds := opening.dataset) is not None:
             self.dataset = ds
             self.path = ds.name
@@ -460,13 +468,17 @@ class Input:
         out["fingerprint"] = self.fingerprint()
         if self.dataset is not None:
             out["members"] = self.dataset.members_report()
+        if self.change is not None:
+            out["change"] = self.change.to_dict()
         captured = captured_from(self.accumulator.sources if self.accumulator is not None else [])
         if captured is not None:
             out["capture"] = captured
         return out
 
     def fingerprint(self) -> str | None:
-        """The dataset's fingerprint (None for an in-memory array or Accumulator)."""
+        """The dataset's fingerprint, or a change's (both tensors); None for an in-memory array or Accumulator."""
+        if self.change is not None:
+            return self.change.fingerprint()
         return self.dataset.fingerprint() if self.dataset is not None else None
 
     def options_report(self) -> dict[str, Any]:

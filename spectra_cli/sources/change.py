@@ -1,0 +1,84 @@
+"""The change of a weight matrix between two checkpoints: ``W_ft - W_base``, read as rows like any matrix.
+
+A :class:`Change` names the two tensors (``file.safetensors::name`` each, or ``.npz::key`` / ``.npy``); its
+:class:`ChangeSource` reads both in the same row blocks and yields their difference in float64 (the difference of
+two float32 or bfloat16 values is exact in float64), so the change is never held whole and costs one more read of
+the base. What fine-tuning changed is then analysed as any matrix: its spectrum (by default uncentred: the squared
+singular values of the change, over the rows), its fits and ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spectra_cli.errors import InputError
+from spectra_cli.sources.base import Source, SourceInfo
+
+#: How the change is defined, said in every report of one.
+DEFINITION = "W_ft - W_base: the fine-tuned tensor less the base's of the same name, row by row (float64)"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """``fine_tune`` less ``base``: two matrices of the same shape, each ``path::tensor`` (or a path)."""
+
+    fine_tune: str
+    base: str
+
+    @property
+    def name(self) -> str:
+        return self.fine_tune
+
+    def fingerprint(self) -> str:
+        """Both tensors' identities (a new base, or a new fine-tune, is a new change)."""
+        from spectra_cli.sources.base import fingerprint
+
+        h = hashlib.sha256(f"change;{fingerprint(self.fine_tune)};{fingerprint(self.base)}".encode())
+        return h.hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"definition": DEFINITION, "fine_tune": self.fine_tune, "base": self.base}
+
+    def open(self) -> ChangeSource:
+        return ChangeSource(self)
+
+
+class ChangeSource(Source):
+    """The rows of ``W_ft - W_base``, block by block, from the two tensors' own readers."""
+
+    def __init__(self, change: Change) -> None:
+        from spectra_cli.sources import open_source
+
+        self.change = change
+        self._ft = open_source(change.fine_tune)
+        try:
+            self._base = open_source(change.base)
+        except BaseException:
+            self._ft.close()
+            raise
+        a, b = self._ft.info, self._base.info
+        if (a.n_rows, a.n_features) != (b.n_rows, b.n_features) or len(a.shape) != 2 or len(b.shape) != 2:
+            self.close()
+            raise InputError(f"{change.fine_tune} has shape {list(a.shape)} and {change.base} {list(b.shape)}: a "
+                             "change needs two matrices of the same shape.")
+        self.info = SourceInfo(path=change.fine_tune, format=a.format, shape=a.shape, dtype="float64",
+                               n_rows=a.n_rows, n_features=a.n_features,
+                               layout=f"change {DEFINITION.split(':')[0]} ({a.dtype} less {b.dtype}; rows = first "
+                                      "axis)", key=a.key, details={"change": change.to_dict()})
+
+    def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        base = self._base.iter_blocks(start, stop, block_rows)
+        for (x, _), (y, _) in zip(self._ft.iter_blocks(start, stop, block_rows), base, strict=True):
+            out = np.asarray(x, dtype=np.float64).copy()
+            out -= np.asarray(y, dtype=np.float64)
+            yield out, None
+
+    def close(self) -> None:
+        for s in (getattr(self, "_ft", None), getattr(self, "_base", None)):
+            if s is not None:
+                s.close()

@@ -160,7 +160,8 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
     ww_convention = Convention.of(convention).is_weightwatcher or any(
         Convention.of_report(r).is_weightwatcher for r in rows)
     failed = [r for r in rows if "error" in r]
-    changes = any(isinstance(r.get("base_model"), dict) for r in rows)
+    changes = any(isinstance(r.get("base_model"), dict) or isinstance((r.get("source") or {}).get("adapter"), dict)
+                  for r in rows)
     if changes:
         _change_columns(console, title, rows, names, jsonl, weightwatcher=ww_convention)
     elif ww_convention:  # WeightWatcher's analyze() columns, by its names
@@ -235,13 +236,18 @@ def _change_columns(console: Console, title: str, rows: list[dict[str, Any]], na
 
     columns = [("shape", ["" if "error" in r else "x".join(str(x) for x in r["source"]["shape"]) for r in rows]),
                ("change: rank", [own(r, "rank.numerical_rank") for r in rows]),
-               ("change: stable rank", [own(r, "rank.stable_rank") for r in rows]),
-               (f"{label(alpha)}: base", [side(r, "a") for r in rows]),
-               (f"{label(alpha)}: tuned", [side(r, "b") for r in rows]),
-               ("significant changes", ["error" if "error" in r else changed(r) for r in rows])]
+               ("change: stable rank", [own(r, "rank.stable_rank") for r in rows])]
     base = next((r["base_model"]["base"] for r in rows if isinstance(r.get("base_model"), dict)), "")
-    print_columns(console, title.replace(" item(s)", " change(s) W - W_base", 1)
-                  + f"\nbase: {base.partition('::')[0]}" + (f" -> {jsonl}" if jsonl else ""), "layer", names, columns)
+    if base:
+        columns += [(f"{label(alpha)}: base", [side(r, "a") for r in rows]),
+                    (f"{label(alpha)}: tuned", [side(r, "b") for r in rows]),
+                    ("significant changes", ["error" if "error" in r else changed(r) for r in rows])]
+    adapter = any(isinstance((r.get("source") or {}).get("adapter"), dict) for r in rows)
+    what = " LoRA change(s) s B A" if adapter else " change(s) W - W_base"
+    print_columns(console, title.replace(" item(s)", what, 1) + (f"\nbase: {base.partition('::')[0]}" if base else "")
+                  + (f" -> {jsonl}" if jsonl else ""), "layer", names, columns)
+    if not base:
+        console.print("[dim]the base's and the adapted layers' own metrics: --base BASE[/]")
 
 
 HEADLINE = ("fit.", "rank.", "isotropy.", "density.", "spectrum.", "control.meets_at_rank")

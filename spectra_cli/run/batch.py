@@ -20,7 +20,7 @@ from typing import Any, Unpack
 from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
 from spectra_cli.errors import InputError, OptionError, param
 from spectra_cli.options import Convention
-from spectra_cli.run.batch_items import Item, Skip, enumerate_items, match_base
+from spectra_cli.run.batch_items import Item, Skip, adapter_items, enumerate_items, match_base
 from spectra_cli.run.batch_result import BatchResult
 from spectra_cli.run.batch_workers import run_batch
 from spectra_cli.run.matrix import keywords_checked
@@ -95,6 +95,22 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
     notes = out.notes if out is not None else []
     return BatchRun(results, len(items) - len(todo), notes, out.mismatch if out is not None else [],
                     out.retried if out is not None else 0)
+
+
+def _items(args: list[str], base: str | None, tensors: str | None) -> tuple[list[Item], Any, bool]:
+    """A batch's items, what was skipped, and whether they are LoRA adapters' layers."""
+    from spectra_cli.sources.adapter import is_adapter
+
+    adapters = [p for p in args if is_adapter(p)]
+    if adapters and len(adapters) != len(args):
+        raise OptionError(f"{adapters[0]} is a LoRA adapter folder: give only adapter folders (each analysed as its "
+                          "layers' changes), or only matrices.")
+    if adapters:
+        return (*adapter_items(args, base, tensors), True)
+    items, listing = enumerate_items(args, tensors)
+    if base is not None:
+        items = match_base(items, base, tensors, listing)
+    return items, listing, False
 
 
 @keywords_checked  # (which also holds threads=N for the whole call: the workers take it as their share)
@@ -174,9 +190,7 @@ def batch(
         return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d),
                            convention=(made.pop() if not convention.is_weightwatcher and len(made) == 1
                                        else convention).value)
-    items, listing = enumerate_items(args, tensors)
-    if base_path is not None:
-        items = match_base(items, base_path, tensors, listing)
+    items, listing, adapters = _items(args, base_path, tensors)
     if convention.is_weightwatcher:  # its layer selection (FitOptions.skip)
         kept = []
         for it in items:
@@ -203,7 +217,7 @@ def batch(
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}))
-    if base_path is not None:  # (a change is no sample of rows: uncentred, unless asked)
+    if base_path is not None or adapters:  # (a change is no sample of rows: uncentred, unless asked)
         options["change_centered"] = given_centered if given_centered is not None else False
     out = os.fspath(jsonl) if jsonl is not None else None
     run = run_to_jsonl(items, options, jsonl=out, resume=resume, workers=workers, engine=engine,

@@ -33,6 +33,7 @@ class Item:
     error: str | None = None  # the file could not even be listed: the item fails with this
     shape: tuple[int, ...] | None = None  # a checkpoint tensor's, from its header
     base: str | None = None  # the base checkpoint's tensor of the same name: the item is the change W - W_base
+    adapter: Any = None  # an adapted layer of a LoRA adapter (spectra_cli.sources.adapter.AdapterLayer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,3 +308,57 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
         why = listing.skipped[-1].reason if listing.skipped else "nothing matched"
         raise InputError(f"no layer matches one of the base {base} ({why}).")
     return out
+
+
+def adapter_items(paths: list[str], base: str | None, tensors: str | None) -> tuple[list[Item], Listing]:
+    """The adapted layers of PEFT LoRA adapter folders (``tensors``: a regex on the modules' names), each paired,
+    with ``base``, with the base checkpoint's ``<module>.weight`` (matched as :func:`match_base` matches: exactly,
+    or by a unique dotted ending), whose shape must be the change's."""
+    from dataclasses import replace
+
+    from spectra_cli.sources.adapter import read_adapter
+
+    pattern = check_regex("tensors", tensors) if tensors else None
+    listing = Listing([], [])
+    items: list[Item] = []
+    for path in paths:
+        adapter = read_adapter(path)
+        listing.notes.extend(adapter.notes)
+        for module, kind, reason in adapter.skipped:
+            name = f"{path}::{module}"
+            listing.skipped.append(Skip(name, kind, reason, fingerprint(name)))
+        for layer in adapter.layers:
+            if pattern is None or pattern.search(layer.module):
+                items.append(Item(layer.name, layer.fingerprint(), shape=layer.shape, adapter=layer))
+    if pattern is not None and not items:
+        raise OptionError(f"{param('tensors', tensors)} matches none of the adapted modules.")
+    if any(it.adapter.dora for it in items) and base is None:
+        raise OptionError(f"a DoRA adapter's change depends on the base weights (each output row of W + s B A is "
+                          f"rescaled to its learned magnitude): give the base checkpoint with {param('base')}.")
+    if base is None:
+        return items, listing
+    base_items, base_listing = enumerate_items([base])
+    by_key = {_layer_key(b.name): b for b in base_items}
+    out = []
+    for it in items:
+        key = it.adapter.module + ".weight"
+        b = by_key.get(key)
+        if b is None:
+            near = [k for k in by_key if k.endswith("." + key) or key.endswith("." + k)]
+            b = by_key[near[0]] if len(near) == 1 else None
+        if b is None:
+            listing.skipped.append(Skip(it.name, BASE_KINDS[0], f"the base {base} has no tensor {key!r}",
+                                        it.fingerprint))
+            continue
+        if b.shape is not None and tuple(b.shape) != tuple(it.adapter.shape):
+            listing.skipped.append(Skip(it.name, BASE_KINDS[1], f"the adapter changes a {it.adapter.shape[0]} x "
+                                        f"{it.adapter.shape[1]} layer ({it.adapter.kind}), but the base's {b.name} "
+                                        f"has shape {list(b.shape)}", it.fingerprint))
+            continue
+        layer = replace(it.adapter, base=b.name)
+        out.append(Item(it.name, layer.fingerprint(), shape=it.shape, adapter=layer))
+    listing.notes.extend(base_listing.notes)
+    if not out:
+        why = listing.skipped[-1].reason if listing.skipped else "nothing matched"
+        raise InputError(f"no adapted layer matches one of the base {base} ({why}).")
+    return out, listing

@@ -20,10 +20,11 @@ from spectra_cli.version import __version__
 
 
 def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None,
-             command_line: bool | None = None, base: str | None = None) -> dict[str, Any]:
+             command_line: bool | None = None, base: str | None = None, adapter: Any = None) -> dict[str, Any]:
     """One item's JSON line (runs in a worker process). ``command_line``: whether the batch runs for the command
     line (its messages then name options as flags), where the worker cannot inherit it (a Dask worker). ``base``:
-    the base checkpoint's tensor: the line is the change ``name - base`` (:func:`change_line`)."""
+    the base checkpoint's tensor: the line is the change ``name - base``; ``adapter``: an adapted layer of a LoRA
+    adapter (:mod:`spectra_cli.run.tuning`)."""
     import warnings
 
     from spectra_cli.errors import SpectraWarning, command_line_run, for_caller
@@ -38,7 +39,13 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SpectraWarning)  # they are in each line's report
-            doc = api.fit(name, **options).to_dict() if base is None else change_line(name, base, options)
+            if adapter is not None or base is not None:
+                from spectra_cli.run.tuning import adapter_line, change_line
+
+                doc = adapter_line(adapter, options) if adapter is not None else \
+                    change_line(name, str(base), options)
+            else:
+                doc = api.fit(name, **options).to_dict()
     except SpectraError as exc:
         return {"schema": ERROR_SCHEMA, "spectra_version": __version__, "item": name, "fingerprint": fp,
                 "error": for_caller(exc)}
@@ -56,33 +63,6 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     doc["item"] = name  # doc["source"]["fingerprint"] comes from the same function on the same input
     if isinstance(doc.get("warnings"), list):  # (options named as the batch's caller spells them)
         doc["warnings"] = [for_caller(w) if isinstance(w, str) else w for w in doc["warnings"]]
-    return doc
-
-
-#: The fields of the base's and the fine-tune's own reports set side by side in a change's line (the batch table's).
-SIDE_VIEW = "batch"
-
-
-def change_line(name: str, base: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The report of the change ``name - base`` (centred as ``options["change_centered"]`` says), with the base's and
-    the fine-tune's own metrics side by side under ``base_model``: each field of the batch table, the change ``b - a``
-    and, where both give a standard error, compare's test (Benjamini-Hochberg over these fields)."""
-    from spectra_cli import registry
-    from spectra_cli.run import matrix as api
-    from spectra_cli.run.compare import FDR, compare_doc, compare_rows
-    from spectra_cli.sources.change import Change
-
-    own = {k: v for k, v in options.items() if k != "change_centered"}
-    doc = api.fit(Change(name, base), **{**own, "centered": options.get("change_centered", False)}).to_dict()
-    a, b = api.fit(base, **own).to_dict(), api.fit(name, **own).to_dict()
-    shown = {m.path for m in registry.view(SIDE_VIEW) if m.section not in ("source",)}
-    rows = [r for r in compare_rows(a, b) if registry.canonical(r.field) in shown]
-    side = compare_doc(a, b, rows, fdr=FDR)
-    doc["base_model"] = {"base": base, "fine_tune": name,
-                         "definition": "a = the base's tensor, b = the fine-tune's, each analysed alone as the batch's "
-                                       "other items; diff = b - a",
-                         "significance": {**side["significance"], "method": "spectra compare's, over these fields"},
-                         "metrics": side["metrics"]}
     return doc
 
 
@@ -135,8 +115,7 @@ def run_batch(
         return
     if workers == 1 or len(items) <= 1:  # (none left, after --resume: no pool to start)
         for it in items:
-            doc = run_item(it.name, it.fingerprint, options, it.error, base=it.base) if it.base else \
-                run_item(it.name, it.fingerprint, options, it.error)
+            doc = run_item(it.name, it.fingerprint, options, it.error, **_extra(it))
             if on_result:
                 on_result(doc)
             yield doc
@@ -167,10 +146,13 @@ def run_batch(
                     break
 
 
+def _extra(it: Item) -> dict[str, Any]:
+    """The keywords of :func:`run_item` an item needs besides its name (none for a plain matrix)."""
+    return {k: v for k, v in (("base", it.base), ("adapter", it.adapter)) if v is not None}
+
+
 def _submit(ex: ProcessPoolExecutor, it: Item, options: dict[str, Any]) -> Future[dict[str, Any]]:
-    if it.base:
-        return ex.submit(run_item, it.name, it.fingerprint, options, it.error, base=it.base)
-    return ex.submit(run_item, it.name, it.fingerprint, options, it.error)
+    return ex.submit(run_item, it.name, it.fingerprint, options, it.error, **_extra(it))
 
 
 def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, scheduler: str | None,
@@ -182,8 +164,7 @@ def _run_on_dask(items: list[Item], options: dict[str, Any], *, workers: int, sc
                             verbose=verbose) as c:
         distributed = dask_engine.require_distributed()
         futures = {c.submit(run_item, it.name, it.fingerprint, options, it.error, CLI_RUN[0], pure=False,
-                            **({"base": it.base} if it.base else {})): it
-                   for it in items}
+                            **_extra(it)): it for it in items}
         for fut in distributed.as_completed(futures):
             try:
                 doc = fut.result()

@@ -262,11 +262,16 @@ def fit(
 def _weight_metrics(first: Any, main: Any, suite: Any, opts: FitOptions, *, centered: bool, ddof: int) -> Any:
     """WeightWatcher's per-layer metrics of the matrix (its norms on ``W^T W``'s eigenvalues: spectra's times the
     rows, or the rows less ``ddof`` for a centred unweighted covariance), beside the density fit."""
+    n = first.n_rows
+    return weight_metrics_of(main, suite, opts, n_rows=n,
+                              factor=float(n if not centered or first.weighted else n - ddof))
+
+
+def weight_metrics_of(main: Any, suite: Any, opts: FitOptions, *, n_rows: int, factor: float) -> Any:
+    """WeightWatcher's metrics of a spectrum of ``n_rows`` rows whose eigenvalues times ``factor`` are ``W^T W``'s."""
     from spectra_cli.analysis.weightwatcher import weight_metrics
 
-    n = first.n_rows
-    factor = float(n if not centered or first.weighted else n - ddof)
-    return weight_metrics(main.resolved(), n_rows=n, n_features=main.n_features, sum_factor=factor,
+    return weight_metrics(main.resolved(), n_rows=n_rows, n_features=main.n_features, sum_factor=factor,
                           density_alpha=suite.density.alpha if suite.density is not None else None,
                           alpha_range=opts.alpha_range, raw=main.eigenvalues if main.top is None else None,
                           density=suite.density)

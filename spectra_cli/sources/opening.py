@@ -13,6 +13,8 @@ from spectra_cli.sources.dataset import Dataset, resolve
 #: the cluster), an Accumulator fed in this process (moments, no rows), moment files (merged, no rows), files of
 #: rows (npy, Parquet, safetensors, remote: a :class:`~spectra_cli.sources.dataset.Dataset`), the change of a
 #: matrix between two checkpoints (:class:`~spectra_cli.sources.change.Change`), rows in memory.
+#: The inputs that are rows made from two sources (opened by their own ``open()``): a checkpoint's change, an adapter's.
+CHANGES = (("spectra_cli.sources.change", "Change"), ("spectra_cli.run.tuning", "AdaptedRows"))
 KINDS = ("eigenvalues", "dask array", "accumulator", "moment files", "files", "change", "array")
 
 
@@ -63,7 +65,7 @@ def open_input(data: Any, *, eigenvalues: bool = False) -> Opening:
         return Opening("dask array", data)
     if _is_accumulator(data):
         return Opening("accumulator", data)
-    if type(data).__name__ == "Change" and type(data).__module__ == "spectra_cli.sources.change":
+    if (type(data).__module__, type(data).__name__) in CHANGES:
         return Opening("change", data)
     dataset = as_dataset(data)
     if dataset is not None:

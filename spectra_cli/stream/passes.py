@@ -469,7 +469,7 @@ class Input:
         if self.dataset is not None:
             out["members"] = self.dataset.members_report()
         if self.change is not None:
-            out["change"] = self.change.to_dict()
+            out[getattr(self.change, "section", "change")] = self.change.to_dict()
         captured = captured_from(self.accumulator.sources if self.accumulator is not None else [])
         if captured is not None:
             out["capture"] = captured

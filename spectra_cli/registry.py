@@ -400,9 +400,13 @@ METRICS: tuple[Metric, ...] = (
              views="layer" if name in ("num_spikes", "mp_softrank") else "",
              fmt=".3f" if name == "mp_softrank" else ".4g")
           for name, text, kind, scaled, integer in (
-              ("N", "the larger side of the weight matrix", "count", False, True),
-              ("M", "the smaller side of the weight matrix", "count", False, True),
+              ("N", "the larger side of the weight matrix (of a convolution: WeightWatcher's label)", "count", False,
+               True),
+              ("M", "the smaller side of the weight matrix (of a convolution: WeightWatcher's label)", "count", False,
+               True),
               ("Q", "N / M", "count", False, False),
+              ("rf", "a convolution's receptive field kh x kw: its slices, each an N x M matrix", "count", False,
+               True),
               ("num_evals", "eigenvalues of W^T W", "count", False, True),
               ("xmin", "the start of the density fit's tail", "diagnostic", True, False),
               ("xmax", "the largest eigenvalue", "diagnostic", True, False),

@@ -9,6 +9,11 @@ error ``(a - 1) / sqrt(n_tail)``. ``x_min`` minimises the Kolmogorov–Smirnov d
 them, where the exact scan is O(n^2): 10^5 eigenvalues took 77 s, 10^6 hours, 2,000 evenly spaced in rank and
 then every candidate between the best one's neighbours; ``scan`` says which).
 For a pure rank law ``lambda_j ~ j^(-alpha)``, ``a = 1 + 1/alpha``.
+
+WeightWatcher's fit of a small layer (``small_n``, fewer than :data:`SMALL_N` eigenvalues; its
+``WW_powerlaw.fit_powerlaw_smallN``, 0.7.7): only tails of at least :data:`SMALL_N_MIN_TAIL` eigenvalues are
+candidates, each with the bias-corrected ``a = 1 + (n_tail - 1) / sum log(lambda / x_min)``; ``x_min`` still
+minimises ``D`` (the objective ``D - 0.868 / sqrt(n_tail)`` it computes is overridden by its ``argmin D``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from spectra_cli.errors import FitError
 EXACT_CANDIDATES = 10_000
 #: The grid of x_min candidates, evenly spaced in rank, past EXACT_CANDIDATES.
 GRID_CANDIDATES = 2_000
+#: WeightWatcher fits a layer with fewer eigenvalues than this by its small-N rule (``WW_powerlaw``'s cutoff).
+SMALL_N = 20
+#: ... whose tails hold at least this many eigenvalues (its ``k_min``).
+SMALL_N_MIN_TAIL = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,7 @@ class DensityFit:
     stderr: float
     n_candidates: int
     n_scanned: int | None = None
+    small_n: bool = False
 
     def rank_exponent(self) -> float | None:
         """The rank exponent a pure power law with this density exponent would have."""
@@ -56,6 +66,9 @@ class DensityFit:
             "scan": ("every candidate" if self.n_scanned is None or self.n_scanned >= self.n_candidates else
                      f"past {EXACT_CANDIDATES:,} candidates (each an O(n) fit): {GRID_CANDIDATES:,} evenly spaced in "
                      "rank, then every candidate between the best one's neighbours"),
+            **({"small_n": f"WeightWatcher's fit of a small layer (fewer than {SMALL_N} eigenvalues): tails of at "
+                           f"least {SMALL_N_MIN_TAIL}, alpha = 1 + (n_tail - 1) / sum log(lambda / xmin)"}
+               if self.small_n else {}),
             "rank_exponent_equivalent": self.rank_exponent(),
             "relation": "for lambda_j ~ j^(-alpha_rank): alpha_density = 1 + 1/alpha_rank",
         }
@@ -73,12 +86,15 @@ def hill(tail_sorted: np.ndarray, xmin: float) -> tuple[float, float]:
     return a, float(np.max(np.abs(theo - emp)))
 
 
-def density_fit(eigenvalues: np.ndarray, *, xmin: float | None = None) -> DensityFit:
-    """Fit the density exponent to positive eigenvalues (below-floor ones already removed)."""
+def density_fit(eigenvalues: np.ndarray, *, xmin: float | None = None, small_n: bool = False) -> DensityFit:
+    """Fit the density exponent to positive eigenvalues (below-floor ones already removed). ``small_n``:
+    WeightWatcher's rule for fewer than :data:`SMALL_N` of them (:func:`small_n_fit`)."""
     data = np.sort(np.asarray(eigenvalues, dtype=np.float64))
     data = data[data > 0]
     if data.size < 3:
         raise FitError(f"a density fit needs at least 3 positive eigenvalues; got {data.size}.")
+    if small_n and xmin is None and data.size < SMALL_N:
+        return small_n_fit(data)
     if xmin is not None:
         tail = data[data >= xmin]
         if tail.size < 2:
@@ -112,3 +128,27 @@ def density_fit(eigenvalues: np.ndarray, *, xmin: float | None = None) -> Densit
     assert best is not None
     c, ks, a, n = best
     return DensityFit(a, c, ks, n, (a - 1) / math.sqrt(n), int(candidates.size), scanned)
+
+
+def small_n_fit(data: np.ndarray) -> DensityFit:
+    """WeightWatcher 0.7.7's fit of fewer than :data:`SMALL_N` sorted positive eigenvalues: each tail of at least
+    :data:`SMALL_N_MIN_TAIL` (all of them when there are fewer) with ``a = 1 + (n - 1) / sum log(lambda / x_min)``
+    and its ``D``; the first ``x_min`` of least ``D`` (a tail whose ``a`` is not above 1 has ``D = 1``)."""
+    n_all = data.size
+    k_min = SMALL_N_MIN_TAIL if n_all >= SMALL_N_MIN_TAIL else n_all
+    best: tuple[float, float, float, int] | None = None
+    for i in range(n_all - 1):
+        n = n_all - i
+        if n < k_min:
+            break
+        s = float(np.sum(np.log(data[i:] / data[i])))
+        if s <= 1e-12:
+            continue
+        a = 1.0 + (n - 1) / s
+        ks = float(np.max(np.abs(1.0 - (data[i:] / data[i]) ** (1.0 - a) - np.arange(n) / n))) if a > 1 else 1.0
+        if best is None or ks < best[1]:
+            best = (float(data[i]), ks, a, n)
+    if best is None:
+        raise FitError(f"the {n_all} eigenvalues are all equal: no tail to fit.")
+    c, ks, a, n = best
+    return DensityFit(a, c, ks, n, (a - 1) / math.sqrt(n), n_all - 1, n_all - 1, small_n=True)

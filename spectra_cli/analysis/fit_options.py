@@ -266,9 +266,9 @@ class FitOptions:
         a matrix), or None: spectra's own convention leaves none out."""
         if not self.convention.is_weightwatcher:
             return None
-        from spectra_cli.analysis.weightwatcher import ww_skip
+        from spectra_cli.analysis.weightwatcher import ww_conv_skip, ww_skip
 
-        return ww_skip(shape)
+        return ww_conv_skip(shape) if len(shape) == 4 else ww_skip(shape)
 
     @property
     def needs_all(self) -> list[str]:

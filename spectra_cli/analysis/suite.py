@@ -96,7 +96,8 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     if opts.density:
         try:
             kept = lam[: spec.numerical_rank]
-            density = density_fit(kept[kept > opts.density_floor] if opts.density_floor > 0 else kept)
+            density = density_fit(kept[kept > opts.density_floor] if opts.density_floor > 0 else kept,
+                                  small_n=opts.convention.is_weightwatcher)
         except FitError as exc:  # too few eigenvalues: the same rule as a collapsed rank fit
             warnings.append(Message(f"no density fit: {raw(exc)}"))
     profile = local_slope_profile(lam, spec.usable_rank)

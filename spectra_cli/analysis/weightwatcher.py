@@ -73,6 +73,63 @@ def ww_skip(shape: list[int] | tuple[int, ...]) -> str | None:
     return None
 
 
+#: WeightWatcher scales each slice of a Conv2D kernel by this before its SVD (``conv2d_norm``, on by default: every
+#: eigenvalue of a convolution halved).
+WW_CONV2D_NORM = math.sqrt(0.5)
+
+
+def conv2d_labels(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
+    """WeightWatcher 0.7.7's labels ``N``, ``M``, the receptive field ``rf = kh kw`` and whether the kernel is channels
+    last (PyTorch's ``out x in x kh x kw``, told by ``out + in >= kh + kw``; else ``kh x kw x in x out``), as its
+    ``WWLayer.conv2D_Wmats`` sets them: it swaps ``N`` and ``M`` at every slice it transposes to be tall, so with fewer
+    output than input channels and an even ``rf`` they come back unswapped (``Q < 1``)."""
+    a, b, c, d = (int(x) for x in shape)
+    last = a + b >= c + d
+    n, m, rf, wide = (a, b, c * d, a < b) if last else (d, c, a * b, d < c)
+    if wide and rf % 2:
+        n, m = m, n
+    return n, m, rf, last
+
+
+def conv2d_slices(kernel: np.ndarray) -> list[np.ndarray]:
+    """WeightWatcher's matrices of a 4-D kernel: the ``rf`` slices ``W[:, :, i, j]`` (channels last) or ``W[i, j]``
+    (channels first), each transposed to be tall (:func:`conv2d_labels`)."""
+    _, _, _, last = conv2d_labels(kernel.shape)
+    a, b, c, d = kernel.shape
+    slices = [kernel[:, :, i, j] for i in range(c) for j in range(d)] if last else \
+        [kernel[i, j] for i in range(a) for j in range(b)]
+    return [w.T if w.shape[0] < w.shape[1] else w for w in slices]
+
+
+def conv2d_esd(kernel: np.ndarray) -> tuple[np.ndarray, int, int, int, float]:
+    """WeightWatcher's ESD of a convolution (``combined_eigenvalues``): the squared singular values of every slice
+    (:func:`conv2d_slices`) scaled by :data:`WW_CONV2D_NORM`, concatenated (``rf min(out, in)`` of them), largest
+    first; with its labels ``N``, ``M``, ``rf`` and its ``sv_min``, which 0.7.7 takes as the largest of the slices'
+    smallest singular values (``np.max`` where the name says min)."""
+    kernel = np.asarray(kernel, dtype=np.float64)
+    n, m, rf, _ = conv2d_labels(kernel.shape)
+    each = [np.linalg.svd(w * WW_CONV2D_NORM, compute_uv=False) for w in conv2d_slices(kernel)]
+    sv = np.concatenate(each)
+    return np.sort(sv * sv)[::-1], n, m, rf, float(max(float(x.min()) for x in each))
+
+
+def ww_conv_skip(shape: list[int] | tuple[int, ...]) -> str | None:
+    """Why WeightWatcher's ``analyze()`` skips a 4-D kernel of this shape (``layer_supported`` with its labels:
+    ``M rf < min_evals``, ``M rf > max_evals``, ``N > max_N``; a first axis below 2 is no layer), or None."""
+    if len(shape) != 4:
+        return f"shape {list(shape)} is not a 4-D convolution kernel"
+    if shape[0] < 2:
+        return f"shape {list(shape)}: WeightWatcher reads no layer from a first axis below 2"
+    n, m, rf, _ = conv2d_labels(tuple(shape))
+    if m * rf < WW_MIN_EVALS:
+        return f"{m * rf} eigenvalues; WeightWatcher needs at least {WW_MIN_EVALS} (its min_evals)"
+    if m * rf > WW_MAX_EVALS:
+        return f"{m * rf} eigenvalues; WeightWatcher takes at most {WW_MAX_EVALS} (its max_evals)"
+    if n > WW_MAX_N:
+        return f"its N is {n}; WeightWatcher takes at most {WW_MAX_N} (its max_N)"
+    return None
+
+
 def linear_kde(data: np.ndarray, x: np.ndarray, bandwidth: float) -> np.ndarray:
     """The density of scikit-learn's ``KernelDensity(kernel="linear", bandwidth=h)`` at ``x``:
     ``(1/n) sum_i max(0, 1 - |x - x_i| / h) / h`` (exact: no tree approximation)."""
@@ -165,12 +222,13 @@ def mp_fit(evals: np.ndarray, n: int, m: int) -> MPFit | None:
 
 
 def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: tuple[float, float],
-               xmin_scale: float = 1.0, resolved: np.ndarray | None = None) -> dict[str, Any]:
+               xmin_scale: float = 1.0, resolved: np.ndarray | None = None, labelled: bool = False) -> dict[str, Any]:
     """The columns of WeightWatcher's ``analyze()`` details for one layer, by its names, from the ``m``
     eigenvalues of ``W^T W`` (weightwatcher.py ``apply_esd``, ``apply_powerlaw``, ``apply_norm_metrics``,
-    ``mp_fit``; RMT_Util ``matrix_rank``, ``matrix_entropy``, ``calc_rank_loss``)."""
+    ``mp_fit``; RMT_Util ``matrix_rank``, ``matrix_entropy``, ``calc_rank_loss``). ``labelled``: ``n`` and ``m``
+    are WeightWatcher's own labels ``N``, ``M`` (a convolution's, :func:`conv2d_labels`), kept as they are."""
     ev = np.clip(np.asarray(evals, dtype=np.float64), 0.0, None)
-    big = max(n, m)
+    big = n if labelled else max(n, m)
     alpha = density.alpha if density is not None else None
     if not ev.size or not np.all(np.isfinite(ev)):  # past float64's range: nothing WeightWatcher computes
         return {"N": big, "M": m, "Q": big / m if m else None, "num_evals": int(ev.size), "alpha": alpha,
@@ -277,15 +335,19 @@ def verdict(alpha: float | None, alpha_range: tuple[float, float]) -> str | None
 
 def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_factor: float,
                    density_alpha: float | None, alpha_range: tuple[float, float] = DEFAULT_ALPHA_RANGE,
-                   raw: np.ndarray | None = None, density: Any = None) -> WeightMetrics:
+                   raw: np.ndarray | None = None, density: Any = None,
+                   labels: tuple[int, int, int] | None = None,
+                   overrides: dict[str, Any] | None = None) -> WeightMetrics:
     """The metrics of one matrix from its resolved eigenvalues (floors set to 0); with ``raw`` (the
     eigenvalues as computed, rounding noise kept, as WeightWatcher's SVD gives them) also WeightWatcher's
-    columns by its names."""
+    columns by its names. ``labels``: a convolution's ``(N, M, rf)`` as WeightWatcher labels it (its ``rf M``
+    eigenvalues are those of every slice; ``n_rows x n_features`` is then the kernel's parameter count);
+    ``overrides``: columns WeightWatcher computes from the slices rather than their eigenvalues (``sv_min``)."""
     with np.errstate(over="ignore", invalid="ignore"):  # past float64 (weights near 1e154): inf, JSON null
         lam = np.asarray(resolved, dtype=np.float64) * sum_factor
         total = float(lam.sum())
     top = float(lam.max()) if lam.size else 0.0
-    big, small = max(n_rows, n_features), min(n_rows, n_features)
+    big, small = (labels[0], labels[1]) if labels else (max(n_rows, n_features), min(n_rows, n_features))
     log_norm = math.log10(total) if total > 0 else None
     log_spec = math.log10(top) if top > 0 else None
     edge = None
@@ -307,13 +369,18 @@ def weight_metrics(resolved: np.ndarray, *, n_rows: int, n_features: int, sum_fa
         alpha_range=alpha_range,
         sum_factor=sum_factor,
         parameters=n_rows * n_features,
-        columns=_columns(raw, lam, big, small, sum_factor, density, alpha_range) if raw is not None else None,
+        columns={**_columns(raw, lam, big, small, sum_factor, density, alpha_range, labels), **(overrides or {})}
+        if raw is not None else None,
     )
 
 
 def _columns(raw: np.ndarray, resolved_scaled: np.ndarray, big: int, small: int, sum_factor: float, density: Any,
-             alpha_range: tuple[float, float]) -> dict[str, Any]:
+             alpha_range: tuple[float, float], labels: tuple[int, int, int] | None) -> dict[str, Any]:
+    count = small * labels[2] if labels else small
     with np.errstate(over="ignore"):
-        ev = np.asarray(raw, dtype=np.float64)[:small] * sum_factor
-    return ww_columns(ev, n=big, m=small, density=density, alpha_range=alpha_range, xmin_scale=sum_factor,
-                      resolved=np.asarray(resolved_scaled)[:small])
+        ev = np.asarray(raw, dtype=np.float64)[:count] * sum_factor
+    out = ww_columns(ev, n=big, m=small, density=density, alpha_range=alpha_range, xmin_scale=sum_factor,
+                     resolved=np.asarray(resolved_scaled)[:count], labelled=labels is not None)
+    if labels:
+        out["rf"] = labels[2]
+    return out

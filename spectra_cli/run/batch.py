@@ -97,7 +97,8 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
                     out.retried if out is not None else 0)
 
 
-def _items(args: list[str], base: str | None, tensors: str | None) -> tuple[list[Item], Any, bool]:
+def _items(args: list[str], base: str | None, tensors: str | None, *,
+           kernels: bool = False) -> tuple[list[Item], Any, bool]:
     """A batch's items, what was skipped, and whether they are LoRA adapters' layers."""
     from spectra_cli.sources.adapter import is_adapter
 
@@ -107,7 +108,7 @@ def _items(args: list[str], base: str | None, tensors: str | None) -> tuple[list
                           "layers' changes), or only matrices.")
     if adapters:
         return (*adapter_items(args, base, tensors), True)
-    items, listing = enumerate_items(args, tensors)
+    items, listing = enumerate_items(args, tensors, kernels=kernels and base is None)
     if base is not None:
         items = match_base(items, base, tensors, listing)
     return items, listing, False
@@ -190,11 +191,11 @@ def batch(
         return BatchResult(tuple(d for d in lines if "skipped" not in d), tuple(d for d in lines if "skipped" in d),
                            convention=(made.pop() if not convention.is_weightwatcher and len(made) == 1
                                        else convention).value)
-    items, listing, adapters = _items(args, base_path, tensors)
+    items, listing, adapters = _items(args, base_path, tensors, kernels=convention.is_weightwatcher)
     if convention.is_weightwatcher:  # its layer selection (FitOptions.skip)
         kept = []
         for it in items:
-            why = fit_options.skip(it.shape) if it.shape is not None and len(it.shape) == 2 else None
+            why = fit_options.skip(it.shape) if it.shape is not None and len(it.shape) in (2, 4) else None
             if why is None:
                 kept.append(it)
             else:

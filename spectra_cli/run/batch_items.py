@@ -169,8 +169,9 @@ def _expand(path: str, notes: list[str]) -> list[str]:
     return [path]
 
 
-def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int]) -> list[Item]:
-    """The items of one file: each 2-D tensor of a checkpoint, each array of an archive, or the file."""
+def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int], kernels: bool = False) -> list[Item]:
+    """The items of one file: each 2-D tensor of a checkpoint (and 4-D kernel, with ``kernels``), each array of an
+    archive, or the file."""
     fmt = formats.by_path(f, formats.DATA)
     out: list[Item] = []
     if fmt is formats.SAFETENSORS:
@@ -183,6 +184,8 @@ def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int
                 continue
             counts[1] += 1
             why = matrix_skip(str(t["dtype"]), list(t["shape"]))
+            if why is not None and kernels and len(t["shape"]) == 4 and why[0] == "tensor of 3+ dimensions":
+                why = None  # (a convolution's kernel: its slices, in WeightWatcher's convention)
             if why is not None:
                 listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
@@ -210,9 +213,11 @@ def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int
     return out
 
 
-def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[Item], Listing]:
+def enumerate_items(paths: list[str], tensors: str | None = None, *,
+                    kernels: bool = False) -> tuple[list[Item], Listing]:
     """Items in a stable order, and what was skipped (vectors, integer buffers, ...) with notes. A file
-    that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch."""
+    that cannot be listed (a corrupt checkpoint header) becomes one failed item, not a failed batch. ``kernels``:
+    a checkpoint's 4-D convolution kernels are items too (WeightWatcher's convention reads their slices)."""
     pattern = check_regex("tensors", tensors) if tensors else None
     items: list[Item] = []
     listing = Listing([], [])
@@ -231,7 +236,7 @@ def enumerate_items(paths: list[str], tensors: str | None = None) -> tuple[list[
                 listing.notes.append(f"skipped {f}: the same file as {files_seen[ident]} (a link), analysed once")
                 continue
             try:
-                found = _listing(f, pattern, listing, counts)
+                found = _listing(f, pattern, listing, counts, kernels)
             except SpectraError as exc:
                 found = [Item(f, fingerprint(f), str(exc))]
             for it in found:

@@ -20,11 +20,12 @@ from spectra_cli.version import __version__
 
 
 def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = None,
-             command_line: bool | None = None, base: str | None = None, adapter: Any = None) -> dict[str, Any]:
+             command_line: bool | None = None, base: str | None = None, adapter: Any = None,
+             kernel: bool = False) -> dict[str, Any]:
     """One item's JSON line (runs in a worker process). ``command_line``: whether the batch runs for the command
     line (its messages then name options as flags), where the worker cannot inherit it (a Dask worker). ``base``:
     the base checkpoint's tensor: the line is the change ``name - base``; ``adapter``: an adapted layer of a LoRA
-    adapter (:mod:`spectra_cli.run.tuning`)."""
+    adapter (:mod:`spectra_cli.run.tuning`); ``kernel``: a 4-D convolution kernel (:mod:`spectra_cli.run.kernels`)."""
     import warnings
 
     from spectra_cli.errors import SpectraWarning, command_line_run, for_caller
@@ -39,7 +40,11 @@ def run_item(name: str, fp: str, options: dict[str, Any], error: str | None = No
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SpectraWarning)  # they are in each line's report
-            if adapter is not None or base is not None:
+            if kernel:
+                from spectra_cli.run.kernels import kernel_line
+
+                doc = kernel_line(name, options)
+            elif adapter is not None or base is not None:
                 from spectra_cli.run.tuning import adapter_line, change_line
 
                 doc = adapter_line(adapter, options) if adapter is not None else \
@@ -148,7 +153,10 @@ def run_batch(
 
 def _extra(it: Item) -> dict[str, Any]:
     """The keywords of :func:`run_item` an item needs besides its name (none for a plain matrix)."""
-    return {k: v for k, v in (("base", it.base), ("adapter", it.adapter)) if v is not None}
+    extra: dict[str, Any] = {k: v for k, v in (("base", it.base), ("adapter", it.adapter)) if v is not None}
+    if it.shape is not None and len(it.shape) == 4 and it.adapter is None:
+        extra["kernel"] = True
+    return extra
 
 
 def _submit(ex: ProcessPoolExecutor, it: Item, options: dict[str, Any]) -> Future[dict[str, Any]]:

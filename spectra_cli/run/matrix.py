@@ -463,6 +463,34 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
                f"(d >= {TOP_AUTO_MIN_D}); top=0 (--top 0) computes every eigenvalue")
 
 
+def report_of_spectrum(spec: Any, opts: FitOptions, *, source: dict[str, Any], read: ReadOptions, n_rows: int,
+                       factor: float, said: list[str] | None = None, labels: tuple[int, int, int] | None = None,
+                       overrides: dict[str, Any] | None = None, started: float) -> Report:
+    """A ``fit`` report of a spectrum computed here without rows (a LoRA change's small problem, a convolution's
+    slices): every fit and rank of ``fit`` on it, and WeightWatcher's metrics (its eigenvalues are ``factor`` times
+    the spectrum's; ``labels``: a convolution's) where the convention or ``density`` asks for them."""
+    import time
+
+    from spectra_cli.run.assemble import near_null_warning
+
+    warnings = [*spectrum_warnings(spec, None, sample=False), *(said or [])]
+    suite = run_suite(spec, opts)
+    warnings += [*suite.warnings, *near_null_warning(spec, suite, density=opts.density)]
+    ww = None
+    if opts.density:
+        from spectra_cli.analysis.weightwatcher import weight_metrics
+
+        ww = weight_metrics(spec.resolved(), n_rows=n_rows, n_features=spec.n_features, sum_factor=factor,
+                            density_alpha=suite.density.alpha if suite.density is not None else None,
+                            alpha_range=opts.alpha_range, raw=spec.eigenvalues, density=suite.density, labels=labels,
+                            overrides=overrides)
+    emit_warnings(warnings)
+    return Report(command="fit", source=SourceSection(source),
+                  options=OptionsSection({**read.to_report(), "block_rows": None, **opts.to_report()}),
+                  spectrum=spec, suite=suite, weightwatcher=ww, warnings=tuple(warnings),
+                  timings={"analysis_s": time.perf_counter() - started})
+
+
 def _from_eigenvalues(command: str, data: Any, opts: FitOptions | None) -> Report:
     """A spectrum computed elsewhere (``eigenvalues=True``)."""
     from spectra_cli.eigen.decomposition import spectrum_from_eigenvalues

@@ -42,12 +42,9 @@ def low_rank_report(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, A
     """The report of the change ``s B A`` of one adapted layer: its spectrum (``sigma_i^2 / n`` uncentred, ``n`` the
     rows as the base stores the layer; the rest zero) from the r x r problem, then every fit and rank of ``fit`` on
     it, and WeightWatcher's metrics where the convention or ``density`` asks for them."""
-    from spectra_cli.analysis.suite import run_suite
     from spectra_cli.eigen.decomposition import Spectrum, floor_for
     from spectra_cli.options import ReadOptions
-    from spectra_cli.results import OptionsSection, Report, SourceSection
-    from spectra_cli.run.assemble import near_null_warning, spectrum_warnings
-    from spectra_cli.run.matrix import weight_metrics_of
+    from spectra_cli.run.matrix import report_of_spectrum
 
     started = time.perf_counter()
     opts = options["options"]
@@ -69,21 +66,13 @@ def low_rank_report(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, A
                     method=f"the r x r problem: singular values of s R_B R_A^T (thin QR of B and A^T, r = {layer.rank})"
                            "; the other eigenvalues are exactly zero")
     matrix_opts, said = opts.for_matrix(n, d)
-    warnings = [*spectrum_warnings(spec, None, sample=False), *said]
-    suite = run_suite(spec, matrix_opts)
-    warnings += [*suite.warnings, *near_null_warning(spec, suite, density=matrix_opts.density)]
-    ww = weight_metrics_of(spec, suite, matrix_opts, n_rows=n, factor=float(divisor)) if matrix_opts.density \
-        else None
     source = {"path": layer.name, "format": "peft adapter", "shape": list(layer.shape), "dtype": "float64",
               "n_rows": n, "n_features": d, "layout": f"LoRA change s B A ({layer.kind}; rows = first axis, as the "
               "base stores the layer)", "column": None, "key": layer.module, "files": 1, "rows": None, "sample": None,
               "seed": None, "rows_used": n, "rows_dropped": 0, "n_effective": None, "fingerprint": layer.fingerprint(),
               "adapter": layer.to_dict()}
-    report = Report(command="fit", source=SourceSection(source),
-                    options=OptionsSection({**read.to_report(), "block_rows": None, **matrix_opts.to_report()}),
-                    spectrum=spec, suite=suite, weightwatcher=ww, warnings=tuple(warnings),
-                    timings={"analysis_s": time.perf_counter() - started})
-    return report.to_dict()
+    return report_of_spectrum(spec, matrix_opts, source=source, read=read, n_rows=n, factor=float(divisor),
+                              said=said, started=started).to_dict()
 
 
 def adapter_line(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError
 from spectra_cli.sources.base import Source, SourceInfo
+from spectra_cli.sources.safetensors import read_tensor
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -132,26 +133,6 @@ class Adapter:
 def is_adapter(path: str) -> bool:
     """Whether ``path`` is a PEFT adapter folder (an ``adapter_config.json`` in it)."""
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, CONFIG))
-
-
-def read_tensor(path: str, name: str) -> np.ndarray:
-    """One tensor of a safetensors file, whole, as float64 (adapters' factors are small)."""
-    from spectra_cli.sources.base import open_regular
-    from spectra_cli.sources.safetensors import DTYPES, read_header
-
-    header, start = read_header(path)
-    t = header[name]
-    if t["dtype"] not in ("F64", "F32", "F16", "BF16"):
-        raise InputError(f"{path}: tensor {name!r} has dtype {t['dtype']}; an adapter's factors are floats.")
-    raw_dtype = DTYPES[t["dtype"]]
-    lo, hi = (int(x) for x in t["data_offsets"])
-    with open_regular(path) as f:
-        f.seek(start + lo)
-        raw = np.frombuffer(f.read(hi - lo), dtype=raw_dtype)
-    if raw.nbytes != hi - lo:
-        raise InputError(f"{path} ended early in tensor {name!r}.")
-    values = (raw.astype(np.uint32) << 16).view(np.float32) if t["dtype"] == "BF16" else raw
-    return values.astype(np.float64).reshape([int(s) for s in t["shape"]])
 
 
 def _config(folder: str) -> dict[str, Any]:

@@ -250,11 +250,33 @@ def matrix_skip(dtype: str, shape: list[int]) -> tuple[str, str] | None:
     if len(shape) == 1:
         return "vector", f"a vector of {shape[0]} (biases, norms)"
     if len(shape) > 2:
-        return "tensor of 3+ dimensions", f"shape {shape} is not 2-D (convolution kernels are not reshaped)"
+        return "tensor of 3+ dimensions", (f"shape {shape} is not 2-D: spectra's convention analyses matrices (a "
+                                           "4-D convolution kernel's slices are read with --convention weightwatcher, "
+                                           "as WeightWatcher reads them)" if len(shape) == 4 else
+                                           f"shape {shape} is not 2-D (WeightWatcher skips these too)")
     if min(shape) < 2:
         return "matrix with a side < 2", f"shape {shape}: a spectrum needs both sides >= 2"
     return None
 
+
+
+def read_tensor(path: str, name: str) -> np.ndarray:
+    """One tensor of a safetensors file, whole, as float64 (an adapter's factors, a convolution's kernel: small)."""
+    from spectra_cli.sources.base import open_regular
+
+    header, start = read_header(path)
+    t = header[name]
+    if t["dtype"] not in ("F64", "F32", "F16", "BF16"):
+        raise InputError(f"{path}: tensor {name!r} has dtype {t['dtype']}; a weight is a float tensor.")
+    raw_dtype = DTYPES[t["dtype"]]
+    lo, hi = (int(x) for x in t["data_offsets"])
+    with open_regular(path) as f:
+        f.seek(start + lo)
+        raw = np.frombuffer(f.read(hi - lo), dtype=raw_dtype)
+    if raw.nbytes != hi - lo:
+        raise InputError(f"{path} ended early in tensor {name!r}.")
+    values = (raw.astype(np.uint32) << 16).view(np.float32) if t["dtype"] == "BF16" else raw
+    return values.astype(np.float64).reshape([int(s) for s in t["shape"]])
 
 
 class SafetensorsSource(Source):

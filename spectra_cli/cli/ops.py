@@ -20,7 +20,6 @@ from spectra_cli.cli.flags import (
     Plot,
     Pool,
     Positions,
-    Precision,
     Rows,
     Sample,
     Threads,
@@ -103,7 +102,9 @@ def batch(
                                                "give one item per 2-D tensor.", show_default=False)],
     jsonl: Annotated[str | None, typer.Option("--jsonl", metavar="FILE", help="Write one JSON report per line to "
                                               "this file (locked while the batch runs).")] = None,
-    workers: Annotated[int, typer.Option("--workers", metavar="N", help="Worker processes.")] = 1,
+    workers: Annotated[int | None, typer.Option("--workers", metavar="N", show_default=False, help="Worker "
+                                                "processes (default: 1; every core on a checkpoint of matrices 3,072 "
+                                                "wide or more).")] = None,
     tensors: Annotated[str | None, typer.Option("--tensors", metavar="REGEX",
                                                 help="Regex on tensor names (re.search).")] = None,
     base: Annotated[str | None, typer.Option("--base", metavar="BASE", help="A base checkpoint: analyse each "
@@ -114,7 +115,11 @@ def batch(
                                          "fingerprint; repair a cut last line, retry failed items.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the results already in --jsonl (without "
                                             "it or --resume, an existing results file is refused).")] = False,
-    uncentered: Uncentered = False, ddof: Ddof = 1, precision: Precision = "float64",
+    uncentered: Uncentered = False, ddof: Ddof = 1,
+    precision: Annotated[str | None, typer.Option("--precision", metavar="float64|float32", show_default=False,
+                                                  help="Arithmetic of the products (and of the eigensolver from d = "
+                                                  "3,072). Default: float64, but float32 on a checkpoint of bf16 or "
+                                                  "float16 matrices 3,072 wide or more.")] = None,
     block_rows: BlockRows = None, positions: Positions = None, pool: Pool = "tokens",
     engine: Annotated[str, typer.Option("--engine", metavar="local|dask", help="Worker processes here (local) or "
                                         "Dask tasks: --workers N starts a LocalCluster, --scheduler uses a "
@@ -142,7 +147,7 @@ def batch(
       spectra batch finetuned/ --base base-model/ --tensors 'query|value' --jsonl changes.jsonl
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
     from spectra_cli.errors import OptionError
     from spectra_cli.jsonio import dumps
@@ -152,7 +157,7 @@ def batch(
         raise OptionError("a .jsonl PATH is a results file: summarise it with --summary (and give only results "
                           "files).")
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                  TimeElapsedColumn(), "left", TimeRemainingColumn(), console=Console(stderr=True), transient=True,
                   disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("batch", total=None)
 

@@ -97,6 +97,50 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
                     out.retried if out is not None else 0)
 
 
+#: From this width (the smaller side, the Gram's order) a checkpoint's matrices are large: where float32 products and
+#: LAPACK's float32 eigensolver win (:data:`~spectra_cli.eigen.decomposition.FLOAT32_SOLVER_MIN_ORDER`), and where two
+#: workers on one thread each beat one on every core (LAPACK's two-stage driver; the performance page).
+LARGE_WIDTH = 3072
+#: The 16-bit floats a checkpoint stores: float32 products keep every bit of them.
+HALF_DTYPES = ("BF16", "F16")
+#: A worker's peak at 4,096 wide in float32 (the Gram, its eigendecomposition, the error groups; measured 0.8 GB).
+WORKER_BYTES_PER_WIDTH2 = 50
+
+
+def large_model_plan(items: list[Item], workers: int | None, precision: str | None, *, engine: str,
+                     max_memory: int | None = None) -> tuple[int, str, str | None]:
+    """The workers and precision of a batch where not given (None): on a checkpoint whose matrices are
+    :data:`LARGE_WIDTH` wide or more, every core a worker (as memory allows), and float32 products where those
+    matrices are stored in 16 bits; otherwise one worker and float64. Returns them and a note saying what was chosen,
+    or None when nothing was."""
+    from spectra_cli.options import memory_budget
+    from spectra_cli.threads import usable_cores
+
+    large = [it for it in items if it.shape is not None and len(it.shape) == 2 and min(it.shape) >= LARGE_WIDTH]
+    chosen = []
+    if workers is None:
+        workers = 1
+        if large and engine == "local" and len(items) >= 2:
+            width = max(min(it.shape) for it in large if it.shape is not None)
+            fit = max(1, memory_budget(max_memory) // (WORKER_BYTES_PER_WIDTH2 * width * width))
+            workers = max(1, min(usable_cores(), len(items), fit))
+            if workers > 1:
+                chosen.append(param("workers", workers))
+    if precision is None:
+        precision = "float64"
+        if large and all(it.dtype in HALF_DTYPES for it in large):
+            precision = "float32"
+            chosen.append(param("precision", "float32"))
+    if not chosen:
+        return workers, precision, None
+    width = max(min(it.shape) for it in large if it.shape is not None)
+    why = (f"{len(large)} of the {len(items)} matrices are {width:,} wide or so"
+           + (", stored in 16-bit floats (float32 products keep every bit of them; the reports state their floors)"
+              if precision == "float32" else ""))
+    return workers, precision, (f"chose {' '.join(chosen)}: {why}; give {param('workers')} / {param('precision')} to "
+                                f"choose ({param('precision', 'float64')} for WeightWatcher's last digits)")
+
+
 def _items(args: list[str], base: str | None, tensors: str | None, *,
            kernels: bool = False) -> tuple[list[Item], Any, bool]:
     """A batch's items, what was skipped, and whether they are LoRA adapters' layers."""
@@ -121,12 +165,12 @@ def batch(
     jsonl: str | os.PathLike[str] | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    workers: int = 1,
+    workers: int | None = None,
     tensors: str | None = None,
     base: str | os.PathLike[str] | None = None,
     centered: bool | None = None,
     ddof: int = 1,
-    precision: str = "float64",
+    precision: str | None = None,
     block_rows: int | None = None,
     positions: str | None = None,
     pool: str = "tokens",
@@ -161,7 +205,10 @@ def batch(
     failed item does not stop the batch: it is a line with ``error``. Paths that are all results
     files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``). ``threads``:
     BLAS threads of every product here and in each worker (default: the thread policy, each worker's
-    share ``cores // workers``). ``base``: a base checkpoint (a file, folder or glob, as PATHs): each item becomes the
+    share ``cores // workers``). ``workers`` and ``precision`` not given (None): one worker and float64, except on a
+    checkpoint of matrices 3,072 wide or more (a 7B-class model), where every core is a worker (as memory allows) and,
+    when those matrices are stored in 16-bit floats, the products are float32 (:func:`large_model_plan`; a note says
+    so). ``base``: a base checkpoint (a file, folder or glob, as PATHs): each item becomes the
     change ``W - W_base`` from the base's tensor of the same name (matched by name, or by a unique dotted ending;
     unmatched or reshaped layers skipped with the reason), analysed uncentred unless ``centered`` is given (the
     squared singular values of the change, over its rows), and its line holds the base's and the fine-tune's own
@@ -215,6 +262,11 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
+    workers, precision, chose = large_model_plan(items, workers, precision, engine=engine)
+    if chose:
+        from spectra_cli.errors import for_caller
+
+        listing.notes.append(for_caller(chose))
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}))

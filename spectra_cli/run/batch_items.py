@@ -34,6 +34,7 @@ class Item:
     shape: tuple[int, ...] | None = None  # a checkpoint tensor's, from its header
     base: str | None = None  # the base checkpoint's tensor of the same name: the item is the change W - W_base
     adapter: Any = None  # an adapted layer of a LoRA adapter (spectra_cli.sources.adapter.AdapterLayer)
+    dtype: str | None = None  # a checkpoint tensor's, from its header (BF16, F16, F32, F64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ def _listing(f: str, pattern: Pattern | None, listing: Listing, counts: list[int
             if why is not None:
                 listing.skipped.append(Skip(name, why[0], why[1], fingerprint(name)))
                 continue
-            out.append(Item(name, fingerprint(name), shape=tuple(int(x) for x in t["shape"])))
+            out.append(Item(name, fingerprint(name), shape=tuple(int(x) for x in t["shape"]), dtype=str(t["dtype"])))
     elif fmt is formats.NPZ and is_moment_file(f):  # moments of one matrix (``spectra moments``)
         out.append(Item(f, fingerprint(f)))
     elif fmt is formats.NPZ:
@@ -300,7 +301,7 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
             listing.skipped.append(Skip(it.name, BASE_KINDS[1], f"shape {list(it.shape)} here, {list(b.shape)} in "
                                         f"the base ({b.name}): no change to analyse", it.fingerprint))
             continue
-        out.append(Item(it.name, Change(it.name, b.name).fingerprint(), None, it.shape, b.name))
+        out.append(Item(it.name, Change(it.name, b.name).fingerprint(), None, it.shape, b.name, dtype="F64"))
     if suffixed:
         listing.notes.append(f"matched {len(suffixed)} layer(s) to the base by their names' ending (e.g. "
                              f"{suffixed[0]})")

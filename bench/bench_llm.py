@@ -164,7 +164,7 @@ def _tree_memory(root: int) -> tuple[int, int]:
     return total, pss
 
 
-def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
+def run(directory: Path, convention: str, jsonl: Path, workers: int | None = 1,
         extra: tuple[str, ...] = ()) -> dict[str, object]:
     """One whole-process batch: its wall time, the largest resident set of one process of its tree
     (the kernel's rusage) and the largest sum over the tree (sampled every 0.2 s: the workers together)."""
@@ -173,8 +173,9 @@ def run(directory: Path, convention: str, jsonl: Path, workers: int = 1,
     err = jsonl.with_suffix(".stderr")
     with open(err, "w") as f:  # (a file, not a pipe: nothing blocks while the memory is sampled)
         proc = subprocess.Popen([sys.executable, "-c", PEAK, sys.executable, "-m", "spectra_cli", "batch",
-                                 str(directory), "--convention", convention, "--jsonl", str(jsonl), "--workers",
-                                 str(workers), *extra], stdout=subprocess.DEVNULL, stderr=f)
+                                 str(directory), "--convention", convention, "--jsonl", str(jsonl),
+                                 *(("--workers", str(workers)) if workers is not None else ()), *extra],
+                                stdout=subprocess.DEVNULL, stderr=f)
     total = pss = 0
     while proc.poll() is None:
         now_rss, now_pss = _tree_memory(proc.pid)
@@ -200,9 +201,10 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/spectra-bench-llm"))
     ap.add_argument("--conventions", default="spectra,weightwatcher")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
-    ap.add_argument("--workers", default="1", help="spectra batch --workers, one run per value (e.g. 1,2)")
+    ap.add_argument("--workers", default="1", help="spectra batch --workers, one run per value (e.g. 1,2; "
+                    "'default': the flag left out)")
     ap.add_argument("--precision", default="float64", help="spectra batch --precision, one run per value "
-                    "(e.g. float64,float32)")
+                    "(e.g. float64,float32; 'default': the flag left out)")
     args = ap.parse_args()
     ckpt = args.dir / f"{args.kind}-{args.blocks or 'all'}"
     t = time.perf_counter()
@@ -213,11 +215,11 @@ def main() -> None:
         matrices, params = -1, index["metadata"]["total_size"] // 2
     print(f"{args.kind} class, blocks {args.blocks or 'all'}: {matrices} matrices, {params / 1e9:.2f} B parameters, "
           f"written in {time.perf_counter() - t:.0f} s")
-    runs = ((c, int(w), p) for c in args.conventions.split(",") for w in args.workers.split(",")
-            for p in args.precision.split(","))
+    runs = ((c, None if w == "default" else int(w), p) for c in args.conventions.split(",")
+            for w in args.workers.split(",") for p in args.precision.split(","))
     for conv, workers, precision in runs:
         res = run(ckpt, conv, args.dir / f"{args.kind}-{conv}-{workers}-{precision}.jsonl", workers,
-                  ("--precision", precision))
+                  ("--precision", precision) if precision != "default" else ())
         print(f"  batch --convention {conv} --workers {workers} --precision {precision}: {res['wall_s']:.1f} s,"
               f" peak RSS {res['peak_rss_gb']:.2f} GB (one process), {res['tree_rss_gb']:.2f} GB (all, RSS), "
               f"{res['tree_pss_gb']:.2f} GB (all, PSS), "

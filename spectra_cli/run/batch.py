@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
-from spectra_cli.errors import InputError, OptionError, param
+from spectra_cli.errors import InputError, OptionError, for_caller, param
 from spectra_cli.options import Convention
 from spectra_cli.run.batch_items import Item, Skip, adapter_items, enumerate_items, match_base
 from spectra_cli.run.batch_result import BatchResult
@@ -263,10 +263,7 @@ def batch(
     if progress is not None:
         progress(0, len(items))
     workers, precision, chose = large_model_plan(items, workers, precision, engine=engine)
-    if chose:
-        from spectra_cli.errors import for_caller
-
-        listing.notes.append(for_caller(chose))
+    listing.notes += [for_caller(chose)] if chose else []
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),
                    **({"pool": pool} if pool != "tokens" else {}))

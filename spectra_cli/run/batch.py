@@ -141,6 +141,27 @@ def large_model_plan(items: list[Item], workers: int | None, precision: str | No
                                 f"choose ({param('precision', 'float64')} for WeightWatcher's last digits)")
 
 
+#: What a spectrum computed without rows (a LoRA change's r x r problem, a convolution's slices) cannot honour: each
+#: needs the rows (or their moments) of a matrix.
+NEEDS_ROWS = ("ci", "population", "spikes", "shuffled_control", "partition_isotropy", "isoscore", "top")
+
+
+def check_spectrum_only(items: list[Item], fit_options: Any, given: dict[str, Any]) -> None:
+    """A batch whose items are spectra computed without rows (LoRA changes without ``base``, whose change is the r x
+    r problem; convolution kernels) refuses the options that need rows, by name, rather than dropping them."""
+    low_rank = [it for it in items if it.adapter is not None and not it.adapter.dora]
+    kernels = [it for it in items if it.adapter is None and it.shape is not None and len(it.shape) == 4]
+    if not low_rank and not kernels:
+        return
+    what = ("a LoRA change's spectrum comes from its r x r problem" if low_rank else
+            "a convolution's spectrum comes from its slices' singular values")
+    asked = [k for k in NEEDS_ROWS if getattr(fit_options, k) not in (False, None, 0)]
+    asked += [k for k, v in given.items() if v is not None and not (k == "pool" and v == "tokens")]
+    if asked:
+        raise OptionError(f"{', '.join(param(k) for k in asked)} need(s) the rows of a matrix; {what}, without rows "
+                          f"(leave it out, or select the dense matrices with {param('tensors')}).")
+
+
 def _items(args: list[str], base: str | None, tensors: str | None, *,
            kernels: bool = False) -> tuple[list[Item], Any, bool]:
     """A batch's items, what was skipped, and whether they are LoRA adapters' layers."""
@@ -152,7 +173,7 @@ def _items(args: list[str], base: str | None, tensors: str | None, *,
                           "layers' changes), or only matrices.")
     if adapters:
         return (*adapter_items(args, base, tensors), True)
-    items, listing = enumerate_items(args, tensors, kernels=kernels and base is None)
+    items, listing = enumerate_items(args, tensors, kernels=kernels or base is not None)
     if base is not None:
         items = match_base(items, base, tensors, listing)
     return items, listing, False
@@ -262,6 +283,8 @@ def batch(
 
     if progress is not None:
         progress(0, len(items))
+    check_spectrum_only(items, fit_options, {"precision": precision, "block_rows": block_rows, "positions": positions,
+                                             "pool": pool})
     workers, precision, chose = large_model_plan(items, workers, precision, engine=engine)
     listing.notes += [for_caller(chose)] if chose else []
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,

@@ -20,8 +20,10 @@ from spectra_cli.sources.dataset import is_moment_file
 from spectra_cli.validate import Pattern, check_regex
 from spectra_cli.version import __version__
 
-#: The kinds of skip of a batch of changes (``--base``): a layer the base lacks, or holds in another shape.
-BASE_KINDS = ("layer not in the base", "reshaped layer")
+#: The kinds of skip of a batch of changes (``--base``): a layer the base lacks, or holds in another shape, or a kernel.
+BASE_KINDS = ("layer not in the base", "reshaped layer", "convolution kernel")
+#: ... and of an adapter's layers that are not read.
+ADAPTER_KINDS = ("convolution LoRA", "incomplete adapter", "change with a side < 2")
 #: The data files of a folder besides its checkpoint's shards (those are listed by the safetensors reader).
 FOLDER_FORMATS = (formats.NPY, formats.NPZ, formats.PARQUET)
 
@@ -65,15 +67,28 @@ class Listing:
         counts: dict[str, int] = {}
         for sk in self.skipped:
             counts[sk.kind] = counts.get(sk.kind, 0) + 1
-        parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+        parts = [f"{n} {kind if n == 1 else _plural(kind)}"
+                 for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])]
         whys = []
-        if set(counts) - set(BASE_KINDS) - {"WeightWatcher-skipped layer"}:
+        if set(counts) - set(BASE_KINDS) - set(ADAPTER_KINDS) - {"WeightWatcher-skipped layer"}:
             whys.append("not weight matrices")
+        if set(counts) & set(ADAPTER_KINDS):
+            whys.append("adapted layers not read")
         if "WeightWatcher-skipped layer" in counts:
             whys.append("layers WeightWatcher skips")
         if set(counts) & set(BASE_KINDS):
             whys.append("no counterpart in the base")
         return "skipped " + ", ".join(parts) + f" ({', or '.join(whys)}; --verbose lists them)"
+
+
+def _plural(kind: str) -> str:
+    """``vector`` -> ``vectors``, ``tensor of 3+ dimensions`` -> ``tensors of 3+ dimensions``, ``layer not in the
+    base`` -> ``layers not in the base``, ``matrix with a side < 2`` -> ``matrices with a side < 2``."""
+    words = kind.split(" ")
+    at = next((i - 1 for i, w in enumerate(words) if w in ("of", "not", "with") and i > 0), len(words) - 1)
+    w = words[at]
+    words[at] = w[:-1] + "ces" if w.endswith("ix") else w if w.endswith("s") else w + "s"
+    return " ".join(words)
 
 
 def _pickle_refusal(path: str) -> InputError:
@@ -267,6 +282,36 @@ def _layer_key(name: str) -> str:
     return inner or os.path.basename(file)
 
 
+def _file_identity(name: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(name.partition("::")[0])
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _base_index(base: str, tensors: str | None, items: list[Item]) -> tuple[list[Item], Listing, dict[str, Item]]:
+    """The base checkpoint's matrices by name, checked: every file of it readable (its own error, said), no file of
+    the fine-tune's among them, and no name held by two of its files (which one is the base would be unknown)."""
+    base_items, base_listing = enumerate_items([base], tensors, kernels=True)
+    broken = [b for b in base_items if b.error is not None]
+    if broken:
+        raise InputError(f"the base {base} cannot be read: {broken[0].error}")
+    mine = {i for i in (_file_identity(it.name) for it in items) if i is not None}
+    by_key: dict[str, Item] = {}
+    for found in base_items:
+        if _file_identity(found.name) in mine:
+            raise InputError(f"the base {base} holds {found.name.partition('::')[0]}, a file of the fine-tune itself; "
+                             "give the base's own files.")
+        key = _layer_key(found.name)
+        if key in by_key:
+            first = by_key[key].name.partition("::")[0]
+            raise InputError(f"the base {base} holds tensor {key!r} twice ({first} and {found.name.partition('::')[0]}"
+                             "); which one is the base is unknown: give one checkpoint.")
+        by_key[key] = found
+    return base_items, base_listing, by_key
+
+
 def match_base(items: list[Item], base: str, tensors: str | None, listing: Listing) -> list[Item]:
     """The items paired with the base checkpoint's tensor of the same name (``--base``): each becomes the change
     ``W - W_base``. Names match exactly, or else by a unique dotted suffix (``bert.encoder.layer.0...`` against
@@ -274,14 +319,19 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
     reason, and the base's tensors left over are counted in a note."""
     from spectra_cli.sources.change import Change
 
-    base_items, base_listing = enumerate_items([base], tensors)
-    by_key: dict[str, Item] = {}
-    for found in base_items:
-        by_key.setdefault(_layer_key(found.name), found)
+    base_items, base_listing, by_key = _base_index(base, tensors, items)
     used: set[str] = set()
     out: list[Item] = []
     suffixed: list[str] = []
     for it in items:
+        if it.error is not None:  # (a fine-tune file that cannot be read: its own error, not "not in the base")
+            out.append(it)
+            continue
+        if it.shape is not None and len(it.shape) == 4:
+            listing.skipped.append(Skip(it.name, "convolution kernel", "a convolution kernel's change is not read "
+                                        "with --base (each of its slices would be a change); analyse the two "
+                                        "checkpoints apart", it.fingerprint))
+            continue
         key = _layer_key(it.name)
         b: Item | None = by_key.get(key)
         if b is None:
@@ -294,9 +344,6 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
                                         it.fingerprint))
             continue
         used.add(b.name)
-        if it.error is not None or b.error is not None:
-            out.append(Item(it.name, it.fingerprint, it.error or f"the base's {b.name}: {b.error}", it.shape, b.name))
-            continue
         if it.shape is not None and b.shape is not None and it.shape != b.shape:
             listing.skipped.append(Skip(it.name, BASE_KINDS[1], f"shape {list(it.shape)} here, {list(b.shape)} in "
                                         f"the base ({b.name}): no change to analyse", it.fingerprint))
@@ -305,7 +352,7 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
     if suffixed:
         listing.notes.append(f"matched {len(suffixed)} layer(s) to the base by their names' ending (e.g. "
                              f"{suffixed[0]})")
-    left = [x.name for x in base_items if x.name not in used]
+    left = [x.name for x in base_items if x.name not in used and not (x.shape is not None and len(x.shape) == 4)]
     if left:
         listing.notes.append(f"{len(left)} matrix(es) of the base have no layer of the same name here (e.g. "
                              f"{_layer_key(left[0])}); not analysed")
@@ -327,7 +374,13 @@ def adapter_items(paths: list[str], base: str | None, tensors: str | None) -> tu
     pattern = check_regex("tensors", tensors) if tensors else None
     listing = Listing([], [])
     items: list[Item] = []
+    seen: dict[tuple[int, int], str] = {}
     for path in paths:
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) in seen:
+            listing.notes.append(f"skipped {path}: the same folder as {seen[(st.st_dev, st.st_ino)]}, analysed once")
+            continue
+        seen[(st.st_dev, st.st_ino)] = path
         adapter = read_adapter(path)
         listing.notes.extend(adapter.notes)
         for module, kind, reason in adapter.skipped:
@@ -343,8 +396,7 @@ def adapter_items(paths: list[str], base: str | None, tensors: str | None) -> tu
                           f"rescaled to its learned magnitude): give the base checkpoint with {param('base')}.")
     if base is None:
         return items, listing
-    base_items, base_listing = enumerate_items([base])
-    by_key = {_layer_key(b.name): b for b in base_items}
+    base_items, base_listing, by_key = _base_index(base, None, items)
     out = []
     for it in items:
         key = it.adapter.module + ".weight"

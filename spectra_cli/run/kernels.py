@@ -10,6 +10,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 
 def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The report of one convolution kernel (``file.safetensors::name``): its slices' spectrum in WeightWatcher's
@@ -29,6 +31,8 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     if tensor not in header or len(header[tensor]["shape"]) != 4:
         raise InputError(f"{name} is not a 4-D convolution kernel.")
     kernel = read_tensor(path, tensor)
+    if not np.all(np.isfinite(kernel)):
+        raise InputError(f"{name} has NaN or inf entries; no spectrum can be computed from it.")
     lam, n, m, rf, sv_min = conv2d_esd(kernel)
     _, _, _, last = conv2d_labels(kernel.shape)
     d = lam.size

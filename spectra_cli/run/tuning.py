@@ -62,7 +62,7 @@ def low_rank_report(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, A
                                 f"eigenvalues of the change's covariance (rows about their mean, / (n - {ddof}))")
                     + f" of the LoRA change, rank at most r = {layer.rank}",
                     precision="float64", numerical_floor=floor_for(lam, d, 0, "float64"),
-                    sampling_rank=min(n - 1 if centered else n, d), structural_zeros=max(d - layer.rank, 0),
+                    sampling_rank=min(n - 1 if centered else n, d), structural_zeros=max(d - n, 0),
                     method=f"the r x r problem: singular values of s R_B R_A^T (thin QR of B and A^T, r = {layer.rank})"
                            "; the other eigenvalues are exactly zero")
     matrix_opts, said = opts.for_matrix(n, d)

@@ -96,6 +96,10 @@ class AdapterLayer:
         """``(L, R)`` in float64 with the change ``Delta W = L @ R`` as stored (rows first), the scale in ``L``."""
         a = read_tensor(self.weights, self.a_key)
         b = read_tensor(self.weights, self.b_key)
+        for key, t in ((self.a_key, a), (self.b_key, b)):
+            if not np.all(np.isfinite(t)):
+                raise InputError(f"{self.weights}: tensor {key!r} has NaN or inf entries; no change can be measured "
+                                 "from it.")
         if self.kind == "embedding":  # A: r x num_embeddings, B: dim x r; Delta W = s (B A)^T = (s A^T) B^T
             return self.scale * a.T, b.T
         if self.kind.endswith("(fan_in_fan_out)"):  # stored in x out: Delta W^T = (s A^T) B^T
@@ -110,7 +114,12 @@ class AdapterLayer:
             left = left - left.mean(axis=0)
         _, rl = np.linalg.qr(left)
         _, rr = np.linalg.qr(right.T)
-        return np.linalg.svd(rl @ rr.T, compute_uv=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            core = rl @ rr.T
+        if not np.all(np.isfinite(core)):
+            raise InputError(f"{self.name}: the change s B A overflows float64 (s = {self.scale:g}); check lora_alpha "
+                             "and the factors.")
+        return np.linalg.svd(core, compute_uv=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"definition": DORA_DEFINITION if self.dora else DEFINITION, "adapter": self.folder,
@@ -128,6 +137,7 @@ class Adapter:
     notes: list[str] = field(default_factory=list)
     #: (module, kind, reason): modules with LoRA tensors that are not analysed
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    notes_dora_ignored: bool = False
 
 
 def is_adapter(path: str) -> bool:
@@ -209,6 +219,7 @@ def read_adapter(folder: str) -> Adapter:
     flags = {}
     for key in ("use_rslora", "use_dora", "fan_in_fan_out"):
         v = config.get(key, False)
+        v = False if v is None else v
         if not isinstance(v, bool):
             raise InputError(f"{path}: {key} is {v!r}; true or false is needed.")
         flags[key] = v
@@ -265,9 +276,16 @@ def _layer(adapter: Adapter, path: str, weights: str, header: dict[str, Any], mo
         adapter.skipped.append((module, "incomplete adapter", "it has one of lora_A and lora_B, not both"))
         return None
     a_shape, b_shape = header[a_key]["shape"], header[b_key]["shape"]
-    if len(a_shape) != 2 or len(b_shape) != 2:
+    if len(a_shape) == 4 and len(b_shape) == 4:
         adapter.skipped.append((module, "convolution LoRA", f"lora_A of shape {a_shape}: a convolution's LoRA "
                                 "(its change is a kernel, not a matrix) is not read"))
+        return None
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise InputError(f"{weights}: {module} has lora_A of shape {a_shape} and lora_B of shape {b_shape}; a LoRA "
+                         "layer's factors are matrices.")
+    if min(a_shape[1], b_shape[0]) < 2:
+        adapter.skipped.append((module, "change with a side < 2", f"lora_A {a_shape}, lora_B {b_shape}: a change of "
+                                f"{b_shape[0]} x {a_shape[1]} has no spectrum to analyse"))
         return None
     if a_shape[0] != rank or b_shape[1] != rank:
         raise InputError(f"{weights}: {module} has lora_A {a_shape} and lora_B {b_shape}, but the config gives it "
@@ -289,6 +307,14 @@ def _layer(adapter: Adapter, path: str, weights: str, header: dict[str, Any], mo
         if header[magnitude]["shape"] != [shape[0]]:
             raise InputError(f"{weights}: {module}'s lora_magnitude_vector has shape {header[magnitude]['shape']}; "
                              f"the layer has {shape[0]} output rows.")
+        m = read_tensor(weights, magnitude)
+        if not np.all(np.isfinite(m)) or np.any(m < 0):
+            raise InputError(f"{weights}: {module}'s lora_magnitude_vector has NaN, inf or negative entries; DoRA's "
+                             "magnitudes are row norms.")
+    elif magnitude is not None and not adapter.notes_dora_ignored:
+        adapter.notes_dora_ignored = True
+        adapter.notes.append(f"{module} has a lora_magnitude_vector but the config's use_dora is false: read as plain "
+                             "LoRA, as peft would load it")
     return AdapterLayer(adapter.folder, module, a_key, b_key, rank, alpha, scale, shape, how,
                         magnitude if flags["use_dora"] else None)
 

@@ -62,7 +62,12 @@ class ChangeSource(Source):
             self._ft.close()
             raise
         a, b = self._ft.info, self._base.info
-        if (a.n_rows, a.n_features) != (b.n_rows, b.n_features) or len(a.shape) != 2 or len(b.shape) != 2:
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            self.close()
+            odd = change.fine_tune if len(a.shape) != 2 else change.base
+            raise InputError(f"{odd} has shape {list(a.shape if len(a.shape) != 2 else b.shape)}: a change is "
+                             "measured between two matrices (2-D).")
+        if (a.n_rows, a.n_features) != (b.n_rows, b.n_features):
             self.close()
             raise InputError(f"{change.fine_tune} has shape {list(a.shape)} and {change.base} {list(b.shape)}: a "
                              "change needs two matrices of the same shape.")
@@ -74,6 +79,9 @@ class ChangeSource(Source):
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         base = self._base.iter_blocks(start, stop, block_rows)
         for (x, _), (y, _) in zip(self._ft.iter_blocks(start, stop, block_rows), base, strict=True):
+            if not np.all(np.isfinite(y)):  # (the fine-tune's own are said by the pass, naming it)
+                raise InputError(f"the base's {self.change.base} has NaN or inf entries; no change can be measured "
+                                 "against it.")
             out = np.asarray(x, dtype=np.float64).copy()
             out -= np.asarray(y, dtype=np.float64)
             yield out, None

@@ -246,3 +246,26 @@ def test_the_cli_shows_the_changes(lora, base, cli):
     r = cli("batch", str(folder), "--base", str(base[0]), "--json")
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert len(lines) == 4 and all("base_model" in x for x in lines)
+
+
+def test_bad_factors_and_degenerate_layers_say_so(tmp_path):
+    rng = np.random.default_rng(13)
+    a, b = _factors(rng, 20, 20)
+    bad = a.copy()
+    bad[0, 0] = np.nan
+    result = batch(str(_folder(tmp_path / "nan", {f"{P}x.lora_A.weight": bad, f"{P}x.lora_B.weight": b})))
+    assert "has NaN or inf entries" in result.results[0]["error"]
+    t = {f"{P}x.lora_A.weight": a, f"{P}x.lora_B.weight": b,
+         f"{P}y.lora_A.weight": np.ones((8, 20), np.float32), f"{P}y.lora_B.weight": np.ones((1, 8), np.float32)}
+    result = batch(str(_folder(tmp_path / "thin", t)))
+    assert [s["kind"] for s in result.skipped] == ["change with a side < 2"] and len(result.results) == 1
+    doc = result.results[0]
+    assert doc["spectrum"]["structural_zeros"] == 0 and not any("structural" in w for w in doc["warnings"])
+
+
+def test_options_that_need_rows_are_refused_by_name_and_an_adapter_twice_is_read_once(lora):
+    folder, _ = lora
+    with pytest.raises(OptionError, match="need.s. the rows of a matrix; a LoRA change.s spectrum comes from"):
+        batch(str(folder), ci=True)
+    result = batch([str(folder), str(folder) + "/"])
+    assert len(result.results) == 4 and any("the same folder" in n for n in result.notes)

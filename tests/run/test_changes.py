@@ -123,3 +123,31 @@ def test_the_cli_table_and_a_resumed_batch_of_changes(pair, cli, tmp_path):
     r = cli("batch", str(tuned), "--base", str(base), "--tensors", "query|value", "--jsonl", str(out), "--resume")
     assert r.exit_code == 0, r.stderr
     assert "kept 4 item(s) already in" in r.stderr
+
+
+def test_a_base_that_cannot_be_read_or_is_the_fine_tune_or_is_ambiguous_says_so(pair, tmp_path):
+    tuned, base, wb, _ = pair
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "m.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    with pytest.raises(InputError, match="the base .* cannot be read: .*safetensors"):
+        batch(str(tuned), base=str(bad))
+    with pytest.raises(InputError, match="a file of the fine-tune itself"):
+        batch(str(tuned), base=str(tuned))
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    one = {"encoder.layer.0.attention.query.weight": wb["encoder.layer.0.attention.query.weight"]}
+    safetensors_numpy.save_file(one, twice / "a.safetensors")
+    safetensors_numpy.save_file(one, twice / "b.safetensors")
+    with pytest.raises(InputError, match="holds tensor 'encoder.layer.0.attention.query.weight' twice"):
+        batch(str(tuned), base=str(twice))
+
+
+def test_nonfinite_base_entries_name_the_base(pair, tmp_path):
+    tuned, _, wb, _ = pair
+    nan = {k: v.copy() for k, v in wb.items()}
+    nan["encoder.layer.0.attention.query.weight"][3, 3] = np.nan
+    (tmp_path / "nanbase").mkdir()
+    safetensors_numpy.save_file(nan, tmp_path / "nanbase" / "model.safetensors")
+    result = batch(str(tuned), base=str(tmp_path / "nanbase"), tensors=r"layer\.0\.attention\.query")
+    assert result.results[0]["error"].startswith("the base's ") and "NaN or inf" in result.results[0]["error"]

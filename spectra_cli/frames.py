@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from spectra_cli import registry
-from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS
+from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS, EXTRA_COLUMNS
 from spectra_cli.documents import alpha_error_text, finite, lookup
 from spectra_cli.errors import OptionError
 
@@ -89,6 +89,9 @@ def ww_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         longname = tensor[: -len(".weight")] if tensor.endswith(".weight") else tensor
         row = {"layer_id": k, "name": longname.split(".")[-1], "longname": longname}
         row.update({c: cols.get(c) for c in ANALYZE_COLUMNS[3:]})
+        density: dict[str, Any] = doc["density"] if isinstance(doc.get("density"), dict) else {}
+        row.update({c: density.get(c) if c == "tail_law" else cols.get(c, 1 if c == "rf" else None)
+                    for c in EXTRA_COLUMNS})
         rows.append(row)
     return rows
 

@@ -341,6 +341,9 @@ METRICS: tuple[Metric, ...] = (
            type="integer"),
         _m("density.rank_exponent_equivalent", "rank exponent equivalent (density)", "1 / (alpha - 1): the rank "
            "exponent of the density law"),
+        _m("density.tails.**", "tail laws", "the density fit's tail under the power law, the truncated power law, "
+           "the lognormal and the exponential (maximum likelihood on [xmin, inf)), their log-likelihood ratios and "
+           "p-values (Vuong; Wilks for the nested pair) and the parameters' standard errors", kind="diagnostic"),
     ),
     # -- isotropy -----------------------------------------------------------------------------------
     _m("isotropy.partition_isotropy", "partition isotropy", "min Z(c) / max Z(c), Z(c) = sum_i w_i exp(c^T x_i "
@@ -432,6 +435,10 @@ METRICS: tuple[Metric, ...] = (
               ("bulk_max", "the Marchenko-Pastur fit's bulk edge", "diagnostic", True, False),
               ("bulk_min", "the Marchenko-Pastur fit's lower edge", "diagnostic", True, False),
               ("W_scale", "the weight matrix's scale in the Marchenko-Pastur fit", "diagnostic", False, False),
+              ("alpha_hill", "AlphaPruning's layer alpha (Lu et al. 2024, its default xmin_peak): the Hill fit of "
+               "least KS distance with xmin near the peak of the ESD's log10-histogram (not a WeightWatcher column)",
+               "metric", False, False),
+              ("xmin_hill", "the xmin of AlphaPruning's alpha", "diagnostic", True, False),
           )),
     ),
     # -- whitening ----------------------------------------------------------------------------------

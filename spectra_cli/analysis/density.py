@@ -47,6 +47,8 @@ class DensityFit:
     n_candidates: int
     n_scanned: int | None = None
     small_n: bool = False
+    #: the same tail under other laws (:mod:`spectra_cli.analysis.tails`)
+    tails: Any = None
 
     def rank_exponent(self) -> float | None:
         """The rank exponent a pure power law with this density exponent would have."""
@@ -69,6 +71,8 @@ class DensityFit:
             **({"small_n": f"WeightWatcher's fit of a small layer (fewer than {SMALL_N} eigenvalues): tails of at "
                            f"least {SMALL_N_MIN_TAIL}, alpha = 1 + (n_tail - 1) / sum log(lambda / xmin)"}
                if self.small_n else {}),
+            "tail_law": self.tails.preferred if self.tails is not None else None,
+            "tails": self.tails.to_dict() if self.tails is not None else None,
             "rank_exponent_equivalent": self.rank_exponent(),
             "relation": "for lambda_j ~ j^(-alpha_rank): alpha_density = 1 + 1/alpha_rank",
         }

@@ -3,7 +3,7 @@ slope, effective ranks, the density exponent. Pure: eigenvalues and options in, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -22,6 +22,7 @@ from spectra_cli.analysis.powerlaw import (
     resolve_window,
 )
 from spectra_cli.analysis.rank import EffectiveRanks, effective_ranks
+from spectra_cli.analysis.tails import tail_models
 from spectra_cli.eigen.decomposition import Spectrum
 from spectra_cli.errors import FitError, Message, param, raw
 
@@ -96,8 +97,9 @@ def run_suite(spec: Spectrum, opts: FitOptions, *, uncentered: Spectrum | None =
     if opts.density:
         try:
             kept = lam[: spec.numerical_rank]
-            density = density_fit(kept[kept > opts.density_floor] if opts.density_floor > 0 else kept,
-                                  small_n=opts.convention.is_weightwatcher)
+            fitted = kept[kept > opts.density_floor] if opts.density_floor > 0 else kept
+            density = density_fit(fitted, small_n=opts.convention.is_weightwatcher)
+            density = replace(density, tails=tail_models(fitted, density.xmin))
         except FitError as exc:  # too few eigenvalues: the same rule as a collapsed rank fit
             warnings.append(Message(f"no density fit: {raw(exc)}"))
     profile = local_slope_profile(lam, spec.usable_rank)

@@ -51,6 +51,9 @@ ANALYZE_COLUMNS = (
     "spectral_norm", "norm", "sv_max", "sv_min", "matrix_rank", "rank_loss", "weak_rank_loss", "entropy", "warning",
     "num_spikes", "sigma_mp", "mp_softrank", "bulk_max", "bulk_min", "W_scale",
 )
+#: The columns spectra adds to WeightWatcher's in its convention's rows: a convolution's receptive field, AlphaPruning's
+#: layer alpha and its xmin, and the law the density fit's tail prefers (:mod:`spectra_cli.analysis.tails`).
+EXTRA_COLUMNS = ("rf", "alpha_hill", "xmin_hill", "tail_law")
 #: The columns its get_summary() averages (the model-level summary), in its order.
 SUMMARY_COLUMNS = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",
                    "mp_softrank")
@@ -236,7 +239,7 @@ def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: 
                                      "spectral_norm", "log_spectral_norm", "alpha_weighted", "log_alpha_norm",
                                      "stable_rank", "lambda_max", "sv_max", "sv_min", "matrix_rank", "rank_loss",
                                      "weak_rank_loss", "entropy", "num_spikes", "sigma_mp", "mp_softrank", "bulk_max",
-                                     "bulk_min", "W_scale")}, "warning": ""}
+                                     "bulk_min", "W_scale", "alpha_hill", "xmin_hill")}, "warning": ""}
     sv = np.sqrt(ev)
     lam_max = float(ev.max())
     # rank: singular values above max(sv) N eps (numpy's matrix_rank, as WeightWatcher's), among the eigenvalues
@@ -258,6 +261,9 @@ def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: 
     if alpha is not None:
         warning = "over-trained" if alpha < alpha_range[0] else "under-trained" if alpha > alpha_range[1] else ""
     mp = mp_fit(ev, big, m)
+    from spectra_cli.analysis.tails import alphapruning_alpha
+
+    hill = alphapruning_alpha(ev)
     factor = xmin_scale  # the density fit ran on spectra's eigenvalues
     return {
         "N": big, "M": m, "Q": big / m if m else None, "num_evals": int(ev.size),
@@ -275,6 +281,7 @@ def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: 
         "num_spikes": mp.num_spikes if mp else None, "sigma_mp": mp.sigma if mp else None,
         "mp_softrank": mp.mp_softrank if mp else None, "bulk_max": mp.bulk_max if mp else None,
         "bulk_min": mp.bulk_min if mp else None, "W_scale": mp.w_scale if mp else None,
+        "alpha_hill": hill[0] if hill else None, "xmin_hill": hill[1] if hill else None,
     }
 
 

@@ -56,13 +56,13 @@ class BatchResult:
         """:meth:`rows` as a pandas DataFrame (pandas is the optional extra ``pandas``): the items analysed
         (and failed), each reported number a numeric column; ``skipped=True`` adds the tensors that are
         not matrices (status ``skipped``, with ``why``)."""
-        from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS
+        from spectra_cli.analysis.weightwatcher import ANALYZE_COLUMNS, EXTRA_COLUMNS
         from spectra_cli.frames import frame
 
         rows = self.rows()
         if not skipped:
             rows = [r for r in rows if r.get("status") != "skipped"]
-        return frame(rows, ANALYZE_COLUMNS if self.is_weightwatcher else None)
+        return frame(rows, (*ANALYZE_COLUMNS, *EXTRA_COLUMNS) if self.is_weightwatcher else None)
 
     def _repr_html_(self) -> str:
         from spectra_cli.frames import html_table

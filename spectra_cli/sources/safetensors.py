@@ -300,7 +300,9 @@ class SafetensorsSource(Source):
             raise InputError(f"tensor {tensor!r} has dtype {t['dtype']}; spectra reads float and integer tensors.")
         shape = tuple(int(s) for s in t["shape"])
         if len(shape) != 2:
-            raise InputError(f"tensor {tensor!r} has shape {shape}; a 2-D matrix is required.")
+            kernel = (" (a convolution kernel: spectra batch --convention weightwatcher reads its slices, as "
+                      "WeightWatcher does)" if len(shape) == 4 else "")
+            raise InputError(f"tensor {tensor!r} has shape {shape}; a 2-D matrix is required{kernel}.")
         self._path = path
         self._raw = DTYPES[t["dtype"]]
         self._bf16 = t["dtype"] == "BF16"

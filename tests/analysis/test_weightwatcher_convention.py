@@ -82,7 +82,7 @@ def test_its_columns_by_its_names_in_network_order(hf_checkpoint, ww_batch):
     _, t = hf_checkpoint
     res = ww_batch
     rows = res.rows()
-    assert list(rows[0]) == list(WW_COLUMNS)
+    assert list(rows[0]) == [*WW_COLUMNS, "rf", "alpha_hill", "xmin_hill", "tail_law"]  # (then spectra's own)
     assert [r["layer_id"] for r in rows] == list(range(5))
     assert [r["longname"] for r in rows] == sorted(ANALYSED)  # (the natural order of these names)
     q = next(r for r in rows if r["longname"] == "encoder.layer.0.intermediate.dense")
@@ -103,7 +103,7 @@ def test_its_columns_by_its_names_in_network_order(hf_checkpoint, ww_batch):
         a = r["alpha"]
         assert r["warning"] == ("over-trained" if a < 2 else "under-trained" if a > 6 else "")
     df = res.to_pandas()
-    assert list(df.columns) == list(WW_COLUMNS) and len(df) == 5
+    assert list(df.columns) == [*WW_COLUMNS, "rf", "alpha_hill", "xmin_hill", "tail_law"] and len(df) == 5
 
 
 def test_summary_is_get_summary_of_the_same_layers(hf_checkpoint, ww_batch, cli):

@@ -42,6 +42,16 @@ def expected_options(options: dict[str, Any]) -> dict[str, Any]:
     return {"options": {**read.to_report(), **fit.to_report()}}
 
 
+def _cost(it: Item) -> float:
+    """An item's flops, roughly (its Gram product and its eigendecomposition; 0 where its shape is unknown): the
+    order a pool of workers takes them in (Graham's longest processing time first)."""
+    if it.shape is None or len(it.shape) != 2:
+        return 0.0
+    rows, cols = it.shape
+    small = min(rows, cols)
+    return float(max(rows, cols)) * small * small + 4.0 * small ** 3
+
+
 @dataclass
 class BatchRun:
     """What :func:`run_to_jsonl` did: the new lines, the items skipped by ``resume``, notes."""
@@ -73,6 +83,8 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
     try:
         done = out.done if out is not None else {}
         todo = [it for it in items if it.fingerprint not in done]
+        if workers > 1 and engine == "local":  # the longest first, so that no worker is left with one at the end
+            todo.sort(key=_cost, reverse=True)
         from spectra_cli.jsonio import dumps
 
         for sk in skipped or ():

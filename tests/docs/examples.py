@@ -371,6 +371,8 @@ def _readme(f: Folder) -> dict[str, object]:
         f.npy(f"runs/step_{step}/acts.npy", rows(300, 24, 0.8 + step / 1000, seed=step))
     f.parquet("shard_000.parquet", rows(300, 24, seed=7))
     f.weights("model.safetensors")
+    f.weights("base-model/model.safetensors", seed=0)
+    f.weights("finetuned/model.safetensors", seed=1)  # (the same layers' names: each layer's change)
     f.model("my-model", "corpus.txt")
     return {"X": rows(300, 24, seed=8)}
 

@@ -312,7 +312,7 @@ def _lognormal(x: np.ndarray, xmin: float, ll_pl: np.ndarray) -> tuple[TailLaw, 
 
     mean, sd = float(np.mean(lx)), float(np.std(lx)) or 1.0
     # a box that holds every interior optimum, and stops the walk towards the power law's limit (mu -> -inf) early
-    box = [(log_xmin - 100.0 * max(sd, 1.0), None), (math.log(sd) - 12.0, math.log(sd) + 12.0)]
+    box = [(log_xmin - 1000.0 * max(sd, 1.0), None), (math.log(sd) - 12.0, math.log(sd) + 12.0)]
     best = None
     for t0 in ([mean, math.log(sd)], [log_xmin, math.log(sd)], [log_xmin - 2 * sd, math.log(2 * sd)]):
         with np.errstate(all="ignore"):

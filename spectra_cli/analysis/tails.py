@@ -211,19 +211,6 @@ def alphapruning_alpha(eigenvalues: np.ndarray, bins: int = 100) -> tuple[float,
     return None if best is None else (best[1], best[2], best[3])
 
 
-def _minimise(f: Any, starts: list[list[float]]) -> tuple[np.ndarray, float]:
-    from scipy import optimize
-
-    best = None
-    for t0 in starts:
-        r = optimize.minimize(f, t0, method="Nelder-Mead",
-                              options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000, "maxfev": 8000})
-        if best is None or (np.isfinite(r.fun) and r.fun < best.fun):
-            best = r
-    assert best is not None
-    return np.asarray(best.x, dtype=np.float64), float(best.fun)
-
-
 def _hessian(f: Any, theta: list[float]) -> np.ndarray:
     t = np.asarray(theta, dtype=np.float64)
     h = 1e-4 * np.maximum(np.abs(t), 1e-3)
@@ -266,10 +253,38 @@ def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np
             return math.inf
         return alpha * slx + lam * sx - n * (1.0 - alpha) * math.log(lam) + n * lg
 
+    def value_and_gradient(t: np.ndarray) -> tuple[float, np.ndarray]:
+        """The negative log-likelihood over ``(alpha, log L)``: d/dL in closed form (d/dx Gamma(s, x) = -x^(s-1)
+        e^-x), d/dalpha by a central difference of log Gamma in its order."""
+        alpha, lam = float(t[0]), math.exp(float(t[1]))
+        z = lam * xmin
+        lg = log_upper_gamma(1.0 - alpha, z)
+        if not math.isfinite(lg):
+            return math.inf, np.zeros(2)
+        f = alpha * slx + lam * sx - n * (1.0 - alpha) * math.log(lam) + n * lg
+        h = 1e-6 * max(1.0, abs(alpha))
+        d_order = (log_upper_gamma(1.0 - alpha - h, z) - log_upper_gamma(1.0 - alpha + h, z)) / (2 * h)
+        d_alpha = slx + n * math.log(lam) + n * d_order
+        d_lam = sx - n * (1.0 - alpha) / lam - n * xmin * math.exp(-alpha * math.log(z) - z - lg)
+        return f, np.array([d_alpha, d_lam * lam])
+
+    from scipy import optimize
+
     mean = float(np.mean(x))
-    (a, log_l), best = _minimise(lambda t: nll(t[0], math.exp(t[1])),
-                                 [[alpha_pl, math.log(0.1 / mean)], [alpha_pl - 1.0, math.log(1.0 / mean)],
-                                  [0.5, math.log(1.0 / max(mean - xmin, 1e-300 * mean))]])
+    floor = math.log(1e-12 / mean)  # (a cut below this is the power law's: L x <= 1e-12 over the whole tail)
+    best = None
+    for t0 in ([alpha_pl, math.log(0.1 / mean)], [alpha_pl - 1.0, math.log(1.0 / mean)],
+               [0.5, math.log(1.0 / max(mean - xmin, 1e-300 * mean))]):
+        with np.errstate(all="ignore"):
+            r = optimize.minimize(value_and_gradient, [t0[0], max(t0[1], floor)], jac=True, method="L-BFGS-B",
+                                  bounds=[(None, None), (floor, None)],
+                                  options={"ftol": 1e-15, "gtol": 1e-9, "maxiter": 1000})
+        if np.isfinite(r.fun) and (best is None or r.fun < best.fun):
+            best = r
+    if best is None:
+        raise FloatingPointError("no finite likelihood")
+    a, log_l = (float(v) for v in best.x)
+    best = float(best.fun)
     lam = math.exp(log_l)
     pl_nll = -float(np.sum(np.log((alpha_pl - 1.0) / xmin) - alpha_pl * np.log(x / xmin)))
     if pl_nll <= best + 1e-9:  # (the optimum is the power law: the cut at L -> 0)

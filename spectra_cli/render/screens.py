@@ -358,7 +358,9 @@ def print_model_summary(doc: dict[str, Any], console: Console) -> None:
 
     of = {"centred": " of the centred rows, the covariance",
           "uncentred": " of the uncentred rows, X^T X / n (WeightWatcher's convention)",
-          "mixed": ", centred rows for some layers and uncentred for others"}.get(str(doc.get("matrix")), "")
+          "mixed": ", centred rows for some layers and uncentred for others",
+          "change": " of each layer's change (W - W_base, or an adapter's s B A): its squared singular values / rows"
+          }.get(str(doc.get("matrix")), "")
     print_columns(console, f"Metrics{of}: plain, and weighted by parameters", "metric", [r["label"] for r in rows],
                   [("layers", [str(r["layers"]) for r in rows]),
                    *((head, ["—" if r[k] is None else shown(r[k], summary_format(str(r["field"]))) for r in rows])

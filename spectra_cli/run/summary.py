@@ -59,7 +59,7 @@ class ModelSummary:
     #: WeightWatcher's ``get_summary()`` of these layers (None when no layer has its columns)
     weightwatcher: dict[str, Any] | None = None
     #: the matrix the metrics are of: "centred" (the covariance of the rows), "uncentred" (X^T X / n, as
-    #: WeightWatcher's convention), "mixed", or None (no layer says)
+    #: WeightWatcher's convention), "mixed", "change" (each layer's change: batch --base, a LoRA adapter), or None
     matrix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,6 +171,9 @@ def summarize(docs: Iterable[dict[str, Any]]) -> ModelSummary:
             ww_summary[name] = sum(vals) / len(vals) if vals else None
     centring = {c for c in ((doc.get("options") or {}).get("centered") for doc in layers) if isinstance(c, bool)}
     matrix = None if not centring else "mixed" if len(centring) > 1 else "centred" if centring.pop() else "uncentred"
+    if layers and all(isinstance(doc.get("source"), dict) and ("change" in doc["source"] or "adapter" in doc["source"])
+                      for doc in layers):
+        matrix = "change"  # (each layer's change between two checkpoints, or an adapter's)
     return ModelSummary(len(layers), failed, skipped, verdicts, alpha_range, tuple(metrics), tuple(worst),
                         tuple(skipped_items), ww_summary, matrix)
 

@@ -269,3 +269,12 @@ def test_options_that_need_rows_are_refused_by_name_and_an_adapter_twice_is_read
         batch(str(folder), ci=True)
     result = batch([str(folder), str(folder) + "/"])
     assert len(result.results) == 4 and any("the same folder" in n for n in result.notes)
+
+
+def test_the_model_summary_and_page_say_the_metrics_are_of_the_changes(lora, tmp_path, cli):
+    folder, _ = lora
+    assert batch(str(folder)).summary()["matrix"] == "change"
+    out = tmp_path / "c.jsonl"
+    assert cli("batch", str(folder), "--jsonl", str(out)).exit_code == 0
+    assert cli("report", str(out), "-o", str(tmp_path / "c.html")).exit_code == 0
+    assert "change (W &minus; W<sub>base</sub>, or a LoRA adapter's s B A)" in (tmp_path / "c.html").read_text()

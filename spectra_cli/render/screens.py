@@ -211,8 +211,9 @@ def print_batch(results: list[dict[str, Any]], *, skipped: int, jsonl: str | Non
 
 def _change_columns(console: Console, title: str, rows: list[dict[str, Any]], names: list[str], jsonl: str | None,
                     *, weightwatcher: bool) -> None:
-    """A batch of changes (``--base``): each layer's change (its numerical rank and stable rank) beside the base's
-    and the fine-tune's own alpha, and the fields whose change is significant (compare's test)."""
+    """A batch of changes (``--base``): each layer's change (its numerical rank, stable rank and size ``||Delta
+    W||_F / ||W_base||_F``) beside the base's and the fine-tune's own alpha, and the fields whose change is
+    significant (compare's test)."""
     alpha = "weightwatcher.alpha" if weightwatcher else "fit.alpha"
 
     def side(r: dict[str, Any], which: str) -> str:
@@ -239,7 +240,12 @@ def _change_columns(console: Console, title: str, rows: list[dict[str, Any]], na
                ("change: stable rank", [own(r, "rank.stable_rank") for r in rows])]
     base = next((r["base_model"]["base"] for r in rows if isinstance(r.get("base_model"), dict)), "")
     if base:
-        columns += [(f"{label(alpha)}: base", [side(r, "a") for r in rows]),
+        def size(r: dict[str, Any]) -> str:
+            v = (r.get("base_model") or {}).get("relative_change")
+            return "—" if not isinstance(v, int | float) else f"{v:.3g}"
+
+        columns += [("change: size", [size(r) for r in rows]),
+                    (f"{label(alpha)}: base", [side(r, "a") for r in rows]),
                     (f"{label(alpha)}: tuned", [side(r, "b") for r in rows]),
                     ("significant changes", ["error" if "error" in r else changed(r) for r in rows])]
     adapter = any(isinstance((r.get("source") or {}).get("adapter"), dict) for r in rows)

@@ -89,7 +89,8 @@ def adapter_line(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, Any]
     if layer.base is not None:
         a = api.fit(layer.base, **own).to_dict()
         b = api.fit(AdaptedRows(layer, change=False), **own).to_dict()
-        doc["base_model"] = side_by_side(a, b, base=layer.base, fine_tune=f"{layer.name} (W + the adapter's change)")
+        doc["base_model"] = side_by_side(a, b, base=layer.base, fine_tune=f"{layer.name} (W + the adapter's change)",
+                                         relative=(b["source"].get("adapter") or {}).get("relative_change"))
     return doc
 
 
@@ -106,20 +107,23 @@ def change_line(name: str, base: str, options: dict[str, Any]) -> dict[str, Any]
     own = {k: v for k, v in options.items() if k != "change_centered"}
     doc = api.fit(Change(name, base), **{**own, "centered": options.get("change_centered", False)}).to_dict()
     a, b = api.fit(base, **own).to_dict(), api.fit(name, **own).to_dict()
-    doc["base_model"] = side_by_side(a, b, base=base, fine_tune=name)
+    doc["base_model"] = side_by_side(a, b, base=base, fine_tune=name,
+                                     relative=(doc["source"].get("change") or {}).get("relative_change"))
     return doc
 
 
-def side_by_side(a: dict[str, Any], b: dict[str, Any], *, base: str, fine_tune: str) -> dict[str, Any]:
+def side_by_side(a: dict[str, Any], b: dict[str, Any], *, base: str, fine_tune: str,
+                 relative: float | None = None) -> dict[str, Any]:
     """The base's report ``a`` and the fine-tune's ``b``: each field of the batch table, the change ``b - a`` and,
-    where both give a standard error, compare's test (Benjamini-Hochberg over these fields)."""
+    where both give a standard error, compare's test (Benjamini-Hochberg over these fields); ``relative``: the
+    change's size ``||Delta W||_F / ||W_base||_F``."""
     from spectra_cli import registry
     from spectra_cli.run.compare import FDR, compare_doc, compare_rows
 
     shown = {m.path for m in registry.view(SIDE_VIEW) if m.section not in ("source",)}
     rows = [r for r in compare_rows(a, b) if registry.canonical(r.field) in shown]
     side = compare_doc(a, b, rows, fdr=FDR)
-    return {"base": base, "fine_tune": fine_tune,
+    return {"base": base, "fine_tune": fine_tune, "relative_change": relative,
             "definition": "a = the base's layer, b = the fine-tuned one, each analysed alone as the batch's other "
                           "items; diff = b - a",
             "significance": {**side["significance"], "method": "spectra compare's, over these fields"},

@@ -346,6 +346,7 @@ class AdaptedSource(Source):
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         lo = start
+        sums = [0.0, 0.0]  # ||W||_F^2 and ||Delta W||_F^2 over these rows
         for block, _ in self._base.iter_blocks(start, stop, block_rows):
             hi = lo + block.shape[0]
             w = np.asarray(block, dtype=np.float64)
@@ -355,8 +356,22 @@ class AdaptedSource(Source):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     factor = np.where(norms > 0, self._magnitude[lo:hi] / norms, 0.0)
                 adapted *= factor[:, None]
-            yield (adapted - w if self.change else adapted), None
+            delta = adapted - w
+            sums[0] += float(np.einsum("ij,ij->", w, w))
+            sums[1] += float(np.einsum("ij,ij->", delta, delta))
+            yield (delta if self.change else adapted), None
             lo = hi
+        if start == 0 and stop == self.info.n_rows:
+            self.sizes = (sums[0], sums[1])
+
+    #: ``(||W||_F^2, ||Delta W||_F^2)`` once a pass read every row
+    sizes: tuple[float, float] | None = None
+
+    def relative_change(self) -> float | None:
+        """``||Delta W||_F / ||W||_F`` (None before a whole pass, or for a zero base)."""
+        if self.sizes is None or not self.sizes[0] > 0:
+            return None
+        return float(np.sqrt(self.sizes[1] / self.sizes[0]))
 
     def close(self) -> None:
         self._base.close()

@@ -78,13 +78,28 @@ class ChangeSource(Source):
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         base = self._base.iter_blocks(start, stop, block_rows)
+        sums = [0.0, 0.0]  # ||W_base||_F^2 and ||W_ft - W_base||_F^2 over these rows
         for (x, _), (y, _) in zip(self._ft.iter_blocks(start, stop, block_rows), base, strict=True):
             if not np.all(np.isfinite(y)):  # (the fine-tune's own are said by the pass, naming it)
                 raise InputError(f"the base's {self.change.base} has NaN or inf entries; no change can be measured "
                                  "against it.")
             out = np.asarray(x, dtype=np.float64).copy()
-            out -= np.asarray(y, dtype=np.float64)
+            yb = np.asarray(y, dtype=np.float64)
+            out -= yb
+            sums[0] += float(np.einsum("ij,ij->", yb, yb))
+            sums[1] += float(np.einsum("ij,ij->", out, out))
             yield out, None
+        if start == 0 and stop == self.info.n_rows:  # (a whole pass: the sizes of the whole matrices)
+            self.sizes = (sums[0], sums[1])
+
+    #: ``(||W_base||_F^2, ||W_ft - W_base||_F^2)`` once a pass read every row
+    sizes: tuple[float, float] | None = None
+
+    def relative_change(self) -> float | None:
+        """``||W_ft - W_base||_F / ||W_base||_F`` (None before a whole pass, or for a zero base)."""
+        if self.sizes is None or not self.sizes[0] > 0:
+            return None
+        return float(np.sqrt(self.sizes[1] / self.sizes[0]))
 
     def close(self) -> None:
         for s in (getattr(self, "_ft", None), getattr(self, "_base", None)):

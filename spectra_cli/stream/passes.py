@@ -469,7 +469,10 @@ class Input:
         if self.dataset is not None:
             out["members"] = self.dataset.members_report()
         if self.change is not None:
-            out[getattr(self.change, "section", "change")] = self.change.to_dict()
+            relative = getattr(self.source, "relative_change", None)
+            out[getattr(self.change, "section", "change")] = {
+                **self.change.to_dict(), "relative_change": relative() if relative is not None else None,
+                "relative_change_definition": "||Delta W||_F / ||W_base||_F"}
         captured = captured_from(self.accumulator.sources if self.accumulator is not None else [])
         if captured is not None:
             out["capture"] = captured

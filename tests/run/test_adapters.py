@@ -121,6 +121,10 @@ def test_with_the_base_the_adapted_layers_own_metrics_stand_beside_the_base(lora
     assert bm["base"].endswith("::encoder.layer.0.attention.self.query.weight")
     assert {m["field"] for m in bm["metrics"]} >= {"fit.alpha", "rank.participation_ratio"}
     assert bm["fine_tune"].endswith("(W + the adapter's change)")
+    key = "encoder.layer.0.attention.self.query"
+    w0 = base[1][key + ".weight"].astype(np.float64)
+    delta = 2.0 * lora[1][f"{P}{key}.lora_B.weight"].astype(np.float64) @ lora[1][f"{P}{key}.lora_A.weight"]
+    assert bm["relative_change"] == pytest.approx(np.linalg.norm(delta) / np.linalg.norm(w0), rel=1e-10)
     alone = batch(str(base_dir), tensors=r"layer\.0\.attention\.self\.query").results[0]
     assert next(m for m in bm["metrics"] if m["field"] == "fit.alpha")["a"] == alone["fit"]["alpha"]
 

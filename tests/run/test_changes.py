@@ -84,6 +84,10 @@ def test_the_base_and_the_fine_tune_stand_side_by_side(pair):
     assert rows["rank.participation_ratio"]["diff"] == pytest.approx(
         alone_b["rank"]["participation_ratio"] - alone_a["rank"]["participation_ratio"])
     assert bm["significance"]["tested"] >= 1 and isinstance(rows["fit.alpha"]["significant"], bool)
+    _, _, wb, wt = pair
+    w0 = wb["encoder.layer.0.attention.query.weight"].astype(np.float64)
+    w1 = wt["bert.encoder.layer.0.attention.query.weight"].astype(np.float64)
+    assert bm["relative_change"] == pytest.approx(np.linalg.norm(w1 - w0) / np.linalg.norm(w0), rel=1e-12)
     json.dumps(doc, allow_nan=False)
 
 

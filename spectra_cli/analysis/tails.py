@@ -103,14 +103,26 @@ def _log_gamma_cf(s: float, x: float) -> float:
 
 
 def log_upper_gamma(s: float, x: float) -> float:
-    """``log Gamma(s, x) = log int_x^inf t^(s - 1) e^-t dt`` for real ``s`` and ``x > 0`` (``-inf`` where it
-    underflows); within about 1e-13 relative of mpmath's ``gammainc``."""
-    if not x > 0:
+    """``log Gamma(s, x) = log int_x^inf t^(s - 1) e^-t dt`` for real ``s`` and ``x > 0``: for ``s > 0`` from SciPy's
+    regularised function and ``log Gamma(s)`` (its continued fraction where that underflows), for ``s <= 0`` a series
+    (``x < 1.5``) or the continued fraction (within about 1e-13 relative of mpmath's ``gammainc`` for moderate
+    ``|s|``); NaN where neither can be evaluated in float64 (the fits then treat the point as impossible)."""
+    from scipy import special
+
+    if not x > 0 or not math.isfinite(s) or not math.isfinite(x):
         return math.nan
-    if x < 1.5:
-        g = _gamma_series(s, x)
-        return math.log(g) if g > 0 else -math.inf
-    return _log_gamma_cf(s, x)
+    try:
+        if s > 0:
+            q = float(special.gammaincc(s, x))
+            if q > 1e-280:
+                return math.log(q) + float(special.gammaln(s))
+            return _log_gamma_cf(s, x) if x >= 1.0 else math.nan
+        if x < 1.5:
+            g = _gamma_series(s, x)
+            return math.log(g) if g > 0 and math.isfinite(g) else math.nan
+        return _log_gamma_cf(s, x)
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return math.nan
 
 
 # -- the laws ------------------------------------------------------------------------------------------------------
@@ -246,7 +258,7 @@ def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np
     slx, sx = float(np.sum(np.log(x))), float(np.sum(x))
 
     def nll(alpha: float, lam: float) -> float:
-        if not lam > 0 or not math.isfinite(alpha):
+        if not lam > 0 or not math.isfinite(alpha) or not math.isfinite(lam):
             return math.inf
         lg = log_upper_gamma(1.0 - alpha, lam * xmin)
         if not math.isfinite(lg):
@@ -256,17 +268,21 @@ def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np
     def value_and_gradient(t: np.ndarray) -> tuple[float, np.ndarray]:
         """The negative log-likelihood over ``(alpha, log L)``: d/dL in closed form (d/dx Gamma(s, x) = -x^(s-1)
         e^-x), d/dalpha by a central difference of log Gamma in its order."""
-        alpha, lam = float(t[0]), math.exp(float(t[1]))
-        z = lam * xmin
-        lg = log_upper_gamma(1.0 - alpha, z)
-        if not math.isfinite(lg):
+        try:
+            alpha, lam = float(t[0]), math.exp(float(t[1]))
+            z = lam * xmin
+            lg = log_upper_gamma(1.0 - alpha, z)
+            f = alpha * slx + lam * sx - n * (1.0 - alpha) * math.log(lam) + n * lg
+            h = 1e-6 * max(1.0, abs(alpha))
+            d_order = (log_upper_gamma(1.0 - alpha - h, z) - log_upper_gamma(1.0 - alpha + h, z)) / (2 * h)
+            d_alpha = slx + n * math.log(lam) + n * d_order
+            d_lam = sx - n * (1.0 - alpha) / lam - n * xmin * math.exp(-alpha * math.log(z) - z - lg)
+        except (OverflowError, ValueError, ZeroDivisionError):
             return math.inf, np.zeros(2)
-        f = alpha * slx + lam * sx - n * (1.0 - alpha) * math.log(lam) + n * lg
-        h = 1e-6 * max(1.0, abs(alpha))
-        d_order = (log_upper_gamma(1.0 - alpha - h, z) - log_upper_gamma(1.0 - alpha + h, z)) / (2 * h)
-        d_alpha = slx + n * math.log(lam) + n * d_order
-        d_lam = sx - n * (1.0 - alpha) / lam - n * xmin * math.exp(-alpha * math.log(z) - z - lg)
-        return f, np.array([d_alpha, d_lam * lam])
+        grad = np.array([d_alpha, d_lam * lam])
+        if not (math.isfinite(f) and np.all(np.isfinite(grad))):
+            return math.inf, np.zeros(2)
+        return f, grad
 
     from scipy import optimize
 
@@ -293,7 +309,10 @@ def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np
                        float(np.sum(ll)), "its optimum is the power law (the cut L -> 0, at the parameters' boundary: "
                        "no standard errors)"), ll
     ll = -a * np.log(x) - lam * x + (1.0 - a) * math.log(lam) - log_upper_gamma(1.0 - a, lam * xmin)
-    se = _errors(lambda t: nll(t[0], t[1]), [a, lam], ("alpha", "Lambda"))
+    # (the information in (alpha, log L), whose steps are relative to L at every scale; SE(L) = L SE(log L))
+    se = _errors(lambda t: nll(t[0], math.exp(t[1])), [a, log_l], ("alpha", "Lambda"))
+    if se["Lambda"] is not None:
+        se["Lambda"] *= lam
     return TailLaw("truncated_power_law", {"alpha": float(a), "Lambda": lam}, se, float(np.sum(ll))), ll
 
 
@@ -347,7 +366,9 @@ def _lognormal(x: np.ndarray, xmin: float, ll_pl: np.ndarray) -> tuple[TailLaw, 
                        "its likelihood is largest in the limit mu -> -inf, sigma -> inf, where its tail is the power "
                        "law: the power law's likelihood is its supremum (the parameters are where the search stopped; "
                        "no standard errors)"), ll_pl
-    se = _errors(lambda t: nll(t[0], t[1]), [mu, sigma], ("mu", "sigma"))
+    se = _errors(lambda t: nll(t[0], math.exp(t[1])), [mu, math.log(sigma)], ("mu", "sigma"))
+    if se["sigma"] is not None:
+        se["sigma"] *= sigma
     return TailLaw("lognormal", {"mu": mu, "sigma": sigma}, se, float(np.sum(ll))), ll
 
 
@@ -373,7 +394,10 @@ def tail_models(eigenvalues: np.ndarray, xmin: float) -> TailModels | None:
     the preferred law. None for a tail of fewer than
     :data:`MIN_TAIL` distinct values."""
     with np.errstate(all="ignore"):
-        return _tail_models(np.sort(np.asarray(eigenvalues, dtype=np.float64)), float(xmin))
+        try:
+            return _tail_models(np.sort(np.asarray(eigenvalues, dtype=np.float64)), float(xmin))
+        except (OverflowError, ValueError, ZeroDivisionError, FloatingPointError, np.linalg.LinAlgError):
+            return None  # (a tail no law can be fitted to in float64: the density fit stands alone)
 
 
 def _tail_models(e: np.ndarray, xmin: float) -> TailModels | None:

@@ -116,6 +116,19 @@ def conv2d_esd(kernel: np.ndarray) -> tuple[np.ndarray, int, int, int, float]:
     return np.sort(sv * sv)[::-1], n, m, rf, float(max(float(x.min()) for x in each))
 
 
+def conv2d_rank_loss(kernel: np.ndarray) -> int:
+    """WeightWatcher's ``rank_loss`` of a convolution: the sum over its slices of each slice's singular values at or
+    below ``max(sv) N eps`` (``calc_rank_loss`` per slice, ``N`` its label)."""
+    kernel = np.asarray(kernel, dtype=np.float64)
+    n, _, _, _ = conv2d_labels(kernel.shape)
+    eps = float(np.finfo(np.float64).eps)
+    loss = 0
+    for w in conv2d_slices(kernel):
+        sv = np.linalg.svd(w * WW_CONV2D_NORM, compute_uv=False)
+        loss += int(np.count_nonzero(sv <= sv.max() * n * eps)) if sv.size else 0
+    return loss
+
+
 def ww_conv_skip(shape: list[int] | tuple[int, ...]) -> str | None:
     """Why WeightWatcher's ``analyze()`` skips a 4-D kernel of this shape (``layer_supported`` with its labels:
     ``M rf < min_evals``, ``M rf > max_evals``, ``N > max_N``; a first axis below 2 is no layer), or None."""
@@ -263,7 +276,7 @@ def ww_columns(evals: np.ndarray, *, n: int, m: int, density: Any, alpha_range: 
     mp = mp_fit(ev, big, m)
     from spectra_cli.analysis.tails import alphapruning_alpha
 
-    hill = alphapruning_alpha(ev)
+    hill = alphapruning_alpha(res)  # (above spectra's numerical floor: a rank-deficient matrix's rounding is no tail)
     factor = xmin_scale  # the density fit ran on spectra's eigenvalues
     return {
         "N": big, "M": m, "Q": big / m if m else None, "num_evals": int(ev.size),

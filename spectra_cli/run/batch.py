@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from spectra_cli.analysis.fit_options import FitKeywords, FitOptions
-from spectra_cli.errors import InputError, OptionError, for_caller, param
+from spectra_cli.errors import InputError, OptionError, SpectraError, for_caller, param
 from spectra_cli.options import Convention
 from spectra_cli.run.batch_items import Item, Skip, adapter_items, enumerate_items, match_base
 from spectra_cli.run.batch_result import BatchResult
@@ -140,7 +140,8 @@ def large_model_plan(items: list[Item], workers: int | None, precision: str | No
                 chosen.append(param("workers", workers))
     if precision is None:
         precision = "float64"
-        if large and all(it.dtype in HALF_DTYPES for it in large):
+        rowless = any(it.adapter is not None or (it.shape is not None and len(it.shape) == 4) for it in items)
+        if large and not rowless and all(it.dtype in HALF_DTYPES for it in large):
             precision = "float32"
             chosen.append(param("precision", "float32"))
     if not chosen:
@@ -168,10 +169,31 @@ def check_spectrum_only(items: list[Item], fit_options: Any, given: dict[str, An
     what = ("a LoRA change's spectrum comes from its r x r problem" if low_rank else
             "a convolution's spectrum comes from its slices' singular values")
     asked = [k for k in NEEDS_ROWS if getattr(fit_options, k) not in (False, None, 0)]
-    asked += [k for k, v in given.items() if v is not None and not (k == "pool" and v == "tokens")]
+    asked += [k for k, v in given.items()
+              if v is not None and not (k == "pool" and v == "tokens") and not (k == "precision" and v == "float64")]
     if asked:
         raise OptionError(f"{', '.join(param(k) for k in asked)} need(s) the rows of a matrix; {what}, without rows "
                           f"(leave it out, or select the dense matrices with {param('tensors')}).")
+
+
+def _precision_of(jsonl: str) -> str | None:
+    """The precision the first report of a results file was made with (None: no such line, or no file)."""
+    from spectra_cli.jsonio import loads
+    from spectra_cli.sources.base import open_regular
+
+    try:
+        with open_regular(jsonl) as f:
+            for raw, _ in zip(f, range(100), strict=False):  # (the first lines: a results file's lines agree)
+                try:
+                    doc = loads(raw, jsonl)
+                except SpectraError:
+                    continue
+                precision = (doc.get("options") or {}).get("precision") if isinstance(doc, dict) else None
+                if precision in ("float64", "float32"):
+                    return str(precision)
+    except (OSError, SpectraError):
+        return None  # (the results file's own checks say what is wrong with it)
+    return None
 
 
 def _items(args: list[str], base: str | None, tensors: str | None, *,
@@ -217,36 +239,32 @@ def batch(
     threads: int | None = None,
     **fitting: Unpack[FitKeywords],
 ) -> BatchResult:
-    """Analyse many matrices with :func:`spectra_cli.fit`: files, directories and globs; a
-    ``.safetensors`` checkpoint (or a sharded folder) gives one item per 2-D tensor (``tensors``: a
-    regex on their names), and tensors that are not weight matrices are skipped with the reason.
-
-    ``jsonl``: append each item's JSON line to this file as it finishes (locked while the batch runs;
-    never an input, never a file that is not a spectra results file); ``resume``: keep the items
-    already there with the same fingerprint and options (a cut last line repaired, failed items
-    retried); an existing results file is never replaced silently: give ``resume`` or ``overwrite``.
-    ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``connect_timeout``: seconds to
-    wait for ``scheduler`` to answer; ``verbose``: Dask's own logs) (``workers`` a
-    LocalCluster, or ``scheduler``). Every fit keyword of ``fit`` (``window``, ``method``, ``model``,
-    ``density``, ``alpha_range``, ``top``, ``ci``, ``population``, ...: :class:`FitKeywords`) is taken
-    as ``fit`` takes it, for every item; so are ``centered``, ``ddof``, ``precision``, ``block_rows``,
-    ``positions`` and ``pool``. ``convention="weightwatcher"``: WeightWatcher's ``analyze()``: its layer
-    selection (a checkpoint tensor with fewer than 8 or more than 15,000 eigenvalues, or a side above
-    50,000, is skipped with the reason), uncentred ``W^T W``, the density exponent, its columns by its names
-    (``to_pandas()``) and ``summary()`` as its ``get_summary()``. ``on_result(line)`` is called with each
-    line as it comes (skips included), ``progress(items_done, items_total)`` once the items are listed and after each. A
-    failed item does not stop the batch: it is a line with ``error``. Paths that are all results
-    files (``.jsonl``) are read, not run: the result holds their lines (for ``summary()``). ``threads``:
-    BLAS threads of every product here and in each worker (default: the thread policy, each worker's
-    share ``cores // workers``). ``workers`` and ``precision`` not given (None): one worker and float64, except on a
-    checkpoint of matrices 3,072 wide or more (a 7B-class model), where every core is a worker (as memory allows) and,
-    when those matrices are stored in 16-bit floats, the products are float32 (:func:`large_model_plan`; a note says
-    so). ``base``: a base checkpoint (a file, folder or glob, as PATHs): each item becomes the
-    change ``W - W_base`` from the base's tensor of the same name (matched by name, or by a unique dotted ending;
-    unmatched or reshaped layers skipped with the reason), analysed uncentred unless ``centered`` is given (the
-    squared singular values of the change, over its rows), and its line holds the base's and the fine-tune's own
-    metrics side by side (``base_model``: each field of the batch table, the change, and compare's test where both
-    give a standard error)."""
+    """Analyse many matrices with :func:`spectra_cli.fit`: files, directories and globs; a ``.safetensors`` checkpoint
+    (or a sharded folder) gives one item per 2-D tensor (``tensors``: a regex on their names), and tensors that are
+    not weight matrices are skipped with the reason. ``jsonl``: append each item's JSON line to this file as it
+    finishes (locked while the batch runs; never an input, never a file that is not a spectra results file);
+    ``resume``: keep the items already there with the same fingerprint and options (a cut last line repaired, failed
+    items retried); an existing results file is never replaced silently: give ``resume`` or ``overwrite``.
+    ``workers`` processes here, or Dask tasks with ``engine="dask"`` (``workers`` a LocalCluster, or ``scheduler``;
+    ``connect_timeout``: seconds to wait for it; ``verbose``: Dask's own logs). Every fit keyword of ``fit``
+    (``window``, ``method``, ``model``, ``density``, ``alpha_range``, ``top``, ``ci``, ``population``, ...:
+    :class:`FitKeywords`) is taken as ``fit`` takes it, for every item; so are ``centered``, ``ddof``, ``precision``,
+    ``block_rows``, ``positions`` and ``pool``. ``convention="weightwatcher"``: WeightWatcher's ``analyze()``: its
+    layer selection (a checkpoint tensor with fewer than 8 or more than 15,000 eigenvalues, or a side above 50,000,
+    is skipped with the reason), uncentred ``W^T W``, the density exponent, its columns by its names
+    (``to_pandas()``) and ``summary()`` as its ``get_summary()``. ``on_result(line)`` is called with each line as it
+    comes (skips included), ``progress(items_done, items_total)`` once the items are listed and after each. A failed
+    item does not stop the batch: it is a line with ``error``. Paths that are all results files (``.jsonl``) are
+    read, not run: the result holds their lines (for ``summary()``). ``threads``: BLAS threads of every product here
+    and in each worker (default: the thread policy, each worker's share ``cores // workers``). ``workers`` and
+    ``precision`` not given (None): one worker and float64, except on a checkpoint of matrices 3,072 wide or more (a
+    7B-class model), where every core is a worker (as memory allows) and, when those matrices are stored in 16-bit
+    floats, the products are float32 (:func:`large_model_plan`; a note says so). ``base``: a base checkpoint (a file,
+    folder or glob, as PATHs): each item becomes the change ``W - W_base`` from the base's tensor of the same name
+    (matched by name, or by a unique dotted ending; unmatched or reshaped layers skipped with the reason), analysed
+    uncentred unless ``centered`` is given (the squared singular values of the change, over its rows), and its line
+    holds the base's and the fine-tune's own metrics side by side (``base_model``: each field of the batch table, the
+    change, and compare's test where both give a standard error)."""
     args = check_paths("paths", paths)
     base_path = check_path("base", base) if base is not None else None
     if jsonl is not None:
@@ -297,7 +315,8 @@ def batch(
         progress(0, len(items))
     check_spectrum_only(items, fit_options, {"precision": precision, "block_rows": block_rows, "positions": positions,
                                              "pool": pool})
-    workers, precision, chose = large_model_plan(items, workers, precision, engine=engine)
+    workers, precision, chose = large_model_plan(  # (resumed: the precision of the lines already there)
+        items, workers, precision or (_precision_of(os.fspath(jsonl)) if resume and jsonl else None), engine=engine)
     listing.notes += [for_caller(chose)] if chose else []
     options = dict(centered=centered, ddof=ddof, precision=precision, block_rows=block_rows, options=fit_options,
                    **({"positions": positions} if positions is not None else {}),

@@ -17,7 +17,7 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The report of one convolution kernel (``file.safetensors::name``): its slices' spectrum in WeightWatcher's
     units (the eigenvalues of each slice's ``W^T W / 2``), every fit and rank of ``fit`` on it, and WeightWatcher's
     columns by its names (``N``, ``M`` as it labels them, ``rf``)."""
-    from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH, conv2d_esd, conv2d_labels
+    from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH, conv2d_esd, conv2d_labels, conv2d_rank_loss
     from spectra_cli.eigen.decomposition import Spectrum, floor_for
     from spectra_cli.errors import InputError
     from spectra_cli.options import ReadOptions
@@ -53,5 +53,6 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
                         f"of {n} x {m} (WeightWatcher's labels)", "column": None, "key": tensor, "files": 1,
               "rows": None, "sample": None, "seed": None, "rows_used": rows, "rows_dropped": 0, "n_effective": None,
               "fingerprint": fingerprint(name)}
+    overrides = {"sv_min": sv_min, "rank_loss": conv2d_rank_loss(kernel)}
     return report_of_spectrum(spec, opts, source=source, read=read, n_rows=n, factor=1.0,
-                              labels=(n, m, rf), overrides={"sv_min": sv_min}, started=started).to_dict()
+                              labels=(n, m, rf), overrides=overrides, started=started).to_dict()

@@ -29,7 +29,8 @@ class AdaptedRows:
         return self.layer.name
 
     def fingerprint(self) -> str:
-        return self.layer.fingerprint() + ("c" if self.change else "a")
+        """The change's is its item's (a DoRA line's, so that resume finds it); the adapted layer's differs."""
+        return self.layer.fingerprint() + ("" if self.change else "a")
 
     def to_dict(self) -> dict[str, Any]:
         return self.layer.to_dict()

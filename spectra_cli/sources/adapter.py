@@ -234,7 +234,7 @@ def read_adapter(folder: str) -> Adapter:
         if layer is not None:
             adapter.layers.append(layer)
     init = config.get("init_lora_weights")
-    if isinstance(init, str) and init.lower().startswith(("pissa", "olora", "corda", "loftq", "lora_ga", "eva")):
+    if isinstance(init, str) and init.lower().startswith(("pissa", "olora", "corda", "loftq", "lora_ga")):
         adapter.notes.append(f"init_lora_weights is {init!r}: that initialisation also changes the base weights, so "
                              "the change s B A is relative to the modified base (unless the adapter was saved "
                              "converted, with r and lora_alpha doubled)")

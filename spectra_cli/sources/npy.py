@@ -143,6 +143,7 @@ def _descriptor(f: Any) -> int | None:
 
 
 _ZIP_CACHE: dict[tuple[str, int, int], zipfile.ZipFile] = {}
+_ZIP_CACHED = 2
 
 
 def open_zip(path: str) -> zipfile.ZipFile:
@@ -160,9 +161,8 @@ def open_zip(path: str) -> zipfile.ZipFile:
             z = zipfile.ZipFile(path)
         except ZIP_ERRORS as exc:
             raise InputError(f"{path} is not a valid .npz archive: {exc}") from None
-        for old in _ZIP_CACHE.values():
-            old.close()
-        _ZIP_CACHE.clear()
+        while len(_ZIP_CACHE) >= _ZIP_CACHED:  # (two: a change between two archives reads both at once)
+            _ZIP_CACHE.pop(next(iter(_ZIP_CACHE))).close()
         _ZIP_CACHE[key] = z
     return z
 

@@ -282,3 +282,17 @@ def test_the_model_summary_and_page_say_the_metrics_are_of_the_changes(lora, tmp
     assert cli("batch", str(folder), "--jsonl", str(out)).exit_code == 0
     assert cli("report", str(out), "-o", str(tmp_path / "c.html")).exit_code == 0
     assert "change (W &minus; W<sub>base</sub>, or a LoRA adapter's s B A)" in (tmp_path / "c.html").read_text()
+
+
+def test_a_resumed_dora_batch_keeps_its_lines(tmp_path, base):
+    base_dir, _ = base
+    rng = np.random.default_rng(14)
+    name = "encoder.layer.1.attention.self.value"
+    a, b = _factors(rng, 48, 32)
+    t = {f"{P}{name}.lora_A.weight": a, f"{P}{name}.lora_B.weight": b,
+         f"{P}{name}.lora_magnitude_vector": np.ones(48, np.float32)}
+    folder = _folder(tmp_path / "dora", t, use_dora=True)
+    out = tmp_path / "d.jsonl"
+    batch(str(folder), base=str(base_dir), jsonl=str(out))
+    again = batch(str(folder), base=str(base_dir), jsonl=str(out), resume=True)
+    assert again.resumed == 1 and not again.results and len(out.read_text().splitlines()) == 1

@@ -155,3 +155,12 @@ def test_nonfinite_base_entries_name_the_base(pair, tmp_path):
     safetensors_numpy.save_file(nan, tmp_path / "nanbase" / "model.safetensors")
     result = batch(str(tuned), base=str(tmp_path / "nanbase"), tensors=r"layer\.0\.attention\.query")
     assert result.results[0]["error"].startswith("the base's ") and "NaN or inf" in result.results[0]["error"]
+
+
+def test_a_change_between_two_archives(tmp_path):
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((40, 30))
+    np.savez(tmp_path / "b.npz", a=w, c=w[:, :20])
+    np.savez(tmp_path / "f.npz", a=w + _planted(rng, 40, 30), c=w[:, :20])
+    result = batch(str(tmp_path / "f.npz"), base=str(tmp_path / "b.npz"))
+    assert not [r for r in result.results if "error" in r] and len(result.results) == 2

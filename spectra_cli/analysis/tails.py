@@ -183,7 +183,9 @@ class TailModels:
         return {
             "definition": "the density fit's tail (lambda >= xmin) under each law normalised on [xmin, inf), each by "
                           "maximum likelihood; comparisons as Clauset, Shalizi & Newman (2009) and the powerlaw "
-                          f"package: R > 0 favours a; a comparison decides at p < {P_DECIDES:g}",
+                          f"package: R > 0 favours a; a comparison decides at p < {P_DECIDES:g}; the power law's alpha "
+                          "here is the maximum-likelihood 1 + n / sum log(lambda / xmin) (WeightWatcher's small-N fit "
+                          "reports the bias-corrected 1 + (n - 1) / sum instead)",
             "xmin": self.xmin, "n_tail": self.n_tail,
             "laws": {x.name: x.to_dict() for x in self.laws},
             "comparisons": [c.to_dict() for c in self.comparisons],

@@ -47,6 +47,8 @@ def _cost(it: Item) -> float:
     order a pool of workers takes them in (Graham's longest processing time first)."""
     if it.shape is None or len(it.shape) != 2:
         return 0.0
+    if it.adapter is not None and not it.adapter.dora and it.base is None and it.adapter.base is None:
+        return float(it.adapter.rank) ** 3  # (the r x r problem)
     rows, cols = it.shape
     small = min(rows, cols)
     return float(max(rows, cols)) * small * small + 4.0 * small ** 3

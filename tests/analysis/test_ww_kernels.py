@@ -155,3 +155,14 @@ def test_the_small_n_fit_is_the_brute_force_over_tails_of_eight():
         assert fit.small_n
     big = np.exp(rng.standard_normal(40))
     assert not density_fit(big, small_n=True).small_n  # 20 or more: the usual fit
+
+
+def test_a_convolutions_rank_loss_is_counted_slice_by_slice():
+    from spectra_cli.analysis.weightwatcher import conv2d_rank_loss
+
+    rng = np.random.default_rng(9)
+    kernel = rng.standard_normal((64, 32, 3, 3))
+    kernel[:, :, 0, 0] *= 1e-14  # (a slice far smaller than the others: full rank in its own right)
+    assert conv2d_rank_loss(kernel) == 0
+    kernel[:, 5, 1, 1] = 0.0  # (one slice loses a direction)
+    assert conv2d_rank_loss(kernel) == 1

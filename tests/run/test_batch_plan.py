@@ -37,3 +37,16 @@ def test_what_is_given_is_kept_and_memory_caps_the_workers(two_cores):
     workers, _, _ = large_model_plan(_items(16, (4096, 4096)), None, None, engine="local", max_memory=1 << 30)
     assert workers == 1  # a worker at 4,096 wide needs about 0.8 GB
     assert large_model_plan(_items(16, (4096, 4096)), None, None, engine="dask")[0] == 1
+
+
+def test_a_resumed_batch_keeps_the_precision_of_its_file(tmp_path):
+    import numpy as np
+
+    from spectra_cli.run.batch import batch
+
+    for i in range(3):
+        np.save(tmp_path / f"m{i}.npy", np.random.default_rng(i).standard_normal((80, 12)))
+    out = tmp_path / "r.jsonl"
+    batch([str(tmp_path / "m0.npy"), str(tmp_path / "m1.npy")], jsonl=str(out), precision="float32")
+    again = batch([str(tmp_path / f"m{i}.npy") for i in range(3)], jsonl=str(out), resume=True)
+    assert again.resumed == 2 and [r["options"]["precision"] for r in again.results] == ["float32"]

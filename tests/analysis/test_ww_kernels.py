@@ -166,3 +166,14 @@ def test_a_convolutions_rank_loss_is_counted_slice_by_slice():
     assert conv2d_rank_loss(kernel) == 0
     kernel[:, 5, 1, 1] = 0.0  # (one slice loses a direction)
     assert conv2d_rank_loss(kernel) == 1
+
+
+def test_alphapruning_alpha_reads_only_resolved_eigenvalues(tmp_path):
+    rng = np.random.default_rng(10)
+    w = (rng.standard_normal((64, 12)) @ rng.standard_normal((12, 48))).astype(np.float32)  # rank 12: 36 rounding
+    safetensors_numpy.save_file({"low.weight": w}, tmp_path / "m.safetensors")
+    (doc,) = batch(str(tmp_path / "m.safetensors"), convention="weightwatcher").results
+    cols = doc["weightwatcher"]["columns"]
+    resolved = np.array(doc["spectrum"]["eigenvalues"]) * doc["source"]["n_rows"]
+    floor = doc["spectrum"]["numerical_floor"] * doc["source"]["n_rows"]
+    assert cols["xmin_hill"] > floor and cols["xmin_hill"] >= np.sort(resolved[resolved > floor])[0]

@@ -28,6 +28,7 @@ import numpy as np
 
 from spectra_cli.errors import InputError
 from spectra_cli.sources.base import Source, SourceInfo
+from spectra_cli.sources.change import ChangeSizes
 from spectra_cli.sources.safetensors import read_tensor
 
 CONFIG = "adapter_config.json"
@@ -319,7 +320,7 @@ def _layer(adapter: Adapter, path: str, weights: str, header: dict[str, Any], mo
                         magnitude if flags["use_dora"] else None)
 
 
-class AdaptedSource(Source):
+class AdaptedSource(ChangeSizes, Source):
     """Rows of the adapted layer ``W + Delta W`` (``change=False``) or of a DoRA change ``W' - W`` (``change=True``),
     from the base's rows and the adapter's factors, block by block."""
 
@@ -345,8 +346,12 @@ class AdaptedSource(Source):
                                key=layer.module, details={"adapter": layer.to_dict()})
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        for w, delta in self._tally(self._pairs(start, stop, block_rows), start, stop, self.info.n_rows):
+            yield (delta if self.change else w + delta), None
+
+    def _pairs(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(W rows, Delta W rows)``: ``s B A``'s rows, or DoRA's rescaled rows less the base's."""
         lo = start
-        sums = [0.0, 0.0]  # ||W||_F^2 and ||Delta W||_F^2 over these rows
         for block, _ in self._base.iter_blocks(start, stop, block_rows):
             hi = lo + block.shape[0]
             w = np.asarray(block, dtype=np.float64)
@@ -356,22 +361,8 @@ class AdaptedSource(Source):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     factor = np.where(norms > 0, self._magnitude[lo:hi] / norms, 0.0)
                 adapted *= factor[:, None]
-            delta = adapted - w
-            sums[0] += float(np.einsum("ij,ij->", w, w))
-            sums[1] += float(np.einsum("ij,ij->", delta, delta))
-            yield (delta if self.change else adapted), None
+            yield w, adapted - w
             lo = hi
-        if start == 0 and stop == self.info.n_rows:
-            self.sizes = (sums[0], sums[1])
-
-    #: ``(||W||_F^2, ||Delta W||_F^2)`` once a pass read every row
-    sizes: tuple[float, float] | None = None
-
-    def relative_change(self) -> float | None:
-        """``||Delta W||_F / ||W||_F`` (None before a whole pass, or for a zero base)."""
-        if self.sizes is None or not self.sizes[0] > 0:
-            return None
-        return float(np.sqrt(self.sizes[1] / self.sizes[0]))
 
     def close(self) -> None:
         self._base.close()

@@ -48,7 +48,32 @@ class Change:
         return ChangeSource(self)
 
 
-class ChangeSource(Source):
+class ChangeSizes:
+    """The Frobenius sizes of a base and of its change, tallied block by block while a source streams the change's
+    rows, and kept once a pass has read every row: ``relative_change() = ||Delta W||_F / ||W_base||_F``."""
+
+    #: ``(||W_base||_F^2, ||Delta W||_F^2)`` once a pass read every row
+    sizes: tuple[float, float] | None = None
+
+    def _tally(self, blocks: Iterator[tuple[np.ndarray, np.ndarray]], start: int, stop: int,
+               n_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``blocks`` of ``(base rows, change rows)`` passed through, their squared sizes summed."""
+        sums = [0.0, 0.0]
+        for base, delta in blocks:
+            sums[0] += float(np.einsum("ij,ij->", base, base))
+            sums[1] += float(np.einsum("ij,ij->", delta, delta))
+            yield base, delta
+        if start == 0 and stop == n_rows:  # (a whole pass: the sizes of the whole matrices)
+            self.sizes = (sums[0], sums[1])
+
+    def relative_change(self) -> float | None:
+        """``||Delta W||_F / ||W_base||_F`` (None before a whole pass, or for a zero base)."""
+        if self.sizes is None or not self.sizes[0] > 0:
+            return None
+        return float(np.sqrt(self.sizes[1] / self.sizes[0]))
+
+
+class ChangeSource(ChangeSizes, Source):
     """The rows of ``W_ft - W_base``, block by block, from the two tensors' own readers."""
 
     def __init__(self, change: Change) -> None:
@@ -77,29 +102,17 @@ class ChangeSource(Source):
                                       "axis)", key=a.key, details={"change": change.to_dict()})
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        for _, delta in self._tally(self._pairs(start, stop, block_rows), start, stop, self.info.n_rows):
+            yield delta, None
+
+    def _pairs(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         base = self._base.iter_blocks(start, stop, block_rows)
-        sums = [0.0, 0.0]  # ||W_base||_F^2 and ||W_ft - W_base||_F^2 over these rows
         for (x, _), (y, _) in zip(self._ft.iter_blocks(start, stop, block_rows), base, strict=True):
             if not np.all(np.isfinite(y)):  # (the fine-tune's own are said by the pass, naming it)
                 raise InputError(f"the base's {self.change.base} has NaN or inf entries; no change can be measured "
                                  "against it.")
-            out = np.asarray(x, dtype=np.float64).copy()
             yb = np.asarray(y, dtype=np.float64)
-            out -= yb
-            sums[0] += float(np.einsum("ij,ij->", yb, yb))
-            sums[1] += float(np.einsum("ij,ij->", out, out))
-            yield out, None
-        if start == 0 and stop == self.info.n_rows:  # (a whole pass: the sizes of the whole matrices)
-            self.sizes = (sums[0], sums[1])
-
-    #: ``(||W_base||_F^2, ||W_ft - W_base||_F^2)`` once a pass read every row
-    sizes: tuple[float, float] | None = None
-
-    def relative_change(self) -> float | None:
-        """``||W_ft - W_base||_F / ||W_base||_F`` (None before a whole pass, or for a zero base)."""
-        if self.sizes is None or not self.sizes[0] > 0:
-            return None
-        return float(np.sqrt(self.sizes[1] / self.sizes[0]))
+            yield yb, np.asarray(x, dtype=np.float64) - yb
 
     def close(self) -> None:
         for s in (getattr(self, "_ft", None), getattr(self, "_base", None)):

@@ -312,6 +312,15 @@ def _base_index(base: str, tensors: str | None, items: list[Item]) -> tuple[list
     return base_items, base_listing, by_key
 
 
+def _counterpart(by_key: dict[str, Item], key: str) -> tuple[Item | None, str]:
+    """The base's item of the name ``key``, or else of the one name that ends with it (or that it ends with) at a
+    dot; and the name found (``key`` itself when none)."""
+    if key in by_key:
+        return by_key[key], key
+    near = [k for k in by_key if k.endswith("." + key) or key.endswith("." + k)]
+    return (by_key[near[0]], near[0]) if len(near) == 1 else (None, key)
+
+
 def match_base(items: list[Item], base: str, tensors: str | None, listing: Listing) -> list[Item]:
     """The items paired with the base checkpoint's tensor of the same name (``--base``): each becomes the change
     ``W - W_base``. Names match exactly, or else by a unique dotted suffix (``bert.encoder.layer.0...`` against
@@ -333,12 +342,9 @@ def match_base(items: list[Item], base: str, tensors: str | None, listing: Listi
                                         "checkpoints apart", it.fingerprint))
             continue
         key = _layer_key(it.name)
-        b: Item | None = by_key.get(key)
-        if b is None:
-            near = [k for k in by_key if k.endswith("." + key) or key.endswith("." + k)]
-            if len(near) == 1:
-                b = by_key[near[0]]
-                suffixed.append(f"{key} -> {near[0]}")
+        b, found = _counterpart(by_key, key)
+        if b is not None and found != key:
+            suffixed.append(f"{key} -> {found}")
         if b is None:
             listing.skipped.append(Skip(it.name, BASE_KINDS[0], f"the base {base} has no tensor {key!r}",
                                         it.fingerprint))
@@ -400,10 +406,7 @@ def adapter_items(paths: list[str], base: str | None, tensors: str | None) -> tu
     out = []
     for it in items:
         key = it.adapter.module + ".weight"
-        b = by_key.get(key)
-        if b is None:
-            near = [k for k in by_key if k.endswith("." + key) or key.endswith("." + k)]
-            b = by_key[near[0]] if len(near) == 1 else None
+        b, _ = _counterpart(by_key, key)
         if b is None:
             listing.skipped.append(Skip(it.name, BASE_KINDS[0], f"the base {base} has no tensor {key!r}",
                                         it.fingerprint))

@@ -22,7 +22,7 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     from spectra_cli.errors import InputError
     from spectra_cli.options import ReadOptions
     from spectra_cli.run.matrix import report_of_spectrum
-    from spectra_cli.sources import fingerprint
+    from spectra_cli.sources import SourceInfo, fingerprint
     from spectra_cli.sources.safetensors import read_header, read_tensor
 
     started = time.perf_counter()
@@ -47,12 +47,10 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     opts = replace(opts, density_floor=WW_EVALS_THRESH)  # (these eigenvalues are WeightWatcher's own: factor 1)
     read = ReadOptions.create(centered=False, ddof=int(options.get("ddof", 1)), precision="float64")
     rows = math.prod(kernel.shape) // max(kernel.shape[1], 1)
-    source = {"path": name, "format": "safetensors", "shape": [int(x) for x in kernel.shape],
-              "dtype": str(header[tensor]["dtype"]).lower(), "n_rows": n, "n_features": m,
-              "layout": f"convolution kernel ({'out x in x kh x kw' if last else 'kh x kw x in x out'}): {rf} slices "
-                        f"of {n} x {m} (WeightWatcher's labels)", "column": None, "key": tensor, "files": 1,
-              "rows": None, "sample": None, "seed": None, "rows_used": rows, "rows_dropped": 0, "n_effective": None,
-              "fingerprint": fingerprint(name)}
+    info = SourceInfo(path=name, format="safetensors", shape=tuple(int(x) for x in kernel.shape),
+                      dtype=str(header[tensor]["dtype"]).lower(), n_rows=n, n_features=m,
+                      layout=f"convolution kernel ({'out x in x kh x kw' if last else 'kh x kw x in x out'}): {rf} "
+                             f"slices of {n} x {m} (WeightWatcher's labels)", key=tensor)
     overrides = {"sv_min": sv_min, "rank_loss": conv2d_rank_loss(kernel)}
-    return report_of_spectrum(spec, opts, source=source, read=read, n_rows=n, factor=1.0,
-                              labels=(n, m, rf), overrides=overrides, started=started).to_dict()
+    return report_of_spectrum(spec, opts, info=info, fingerprint=fingerprint(name), rows_used=rows, read=read,
+                              n_rows=n, factor=1.0, labels=(n, m, rf), overrides=overrides, started=started).to_dict()

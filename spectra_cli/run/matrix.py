@@ -59,6 +59,7 @@ from spectra_cli.run.assemble import (
 )
 from spectra_cli.run.fit_steps import isotropy_of, partition_pass, spectrum_of, uncentered_of, with_bootstrap
 from spectra_cli.sinks import check_not_input
+from spectra_cli.sources.base import SourceInfo
 from spectra_cli.sources.opening import open_input
 from spectra_cli.stages import reports_progress
 from spectra_cli.stream import moment_file
@@ -469,13 +470,20 @@ def _top_route(top: int | None, first: Any, opts: FitOptions, needs_all: list[st
                f"(d >= {TOP_AUTO_MIN_D}); top=0 (--top 0) computes every eigenvalue")
 
 
-def report_of_spectrum(spec: Any, opts: FitOptions, *, source: dict[str, Any], read: ReadOptions, n_rows: int,
-                       factor: float, said: list[str] | None = None, labels: tuple[int, int, int] | None = None,
+def report_of_spectrum(spec: Any, opts: FitOptions, *, info: SourceInfo, fingerprint: str, rows_used: int,
+                       read: ReadOptions, n_rows: int, factor: float, source_extra: dict[str, Any] | None = None,
+                       said: list[str] | None = None, labels: tuple[int, int, int] | None = None,
                        overrides: dict[str, Any] | None = None, started: float) -> Report:
     """A ``fit`` report of a spectrum computed here without rows (a LoRA change's small problem, a convolution's
     slices): every fit and rank of ``fit`` on it, and WeightWatcher's metrics (its eigenvalues are ``factor`` times
-    the spectrum's; ``labels``: a convolution's) where the convention or ``density`` asks for them."""
+    the spectrum's; ``labels``: a convolution's) where the convention or ``density`` asks for them. Its ``source`` is
+    ``info``'s, as a report of rows gives it (every row, none dropped), with ``source_extra`` beside."""
     import time
+
+    from spectra_cli.sources.rows import RowSpec
+
+    source = {**info.to_dict(), **RowSpec().to_dict(), "rows_used": rows_used, "rows_dropped": 0,
+              "n_effective": None, "fingerprint": fingerprint, **(source_extra or {})}
 
     from spectra_cli.run.assemble import near_null_warning
 

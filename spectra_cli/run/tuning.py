@@ -46,6 +46,7 @@ def low_rank_report(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, A
     from spectra_cli.eigen.decomposition import Spectrum, floor_for
     from spectra_cli.options import ReadOptions
     from spectra_cli.run.matrix import report_of_spectrum
+    from spectra_cli.sources.base import SourceInfo
 
     started = time.perf_counter()
     opts = options["options"]
@@ -67,12 +68,11 @@ def low_rank_report(layer: AdapterLayer, options: dict[str, Any]) -> dict[str, A
                     method=f"the r x r problem: singular values of s R_B R_A^T (thin QR of B and A^T, r = {layer.rank})"
                            "; the other eigenvalues are exactly zero")
     matrix_opts, said = opts.for_matrix(n, d)
-    source = {"path": layer.name, "format": "peft adapter", "shape": list(layer.shape), "dtype": "float64",
-              "n_rows": n, "n_features": d, "layout": f"LoRA change s B A ({layer.kind}; rows = first axis, as the "
-              "base stores the layer)", "column": None, "key": layer.module, "files": 1, "rows": None, "sample": None,
-              "seed": None, "rows_used": n, "rows_dropped": 0, "n_effective": None, "fingerprint": layer.fingerprint(),
-              "adapter": layer.to_dict()}
-    return report_of_spectrum(spec, matrix_opts, source=source, read=read, n_rows=n, factor=float(divisor),
+    info = SourceInfo(path=layer.name, format="peft adapter", shape=layer.shape, dtype="float64", n_rows=n,
+                      n_features=d, layout=f"LoRA change s B A ({layer.kind}; rows = first axis, as the base stores "
+                      "the layer)", key=layer.module)
+    return report_of_spectrum(spec, matrix_opts, info=info, fingerprint=layer.fingerprint(), rows_used=n,
+                              source_extra={"adapter": layer.to_dict()}, read=read, n_rows=n, factor=float(divisor),
                               said=said, started=started).to_dict()
 
 

@@ -80,7 +80,8 @@ def run_to_jsonl(items: list[Item], options: dict[str, Any], *, jsonl: str | Non
     if resume and overwrite:
         raise OptionError(f"{param('resume')} keeps the results already in {param('jsonl')} and {param('overwrite')} "
                           "replaces them: give one.")
-    out = ResultsFile(jsonl, resume=resume, inputs=[it.name for it in items], expected=expected,
+    read = [it.name for it in items] + [b for it in items for b in (it.base, it.adapter and it.adapter.base) if b]
+    out = ResultsFile(jsonl, resume=resume, inputs=read, expected=expected,
                       allow_mismatch=allow_option_mismatch, overwrite=overwrite) if jsonl else None
     try:
         done = out.done if out is not None else {}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spectra_cli import fit, registry
-from spectra_cli.errors import InputError
+from spectra_cli.errors import InputError, OutputError
 from spectra_cli.run.batch import batch
 from spectra_cli.sources.change import Change
 
@@ -164,3 +164,11 @@ def test_a_change_between_two_archives(tmp_path):
     np.savez(tmp_path / "f.npz", a=w + _planted(rng, 40, 30), c=w[:, :20])
     result = batch(str(tmp_path / "f.npz"), base=str(tmp_path / "b.npz"))
     assert not [r for r in result.results if "error" in r] and len(result.results) == 2
+
+
+def test_the_results_file_is_never_the_base(pair):
+    tuned, base, *_ = pair
+    before = (base / "model.safetensors").read_bytes()
+    with pytest.raises(OutputError, match="is the input"):
+        batch(str(tuned), base=str(base), jsonl=str(base / "model.safetensors"), overwrite=True)
+    assert (base / "model.safetensors").read_bytes() == before

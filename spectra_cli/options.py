@@ -22,6 +22,10 @@ from spectra_cli.threads import check_threads
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_str, product_dtype
 
 ENGINES = ("local", "dask")
+#: How ``fit --population`` has its interval below n/d = 10 (the fit keyword ``population_route``): "analytic", from the
+#: central limit theorem of linear spectral statistics where the row model allows it (Gaussian rows), else simulated;
+#: "simulate", from samples simulated from the fitted population always (the check).
+POPULATION_ROUTES = ("analytic", "simulate")
 
 
 class Convention(StrEnum):

@@ -13,7 +13,7 @@ from spectra_cli.analysis.isotropy import SCALES
 from spectra_cli.analysis.powerlaw import METHODS, MODELS, parse_window
 from spectra_cli.analysis.weightwatcher import DEFAULT_ALPHA_RANGE
 from spectra_cli.errors import OptionError, param
-from spectra_cli.options import Convention
+from spectra_cli.options import POPULATION_ROUTES, Convention
 from spectra_cli.validate import check_bool, check_choice, check_int, check_number, check_numbers
 
 #: ``spectra``: its own defaults; ``weightwatcher``: WeightWatcher's ``analyze()`` (uncentred W^T W, the
@@ -43,6 +43,7 @@ class FitKeywords(TypedDict, total=False):
     ci_replicates: int
     ci_seed: int
     population: bool
+    population_route: str
     spikes: bool
     shuffled_control: bool
     control_seed: int
@@ -57,8 +58,8 @@ class FitKeywords(TypedDict, total=False):
 FIT_DEFAULTS: dict[str, Any] = {
     "window": None, "method": "ols", "model": "power-law", "degree": 2, "density": False, "auto_tolerance": 0.05,
     "counting": (), "capacity": (), "alpha_range": DEFAULT_ALPHA_RANGE, "convention": "spectra", "ci": False,
-    "ci_replicates": 200, "ci_seed": 0, "population": False, "spikes": False, "shuffled_control": False,
-    "control_seed": 0,
+    "ci_replicates": 200, "ci_seed": 0, "population": False, "population_route": "analytic", "spikes": False,
+    "shuffled_control": False, "control_seed": 0,
     "partition_isotropy": False, "isoscore": False, "scale": "seed", "rankme": None, "top": None,
 }
 
@@ -115,6 +116,7 @@ FIT_CONSTRAINTS: dict[str, Callable[[str, Any], Any]] = {
     "ci_replicates": _replicates,
     "ci_seed": lambda n, v: check_int(n, v, minimum=0),
     "population": check_bool,
+    "population_route": lambda n, v: check_choice(n, v, POPULATION_ROUTES),
     "spikes": check_bool,
     "shuffled_control": check_bool,
     "control_seed": lambda n, v: check_int(n, v, minimum=0),
@@ -165,6 +167,7 @@ class FitOptions:
     ci_replicates: int = 200
     ci_seed: int = 0
     population: bool = False
+    population_route: str = "analytic"
     spikes: bool = False
     shuffled_control: bool = False
     control_seed: int = 0
@@ -208,6 +211,7 @@ class FitOptions:
                    auto_tolerance=v["auto_tolerance"], density=density, counting=v["counting"],
                    capacity=v["capacity"], alpha_range=v["alpha_range"], convention=convention, ci=v["ci"],
                    ci_replicates=v["ci_replicates"], ci_seed=v["ci_seed"], population=v["population"],
+                   population_route=v["population_route"],
                    spikes=v["spikes"], shuffled_control=v["shuffled_control"], control_seed=v["control_seed"],
                    partition_isotropy=v["partition_isotropy"], isoscore=v["isoscore"], scale=v["scale"],
                    rankme=v["rankme"], top=v["top"], centered=preset_centered)

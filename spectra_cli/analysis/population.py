@@ -43,6 +43,7 @@ from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, direc
 from spectra_cli.analysis.sampling_curve import CURVE_SIMULATIONS, Subsamples, sampling_curve
 from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_stream
 from spectra_cli.errors import FitError
+from spectra_cli.options import POPULATION_ROUTES
 
 #: The exponents the population model spans; an estimate at either bound is not reported.
 ALPHA_BOUNDS = (0.0, 12.0)
@@ -57,6 +58,10 @@ TYPICAL_EVALUATIONS = 60
 #: samples of n rows are 2 n d^2 flops each, a cost that grows where the correction shrinks. Lowered from 40 to 30,
 #: then to 10 (issue 33).
 FIRST_ORDER_RATIO = 10.0
+#: Row scales whose squared coefficient of variation is at most this are Gaussian rows to the analytic route (the
+#: deconvolution finds a spread of up to ~0.01 in Gaussian rows: d = 96-1,024, n/d = 2-4; the scales' own effect on
+#: the window slope's variance is of that order); above it the interval is simulated.
+GAUSSIAN_SCALES_CV2 = 0.02
 #: The power-law population is said not to fit when the window's bend has a p-value below this.
 BEND_P = 0.01
 #: The step of the central differences that linearise the fit at its solution (the slope gain d S / d alpha, the
@@ -97,7 +102,9 @@ BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the wi
                    "alpha| widens the interval on both sides; null \"first order\" (n/d >= "
                    f"{FIRST_ORDER_RATIO:g}, n the degrees of freedom or Kish's effective sample where fewer): "
                    "simulated_mean 0 and simulated_sd the bend's first-order sd "
-                   "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value")
+                   "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value; null \"analytic\" (below that, Gaussian rows): "
+                   "simulated_mean and simulated_sd are the mean offset and sd of the same linear statistic by the "
+                   "central limit theorem of linear spectral statistics at the fitted population, a normal p-value")
 
 
 def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0.95,
@@ -260,7 +267,13 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "by the data's own sampling curve (the "
           "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
           "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
-          "interval: a linearised parametric bootstrap from the fitted population, widened to the "
+          "interval: below n/d = 10 with Gaussian rows (no row scales), analytic (route \"analytic\"): the window "
+          "slope's linear statistic in the log eigenvalues is an L-statistic, whose mean offset and variance are those "
+          "of the linear spectral statistic sum psi(lambda_i), psi' = a(N(x)) / x, by the central limit theorem of "
+          "Bai & Silverstein 2004 (real Gaussian entries; centred rows through n = rows - 1, Zheng, Bai & Yao 2015) "
+          "at the fitted population, the bias subtracted whole, a normal quantile; with row scales (elliptical rows, "
+          "outside that theorem) or population_route \"simulate\", a linearised parametric bootstrap from the "
+          "fitted population; either widened to the "
           "grouped jackknife of the sample slope where that is wider; with n (degrees of freedom; weighted rows: "
           f"Kish's effective sample where fewer) >= {FIRST_ORDER_RATIO:g} d the bootstrap's spread is first order "
           "(Anderson 1963) and the sampling curve's scatter the partitions' own, nothing simulated (bootstrap.route "
@@ -298,6 +311,7 @@ class PopulationFit:
     model_alpha: float | None = None
     sampling_curve: dict[str, Any] = field(default_factory=dict)
     bend: dict[str, Any] = field(default_factory=dict)
+    route: str = "simulated"
 
     @property
     def power_law_fits(self) -> bool:
@@ -323,7 +337,7 @@ class PopulationFit:
             "bootstrap": {"replicates": self.replicates, "seed": self.seed, "sd": self.bootstrap_sd,
                           "bias": self.bootstrap_bias, "bias_corrected": self.bias_corrected,
                           "bias_share": self.bias_share, "sd_first_order": self.cost.get("sd_first_order"),
-                          "route": "first order" if self.replicates == 0 else "simulated",
+                          "route": self.route,
                           "interval": "alpha -+ t(0.975, B - 1) sd over B sample spectra simulated from the fitted "
                                       "population (sd times sqrt(1 + share^2 / B)): "
                                       "each one's sample slope over the window, less the change of the expected slope "
@@ -337,7 +351,10 @@ class PopulationFit:
                                       "where fewer; replicates 0): sd is sd_first_order, the standard "
                                       "deviation of the same linear statistic when each log eigenvalue moves "
                                       "independently by sqrt(2 E[s^2] / n) (Anderson 1963), and t becomes the "
-                                      "normal quantile"},
+                                      "normal quantile; route \"analytic\" (replicates 0): sd and bias are the "
+                                      "central limit theorem's for the same linear statistic at the fitted "
+                                      "population (module spectra_cli.analysis.lss), the bias subtracted whole "
+                                      "(bias_share 1), t the normal quantile"},
             "rows": self.scales, "notes": list(self.notes), "method": METHOD, "cost": dict(self.cost),
             "model_alpha": self.alpha if self.model_alpha is None else self.model_alpha,
             "sampling_curve": dict(self.sampling_curve) or None,
@@ -355,12 +372,12 @@ def is_first_order(n: int, d: int, n_effective: float | None = None) -> bool:
 
 
 def simulated_decompositions(n: int, d: int, *, replicates: int, curve_parts: int | None,
-                             n_effective: float | None = None) -> int:
+                             n_effective: float | None = None, analytic: bool = False) -> int:
     """How many eigendecompositions of simulated samples (each of the smaller of ``n`` and ``d``) one window's
-    :func:`population_fit` makes: none on the first-order route; else the bootstrap's ``replicates`` and, with the
-    data's sampling curve (``curve_parts``: its parts; None without one), CURVE_SIMULATIONS samples of
+    :func:`population_fit` makes: none on the first-order and analytic routes; else the bootstrap's ``replicates``
+    and, with the data's sampling curve (``curve_parts``: its parts; None without one), CURVE_SIMULATIONS samples of
     ``curve_parts + 1`` spectra."""
-    if is_first_order(n, d, n_effective):
+    if analytic or is_first_order(n, d, n_effective):
         return 0
     return replicates + (CURVE_SIMULATIONS * (curve_parts + 1) if curve_parts else 0)
 
@@ -386,6 +403,7 @@ class _Match:
     evals: int = 0
     done: int = 0
     tick: Callable[[int], None] = field(default=lambda done: None)
+    law: tuple[int, Any] | None = None
 
     @property
     def d(self) -> int:
@@ -429,6 +447,28 @@ class _Match:
         return out
 
 
+def row_model(eigenvalues: np.ndarray, n: int, scales: RowScales,
+              offset: float = 0.0) -> tuple[tuple[np.ndarray, np.ndarray] | None, dict[str, Any]]:
+    """The rows' scales ``(values, weights)`` deconvolved from their squared norms (None: Gaussian rows) and what
+    the deconvolution says, for the spectrum ``eigenvalues`` of ``n`` degrees of freedom (any scale, any order)."""
+    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
+    lam = lam / lam[0]
+    v = scales.values + offset
+    p = scales.counts / scales.counts.sum()
+    vm = float(p @ v)
+    m2_obs = float(p @ ((v / vm) ** 2)) if vm > 0 else 1.0
+    return deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
+
+
+def takes_analytic_route(eigenvalues: np.ndarray, n: int, scales: RowScales | None, offset: float = 0.0, *,
+                         route: str = "analytic", n_effective: float | None = None) -> bool:
+    """Whether :func:`population_fit` has its interval from theory (below the first-order ratio, route "analytic",
+    and rows whose scales spread by at most :data:`GAUSSIAN_SCALES_CV2`): then nothing is simulated."""
+    if route != "analytic" or is_first_order(n, len(eigenvalues), n_effective):
+        return False
+    return scales is None or _scales_cv2(row_model(eigenvalues, n, scales, offset)[0]) <= GAUSSIAN_SCALES_CV2
+
+
 def _problem(eigenvalues: np.ndarray, n: int, window: tuple[int, int], scales: RowScales | None, offset: float,
              null_directions: int) -> tuple[_Match, float, dict[str, Any]]:
     """The problem of a population fit (:class:`_Match`), the sample slope over the window and what the row model
@@ -464,11 +504,7 @@ def _problem(eigenvalues: np.ndarray, n: int, window: tuple[int, int], scales: R
                                       "gathered)" if scales is None else scales.source}
     sc: tuple[np.ndarray, np.ndarray] | None = None
     if scales is not None:
-        v = scales.values + offset
-        p = scales.counts / scales.counts.sum()
-        vm = float(p @ v)
-        m2_obs = float(p @ ((v / vm) ** 2)) if vm > 0 else 1.0
-        sc, info = deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
+        sc, info = row_model(lam, n, scales, offset)
         rows = {"model": ("separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
                           "deconvolved (the binned NPMLE of the scales' distribution, the directions' part taken as "
                           "Gamma)") if sc is not None else
@@ -546,6 +582,7 @@ class _Linear:
     tail_gain: np.ndarray
     sd_rank: float
     sd_first: float
+    a_lin: np.ndarray
 
 
 def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear:
@@ -570,14 +607,45 @@ def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear
     a_lin = (slope_w - tail_gain @ P[2:]) / gain
     sd_rank = math.sqrt(2.0 * m2_scales / m.n)  # each log eigenvalue's own, first order
     return _Linear(final, f_final, fitted, expected_slope, P, tail_gain, sd_rank,
-                   sd_rank * float(np.linalg.norm(a_lin)))
+                   sd_rank * float(np.linalg.norm(a_lin)), a_lin)
+
+
+def _scales_cv2(sc: tuple[np.ndarray, np.ndarray] | None) -> float:
+    """The row scales' squared coefficient of variation (0 without scales)."""
+    if sc is None:
+        return 0.0
+    w, p = sc
+    mean = float(p @ w)
+    return float(p @ (w * w)) / (mean * mean) - 1.0 if mean > 0 else 0.0
+
+
+def _analytic(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float, float]:
+    """The mean offset and the sd of the linear statistic ``weights . log lambda`` over the matched ranks (from rank
+    ``m.k0``) at the population ``tau_hat``, by the central limit theorem of linear spectral statistics (Gaussian
+    rows: :mod:`spectra_cli.analysis.lss`)."""
+    from spectra_cli.analysis.lss import rank_weights_derivative
+
+    law = _law(m, tau_hat)
+    fp = rank_weights_derivative(law, weights, m.k0)
+    return law.mean(fp), math.sqrt(max(law.variance(fp), 0.0))
+
+
+def _law(m: _Match, tau_hat: np.ndarray) -> Any:
+    """The limiting sample spectrum of ``tau_hat`` over the matched ranks (kept on the problem: the interval and the
+    bend's null share it)."""
+    from spectra_cli.analysis.lss import sample_law
+
+    key = id(tau_hat)
+    if m.law is None or m.law[0] != key:
+        m.law = (key, sample_law(tau_hat, m.c, counts=(m.k0 - 1, m.r_max)))
+    return m.law[1]
 
 
 def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.ndarray, bend_of: BendStatistic, *,
-                first_order: bool, replicates: int, level: float,
-                rng: np.random.Generator) -> tuple[np.ndarray, float, float, float, float]:
-    """The interval's parts: the simulated samples' bends (empty on the first-order route), the bias of the
-    replicates' exponent, its sd, the share of the bias subtracted and the interval's quantile."""
+                first_order: bool, replicates: int, level: float, rng: np.random.Generator,
+                analytic: bool = False) -> tuple[np.ndarray, float, float, float, float]:
+    """The interval's parts: the simulated samples' bends (empty on the first-order and analytic routes), the bias of
+    the replicates' exponent, its sd, the share of the bias subtracted and the interval's quantile."""
     from scipy.special import ndtri, stdtrit  # (scipy.special's quantiles: scipy.stats's, without its import)
 
     from spectra_cli.stages import stage
@@ -600,6 +668,13 @@ def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.
                        f"1963) instead of {replicates} simulated samples; with this many rows they agree within about "
                        "0-30 %, the first order the wider")
         return np.empty(0), 0.0, lin.sd_first, 0.0, float(ndtri(0.5 + level / 2))
+    if analytic:
+        bias, sd = _analytic(m, lin.a_lin, tau_hat)
+        if not ALPHA_BOUNDS[0] < alpha - bias < ALPHA_BOUNDS[1]:
+            m.notes.append(f"the theory's mean offset ({bias:+.3g}) would take the estimate past the model's "
+                           f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
+            return np.empty(0), bias, sd, 0.0, float(ndtri(0.5 + level / 2))
+        return np.empty(0), bias, sd, 1.0, float(ndtri(0.5 + level / 2))
     tick = stage(f"population: simulated spectra (ranks {k0}..{m.k1})", replicates)
     draws = np.empty(replicates)
     bends = np.empty(replicates)
@@ -689,7 +764,8 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
 
 
 def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: np.ndarray, bend_of: BendStatistic,
-                 naive: float, gain: float, *, first_order: bool, level: float) -> dict[str, Any]:
+                 naive: float, gain: float, *, first_order: bool, level: float,
+                 analytic_null: tuple[float, float] | None = None) -> dict[str, Any]:
     """The power-law population itself, tested: the observed spectrum's bend over the window (about the expected
     one) against the simulated samples' bends; where it is beyond them, the curved alternative's window slope says
     how far the model's error can move alpha (``model_error``: the interval is widened by it)."""
@@ -698,6 +774,9 @@ def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: n
     if first_order:  # (the bend is linear in log lambda: its first-order sd, about a mean of 0)
         bend = bend_test(observed_bend, None, level=level,
                          null=(0.0, lin.sd_rank * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
+    elif analytic_null is not None:  # (and an L-statistic: its mean and sd from the theory, as the slope's)
+        bend = bend_test(observed_bend, None, level=level, null=analytic_null)
+        bend["null"] = "analytic"
     else:
         bend = bend_test(observed_bend, bends, level=level)
     if bend["fits"]:
@@ -760,7 +839,7 @@ def _interval(m: _Match, estimate: float, half: float, curve: dict[str, Any],
 def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
                    offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
                    level: float = 0.95, null_directions: int = 0,
-                   subsamples: Subsamples | None = None) -> PopulationFit:
+                   subsamples: Subsamples | None = None, route: str = "analytic") -> PopulationFit:
     """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
 
     ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
@@ -770,13 +849,16 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     ratio); ``null_directions``: how many directions
     the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
     ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
-    sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
-    The population model, the equations
+    sampling curve scales the row model's bias correction, and its spread bounds the interval from below;
+    ``route``: one of :data:`POPULATION_ROUTES` (below ``n/d = 10``: the interval from theory where the row model
+    allows it, or from simulated samples always). The population model, the equations
     and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those the
     sample resolves (at most ``min(n, d)``), less a margin at the lower edge of the spectrum (10 %, 20 %
     with row scales, where the smallest scales spread the lowest eigenvalues) — the window is cut to
     them, and with no rank past the window the tail continues the window's law (both said in ``notes``).
     """
+    if route not in POPULATION_ROUTES:
+        raise ValueError(f"route must be one of {POPULATION_ROUTES}, not {route!r}")
     t0 = time.perf_counter()
     m, naive, rows = _problem(eigenvalues, n, window, scales, offset, null_directions)
     first_order = is_first_order(n, m.d, n_effective)
@@ -788,15 +870,23 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, m.d, m.knots or (m.k1,))
     bend_of = BendStatistic(m.ranks[m.win])
+    spread = _scales_cv2(m.sc)
+    analytic = not first_order and route == "analytic" and spread <= GAUSSIAN_SCALES_CV2
+    if not first_order and route == "analytic" and not analytic:
+        m.notes.append(f"the rows' scales spread (squared coefficient of variation {spread:.3g} > "
+                       f"{GAUSSIAN_SCALES_CV2:g}): the interval and the bend test are simulated (the central limit "
+                       "theorem used for Gaussian rows does not hold for elliptical ones)")
     bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
-                                             replicates=replicates, level=level, rng=rng)
+                                             replicates=replicates, level=level, rng=rng, analytic=analytic)
     estimate = alpha - share * bias
     model_estimate, half = estimate, zq * sd
     curve: dict[str, Any] = {}
     if subsamples is not None:
         estimate, half, curve = _curve_read(m, subsamples, alpha, gain, lin.expected_slope, tau_hat, estimate, half,
-                                            first_order=first_order, seed=seed, level=level)
-    bend = _bend_tested(m, lin, alpha, ab, bends, bend_of, naive, gain, first_order=first_order, level=level)
+                                            first_order=first_order or analytic, seed=seed, level=level)
+    null = _analytic(m, -bend_of.q / bend_of.qq, tau_hat) if analytic and bend_of.qq > 0 else None
+    bend = _bend_tested(m, lin, alpha, ab, bends, bend_of, naive, gain, first_order=first_order, level=level,
+                        analytic_null=null)
     low, high = _interval(m, estimate, half, curve, bend)
     return PopulationFit(
         alpha=estimate, low=low, high=high, naive_alpha=naive,
@@ -804,7 +894,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         n_effective=float(n if n_effective is None else n_effective),
         window=(m.k0, m.k1), ranks_matched=(m.k0, m.r_max), match_rms=match_rms, shape_alpha=shape_alpha, gain=gain,
         bootstrap_sd=sd, bootstrap_bias=bias, bias_corrected=share > 0.0, bias_share=share,
-        replicates=0 if first_order else replicates, seed=seed,
+        replicates=0 if first_order or analytic else replicates, seed=seed,
+        route="first order" if first_order else "analytic" if analytic else "simulated",
         scales=rows, notes=tuple(m.notes), level=level, model_alpha=model_estimate, sampling_curve=curve, bend=bend,
         cost={"sd_first_order": lin.sd_first, "evaluations": m.evals, "grid_points": m.grid.points,
               "atoms": m.grid.atoms, "fit_s": t_fit, "bootstrap_s": time.perf_counter() - t0 - t_fit})

@@ -147,6 +147,10 @@ FIT_OPTIONS: dict[str, Any] = {
     "population": Annotated[bool | None, _opt("--population", "Also the population exponent behind each fit "
                                               "(corrects the finite-sample bias of the slope at small n/d, with a "
                                               "95% interval) and the bias-corrected participation ratio.")],
+    "population_route": Annotated[str | None, _opt("--population-route", "analytic (below n/d = 10 the interval "
+                                                   "from the CLT of linear spectral statistics, where the rows are "
+                                                   "Gaussian in the row model; else simulated) | simulate (always "
+                                                   "simulated samples: the check).", "ROUTE")],
     "spikes": Annotated[bool | None, _opt("--spikes", "Also the eigenvalues that stand above the power-law bulk "
                                           "at this n and d (Tracy-Widom test), each with the coordinates that load "
                                           "on it and a flag for a rogue dimension.")],

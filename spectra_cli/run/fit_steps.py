@@ -450,12 +450,12 @@ def _keep(name: str, value: float | None, errors: dict[str, float | None], missi
 
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
-                    warnings: list[str], eigen_seconds: float | None = None) -> FitSuite:
+                    warnings: list[str], eigen_seconds: float | None = None, route: str = "analytic") -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
     (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
     squared norms. ``eigen_seconds``: what the spectrum's own decomposition took (the expected time of the
     population's decompositions is told from it, before they start)."""
-    from spectra_cli.analysis.population import population_fit
+    from spectra_cli.analysis.population import population_fit, takes_analytic_route
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
     from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
 
@@ -511,15 +511,16 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
     plan = _subsample_plan(first, seed=seed, warnings=warnings)
     if eigen_seconds is not None and suite.fits:
+        analytic = takes_analytic_route(lam, dof, scales, offset, route=route, n_effective=n_eff)
         _expect_population(plan, first, main, dof=dof, d=lam.size, windows=len(suite.fits),
-                           eigen_seconds=eigen_seconds, n_effective=n_eff)
+                           eigen_seconds=eigen_seconds, n_effective=n_eff, analytic=analytic)
     subsamples = None if plan is None else _subsamples(first, plan, lam.size, centered=centered, ddof=ddof)
 
     def one(f: RankFit) -> RankFit:
         try:
             pop = population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max), scales=scales, offset=offset,
                                  n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls,
-                                 subsamples=subsamples)
+                                 subsamples=subsamples, route=route)
         except FitError as exc:
             warnings.append(Message(f"no population exponent over ranks {f.window.k_min}..{f.window.k_max} "
                                     f"({param('population', True)}): {raw(exc)}"))
@@ -544,12 +545,13 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
 
 def _expect_population(plan: SubsamplePlan | None, first: Accumulated, main: Spectrum, *, dof: int, d: int,
-                       windows: int, eigen_seconds: float, n_effective: float | None = None) -> None:
+                       windows: int, eigen_seconds: float, n_effective: float | None = None,
+                       analytic: bool = False) -> None:
     """Tell the progress how long the population's eigendecompositions will take, at the pace of the spectrum's own
     (``main``'s, ``eigen_seconds``; the cost growing as the cube of the size): the data's sub-samples
-    (``plan``; None: none) and, below the first-order ratio, each window's simulated samples (the sampling curve's
-    with sub-samples only). An estimate: the match, the simulated rows' products and the decompositions that run
-    side by side move it either way."""
+    (``plan``; None: none) and, below the first-order ratio and off the analytic route, each window's simulated
+    samples (the sampling curve's with sub-samples only). An estimate: the match, the simulated rows' products and
+    the decompositions that run side by side move it either way."""
     from spectra_cli.analysis.population import simulated_decompositions
     from spectra_cli.analysis.sampling_curve import SUBSAMPLE_PARTS
     from spectra_cli.stages import expect
@@ -558,7 +560,7 @@ def _expect_population(plan: SubsamplePlan | None, first: Accumulated, main: Spe
     sub_count, sub_size = (0, 0) if plan is None else (plan.keep.shape[0] * plan.keep.shape[1], plan.size(first))
     simulated = windows * simulated_decompositions(dof, d, replicates=POPULATION_REPLICATES,
                                                    curve_parts=SUBSAMPLE_PARTS if sub_count else None,
-                                                   n_effective=n_effective)
+                                                   n_effective=n_effective, analytic=analytic)
     sim_size = min(dof, d)
     seconds = eigen_seconds * (sub_count * (sub_size / main_size) ** 3 + simulated * (sim_size / main_size) ** 3)
     largest = max(sub_size if sub_count else 0, sim_size if simulated else 0)

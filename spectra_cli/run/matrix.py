@@ -238,7 +238,8 @@ def fit(
     if population:
         clock.mark("analysis_s")
         suite = fit_steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
-                                      warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"))
+                                      warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"),
+                                      route=opts.population_route)
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
@@ -260,8 +261,8 @@ def fit(
     stated: dict[str, Any] = {
         **inp.options_report(), **opts.to_report(),
         "ci": {"replicates": ci_replicates, "seed": ci_seed, "level": 0.95} if ci else None,
-        "population": {"replicates": fit_steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95} if population
-        else None}
+        "population": {"replicates": fit_steps.POPULATION_REPLICATES, "seed": ci_seed, "level": 0.95,
+                       "route": opts.population_route} if population else None}
     return assemble("fit", inp, first, main, options=stated, warnings=warnings, clock=clock, suite=suite,
                     control=control, isotropy=iso, weightwatcher=ww, spikes=found)
 

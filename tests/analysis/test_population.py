@@ -179,7 +179,9 @@ def test_fit_population_corrects_the_small_sample_bias(elliptical):
     assert pop["ci"][0] < pop["alpha"] < pop["ci"][1]
     assert pop["n_over_d"] == pytest.approx((n - 1) / d)
     assert pop["rows"]["model"].startswith("separable") or not elliptical
-    assert rep.options.population == {"replicates": 40, "seed": 0, "level": 0.95}
+    assert rep.options.population == {"replicates": 40, "seed": 0, "level": 0.95, "route": "analytic"}
+    # Gaussian rows take the interval from theory; Gamma(1) row scales (CV^2 1) are simulated
+    assert pop["bootstrap"]["route"] == ("simulated" if elliptical else "analytic")
     assert rep.timings["population_s"] > 0
 
 

@@ -27,13 +27,18 @@ class Recorder:
 def test_fit_reports_the_read_then_the_replicates_then_the_population():
     rec = Recorder()
     spectra.fit(powerlaw_matrix(200, 32, 1.0, seed=0), window="3:16", ci=True, ci_replicates=12, population=True,
-                progress=rec)
+                population_route="simulate", progress=rec)
     assert rec.stages() == ["bootstrap replicates", "population: sub-sample spectra",
                             "population: matching the expected spectrum (ranks 3..16)",
                             "population: simulated spectra (ranks 3..16)", "population: simulated sampling curves"]
     first = rec.events.index(("stage", "bootstrap replicates", 12))
     assert rec.events[first - 1] == (200, 200)  # the read ended before
     assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
+    # by default, Gaussian rows below n = 10 d take their interval from theory: nothing is simulated either
+    rec = Recorder()
+    spectra.fit(powerlaw_matrix(200, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
+    assert rec.stages() == ["population: sub-sample spectra",
+                            "population: matching the expected spectrum (ranks 3..16)"]
     # from n = 10 d degrees of freedom the population's interval is first order: nothing is simulated
     rec = Recorder()
     spectra.fit(powerlaw_matrix(330, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
@@ -134,7 +139,7 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
     bare = spectra.Accumulator(d=32)  # (no row groups: no sub-samples, no sampling curve)
     bare.update(powerlaw_matrix(200, 32, 1.0, seed=3))
     concentrated = np.where(np.arange(640) % 5 == 0, 1.0, 0.05)  # Kish 182.5 of 640 rows: 5.7 d
-    cases = (  # data, weights, windows, decompositions, of up to
+    cases = (  # data, weights, windows, decompositions, of up to (simulated samples: population_route="simulate")
         (powerlaw_matrix(200, 32, 1.0, seed=0), None, 1, 16 + 80, "32 x 32"),
         (powerlaw_matrix(200, 32, 1.0, seed=0), None, 2, 16 + 2 * 80, "32 x 32"),
         (powerlaw_matrix(321, 32, 1.0, seed=0), None, 1, 16, "32 x 32"),  # 10 d degrees of freedom: first order
@@ -146,7 +151,8 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
     for data, weights, windows, count, size in cases:
         rec = Expecting(made)
         made.clear()
-        rep = spectra.fit(data, weights=weights, window=["3:12", "3:10"][:windows], population=True, progress=rec)
+        rep = spectra.fit(data, weights=weights, window=["3:12", "3:10"][:windows], population=True, progress=rec,
+                          population_route="simulate")
         assert all(f.population is not None for f in rep.fits)
         told = [e for e in rec.events if e[0] == "expect"]
         assert len(told) == 1 and made.count("told") == 1
@@ -155,6 +161,13 @@ def test_the_population_tells_its_expected_time_before_it_starts(monkeypatch):
         assert label == "the population exponent" and after.count("decomposition") == count
         assert why.startswith(f"{count} eigendecompositions of up to {size}, at the pace of the spectrum's own")
         assert seconds > 0
+    # the analytic route (the default) simulates nothing for Gaussian rows: the sub-samples alone
+    rec = Expecting(made)
+    made.clear()
+    rep = spectra.fit(powerlaw_matrix(200, 32, 1.0, seed=0), window="3:12", population=True, progress=rec)
+    assert rep.fits[0].population.route == "analytic" and made[made.index("told") + 1:].count("decomposition") == 16
+    assert [e for e in rec.events if e[0] == "expect"][0][3].startswith("16 eigendecompositions of up to 32 x 32")
+    assert simulated_decompositions(199, 20, replicates=40, curve_parts=4, analytic=True) == 0
     assert simulated_decompositions(199, 20, replicates=40, curve_parts=4) == 80  # 200 centred rows: n/d 9.95
     assert simulated_decompositions(199, 20, replicates=40, curve_parts=None) == 40
     assert simulated_decompositions(200, 20, replicates=40, curve_parts=4) == 0  # 201 rows: first order

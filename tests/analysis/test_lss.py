@@ -1,0 +1,109 @@
+"""The central limit theorem of linear spectral statistics (spectra_cli.analysis.lss) against its closed forms, a
+direct simulation, and the population exponent's analytic route against its simulated one."""
+
+from __future__ import annotations
+
+import math
+from math import comb
+
+import numpy as np
+import pytest
+
+from spectra_cli.analysis.equivalent import expected_eigenvalues, slope_of, slope_weights
+from spectra_cli.analysis.lss import rank_weights_derivative, sample_law
+from spectra_cli.analysis.population import population_fit
+
+
+def _bs_covariance(r1: int, r2: int, c: float) -> float:
+    """Bai & Silverstein 2004, (1.24), the real case: the limiting covariance of tr S^r1 and tr S^r2, Sigma = I."""
+    total = 0.0
+    for k1 in range(r1):
+        for k2 in range(r2 + 1):
+            inner = sum(k * comb(2 * r1 - 1 - (k1 + k), r1 - 1) * comb(2 * r2 - 1 - k2 + k, r2 - 1)
+                        for k in range(1, r1 - k1 + 1))
+            total += comb(r1, k1) * comb(r2, k2) * ((1 - c) / c) ** (k1 + k2) * inner
+    return 2.0 * c ** (r1 + r2) * total
+
+
+def _bs_mean(r: int, c: float) -> float:
+    """Bai & Silverstein 2004, (1.23), the real case: the limiting mean of tr S^r - d int x^r dF^c, Sigma = I."""
+    return (0.25 * ((1 - math.sqrt(c)) ** (2 * r) + (1 + math.sqrt(c)) ** (2 * r))
+            - 0.5 * sum(comb(r, j) ** 2 * c ** j for j in range(r + 1)))
+
+
+@pytest.mark.parametrize("c", [0.1, 0.5, 0.8])
+def test_log_determinant_has_the_closed_form_mean_and_variance(c):
+    """Sigma = I, f = log: mean log(1 - c) / 2 and variance -2 log(1 - c) (Bai, Jiang, Yao & Zheng 2009)."""
+    law = sample_law(np.ones(300), c)
+    fp = 1.0 / law.x
+    assert law.variance(fp) == pytest.approx(-2.0 * math.log(1.0 - c), rel=1e-3)
+    assert law.mean(fp) == pytest.approx(0.5 * math.log(1.0 - c), rel=1e-3)
+
+
+@pytest.mark.parametrize("c", [0.2, 0.9])
+@pytest.mark.parametrize("r", [1, 2, 3])
+def test_moments_have_bai_and_silversteins_mean_and_variance(c, r):
+    law = sample_law(np.ones(300), c)
+    fp = r * law.x ** (r - 1)
+    assert law.variance(fp) == pytest.approx(_bs_covariance(r, r, c), rel=2e-3)
+    assert law.mean(fp) == pytest.approx(_bs_mean(r, c), abs=1e-3 * max(1.0, _bs_mean(r, c)))
+
+
+@pytest.mark.parametrize("c", [0.3, 0.8])
+def test_the_fourth_cumulant_adds_its_terms(c):
+    """Entries with fourth cumulant kappa: Var tr S = c (2 + kappa) and E tr S^2 - d (1 + c) = c (1 + kappa), both
+    exact for any n (counted by hand from E x^4 = 3 + kappa)."""
+    law = sample_law(np.ones(300), c)
+    one = np.ones(law.x.size)
+    assert law.variance(one, kappa=3.0) == pytest.approx(5.0 * c, rel=2e-3)
+    assert law.variance(one, kappa=-1.0) == pytest.approx(1.0 * c, rel=2e-3)
+    assert law.mean(2.0 * law.x, kappa=3.0) == pytest.approx(4.0 * c, rel=2e-3)
+
+
+def test_trace_variance_on_two_separated_clusters():
+    """Var tr S = 2 tr Sigma^2 / n = 2 c int t^2 dH for any population (real Gaussian rows): two atoms whose sample
+    clusters are apart."""
+    tau = np.r_[np.ones(100), 5.0 * np.ones(100)]
+    for c in (0.05, 0.5):
+        law = sample_law(tau, c)
+        assert law.variance(np.ones(law.x.size)) == pytest.approx(2.0 * c * float(np.mean(tau ** 2)), rel=3e-3)
+
+
+def test_window_slope_sd_matches_simulated_samples():
+    """The rank window's slope (an L-statistic of the log eigenvalues) has the theory's sd: 300 samples of 200
+    Gaussian rows of a j^-1 population of 200, ranks 5..40 (the sd of an sd over 300 samples is about 4 %)."""
+    d, n, k0, k1 = 200, 200, 5, 40
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    law = sample_law(tau, d / n, counts=(k0 - 1, k1))
+    fp = rank_weights_derivative(law, slope_weights(k0, k1 - k0 + 1), k0)
+    sd = math.sqrt(law.variance(fp))
+    rng = np.random.default_rng(7)
+    slopes = []
+    for _ in range(300):
+        Z = rng.standard_normal((n, d)) * np.sqrt(tau)
+        lam = np.linalg.eigvalsh(Z.T @ Z / n)[::-1]
+        slopes.append(slope_of(np.log(lam[k0 - 1:k1]), k0))
+    assert sd == pytest.approx(float(np.std(slopes, ddof=1)), rel=0.12)
+    # the mean offset is far inside the spread: a few percent of the sd either way
+    expected = slope_of(np.log(expected_eigenvalues(tau, d / n, k1)[k0 - 1:k1]), k0)
+    assert abs(law.mean(fp)) < 0.1 * sd
+    assert abs(float(np.mean(slopes)) - expected) < 0.25 * sd
+
+
+def test_population_route_is_analytic_for_gaussian_rows_and_near_the_simulated_one():
+    rng = np.random.default_rng(3)
+    d, n = 192, 384
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    Z = rng.standard_normal((n, d)) * np.sqrt(tau)
+    lam = np.linalg.eigvalsh(np.cov(Z, rowvar=False))[::-1]
+    theory = population_fit(lam, n=n - 1, window=(11, 60))
+    simulated = population_fit(lam, n=n - 1, window=(11, 60), route="simulate")
+    assert theory.route == "analytic" and theory.replicates == 0 and theory.bias_share == 1.0
+    assert theory.to_dict()["bootstrap"]["route"] == "analytic"
+    assert theory.bend["null"] == "analytic"
+    assert simulated.route == "simulated" and simulated.replicates == 40
+    # (40 replicates: their sd is itself uncertain by about 11 %)
+    assert theory.bootstrap_sd == pytest.approx(simulated.bootstrap_sd, rel=0.35)
+    assert theory.low < 1.0 < theory.high
+    with pytest.raises(ValueError, match="route must be one of"):
+        population_fit(lam, n=n - 1, window=(11, 60), route="guess")

@@ -120,7 +120,7 @@ def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarra
     return first, den @ ptt - 2j * (im @ ptt)
 
 
-def _x_of(e: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
+def x_of(e: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
     """``X(e) = sum_k p_k w_k / (1 + c w_k e)`` (``1 / (1 + c e)`` for Gaussian rows)."""
     if scales is None:
         return 1.0 / (1.0 + c * e)
@@ -251,7 +251,7 @@ def _solved(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarra
         return _continued(x, tau, pi, scales, c)
     e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
     # a point whose steps were halved at the axis can stop short of the root: the residual tells
-    s1 = _resolvent_sums(_x_of(e, scales, c), z, tau, pi * tau, None)[0]
+    s1 = _resolvent_sums(x_of(e, scales, c), z, tau, pi * tau, None)[0]
     left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
     if left.size:
         e[left] = _continued(x[left], tau, pi, scales, c)
@@ -263,7 +263,7 @@ def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
     """:func:`sample_density` on the points ``x``, in this thread."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
     e = _solved(tau, pi, scales, c, x, z, start)
-    X = _x_of(e, scales, c)
+    X = x_of(e, scales, c)
     m = _resolvent_sums(X, z, tau, pi, None)[0]  # sum_a pi_a / (tau_a X - z)
     if c > 1:
         m = m + (1.0 - 1.0 / c) / z
@@ -282,7 +282,7 @@ def _distribution_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarra
     separation); inside a cluster, the fraction the density's integral would give, without its quadrature error."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
     e = _solved(tau, pi, scales, c, x, z, start)
-    X = _x_of(e, scales, c)
+    X = x_of(e, scales, c)
     # (arctan2 of the real arithmetic's parts: Im(tau X - z) < 0, so each argument lies in (-pi, 0))
     re = np.multiply.outer(X.real, tau)
     re -= z.real[:, None]

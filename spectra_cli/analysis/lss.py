@@ -18,6 +18,15 @@ to the variance and ``-(kappa / pi) int f'(x) Im Phi(m(x)) dx``, ``Phi(m) = c in
 m)) dH(t)``, to the mean (Pan & Zhou 2008; Najim & Yao 2016 for ``f`` with three derivatives). Centred rows: ``n``
 is the degrees of freedom, rows - 1 (Zheng, Bai & Yao 2015's substitution principle).
 
+Rows ``x_i = sqrt(s_i) Sigma^(1/2) z_i`` (scales ``s_i`` of law ``(w, p)``, Gaussian ``z_i``): given the scales the
+matrix is a separable sample covariance, whose kernel is ``log|1 - a(x+, y+)| - log|1 - a(x+, y-)|`` with ``a(z1,
+z2) = c [sum_t pi_t t^2 / (D1 D2)] [sum_w p_w w^2 / (E1 E2)]``, ``D = t X(z) - z``, ``E = 1 + c w e(z)`` in the
+deterministic equivalent's own variables (Hachem, Loubaton & Najim 2008's form for a variance profile; with one scale
+it is the kernel above: ``1 - a(z1, z2) = (z1 - z2) m1 m2 / (m1 - m2)``); and the mean's ``A`` is ``a(x+, x+)``.
+The scales being a sample adds the variance of one row's influence on ``d int f dF``, ``phi(w) = (d / (pi c)) int
+f'(x) Im log(1 + c w e(x)) dx``, over ``n`` (the law of total variance). Both checked against
+simulated samples in the tests and bench/.
+
 Closed forms (tests): ``H = delta_1``, ``f = log``: mean ``log(1 - c) / 2``, variance ``-2 log(1 - c)`` (Bai,
 Jiang, Yao & Zheng 2009); ``f = x^r``: Bai & Silverstein 2004's sums.
 """
@@ -30,13 +39,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spectra_cli.analysis.equivalent import EPS_PATH, grid_density, merge_groups, merged, sample_distribution
+from spectra_cli.analysis.equivalent import EPS_PATH, grid_density, merge_groups, merged, sample_distribution, x_of
 
 #: A cell of the quadrature grid holds at most this share of one eigenvalue's mass (the grid is refined where it holds
 #: more), or of the range's ranks over :data:`MAX_NODES` where that is more.
 PER_RANK = 0.25
-#: At most about this many quadrature points (the variance is a double sum over them).
-MAX_NODES = 6000
+#: At most about this many quadrature points (the variance is a double sum over them): at d = 1,024, n = 2 d, ranks
+#: 11..819, the window 11..102's slope sd moves by 0.1 % from 1,000 to 4,000.
+MAX_NODES = 1500
 #: A point is inside the support where ``Im m > EDGE_LEVEL |m|`` (outside, the continuation's last ``eps`` leaves
 #: about ``1e-5``); cells across an edge are halved down to a relative width of EDGE_WIDTH.
 EDGE_LEVEL = 1e-3
@@ -70,38 +80,104 @@ class SampleLaw:
     """The limiting sample spectrum of a population at ``c`` on a quadrature grid over (part of) its support.
 
     ``x``: points (ascending) where the density is positive; ``dx``: their quadrature weights, the widths of their
-    cells (from halfway to the point below to halfway to the point above), ``lower`` the cells' lower ends; ``m``:
-    the companion Stieltjes transform ``m(x + i0)``; ``dm``: its derivative; ``count``: the expected number of
-    eigenvalues above each point; ``atoms``, ``weights``: the population (merged); ``c``; ``d``: the dimension."""
+    cells (from halfway to the point below to halfway to the point above), ``lower`` the cells' lower ends; ``e``,
+    ``X``: Silverstein's solution and ``X(e)`` at ``z = x (1 + i eps)`` (:mod:`spectra_cli.analysis.equivalent`);
+    ``count``: the expected number of eigenvalues above each point; ``atoms``, ``weights``: the population (merged);
+    ``scales``: the rows' scales ``(values, weights)`` (None: Gaussian rows); ``c``; ``d``: the dimension."""
 
     x: np.ndarray
     dx: np.ndarray
     lower: np.ndarray
-    m: np.ndarray
-    dm: np.ndarray
+    e: np.ndarray
+    X: np.ndarray
     count: np.ndarray
     atoms: np.ndarray
     weights: np.ndarray
+    scales: tuple[np.ndarray, np.ndarray] | None
     c: float
     d: int
 
+    @property
+    def z(self) -> np.ndarray:
+        return self.x * (1.0 + 1j * EPS_PATH[-1])
+
+    @property
+    def m(self) -> np.ndarray:
+        """The companion Stieltjes transform (of the ``n x n`` matrix), ``-X / z``."""
+        return -self.X / self.z
+
+    def _a(self, i: np.ndarray, j: np.ndarray, conj: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``a(z_i, z_j)`` (``conj``: ``a(z_i, conj z_j)``), the kernel's ``c [sum pi t^2 / (D_i D_j)] [sum p w^2 /
+        (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``. The population's sums
+        by partial fractions, ``1 / (D_i D_j) = (X_i / D_i - X_j / D_j) / (X_j z_i - X_i z_j)``: one sum a point
+        instead of one a pair (exact; where ``z_i = z_j`` the sums themselves)."""
+        t, pw = self.atoms, self.weights
+        X, z, e = self.X, self.z, self.e
+        Xj, zj, ej = (np.conj(X[j]), np.conj(z[j]), np.conj(e[j])) if conj else (X[j], z[j], e[j])
+        inv_i = 1.0 / (np.multiply.outer(X[i], t) - z[i][:, None])
+        inv_j = 1.0 / (np.multiply.outer(Xj, t) - zj[:, None])
+        u_i, u_j = inv_i @ (pw * t * t), inv_j @ (pw * t * t)
+        v_i, v_j = inv_i @ (pw * t), inv_j @ (pw * t)
+        Xi, zi = X[i][:, None], z[i][:, None]
+        den = Xj[None, :] * zi - Xi * zj[None, :]
+        same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
+        den = np.where(same, 1.0, den)
+        T2 = (Xi * u_i[:, None] - Xj[None, :] * u_j[None, :]) / den
+        B = (Xi * v_i[:, None] - Xj[None, :] * v_j[None, :]) / den
+        if same.any():
+            r, k = np.nonzero(same)
+            prod = inv_i[r] * inv_j[k]
+            T2[r, k] = prod @ (pw * t * t)
+            B[r, k] = prod @ (pw * t)
+        assert self.scales is not None
+        w, p = self.scales
+        Ei = 1.0 / (1.0 + self.c * np.multiply.outer(e[i], w))
+        Ej = 1.0 / (1.0 + self.c * np.multiply.outer(ej, w))
+        W2 = (Ei * (p * w * w)) @ Ej.T
+        return self.c * T2 * W2, B
+
+    def _smooth(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """The kernel less ``-log|x - y|`` at the pairs ``i x j`` (its diagonal's own value where ``i = j``)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.scales is None:
+                m = self.m
+                mi, mj = m[i][:, None], m[j][None, :]
+                dx = self.x[i][:, None] - self.x[j][None, :]
+                out = np.log(np.abs(mi - np.conj(mj))) - np.log(np.abs((mi - mj) / dx))
+                same = i[:, None] == j[None, :]
+                if same.any():
+                    # (m(x) - m(y)) / (x - y) -> m'(x): dz/dm = 1/m^2 - c sum pi t^2 / (1 + t m)^2
+                    ii = np.nonzero(same)
+                    mm = m[i[ii[0]]]
+                    tm = 1.0 + np.multiply.outer(mm, self.atoms)
+                    dz_dm = 1.0 / (mm * mm) - self.c * ((1.0 / (tm * tm)) @ (self.weights * self.atoms ** 2))
+                    out[ii] = np.log(2.0 * mm.imag) + np.log(np.abs(dz_dm))
+                return out
+            # row scales: 1 - a(x+, y-) = (x - y) B(x+, y-) / (e(x) - conj e(y)) (from Silverstein's equations), so
+            # the kernel log|1 - a(x+, y+)| - log|1 - a(x+, y-)| is this less log|x - y|
+            a_pp, _ = self._a(i, j, conj=False)
+            _, b_pm = self._a(i, j, conj=True)
+            ei, ej = self.e[i][:, None], self.e[j][None, :]
+            return np.log(np.abs(1.0 - a_pp)) - np.log(np.abs(b_pm)) + np.log(np.abs(ei - np.conj(ej)))
+
     def variance(self, fprime: np.ndarray, kappa: float = 0.0) -> float:
         """The limiting variance of ``sum_i f(lambda_i)`` (``fprime``: ``f'`` at :attr:`x`), real entries with fourth
-        cumulant ``kappa`` (0: Gaussian)."""
+        cumulant ``kappa`` (0: Gaussian; Gaussian rows only); with row scales, also the scales' own sampling
+        (:meth:`scales_variance`)."""
         g = fprime * self.dx
         keep = np.flatnonzero(g != 0.0)
-        g, m, h = g[keep], self.m[keep], self.dx[keep]
+        g_k, h = g[keep], self.dx[keep]
+        x = self.x[keep]
         total = 0.0
         for a in range(0, keep.size, BLOCK):
             b = min(a + BLOCK, keep.size)
-            ma = m[a:b, None]
+            kern = self._smooth(keep[a:b], keep)
             with np.errstate(divide="ignore"):
-                kern = np.log(np.abs(ma - np.conj(m)[None, :])) - np.log(np.abs(ma - m[None, :]))
-            # the diagonal: log|m(x) - m(y)| ~ log|m'(x)| + log|x - y|, averaged over the point's cell (of width h):
-            # the mean of log|x - y| over a square of side h is log h - 3/2
+                kern -= np.log(np.abs(x[a:b, None] - x[None, :]))
+            # the diagonal: the mean of -log|x - y| over the point's cell squared (side h) is 3/2 - log h
             i = np.arange(a, b)
-            kern[i - a, i] = (np.log(2.0 * m[i].imag) - np.log(np.abs(self.dm[keep][i])) - np.log(h[i]) + 1.5)
-            total += float(g[a:b] @ (kern @ g))
+            kern[i - a, i] = self._smooth(keep[i], keep[i]).diagonal() + 1.5 - np.log(h[i])
+            total += float(g_k[a:b] @ (kern @ g_k))
         # near the diagonal the kernel's -log|x - y| is integrated exactly over each pair of cells (product
         # integration) in place of its value at the points: within a narrow cluster of a few cells that is most of
         # the error
@@ -109,52 +185,75 @@ class SampleLaw:
         for o in range(1, min(NEAR, keep.size - 1) + 1):
             i, j = np.arange(keep.size - o), np.arange(o, keep.size)
             exact = _mean_log_distance(lo[i], lo[i] + h[i], lo[j], lo[j] + h[j])
-            total += 2.0 * float(g[i] @ ((np.log(np.abs(self.x[keep][j] - self.x[keep][i])) - exact) * g[j]))
+            total += 2.0 * float(g_k[i] @ ((np.log(np.abs(x[j] - x[i])) - exact) * g_k[j]))
         var = total / math.pi ** 2
         if kappa:
+            if self.scales is not None:
+                raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
             t = self.atoms
-            inner = (np.imag(1.0 / (1.0 + np.multiply.outer(self.m, t))).T @ (fprime * self.dx))
+            inner = (np.imag(1.0 / (1.0 + np.multiply.outer(self.m, t))).T @ g)
             var += kappa * self.c / math.pi ** 2 * float(self.weights @ (inner * inner))
-        return var
+        return var + self.scales_variance(fprime)
+
+    def scales_variance(self, fprime: np.ndarray) -> float:
+        """What the rows' scales being a sample adds to the variance (0 without scales): the variance over the scales'
+        law of the influence ``phi(w) = (d / (pi c)) int f'(x) Im log(1 + c w e(x)) dx`` of one row's scale on ``d int
+        f dF``, over ``n``: by parts, ``-d int f' dF``, with ``F = Im Phi / pi`` the distribution function's primitive
+        (:func:`~spectra_cli.analysis.equivalent.sample_distribution`), stationary in ``e``, whose explicit part in
+        the scales' weights is ``-(1 / c) (log(1 + c w e) + 1)``."""
+        if self.scales is None:
+            return 0.0
+        w, p = self.scales
+        u = 1.0 + self.c * np.multiply.outer(self.e, w)
+        im = np.arctan2(np.maximum(u.imag, 0.0), u.real)
+        phi = (self.d / (math.pi * self.c)) * ((fprime * self.dx) @ im)
+        mean = float(p @ phi)
+        n = self.d / self.c
+        return float(p @ ((phi - mean) ** 2)) / n
 
     def mean(self, fprime: np.ndarray, kappa: float = 0.0) -> float:
         """The limiting mean of ``sum_i f(lambda_i) - d int f dF^{c_n, H_n}`` (``fprime``: ``f'`` at :attr:`x`)."""
-        t, w, m = self.atoms, self.weights, self.m
-        tm = 1.0 + np.multiply.outer(m, t)
-        big_a = self.c * m * m * ((1.0 / (tm * tm)) @ (w * t * t))
+        idx = np.arange(self.x.size)
+        if self.scales is None:
+            t, w, m = self.atoms, self.weights, self.m
+            tm = 1.0 + np.multiply.outer(m, t)
+            big_a = self.c * m * m * ((1.0 / (tm * tm)) @ (w * t * t))
+        else:
+            big_a = np.concatenate([np.diagonal(self._a(idx[a:a + BLOCK], idx[a:a + BLOCK], conj=False)[0])
+                                    for a in range(0, idx.size, BLOCK)])
         out = float((fprime * self.dx) @ np.angle(1.0 - big_a)) / (2.0 * math.pi)
         if kappa:
-            phi = self.c * ((0.5 / (tm * tm) - 1.0 / tm) @ w)
+            if self.scales is not None:
+                raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
+            tm = 1.0 + np.multiply.outer(self.m, self.atoms)
+            phi = self.c * ((0.5 / (tm * tm) - 1.0 / tm) @ self.weights)
             out -= kappa / math.pi * float((fprime * self.dx) @ phi.imag)
         return out
 
 
-def _solved(atoms: np.ndarray, pi: np.ndarray, c: float, x: np.ndarray,
-            start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The distribution function and Silverstein's solution ``e`` at ``x`` (Gaussian rows)."""
-    return sample_distribution(atoms, pi, None, c, x, start=start)
-
-
 def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None = None,
+               scales: tuple[np.ndarray, np.ndarray] | None = None,
                per_rank: float = PER_RANK, max_nodes: int = MAX_NODES) -> SampleLaw:
-    """The limiting sample spectrum of the population ``tau`` (``d`` eigenvalues) at ``c = d / n``, Gaussian rows,
-    on a grid whose cells each hold at most ``per_rank`` of an eigenvalue's mass (or ``(hi - lo) / max_nodes``),
-    over the part of the support where between ``counts = (lo, hi)`` eigenvalues lie above (None: all of it).
+    """The limiting sample spectrum of the population ``tau`` (``d`` eigenvalues) at ``c = d / n`` (rows of scales
+    ``scales = (values, weights)``; None: Gaussian rows), on a grid whose cells each hold at most ``per_rank`` of an
+    eigenvalue's mass (or ``(hi - lo) / max_nodes``), over the part of the support where between ``counts = (lo,
+    hi)`` eigenvalues lie above (None: all of it).
 
     The grid starts log-spaced (:func:`~spectra_cli.analysis.equivalent.grid_density` points a decade) and is halved
     in log x wherever a cell holds too much mass, so that the clusters around separated population eigenvalues are
-    resolved however narrow; each new point is solved from its neighbours' solution (Newton, else the continuation:
-    :func:`~spectra_cli.analysis.equivalent.sample_distribution`)."""
+    resolved however narrow, and across the support's edges; each new point is solved from its neighbours' solution
+    (Newton, else the continuation: :func:`~spectra_cli.analysis.equivalent.sample_distribution`)."""
     tau = np.asarray(tau, dtype=np.float64)
     d = tau.size
     lo, hi = (0.0, float(min(d, d / c))) if counts is None else (float(counts[0]), float(counts[1]))
     atoms, pi = merged(tau, None, merge_groups(tau, c=c))
-    top = float(atoms.max())
-    x_hi = top * (1.0 + math.sqrt(c)) ** 2 * 1.5
-    x_lo = float(atoms.min()) * (max(1e-3, 0.25 * (1.0 - math.sqrt(c)) ** 2) if c < 1 else 1e-3)
+    wmax = 1.0 if scales is None else max(float(scales[0].max()), 1.0)
+    wmin = 1.0 if scales is None else min(float(scales[0].min()), 1.0)
+    x_hi = float(atoms.max()) * (1.0 + math.sqrt(c)) ** 2 * 1.5 * wmax
+    x_lo = float(atoms.min()) * wmin * (max(1e-3, 0.25 * (1.0 - math.sqrt(c)) ** 2) if c < 1 else 1e-3)
     ppd = grid_density(d, c)
     x = np.geomspace(x_lo, x_hi, int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1)
-    F, e = _solved(atoms, pi, c, x, None)
+    F, e = sample_distribution(atoms, pi, scales, c, x)
     cap = max(per_rank, (hi - lo) / max_nodes)
     for _ in range(MAX_LEVELS):
         N = d * (1.0 - F)
@@ -162,28 +261,24 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
         # those across an edge of the support (where the density has a square root), down to EDGE_WIDTH
         held = N[:-1] - N[1:]
         overlap = (N[1:] < hi + 1.0) & (N[:-1] > lo - 1.0)
-        m_at = 1.0 / (1.0 + c * e)
-        inside = -m_at.imag > EDGE_LEVEL * np.abs(m_at)  # (Im X <= 0 on the Stieltjes branch)
+        X = x_of(e, scales, c)
+        inside = -X.imag > EDGE_LEVEL * np.abs(X)  # (Im X <= 0 on the Stieltjes branch)
         edge = (inside[:-1] != inside[1:]) & (x[1:] > x[:-1] * (1.0 + EDGE_WIDTH))
         split = np.flatnonzero(overlap & ((held > cap) | edge))
         if not split.size:
             break
         xm = np.sqrt(x[split] * x[split + 1])
-        start = 0.5 * (e[split] + e[split + 1])
-        Fm, em = _solved(atoms, pi, c, xm, start)
+        Fm, em = sample_distribution(atoms, pi, scales, c, xm, start=0.5 * (e[split] + e[split + 1]))
         x = np.insert(x, split + 1, xm)
         F = np.insert(F, split + 1, Fm)
         e = np.insert(e, split + 1, em)
     N = d * (1.0 - F)
-    z = x * (1.0 + 1j * EPS_PATH[-1])
-    m = -1.0 / (z * (1.0 + c * e))  # (the companion transform: -X / z, X = 1 / (1 + c e) for Gaussian rows)
+    X = x_of(e, scales, c)
     edges = np.concatenate([[x[0]], 0.5 * (x[1:] + x[:-1]), [x[-1]]])
     dx = np.diff(edges)
-    tm = 1.0 + np.multiply.outer(m, atoms)
-    dz_dm = 1.0 / (m * m) - c * ((1.0 / (tm * tm)) @ (pi * atoms * atoms))
-    inside = (m.imag > EDGE_LEVEL * np.abs(m)) & (N < hi + 1.0) & (N > lo - 1.0)
-    return SampleLaw(x=x[inside], dx=dx[inside], lower=edges[:-1][inside], m=m[inside], dm=(1.0 / dz_dm)[inside],
-                     count=N[inside], atoms=atoms, weights=pi, c=c, d=d)
+    inside = (-X.imag > EDGE_LEVEL * np.abs(X)) & (N < hi + 1.0) & (N > lo - 1.0)
+    return SampleLaw(x=x[inside], dx=dx[inside], lower=edges[:-1][inside], e=e[inside], X=X[inside],
+                     count=N[inside], atoms=atoms, weights=pi, scales=scales, c=c, d=d)
 
 
 def rank_weights_derivative(law: SampleLaw, weights: np.ndarray, k0: int,

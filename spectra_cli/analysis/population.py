@@ -58,10 +58,6 @@ TYPICAL_EVALUATIONS = 60
 #: samples of n rows are 2 n d^2 flops each, a cost that grows where the correction shrinks. Lowered from 40 to 30,
 #: then to 10 (issue 33).
 FIRST_ORDER_RATIO = 10.0
-#: Row scales whose squared coefficient of variation is at most this are Gaussian rows to the analytic route (the
-#: deconvolution finds a spread of up to ~0.01 in Gaussian rows: d = 96-1,024, n/d = 2-4; the scales' own effect on
-#: the window slope's variance is of that order); above it the interval is simulated.
-GAUSSIAN_SCALES_CV2 = 0.02
 #: The power-law population is said not to fit when the window's bend has a p-value below this.
 BEND_P = 0.01
 #: The step of the central differences that linearise the fit at its solution (the slope gain d S / d alpha, the
@@ -102,7 +98,7 @@ BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the wi
                    "alpha| widens the interval on both sides; null \"first order\" (n/d >= "
                    f"{FIRST_ORDER_RATIO:g}, n the degrees of freedom or Kish's effective sample where fewer): "
                    "simulated_mean 0 and simulated_sd the bend's first-order sd "
-                   "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value; null \"analytic\" (below that, Gaussian rows): "
+                   "(sqrt(2 E[s^2] / n) |q| / q.q), a normal p-value; null \"analytic\" (below that, the default): "
                    "simulated_mean and simulated_sd are the mean offset and sd of the same linear statistic by the "
                    "central limit theorem of linear spectral statistics at the fitted population, a normal p-value")
 
@@ -266,13 +262,15 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "transform; quantiles averaged per rank as in Ledoit & Wolf's QuEST); the model's bias correction scaled "
           "by the data's own sampling curve (the "
           "slope's change when a quarter of the row groups is left out, against the model's expectation of it, "
-          "drawn towards 1 by its scatter over samples simulated from the fitted population; sampling_curve); "
-          "interval: below n/d = 10 with Gaussian rows (no row scales), analytic (route \"analytic\"): the window "
-          "slope's linear statistic in the log eigenvalues is an L-statistic, whose mean offset and variance are those "
-          "of the linear spectral statistic sum psi(lambda_i), psi' = a(N(x)) / x, by the central limit theorem of "
-          "Bai & Silverstein 2004 (real Gaussian entries; centred rows through n = rows - 1, Zheng, Bai & Yao 2015) "
-          "at the fitted population, the bias subtracted whole, a normal quantile; with row scales (elliptical rows, "
-          "outside that theorem) or population_route \"simulate\", a linearised parametric bootstrap from the "
+          "drawn towards 1 by its scatter over samples simulated from the fitted population, or by the partitions' "
+          "own scatter on the analytic and first-order routes; sampling_curve); "
+          "interval: below n/d = 10, analytic (route \"analytic\", the default): the window slope's linear statistic "
+          "in the log eigenvalues is an L-statistic, whose mean offset and variance are those of the linear spectral "
+          "statistic sum psi(lambda_i), psi' = a(N(x)) / x, by the central limit theorem of linear spectral "
+          "statistics at the fitted population (Bai & Silverstein 2004, real Gaussian entries; with row scales its "
+          "separable form given the scales, plus the scales' own sampling through their influence on the expected "
+          "statistic; centred rows through n = rows - 1, Zheng, Bai & Yao 2015), the bias subtracted whole, a "
+          "normal quantile; with population_route \"simulate\", a linearised parametric bootstrap from the "
           "fitted population; either widened to the "
           "grouped jackknife of the sample slope where that is wider; with n (degrees of freedom; weighted rows: "
           f"Kish's effective sample where fewer) >= {FIRST_ORDER_RATIO:g} d the bootstrap's spread is first order "
@@ -460,15 +458,6 @@ def row_model(eigenvalues: np.ndarray, n: int, scales: RowScales,
     return deconvolved_scales(scales, directions_t2(lam, m2_obs, n), offset)
 
 
-def takes_analytic_route(eigenvalues: np.ndarray, n: int, scales: RowScales | None, offset: float = 0.0, *,
-                         route: str = "analytic", n_effective: float | None = None) -> bool:
-    """Whether :func:`population_fit` has its interval from theory (below the first-order ratio, route "analytic",
-    and rows whose scales spread by at most :data:`GAUSSIAN_SCALES_CV2`): then nothing is simulated."""
-    if route != "analytic" or is_first_order(n, len(eigenvalues), n_effective):
-        return False
-    return scales is None or _scales_cv2(row_model(eigenvalues, n, scales, offset)[0]) <= GAUSSIAN_SCALES_CV2
-
-
 def _problem(eigenvalues: np.ndarray, n: int, window: tuple[int, int], scales: RowScales | None, offset: float,
              null_directions: int) -> tuple[_Match, float, dict[str, Any]]:
     """The problem of a population fit (:class:`_Match`), the sample slope over the window and what the row model
@@ -610,19 +599,10 @@ def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear
                    sd_rank * float(np.linalg.norm(a_lin)), a_lin)
 
 
-def _scales_cv2(sc: tuple[np.ndarray, np.ndarray] | None) -> float:
-    """The row scales' squared coefficient of variation (0 without scales)."""
-    if sc is None:
-        return 0.0
-    w, p = sc
-    mean = float(p @ w)
-    return float(p @ (w * w)) / (mean * mean) - 1.0 if mean > 0 else 0.0
-
-
 def _analytic(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float, float]:
     """The mean offset and the sd of the linear statistic ``weights . log lambda`` over the matched ranks (from rank
-    ``m.k0``) at the population ``tau_hat``, by the central limit theorem of linear spectral statistics (Gaussian
-    rows: :mod:`spectra_cli.analysis.lss`)."""
+    ``m.k0``) at the population ``tau_hat`` and the rows' scales, by the central limit theorem of linear spectral
+    statistics (:mod:`spectra_cli.analysis.lss`)."""
     from spectra_cli.analysis.lss import rank_weights_derivative
 
     law = _law(m, tau_hat)
@@ -637,7 +617,7 @@ def _law(m: _Match, tau_hat: np.ndarray) -> Any:
 
     key = id(tau_hat)
     if m.law is None or m.law[0] != key:
-        m.law = (key, sample_law(tau_hat, m.c, counts=(m.k0 - 1, m.r_max)))
+        m.law = (key, sample_law(tau_hat, m.c, counts=(m.k0 - 1, m.r_max), scales=m.sc))
     return m.law[1]
 
 
@@ -870,12 +850,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     rng = np.random.default_rng(seed)
     tau_hat = population_spectrum(log_c, alpha, tail, m.d, m.knots or (m.k1,))
     bend_of = BendStatistic(m.ranks[m.win])
-    spread = _scales_cv2(m.sc)
-    analytic = not first_order and route == "analytic" and spread <= GAUSSIAN_SCALES_CV2
-    if not first_order and route == "analytic" and not analytic:
-        m.notes.append(f"the rows' scales spread (squared coefficient of variation {spread:.3g} > "
-                       f"{GAUSSIAN_SCALES_CV2:g}): the interval and the bend test are simulated (the central limit "
-                       "theorem used for Gaussian rows does not hold for elliptical ones)")
+    analytic = not first_order and route == "analytic"
     bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
                                              replicates=replicates, level=level, rng=rng, analytic=analytic)
     estimate = alpha - share * bias

@@ -455,7 +455,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
     (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
     squared norms. ``eigen_seconds``: what the spectrum's own decomposition took (the expected time of the
     population's decompositions is told from it, before they start)."""
-    from spectra_cli.analysis.population import population_fit, takes_analytic_route
+    from spectra_cli.analysis.population import population_fit
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
     from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
 
@@ -511,9 +511,8 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
 
     plan = _subsample_plan(first, seed=seed, warnings=warnings)
     if eigen_seconds is not None and suite.fits:
-        analytic = takes_analytic_route(lam, dof, scales, offset, route=route, n_effective=n_eff)
         _expect_population(plan, first, main, dof=dof, d=lam.size, windows=len(suite.fits),
-                           eigen_seconds=eigen_seconds, n_effective=n_eff, analytic=analytic)
+                           eigen_seconds=eigen_seconds, n_effective=n_eff, analytic=route == "analytic")
     subsamples = None if plan is None else _subsamples(first, plan, lam.size, centered=centered, ddof=ddof)
 
     def one(f: RankFit) -> RankFit:

@@ -90,6 +90,46 @@ def test_window_slope_sd_matches_simulated_samples():
     assert abs(float(np.mean(slopes)) - expected) < 0.25 * sd
 
 
+def test_trace_variance_with_row_scales_given():
+    """Rows of fixed scales w (half 0.5, half 1.5): Var tr S = 2 c E[w^2] int t^2 dH exactly; the scales' own sampling
+    term is what random scales add on top."""
+    tau = np.arange(1, 101, dtype=np.float64) ** -0.5
+    w, p = np.array([0.5, 1.5]), np.array([0.5, 0.5])
+    for c in (0.3, 1.5):
+        law = sample_law(tau, c, scales=(w, p))
+        one = np.ones(law.x.size)
+        given = law.variance(one) - law.scales_variance(one)
+        assert given == pytest.approx(2.0 * c * float(p @ w ** 2) * float(np.mean(tau ** 2)), rel=3e-3)
+        # tr S = sum_i s_i |x_i|^2 / n: random scales add Var(s) (tr Sigma)^2 / n
+        assert law.scales_variance(one) == pytest.approx(float(p @ (w - 1) ** 2) * tau.sum() ** 2 * c / tau.size,
+                                                         rel=3e-3)
+
+
+def test_one_scale_is_the_gaussian_kernel():
+    tau = np.arange(1, 201, dtype=np.float64) ** -1.0
+    gauss, one = sample_law(tau, 0.5), sample_law(tau, 0.5, scales=(np.array([1.0]), np.array([1.0])))
+    assert one.variance(1.0 / one.x) == pytest.approx(gauss.variance(1.0 / gauss.x), rel=1e-9)
+    assert one.mean(1.0 / one.x) == pytest.approx(gauss.mean(1.0 / gauss.x), rel=1e-9)
+    with pytest.raises(ValueError, match="fourth cumulant"):
+        one.variance(np.ones(one.x.size), kappa=1.0)
+
+
+@pytest.mark.slow
+def test_window_slope_sd_with_row_scales_matches_simulated_samples():
+    """Rows of random scales (0.5 or 1.5, even odds), 300 samples of 200 rows of a j^-1 population of 200."""
+    d, n, k0, k1 = 200, 200, 5, 40
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    w, p = np.array([0.5, 1.5]), np.array([0.5, 0.5])
+    law = sample_law(tau, d / n, counts=(k0 - 1, k1), scales=(w, p))
+    sd = math.sqrt(law.variance(rank_weights_derivative(law, slope_weights(k0, k1 - k0 + 1), k0)))
+    rng = np.random.default_rng(11)
+    slopes = []
+    for _ in range(300):
+        Z = rng.standard_normal((n, d)) * np.sqrt(tau) * np.sqrt(rng.choice(w, size=n))[:, None]
+        slopes.append(slope_of(np.log(np.linalg.eigvalsh(Z.T @ Z / n)[::-1][k0 - 1:k1]), k0))
+    assert sd == pytest.approx(float(np.std(slopes, ddof=1)), rel=0.15)
+
+
 def test_population_route_is_analytic_for_gaussian_rows_and_near_the_simulated_one():
     rng = np.random.default_rng(3)
     d, n = 192, 384

@@ -180,8 +180,8 @@ def test_fit_population_corrects_the_small_sample_bias(elliptical):
     assert pop["n_over_d"] == pytest.approx((n - 1) / d)
     assert pop["rows"]["model"].startswith("separable") or not elliptical
     assert rep.options.population == {"replicates": 40, "seed": 0, "level": 0.95, "route": "analytic"}
-    # Gaussian rows take the interval from theory; Gamma(1) row scales (CV^2 1) are simulated
-    assert pop["bootstrap"]["route"] == ("simulated" if elliptical else "analytic")
+    # the interval from theory, for Gaussian rows and for Gamma(1) row scales alike
+    assert pop["bootstrap"]["route"] == "analytic"
     assert rep.timings["population_s"] > 0
 
 
@@ -628,8 +628,12 @@ def test_at_many_rows_per_feature_the_interval_is_first_order_and_agrees_with_th
     assert first.replicates == 0 and first.bend["null"] == "first order"
     assert any("first order" in note for note in first.notes)
     monkeypatch.setattr(pop, "FIRST_ORDER_RATIO", 1e9)
-    simulated = spectra.fit(X, window="3:16", population=True).fit.population
+    simulated = spectra.fit(X, window="3:16", population=True, population_route="simulate").fit.population
     assert simulated.replicates == 40 and simulated.bend["null"] == "simulated"
+    theory = spectra.fit(X, window="3:16", population=True).fit.population  # (the analytic route, forced too)
+    assert theory.replicates == 0 and theory.bend["null"] == "analytic"
+    assert theory.bootstrap_sd == pytest.approx(simulated.bootstrap_sd, rel=0.3)
+    assert theory.bend["simulated_sd"] == pytest.approx(simulated.bend["simulated_sd"], rel=0.3)
     assert first.bootstrap_sd == pytest.approx(simulated.bootstrap_sd, rel=0.3)
     assert first.bend["simulated_sd"] == pytest.approx(simulated.bend["simulated_sd"], rel=0.3)
     assert first.alpha == pytest.approx(simulated.alpha, abs=simulated.bootstrap_sd)
@@ -638,13 +642,16 @@ def test_at_many_rows_per_feature_the_interval_is_first_order_and_agrees_with_th
 
 def test_weighted_rows_take_the_first_order_route_by_their_effective_sample():
     """640 rows of 32 features are n/d = 20, but weights that concentrate them on a fifth leave Kish's effective
-    sample at 5.7 d: the interval is simulated, as for that many rows."""
+    sample at 5.7 d: the interval is not first order (from theory by default, simulated when asked), as for that
+    many rows."""
     from tests.conftest import powerlaw_matrix
 
     X = powerlaw_matrix(640, 32, 1.0, seed=4)
     w = np.where(np.arange(640) % 5 == 0, 1.0, 0.05)
     assert w.sum() ** 2 / (w * w).sum() == pytest.approx(182.5, abs=0.1)
-    weighted = spectra.fit(X, weights=w, window="3:12", population=True).fit.population
+    weighted = spectra.fit(X, weights=w, window="3:12", population=True, population_route="simulate").fit.population
     plain = spectra.fit(X, window="3:12", population=True).fit.population
     assert weighted.replicates == 40 and weighted.to_dict()["bootstrap"]["route"] == "simulated"
+    theory = spectra.fit(X, weights=w, window="3:12", population=True).fit.population
+    assert theory.replicates == 0 and theory.to_dict()["bootstrap"]["route"] == "analytic"
     assert plain.replicates == 0 and plain.to_dict()["bootstrap"]["route"] == "first order"

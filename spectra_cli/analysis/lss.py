@@ -203,10 +203,8 @@ class SampleLaw:
         the scales' weights is ``-(1 / c) (log(1 + c w e) + 1)``."""
         if self.scales is None:
             return 0.0
-        w, p = self.scales
-        u = 1.0 + self.c * np.multiply.outer(self.e, w)
-        im = np.arctan2(np.maximum(u.imag, 0.0), u.real)
-        phi = (self.d / (math.pi * self.c)) * ((fprime * self.dx) @ im)
+        p = self.scales[1]
+        phi = scales_influence(self, fprime)
         mean = float(p @ phi)
         n = self.d / self.c
         return float(p @ ((phi - mean) ** 2)) / n
@@ -229,6 +227,59 @@ class SampleLaw:
             phi = self.c * ((0.5 / (tm * tm) - 1.0 / tm) @ self.weights)
             out -= kappa / math.pi * float((fprime * self.dx) @ phi.imag)
         return out
+
+
+def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray, shared: float) -> float:
+    """The limiting covariance of ``sum f_a`` over the eigenvalues of one sample covariance and ``sum f_b`` over those
+    of another from the same rows' law (the same population and scales), ``A`` and ``B`` their laws (each at its own
+    ``c``), sharing ``shared`` of their rows (a count; ``n_A = d / c_A`` and ``n_B`` rows each, neither the other):
+    the kernel of :meth:`SampleLaw.variance` with ``a_AB(z1, z2) = d (shared / (n_A n_B)) [sum pi t^2 / (D_A D_B)]
+    E_s[s^2 / (E_A E_B)]``, the sum over rows running over the shared ones (Gaussian integration by parts, each
+    row weighted by ``1 / n`` in its matrix; one matrix, ``shared = n``, is :meth:`SampleLaw.variance`'s ``a``).
+    Two different matrices share no eigenvalue: the kernel has no singularity. The scales' own sampling is not in
+    it (:func:`scales_influence`)."""
+    ga, gb = fa * A.dx, fb * B.dx
+    ia, ib = np.flatnonzero(ga != 0.0), np.flatnonzero(gb != 0.0)
+    if not (ia.size and ib.size):
+        return 0.0
+    nA, nB = A.d / A.c, B.d / B.c
+    scale = A.d * shared / (nA * nB)
+    t, pw = A.atoms, A.weights
+    w, p = (np.array([1.0]), np.array([1.0])) if A.scales is None else A.scales
+    total = 0.0
+    for a0 in range(0, ia.size, BLOCK):
+        i = ia[a0:a0 + BLOCK]
+        out = np.zeros((i.size, ib.size))
+        for conj, sign in ((False, 1.0), (True, -1.0)):
+            Xj, zj, ej = B.X[ib], B.z[ib], B.e[ib]
+            if conj:
+                Xj, zj, ej = np.conj(Xj), np.conj(zj), np.conj(ej)
+            inv_i = 1.0 / (np.multiply.outer(A.X[i], t) - A.z[i][:, None])
+            inv_j = 1.0 / (np.multiply.outer(Xj, t) - zj[:, None])  # (the population's sums over A's atoms)
+            Xi, zi = A.X[i][:, None], A.z[i][:, None]
+            den = Xj[None, :] * zi - Xi * zj[None, :]
+            same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
+            den = np.where(same, 1.0, den)
+            T2 = (Xi * (inv_i @ (pw * t * t))[:, None] - Xj[None, :] * (inv_j @ (pw * t * t))[None, :]) / den
+            if same.any():
+                r, k = np.nonzero(same)
+                T2[r, k] = (inv_i[r] * inv_j[k]) @ (pw * t * t)
+            Ei = 1.0 / (1.0 + A.c * np.multiply.outer(A.e[i], w))
+            Ej = 1.0 / (1.0 + B.c * np.multiply.outer(ej, w))
+            W2 = (Ei * (p * w * w)) @ Ej.T
+            out += sign * np.log(np.abs(1.0 - scale * T2 * W2))
+        total += float(ga[i] @ (out @ gb[ib]))
+    return total / math.pi ** 2
+
+
+def scales_influence(law: SampleLaw, fprime: np.ndarray) -> np.ndarray:
+    """One row's influence on ``d int f dF`` by its scale, at each of the scales' values (:meth:`SampleLaw.
+    scales_variance`; zeros without scales)."""
+    if law.scales is None:
+        return np.zeros(1)
+    w, _ = law.scales
+    u = 1.0 + law.c * np.multiply.outer(law.e, w)
+    return (law.d / (math.pi * law.c)) * ((fprime * law.dx) @ np.arctan2(np.maximum(u.imag, 0.0), u.real))
 
 
 def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None = None,

@@ -680,9 +680,34 @@ def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.
     return bends, bias, sd, share, zq
 
 
+def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: float) -> float:
+    """The sampling curve's change from theory: the sd of ``D = mean_q S(sub-sample q) - S(all rows)`` over samples
+    of the fitted population (``S`` the window's slope over ranks ``m.k0..k_end``; ``parts`` sub-samples of
+    ``dof_sub`` degrees of freedom, each leaving one part out), from the covariances of the linear spectral
+    statistics of the whole sample and of sub-samples that share rows (:func:`spectra_cli.analysis.lss.
+    cross_covariance`), and the scales' own sampling."""
+    from spectra_cli.analysis.lss import cross_covariance, rank_weights_derivative, sample_law, scales_influence
+
+    k0, n, d = m.k0, m.n, m.d
+    weights = slope_weights(k0, k_end - k0 + 1)
+    full = _law(m, tau_hat)
+    sub = sample_law(tau_hat, d / dof_sub, counts=(k0 - 1, k_end), scales=m.sc)
+    f, fs = rank_weights_derivative(full, weights, k0), rank_weights_derivative(sub, weights, k0)
+    v_full = full.variance(f) - full.scales_variance(f)
+    v_sub = sub.variance(fs) - sub.scales_variance(fs)
+    c_pair = cross_covariance(sub, fs, sub, fs, shared=max(2.0 * dof_sub - n, 0.0))
+    c_nest = cross_covariance(sub, fs, full, f, shared=dof_sub)
+    var = (parts * v_sub + parts * (parts - 1) * c_pair) / parts ** 2 - 2.0 * c_nest + v_full
+    if m.sc is not None:  # (a row's scale moves D by its influence on a sub-sample's statistic less the whole's)
+        p = m.sc[1]
+        phi = scales_influence(sub, fs) - scales_influence(full, f)
+        var += float(p @ (phi - p @ phi) ** 2) / n
+    return math.sqrt(max(var, 0.0))
+
+
 def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, expected_slope: float,
                 tau_hat: np.ndarray, estimate: float, half: float, *, first_order: bool, seed: int,
-                level: float) -> tuple[float, float, dict[str, Any]]:
+                level: float, analytic: bool = False) -> tuple[float, float, dict[str, Any]]:
     """The data's own sampling curve read (:func:`sampling_curve`): the estimate moved by its correction, the
     interval's half-width at least its spread's, and what it says."""
     from scipy.special import stdtrit
@@ -725,9 +750,13 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
             tick_c(b + 1)
         return out
 
+    def change_sd(k_end: int, parts: int, dof_sub: float) -> float:
+        return _change_sd(m, tau_hat, k_end, parts, dof_sub)
+
     read = sampling_curve(replace(subsamples, spectra=sub_top), m.lam, n=n, k0=k0, k1=m.k1, margin=m.margin,
                           bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
-                          simulated_changes=simulated_changes, notes=m.notes)
+                          simulated_changes=simulated_changes, notes=m.notes,
+                          change_sd=change_sd if analytic else None)
     if read is None:
         return estimate, half, curve
     shift, sd_data, df_data, curve = read
@@ -858,7 +887,8 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     curve: dict[str, Any] = {}
     if subsamples is not None:
         estimate, half, curve = _curve_read(m, subsamples, alpha, gain, lin.expected_slope, tau_hat, estimate, half,
-                                            first_order=first_order or analytic, seed=seed, level=level)
+                                            first_order=first_order or analytic, seed=seed, level=level,
+                                            analytic=analytic)
     null = _analytic(m, -bend_of.q / bend_of.qq, tau_hat) if analytic and bend_of.qq > 0 else None
     bend = _bend_tested(m, lin, alpha, ab, bends, bend_of, naive, gain, first_order=first_order, level=level,
                         analytic_null=null)

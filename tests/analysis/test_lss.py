@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spectra_cli.analysis.equivalent import expected_eigenvalues, slope_of, slope_weights
-from spectra_cli.analysis.lss import rank_weights_derivative, sample_law
+from spectra_cli.analysis.lss import cross_covariance, rank_weights_derivative, sample_law
 from spectra_cli.analysis.population import population_fit
 
 
@@ -128,6 +128,43 @@ def test_window_slope_sd_with_row_scales_matches_simulated_samples():
         Z = rng.standard_normal((n, d)) * np.sqrt(tau) * np.sqrt(rng.choice(w, size=n))[:, None]
         slopes.append(slope_of(np.log(np.linalg.eigvalsh(Z.T @ Z / n)[::-1][k0 - 1:k1]), k0))
     assert sd == pytest.approx(float(np.std(slopes, ddof=1)), rel=0.15)
+
+
+@pytest.mark.parametrize("scales", [None, (np.array([0.5, 1.5]), np.array([0.5, 0.5]))])
+def test_traces_of_two_samples_sharing_rows(scales):
+    """tr S_A and tr S_B over row sets sharing k rows: Cov = 2 k tr(Sigma^2) E[s^2] / (n_A n_B), exactly, for a
+    sub-sample inside the whole (k = n_A) and two sub-samples that overlap (k = 2 n_A - n)."""
+    d, n = 120, 240
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -0.5
+    n_a = 180
+    whole, sub = sample_law(tau, d / n, scales=scales), sample_law(tau, d / n_a, scales=scales)
+    s2 = 1.0 if scales is None else float(scales[1] @ scales[0] ** 2)
+    for shared, other in ((n_a, whole), (2 * n_a - n, sub)):
+        got = cross_covariance(sub, np.ones(sub.x.size), other, np.ones(other.x.size), shared=shared)
+        n_b = d / other.c
+        assert got == pytest.approx(2.0 * shared * float(tau @ tau) * s2 / (n_a * n_b), rel=5e-3)
+
+
+@pytest.mark.slow
+def test_the_sampling_curves_change_has_the_theorys_spread():
+    """D = mean over 4 sub-samples (each leaving a quarter of the rows out) of the window slope less the whole
+    sample's: its sd over 300 samples against the population fit's theory (d = 200, n = 400, ranks 5..40)."""
+    from spectra_cli.analysis.population import _change_sd, _problem
+
+    d, n, k0, k1 = 200, 400, 5, 40
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    m, _, _ = _problem(tau, n, (k0, k1), None, 0.0, 0)
+    theory = _change_sd(m, tau, k1, 4, 0.75 * n)
+    rng = np.random.default_rng(5)
+    changes = []
+    for _ in range(300):
+        Z = rng.standard_normal((n, d)) * np.sqrt(tau)
+        full = slope_of(np.log(np.linalg.eigvalsh(Z.T @ Z / n)[::-1][k0 - 1:k1]), k0)
+        label = rng.permutation(n) % 4
+        subs = [slope_of(np.log(np.linalg.eigvalsh(Z[label != q].T @ Z[label != q] / (0.75 * n))[::-1][k0 - 1:k1]),
+                         k0) for q in range(4)]
+        changes.append(float(np.mean(subs)) - full)
+    assert theory == pytest.approx(float(np.std(changes, ddof=1)), rel=0.15)
 
 
 def test_population_route_is_analytic_for_gaussian_rows_and_near_the_simulated_one():

@@ -81,7 +81,8 @@ class SampleLaw:
 
     ``x``: points (ascending) where the density is positive; ``dx``: their quadrature weights, the widths of their
     cells (from halfway to the point below to halfway to the point above), ``lower`` the cells' lower ends; ``e``,
-    ``X``: Silverstein's solution and ``X(e)`` at ``z = x (1 + i eps)`` (:mod:`spectra_cli.analysis.equivalent`);
+    ``X``: Silverstein's solution and ``X(e)`` at ``z = x (1 + i eps)`` (:mod:`spectra_cli.analysis.equivalent`),
+    ``u``, ``v`` the population's sums ``sum pi t^2 / (t X - z)`` and ``sum pi t / (t X - z)`` there;
     ``count``: the expected number of eigenvalues above each point; ``atoms``, ``weights``: the population (merged);
     ``scales``: the rows' scales ``(values, weights)`` (None: Gaussian rows); ``c``; ``d``: the dimension."""
 
@@ -90,6 +91,8 @@ class SampleLaw:
     lower: np.ndarray
     e: np.ndarray
     X: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
     count: np.ndarray
     atoms: np.ndarray
     weights: np.ndarray
@@ -114,19 +117,19 @@ class SampleLaw:
         t, pw = self.atoms, self.weights
         X, z, e = self.X, self.z, self.e
         Xj, zj, ej = (np.conj(X[j]), np.conj(z[j]), np.conj(e[j])) if conj else (X[j], z[j], e[j])
-        inv_i = 1.0 / (np.multiply.outer(X[i], t) - z[i][:, None])
-        inv_j = 1.0 / (np.multiply.outer(Xj, t) - zj[:, None])
-        u_i, u_j = inv_i @ (pw * t * t), inv_j @ (pw * t * t)
-        v_i, v_j = inv_i @ (pw * t), inv_j @ (pw * t)
+        # (at conj z the sums are the conjugates: the atoms and weights are real)
+        u_j = np.conj(self.u[j]) if conj else self.u[j]
+        v_j = np.conj(self.v[j]) if conj else self.v[j]
         Xi, zi = X[i][:, None], z[i][:, None]
         den = Xj[None, :] * zi - Xi * zj[None, :]
         same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
         den = np.where(same, 1.0, den)
-        T2 = (Xi * u_i[:, None] - Xj[None, :] * u_j[None, :]) / den
-        B = (Xi * v_i[:, None] - Xj[None, :] * v_j[None, :]) / den
+        T2 = (Xi * self.u[i][:, None] - Xj[None, :] * u_j[None, :]) / den
+        B = (Xi * self.v[i][:, None] - Xj[None, :] * v_j[None, :]) / den
         if same.any():
             r, k = np.nonzero(same)
-            prod = inv_i[r] * inv_j[k]
+            prod = (1.0 / (np.multiply.outer(X[i][r], t) - z[i][r][:, None])
+                    / (np.multiply.outer(Xj[k], t) - zj[k][:, None]))
             T2[r, k] = prod @ (pw * t * t)
             B[r, k] = prod @ (pw * t)
         assert self.scales is not None
@@ -171,13 +174,16 @@ class SampleLaw:
         total = 0.0
         for a in range(0, keep.size, BLOCK):
             b = min(a + BLOCK, keep.size)
-            kern = self._smooth(keep[a:b], keep)
+            # (the kernel is symmetric: each block of rows against itself and the columns after it, twice)
+            kern = self._smooth(keep[a:b], keep[a:])
+            i = np.arange(b - a)
+            diagonal = kern[i, i].copy()
             with np.errstate(divide="ignore"):
-                kern -= np.log(np.abs(x[a:b, None] - x[None, :]))
+                kern -= np.log(np.abs(x[a:b, None] - x[None, a:]))
             # the diagonal: the mean of -log|x - y| over the point's cell squared (side h) is 3/2 - log h
-            i = np.arange(a, b)
-            kern[i - a, i] = self._smooth(keep[i], keep[i]).diagonal() + 1.5 - np.log(h[i])
-            total += float(g_k[a:b] @ (kern @ g_k))
+            kern[i, i] = diagonal + 1.5 - np.log(h[a:b])
+            total += float(g_k[a:b] @ (kern[:, :b - a] @ g_k[a:b]))
+            total += 2.0 * float(g_k[a:b] @ (kern[:, b - a:] @ g_k[b:]))
         # near the diagonal the kernel's -log|x - y| is integrated exactly over each pair of cells (product
         # integration) in place of its value at the points: within a narrow cluster of a few cells that is most of
         # the error
@@ -211,14 +217,16 @@ class SampleLaw:
 
     def mean(self, fprime: np.ndarray, kappa: float = 0.0) -> float:
         """The limiting mean of ``sum_i f(lambda_i) - d int f dF^{c_n, H_n}`` (``fprime``: ``f'`` at :attr:`x`)."""
-        idx = np.arange(self.x.size)
         if self.scales is None:
             t, w, m = self.atoms, self.weights, self.m
             tm = 1.0 + np.multiply.outer(m, t)
             big_a = self.c * m * m * ((1.0 / (tm * tm)) @ (w * t * t))
-        else:
-            big_a = np.concatenate([np.diagonal(self._a(idx[a:a + BLOCK], idx[a:a + BLOCK], conj=False)[0])
-                                    for a in range(0, idx.size, BLOCK)])
+        else:  # (a(z, z): c [sum pi t^2 / D^2] [sum p w^2 / E^2])
+            t, pw = self.atoms, self.weights
+            inv = 1.0 / (np.multiply.outer(self.X, t) - self.z[:, None])
+            w, p = self.scales
+            inv_e = 1.0 / (1.0 + self.c * np.multiply.outer(self.e, w))
+            big_a = self.c * ((inv * inv) @ (pw * t * t)) * ((inv_e * inv_e) @ (p * w * w))
         out = float((fprime * self.dx) @ np.angle(1.0 - big_a)) / (2.0 * math.pi)
         if kappa:
             if self.scales is not None:
@@ -251,19 +259,19 @@ def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray,
         i = ia[a0:a0 + BLOCK]
         out = np.zeros((i.size, ib.size))
         for conj, sign in ((False, 1.0), (True, -1.0)):
-            Xj, zj, ej = B.X[ib], B.z[ib], B.e[ib]
+            Xj, zj, ej, uj = B.X[ib], B.z[ib], B.e[ib], B.u[ib]
             if conj:
-                Xj, zj, ej = np.conj(Xj), np.conj(zj), np.conj(ej)
-            inv_i = 1.0 / (np.multiply.outer(A.X[i], t) - A.z[i][:, None])
-            inv_j = 1.0 / (np.multiply.outer(Xj, t) - zj[:, None])  # (the population's sums over A's atoms)
+                Xj, zj, ej, uj = np.conj(Xj), np.conj(zj), np.conj(ej), np.conj(uj)
             Xi, zi = A.X[i][:, None], A.z[i][:, None]
             den = Xj[None, :] * zi - Xi * zj[None, :]
             same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
             den = np.where(same, 1.0, den)
-            T2 = (Xi * (inv_i @ (pw * t * t))[:, None] - Xj[None, :] * (inv_j @ (pw * t * t))[None, :]) / den
+            # (the population's sums at each law's own atoms: the same population, merged for each c)
+            T2 = (Xi * A.u[i][:, None] - Xj[None, :] * uj[None, :]) / den
             if same.any():
                 r, k = np.nonzero(same)
-                T2[r, k] = (inv_i[r] * inv_j[k]) @ (pw * t * t)
+                T2[r, k] = ((1.0 / (np.multiply.outer(A.X[i][r], t) - A.z[i][r][:, None])
+                             / (np.multiply.outer(Xj[k], t) - zj[k][:, None])) @ (pw * t * t))
             Ei = 1.0 / (1.0 + A.c * np.multiply.outer(A.e[i], w))
             Ej = 1.0 / (1.0 + B.c * np.multiply.outer(ej, w))
             W2 = (Ei * (p * w * w)) @ Ej.T
@@ -328,7 +336,10 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
     edges = np.concatenate([[x[0]], 0.5 * (x[1:] + x[:-1]), [x[-1]]])
     dx = np.diff(edges)
     inside = (-X.imag > EDGE_LEVEL * np.abs(X)) & (N < hi + 1.0) & (N > lo - 1.0)
-    return SampleLaw(x=x[inside], dx=dx[inside], lower=edges[:-1][inside], e=e[inside], X=X[inside],
+    x, X, e = x[inside], X[inside], e[inside]
+    inv = 1.0 / (np.multiply.outer(X, atoms) - (x * (1.0 + 1j * EPS_PATH[-1]))[:, None])
+    return SampleLaw(x=x, dx=dx[inside], lower=edges[:-1][inside], e=e, X=X, u=inv @ (pi * atoms * atoms),
+                     v=inv @ (pi * atoms),
                      count=N[inside], atoms=atoms, weights=pi, scales=scales, c=c, d=d)
 
 

@@ -23,7 +23,7 @@ from spectra_cli.validate import check_bool, check_choice, check_int, check_numb
 
 ENGINES = ("local", "dask")
 #: How ``fit --population`` has its interval below n/d = 10 (the fit keyword ``population_route``): "analytic", from the
-#: central limit theorem of linear spectral statistics where the row model allows it (Gaussian rows), else simulated;
+#: central limit theorem of linear spectral statistics (simulated only where it does not hold, said in the notes);
 #: "simulate", from samples simulated from the fitted population always (the check).
 POPULATION_ROUTES = ("analytic", "simulate")
 

@@ -44,8 +44,9 @@ from spectra_cli.analysis.equivalent import EPS_PATH, grid_density, merge_groups
 #: A cell of the quadrature grid holds at most this share of one eigenvalue's mass (the grid is refined where it holds
 #: more), or of the range's ranks over :data:`MAX_NODES` where that is more.
 PER_RANK = 0.25
-#: At most about this many quadrature points (the variance is a double sum over them): at d = 1,024, n = 2 d, ranks
-#: 11..819, the window 11..102's slope sd moves by 0.1 % from 1,000 to 4,000.
+#: The cells' mass cap is at least the range's ranks over this (the variance is a double sum over the points; the
+#: edges' and narrow clusters' halvings add more): at d = 1,024, n = 2 d, ranks 11..819, the window 11..102's slope
+#: sd moves by 0.1 % from 1,000 to 4,000.
 MAX_NODES = 1500
 #: A point is inside the support where ``Im m > EDGE_LEVEL |m|`` (outside, the continuation's last ``eps`` leaves
 #: about ``1e-5``); cells across an edge are halved down to a relative width of EDGE_WIDTH.
@@ -82,7 +83,7 @@ class SampleLaw:
     ``x``: points (ascending) where the density is positive; ``dx``: their quadrature weights, the widths of their
     cells (from halfway to the point below to halfway to the point above), ``lower`` the cells' lower ends; ``e``,
     ``X``: Silverstein's solution and ``X(e)`` at ``z = x (1 + i eps)`` (:mod:`spectra_cli.analysis.equivalent`),
-    ``u``, ``v`` the population's sums ``sum pi t^2 / (t X - z)`` and ``sum pi t / (t X - z)`` there;
+    ``v``, ``w`` the population's sums ``sum pi t / (t X - z)`` and ``sum pi / (t X - z)`` there;
     ``count``: the expected number of eigenvalues above each point; ``atoms``, ``weights``: the population (merged);
     ``scales``: the rows' scales ``(values, weights)`` (None: Gaussian rows); ``c``; ``d``: the dimension."""
 
@@ -91,8 +92,8 @@ class SampleLaw:
     lower: np.ndarray
     e: np.ndarray
     X: np.ndarray
-    u: np.ndarray
     v: np.ndarray
+    w: np.ndarray
     count: np.ndarray
     atoms: np.ndarray
     weights: np.ndarray
@@ -113,19 +114,21 @@ class SampleLaw:
         """``a(z_i, z_j)`` (``conj``: ``a(z_i, conj z_j)``), the kernel's ``c [sum pi t^2 / (D_i D_j)] [sum p w^2 /
         (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``. The population's sums
         by partial fractions, ``1 / (D_i D_j) = (X_i / D_i - X_j / D_j) / (X_j z_i - X_i z_j)``: one sum a point
-        instead of one a pair (exact; where ``z_i = z_j`` the sums themselves)."""
+        instead of one a pair (exact; where ``z_i = z_j`` the sums themselves), with ``X sum pi t^2 / D = sum pi t +
+        z sum pi t / D`` and ``X sum pi t / D = sum pi + z sum pi / D``, so that the constants cancel exactly
+        rather than in rounding (the spectrum's lowest points lie many decades below its top)."""
         t, pw = self.atoms, self.weights
         X, z, e = self.X, self.z, self.e
         Xj, zj, ej = (np.conj(X[j]), np.conj(z[j]), np.conj(e[j])) if conj else (X[j], z[j], e[j])
         # (at conj z the sums are the conjugates: the atoms and weights are real)
-        u_j = np.conj(self.u[j]) if conj else self.u[j]
-        v_j = np.conj(self.v[j]) if conj else self.v[j]
+        zv_j = np.conj(z[j] * self.v[j]) if conj else z[j] * self.v[j]
+        zw_j = np.conj(z[j] * self.w[j]) if conj else z[j] * self.w[j]
         Xi, zi = X[i][:, None], z[i][:, None]
         den = Xj[None, :] * zi - Xi * zj[None, :]
         same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
         den = np.where(same, 1.0, den)
-        T2 = (Xi * self.u[i][:, None] - Xj[None, :] * u_j[None, :]) / den
-        B = (Xi * self.v[i][:, None] - Xj[None, :] * v_j[None, :]) / den
+        T2 = ((z[i] * self.v[i])[:, None] - zv_j[None, :]) / den
+        B = ((z[i] * self.w[i])[:, None] - zw_j[None, :]) / den
         if same.any():
             r, k = np.nonzero(same)
             prod = (1.0 / (np.multiply.outer(X[i][r], t) - z[i][r][:, None])
@@ -259,15 +262,15 @@ def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray,
         i = ia[a0:a0 + BLOCK]
         out = np.zeros((i.size, ib.size))
         for conj, sign in ((False, 1.0), (True, -1.0)):
-            Xj, zj, ej, uj = B.X[ib], B.z[ib], B.e[ib], B.u[ib]
+            Xj, zj, ej, zvj = B.X[ib], B.z[ib], B.e[ib], B.z[ib] * B.v[ib]
             if conj:
-                Xj, zj, ej, uj = np.conj(Xj), np.conj(zj), np.conj(ej), np.conj(uj)
+                Xj, zj, ej, zvj = np.conj(Xj), np.conj(zj), np.conj(ej), np.conj(zvj)
             Xi, zi = A.X[i][:, None], A.z[i][:, None]
             den = Xj[None, :] * zi - Xi * zj[None, :]
             same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
             den = np.where(same, 1.0, den)
             # (the population's sums at each law's own atoms: the same population, merged for each c)
-            T2 = (Xi * A.u[i][:, None] - Xj[None, :] * uj[None, :]) / den
+            T2 = ((A.z[i] * A.v[i])[:, None] - zvj[None, :]) / den
             if same.any():
                 r, k = np.nonzero(same)
                 T2[r, k] = ((1.0 / (np.multiply.outer(A.X[i][r], t) - A.z[i][r][:, None])
@@ -338,8 +341,7 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
     inside = (-X.imag > EDGE_LEVEL * np.abs(X)) & (N < hi + 1.0) & (N > lo - 1.0)
     x, X, e = x[inside], X[inside], e[inside]
     inv = 1.0 / (np.multiply.outer(X, atoms) - (x * (1.0 + 1j * EPS_PATH[-1]))[:, None])
-    return SampleLaw(x=x, dx=dx[inside], lower=edges[:-1][inside], e=e, X=X, u=inv @ (pi * atoms * atoms),
-                     v=inv @ (pi * atoms),
+    return SampleLaw(x=x, dx=dx[inside], lower=edges[:-1][inside], e=e, X=X, v=inv @ (pi * atoms), w=inv @ pi,
                      count=N[inside], atoms=atoms, weights=pi, scales=scales, c=c, d=d)
 
 

@@ -148,8 +148,8 @@ FIT_OPTIONS: dict[str, Any] = {
                                               "(corrects the finite-sample bias of the slope at small n/d, with a "
                                               "95% interval) and the bias-corrected participation ratio.")],
     "population_route": Annotated[str | None, _opt("--population-route", "analytic (below n/d = 10 the interval "
-                                                   "from the CLT of linear spectral statistics, where the rows are "
-                                                   "Gaussian in the row model; else simulated) | simulate (always "
+                                                   "from the CLT of linear spectral statistics, simulated only where "
+                                                   "the theory does not hold, said in notes) | simulate (always "
                                                    "simulated samples: the check).", "ROUTE")],
     "spikes": Annotated[bool | None, _opt("--spikes", "Also the eigenvalues that stand above the power-law bulk "
                                           "at this n and d (Tracy-Widom test), each with the coordinates that load "

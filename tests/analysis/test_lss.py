@@ -184,3 +184,34 @@ def test_population_route_is_analytic_for_gaussian_rows_and_near_the_simulated_o
     assert theory.low < 1.0 < theory.high
     with pytest.raises(ValueError, match="route must be one of"):
         population_fit(lam, n=n - 1, window=(11, 60), route="guess")
+
+
+def test_the_theory_gives_way_where_the_scales_sampling_dominates():
+    """Scales 0.1 and 1.9 at even odds carry most of the slope's variance through their own sampling, a term the
+    theory has to first order only: the population fit simulates there (and says why); Gaussian rows do not."""
+    from spectra_cli.analysis.population import _outside_theory, _problem
+
+    d, n, k0, k1 = 48, 48, 3, 20
+    tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    m, _, _ = _problem(tau, n, (k0, k1), None, 0.0, 0)
+    weights = np.zeros(m.r_max - k0 + 1)
+    weights[:k1 - k0 + 1] = slope_weights(k0, k1 - k0 + 1)
+    assert _outside_theory(m, weights, tau) is None
+    m.sc, m.law = (np.array([0.1, 1.9]), np.array([0.5, 0.5])), None
+    # (the lower spectrum at these scales is beyond the solver at n = d: the law does not reach rank 38)
+    assert _outside_theory(m, weights, tau) == "the limiting law does not cover the matched ranks"
+    m.r_max, m.law = k1, None  # (over the window alone it does: the scales carry 55 % of the variance there)
+    why = _outside_theory(m, weights[:k1 - k0 + 1], tau)
+    assert why is not None and "scales being a sample carry" in why
+
+
+def test_rows_the_solver_cannot_follow_get_no_population_exponent_and_say_why():
+    """Scales 0.1 or 1.9 on 97 rows of 96 features: the deterministic equivalent loses the lower spectrum; the fit
+    says so instead of a match 150 log units off (it was alpha 1.37 with an RMS of 156)."""
+    import spectra_cli as spectra
+    from tests.conftest import powerlaw_matrix
+
+    X = powerlaw_matrix(97, 96, 1.0, seed=1) * np.sqrt(np.random.default_rng(51).choice([0.1, 1.9], size=97))[:, None]
+    rep = spectra.fit(X, window="6:40", population=True)
+    assert rep.fit.population is None
+    assert any("the expected sample spectrum of the fitted population vanishes from rank" in w for w in rep.warnings)

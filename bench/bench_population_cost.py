@@ -12,7 +12,12 @@ Prints the median seconds of each, their ratio, and the population step's own sp
 
 ``--busy 2``: two processes spinning on the cores meanwhile (the loaded case). ``--before``: that
 checkout's ``--population`` runs too (``PYTHONPATH``), alternating with this one's, and the ratio of the
-medians.
+medians. ``--simulate``: ``--population --population-route simulate`` runs too, alternating (the interval from
+simulated samples against the default, from theory). ``--files F ...``: these inputs (their default window)
+instead of the synthetic rows.
+
+    python bench/bench_population_cost.py --files sample_data/minilm_layer5_tokens_4k_f16.npy \
+        ../shared/data/minilm_layer5_tokens_20k_f16.npy --d 1024 --ratios 2 --simulate --runs 5
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", help="a checkout of an earlier commit: its --population runs alternate with these")
     ap.add_argument("--busy", type=int, default=0, help="this many busy processes on the cores meanwhile (loaded)")
+    ap.add_argument("--simulate", action="store_true", help="also --population-route simulate, alternating")
+    ap.add_argument("--files", nargs="*", default=[], help="these inputs too (their default window)")
     a = ap.parse_args()
     if a.busy:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -80,33 +87,41 @@ def main() -> None:
 
 
 def table(a: argparse.Namespace) -> None:
-    print("| d | n | plain s | --population s | ratio | " + ("before s | before / now | " if a.before else "")
-          + "population fit s | simulations s | evaluations | alpha (population) | 95 % interval |")
-    print("| ---: | ---: | ---: | ---: | ---: | " + ("---: | ---: | " if a.before else "")
-          + "---: | ---: | ---: | ---: | --- |")
+    print("| input | n x d | plain s | --population s | ratio | " + ("before s | before / now | " if a.before else "")
+          + ("simulate s | ratio | " if a.simulate else "")
+          + "route | population fit s | interval s | evaluations | alpha (population) | 95 % interval |")
+    print("| --- | ---: | ---: | ---: | ---: | " + ("---: | ---: | " if a.before else "")
+          + ("---: | ---: | " if a.simulate else "") + "--- | ---: | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
+        inputs: list[tuple[str, Path, list[str]]] = [(Path(f).name, Path(f).resolve(), []) for f in a.files]
         for d in a.d:
             for ratio in a.ratios:
                 n = int(round(ratio * d))
                 path = Path(tmp) / f"x_{d}_{n}.npy"
                 np.save(path, rows(d, n, a.alpha, seed=d + n))
-                window = f"11:{max(40, d // 10)}"
-                plain, pop, before = [], [], []
-                report: dict = {}
-                for _ in range(a.runs):
-                    plain.append(run(["fit", str(path), "--window", window, "--json"])[0])
-                    s, report = run(["fit", str(path), "--window", window, "--population", "--json"])
-                    pop.append(s)
-                    if a.before:
-                        before.append(run(["fit", str(path), "--window", window, "--population", "--json"],
-                                          a.before)[0])
-                p = report["fit"]["population"]
-                mp, mq = statistics.median(plain), statistics.median(pop)
-                then = f"{statistics.median(before):.2f} | {statistics.median(before) / mq:.2f} | " if before else ""
-                print(f"| {d} | {n} | {mp:.2f} | {mq:.2f} | {mq / mp:.1f} | {then}{p['cost']['fit_s']:.2f} | "
-                      f"{p['cost']['bootstrap_s']:.2f} | {p['cost']['evaluations']} | {p['alpha']:.4f} | "
-                      f"{p['ci'][0]:.4f}..{p['ci'][1]:.4f} |", flush=True)
-                path.unlink()
+                inputs.append((f"Gamma(4) rows, j^-{a.alpha:g}", path, ["--window", f"11:{max(40, d // 10)}"]))
+        for name, path, window in inputs:
+            plain, pop, before, simulated = [], [], [], []
+            report: dict = {}
+            for _ in range(a.runs):
+                plain.append(run(["fit", str(path), *window, "--json"])[0])
+                s, report = run(["fit", str(path), *window, "--population", "--json"])
+                pop.append(s)
+                if a.before:
+                    before.append(run(["fit", str(path), *window, "--population", "--json"], a.before)[0])
+                if a.simulate:
+                    simulated.append(run(["fit", str(path), *window, "--population", "--population-route",
+                                          "simulate", "--json"])[0])
+            p = report["fit"]["population"]
+            mp, mq = statistics.median(plain), statistics.median(pop)
+            then = f"{statistics.median(before):.2f} | {statistics.median(before) / mq:.2f} | " if before else ""
+            sim = (f"{statistics.median(simulated):.2f} | {statistics.median(simulated) / mp:.1f} | "
+                   if simulated else "")
+            shape = f"{report['source']['n_rows']:,} x {report['source']['n_features']:,}"
+            print(f"| {name} | {shape} | {mp:.2f} | {mq:.2f} | {mq / mp:.1f} | {then}{sim}"
+                  f"{p['bootstrap']['route']} | {p['cost']['fit_s']:.2f} | "
+                  f"{p['cost']['bootstrap_s']:.2f} | {p['cost']['evaluations']} | {p['alpha']:.4f} | "
+                  f"{p['ci'][0]:.4f}..{p['ci'][1]:.4f} |", flush=True)
 
 
 if __name__ == "__main__":

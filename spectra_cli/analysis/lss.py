@@ -47,7 +47,7 @@ PER_RANK = 0.25
 #: The cells' mass cap is at least the range's ranks over this (the variance is a double sum over the points; the
 #: edges' and narrow clusters' halvings add more): at d = 1,024, n = 2 d, ranks 11..819, the window 11..102's slope
 #: sd moves by 0.1 % from 1,000 to 4,000.
-MAX_NODES = 1500
+MAX_NODES = 1000
 #: A point is inside the support where ``Im m > EDGE_LEVEL |m|`` (outside, the continuation's last ``eps`` leaves
 #: about ``1e-5``); cells across an edge are halved down to a relative width of EDGE_WIDTH.
 EDGE_LEVEL = 1e-3
@@ -110,13 +110,14 @@ class SampleLaw:
         """The companion Stieltjes transform (of the ``n x n`` matrix), ``-X / z``."""
         return -self.X / self.z
 
-    def _a(self, i: np.ndarray, j: np.ndarray, conj: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _a(self, i: np.ndarray, j: np.ndarray, conj: bool, b_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``a(z_i, z_j)`` (``conj``: ``a(z_i, conj z_j)``), the kernel's ``c [sum pi t^2 / (D_i D_j)] [sum p w^2 /
         (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``. The population's sums
         by partial fractions, ``1 / (D_i D_j) = (X_i / D_i - X_j / D_j) / (X_j z_i - X_i z_j)``: one sum a point
         instead of one a pair (exact; where ``z_i = z_j`` the sums themselves), with ``X sum pi t^2 / D = sum pi t +
         z sum pi t / D`` and ``X sum pi t / D = sum pi + z sum pi / D``, so that the constants cancel exactly
-        rather than in rounding (the spectrum's lowest points lie many decades below its top)."""
+        rather than in rounding (the spectrum's lowest points lie many decades below its top). ``b_only``: ``B``
+        alone (``a`` returned empty)."""
         t, pw = self.atoms, self.weights
         X, z, e = self.X, self.z, self.e
         Xj, zj, ej = (np.conj(X[j]), np.conj(z[j]), np.conj(e[j])) if conj else (X[j], z[j], e[j])
@@ -127,14 +128,17 @@ class SampleLaw:
         den = Xj[None, :] * zi - Xi * zj[None, :]
         same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
         den = np.where(same, 1.0, den)
-        T2 = ((z[i] * self.v[i])[:, None] - zv_j[None, :]) / den
         B = ((z[i] * self.w[i])[:, None] - zw_j[None, :]) / den
+        T2 = np.empty((0, 0), dtype=complex) if b_only else ((z[i] * self.v[i])[:, None] - zv_j[None, :]) / den
         if same.any():
             r, k = np.nonzero(same)
             prod = (1.0 / (np.multiply.outer(X[i][r], t) - z[i][r][:, None])
                     / (np.multiply.outer(Xj[k], t) - zj[k][:, None]))
-            T2[r, k] = prod @ (pw * t * t)
             B[r, k] = prod @ (pw * t)
+            if not b_only:
+                T2[r, k] = prod @ (pw * t * t)
+        if b_only:
+            return T2, B
         assert self.scales is not None
         w, p = self.scales
         Ei = 1.0 / (1.0 + self.c * np.multiply.outer(e[i], w))
@@ -162,7 +166,7 @@ class SampleLaw:
             # row scales: 1 - a(x+, y-) = (x - y) B(x+, y-) / (e(x) - conj e(y)) (from Silverstein's equations), so
             # the kernel log|1 - a(x+, y+)| - log|1 - a(x+, y-)| is this less log|x - y|
             a_pp, _ = self._a(i, j, conj=False)
-            _, b_pm = self._a(i, j, conj=True)
+            _, b_pm = self._a(i, j, conj=True, b_only=True)
             ei, ej = self.e[i][:, None], self.e[j][None, :]
             return np.log(np.abs(1.0 - a_pp)) - np.log(np.abs(b_pm)) + np.log(np.abs(ei - np.conj(ej)))
 

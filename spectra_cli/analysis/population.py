@@ -616,8 +616,9 @@ def _analytic(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[floa
     return law.mean(fp), math.sqrt(max(law.variance(fp), 0.0))
 
 
-def _outside_theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> str | None:
-    """Why the analytic route does not hold here (None: it does): the limiting law does not cover the matched ranks
+def _theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float, float] | str:
+    """The analytic route's mean offset and sd of the linear statistic ``weights . log lambda`` over the matched
+    ranks (:func:`_analytic`), or why it does not hold here: the limiting law does not cover the matched ranks
     (the solver lost part of the spectrum) or the variance is not positive and finite. (The rows' scales being a
     sample enter to first order: with scales 0.1 and 1.9 at even odds, d = n = 48 and 96, that term carried 55 % and
     71 % of the variance and the sd was 20 % below simulated samples'; with Gamma(1) scales at n = d it carries
@@ -632,7 +633,7 @@ def _outside_theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> str 
     var = law.variance(fp)
     if not (math.isfinite(var) and var > 0):
         return "the theorem's variance is not positive"
-    return None
+    return law.mean(fp), math.sqrt(var)
 
 
 def _law(m: _Match, tau_hat: np.ndarray) -> Any:
@@ -648,9 +649,10 @@ def _law(m: _Match, tau_hat: np.ndarray) -> Any:
 
 def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.ndarray, bend_of: BendStatistic, *,
                 first_order: bool, replicates: int, level: float, rng: np.random.Generator,
-                analytic: bool = False) -> tuple[np.ndarray, float, float, float, float]:
+                theory: tuple[float, float] | None = None) -> tuple[np.ndarray, float, float, float, float]:
     """The interval's parts: the simulated samples' bends (empty on the first-order and analytic routes), the bias of
-    the replicates' exponent, its sd, the share of the bias subtracted and the interval's quantile."""
+    the replicates' exponent, its sd, the share of the bias subtracted and the interval's quantile. ``theory``: the
+    analytic route's bias and sd (:func:`_theory`)."""
     from scipy.special import ndtri, stdtrit  # (scipy.special's quantiles: scipy.stats's, without its import)
 
     from spectra_cli.stages import stage
@@ -673,8 +675,8 @@ def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.
                        f"1963) instead of {replicates} simulated samples; with this many rows they agree within about "
                        "0-30 %, the first order the wider")
         return np.empty(0), 0.0, lin.sd_first, 0.0, float(ndtri(0.5 + level / 2))
-    if analytic:
-        bias, sd = _analytic(m, lin.a_lin, tau_hat)
+    if theory is not None:
+        bias, sd = theory
         if not ALPHA_BOUNDS[0] < alpha - bias < ALPHA_BOUNDS[1]:
             m.notes.append(f"the theory's mean offset ({bias:+.3g}) would take the estimate past the model's "
                            f"exponents {ALPHA_BOUNDS[0]:g}..{ALPHA_BOUNDS[1]:g}: it is not subtracted")
@@ -906,13 +908,13 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     tau_hat = population_spectrum(log_c, alpha, tail, m.d, m.knots or (m.k1,))
     bend_of = BendStatistic(m.ranks[m.win])
     analytic = not first_order and route == "analytic"
-    if analytic:
-        why = _outside_theory(m, lin.a_lin, tau_hat)
-        if why is not None:
-            analytic = False
-            m.notes.append(f"the interval and the bend test are simulated, not from theory: {why}")
+    theory = _theory(m, lin.a_lin, tau_hat) if analytic else None
+    if isinstance(theory, str):
+        analytic = False
+        m.notes.append(f"the interval and the bend test are simulated, not from theory: {theory}")
     bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
-                                             replicates=replicates, level=level, rng=rng, analytic=analytic)
+                                             replicates=replicates, level=level, rng=rng,
+                                             theory=theory if isinstance(theory, tuple) else None)
     estimate = alpha - share * bias
     model_estimate, half = estimate, zq * sd
     curve: dict[str, Any] = {}

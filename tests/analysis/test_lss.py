@@ -189,16 +189,16 @@ def test_population_route_is_analytic_for_gaussian_rows_and_near_the_simulated_o
 def test_the_theory_gives_way_where_its_law_misses_the_matched_ranks():
     """Scales 0.1 and 1.9 at even odds at n = d: the solver's limiting law does not reach the lower matched ranks,
     and the population fit says it cannot use the theory there; Gaussian rows it can."""
-    from spectra_cli.analysis.population import _outside_theory, _problem
+    from spectra_cli.analysis.population import _problem, _theory
 
     d, n, k0, k1 = 48, 48, 3, 20
     tau = np.arange(1, d + 1, dtype=np.float64) ** -1.0
     m, _, _ = _problem(tau, n, (k0, k1), None, 0.0, 0)
     weights = np.zeros(m.r_max - k0 + 1)
     weights[:k1 - k0 + 1] = slope_weights(k0, k1 - k0 + 1)
-    assert _outside_theory(m, weights, tau) is None
+    assert isinstance(_theory(m, weights, tau), tuple)
     m.sc, m.law = (np.array([0.1, 1.9]), np.array([0.5, 0.5])), None
-    assert _outside_theory(m, weights, tau) == "the limiting law does not cover the matched ranks"
+    assert _theory(m, weights, tau) == "the limiting law does not cover the matched ranks"
 
 
 def test_rows_the_solver_cannot_follow_get_no_population_exponent_and_say_why():

@@ -211,3 +211,16 @@ def test_rows_the_solver_cannot_follow_get_no_population_exponent_and_say_why():
     rep = spectra.fit(X, window="6:40", population=True)
     assert rep.fit.population is None
     assert any("the expected sample spectrum of the fitted population vanishes from rank" in w for w in rep.warnings)
+
+
+def test_a_report_from_theory_follows_the_schema_and_says_its_route(validate):
+    import spectra_cli as spectra
+    from tests.conftest import powerlaw_matrix
+
+    rep = spectra.fit(powerlaw_matrix(400, 64, 1.0, seed=1), window="5:30", population=True).to_dict()
+    validate(rep)
+    pop = rep["fit"]["population"]
+    assert pop["bootstrap"]["route"] == "analytic" and pop["bend"]["null"] == "analytic"
+    assert pop["sampling_curve"]["model_change_sd_from"] == "theory"
+    assert rep["options"]["population"]["route"] == "analytic"
+    assert "central limit theorem of linear spectral statistics" in pop["method"]

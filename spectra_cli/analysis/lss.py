@@ -52,6 +52,10 @@ MAX_NODES = 1000
 #: about ``1e-5``); cells across an edge are halved down to a relative width of EDGE_WIDTH.
 EDGE_LEVEL = 1e-3
 EDGE_WIDTH = 1e-6
+#: The refinement stops (the law marked unsettled) before its grid passes this many times MAX_NODES points: with row
+#: scales and fewer rows than features the solver can land on another root below the support, where the counts jump
+#: and halving never settles them (d = 256, n = 191: 11,000 points solved at the 30th level).
+REFINED_NODES = 6
 #: Refinement levels at most (each halves the flagged cells in log x).
 MAX_LEVELS = 40
 #: The kernel's rows are summed this many at a time (memory: BLOCK x points complex numbers).
@@ -85,7 +89,10 @@ class SampleLaw:
     ``X``: Silverstein's solution and ``X(e)`` at ``z = x (1 + i eps)`` (:mod:`spectra_cli.analysis.equivalent`),
     ``v``, ``w`` the population's sums ``sum pi t / (t X - z)`` and ``sum pi / (t X - z)`` there;
     ``count``: the expected number of eigenvalues above each point; ``atoms``, ``weights``: the population (merged);
-    ``scales``: the rows' scales ``(values, weights)`` (None: Gaussian rows); ``c``; ``d``: the dimension."""
+    ``scales``: the rows' scales ``(values, weights)`` (None: Gaussian rows); ``c``; ``d``: the dimension;
+    ``settled``: False where the grid's refinement stopped at its budget (:data:`REFINED_NODES`) with cells still
+    holding too much mass (a distribution function that jumps: the solver on another root), the law not to be
+    trusted."""
 
     x: np.ndarray
     dx: np.ndarray
@@ -100,6 +107,7 @@ class SampleLaw:
     scales: tuple[np.ndarray, np.ndarray] | None
     c: float
     d: int
+    settled: bool = True
 
     @property
     def z(self) -> np.ndarray:
@@ -316,11 +324,21 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
     wmax = 1.0 if scales is None else max(float(scales[0].max()), 1.0)
     wmin = 1.0 if scales is None else min(float(scales[0].min()), 1.0)
     x_hi = float(atoms.max()) * (1.0 + math.sqrt(c)) ** 2 * 1.5 * wmax
-    x_lo = float(atoms.min()) * wmin * (max(1e-3, 0.25 * (1.0 - math.sqrt(c)) ** 2) if c < 1 else 1e-3)
+    # the grid's lower end: below the population eigenvalue of the last count asked for, as far as sampling can
+    # spread it, and lower while fewer than that many lie above it (as the expected spectrum's own grid): the
+    # region far below the support is where Newton is slowest with row scales (several real roots), and unneeded
+    last = min(d, max(int(math.ceil(hi)) + 1, 1))
+    x_lo = float(np.sort(tau)[::-1][last - 1]) * wmin * (max(1e-3, 0.25 * (1.0 - math.sqrt(c)) ** 2) if c < 1
+                                                          else 1e-3)
     ppd = grid_density(d, c)
-    x = np.geomspace(x_lo, x_hi, int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1)
-    F, e = sample_distribution(atoms, pi, scales, c, x)
+    for _ in range(4):
+        x = np.geomspace(x_lo, x_hi, int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1)
+        F, e = sample_distribution(atoms, pi, scales, c, x)
+        if d * (1.0 - F[0]) >= min(hi + 1.0, min(d, d / c) - 0.5):  # (the non-zero eigenvalues: min(d, n))
+            break
+        x_lo *= 1e-2
     cap = max(per_rank, (hi - lo) / max_nodes)
+    settled = True
     for _ in range(MAX_LEVELS):
         N = d * (1.0 - F)
         # the cells that hold too much of the range's mass (counts above, at their ends, overlapping lo..hi), and
@@ -332,6 +350,9 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
         edge = (inside[:-1] != inside[1:]) & (x[1:] > x[:-1] * (1.0 + EDGE_WIDTH))
         split = np.flatnonzero(overlap & ((held > cap) | edge))
         if not split.size:
+            break
+        if x.size + split.size > REFINED_NODES * max_nodes:  # (a distribution function that will not settle)
+            settled = False
             break
         xm = np.sqrt(x[split] * x[split + 1])
         Fm, em = sample_distribution(atoms, pi, scales, c, xm, start=0.5 * (e[split] + e[split + 1]))
@@ -346,6 +367,7 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
     x, X, e = x[inside], X[inside], e[inside]
     inv = 1.0 / (np.multiply.outer(X, atoms) - (x * (1.0 + 1j * EPS_PATH[-1]))[:, None])
     return SampleLaw(x=x, dx=dx[inside], lower=edges[:-1][inside], e=e, X=X, v=inv @ (pi * atoms), w=inv @ pi,
+                     settled=settled,
                      count=N[inside], atoms=atoms, weights=pi, scales=scales, c=c, d=d)
 
 

@@ -627,6 +627,8 @@ def _theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float,
     from spectra_cli.analysis.lss import rank_weights_derivative
 
     law = _law(m, tau_hat)
+    if not law.settled:
+        return "the limiting law's grid did not settle (the solver's counts jump)"
     if not law.x.size or float(law.count.max()) < m.r_max - 0.5 or float(law.count.min()) > m.k0 - 0.5:
         return "the limiting law does not cover the matched ranks"
     fp = rank_weights_derivative(law, weights, m.k0)
@@ -708,18 +710,21 @@ def _replicated(m: _Match, lin: _Linear, alpha: float, gain: float, tau_hat: np.
     return bends, bias, sd, share, zq
 
 
-def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: float) -> float:
+def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: float) -> float | None:
     """The sampling curve's change from theory: the sd of ``D = mean_q S(sub-sample q) - S(all rows)`` over samples
     of the fitted population (``S`` the window's slope over ranks ``m.k0..k_end``; ``parts`` sub-samples of
     ``dof_sub`` degrees of freedom, each leaving one part out), from the covariances of the linear spectral
     statistics of the whole sample and of sub-samples that share rows (:func:`spectra_cli.analysis.lss.
-    cross_covariance`), and the scales' own sampling."""
+    cross_covariance`), and the scales' own sampling. None where the sub-samples' limiting law cannot be had (its grid
+    did not settle, or it misses the window)."""
     from spectra_cli.analysis.lss import cross_covariance, rank_weights_derivative, sample_law, scales_influence
 
     k0, n, d = m.k0, m.n, m.d
     weights = slope_weights(k0, k_end - k0 + 1)
     full = _law(m, tau_hat)
     sub = sample_law(tau_hat, d / dof_sub, counts=(k0 - 1, k_end), scales=m.sc)
+    if not sub.settled or not sub.x.size or float(sub.count.max()) < k_end - 0.5:
+        return None  # (the caller simulates instead)
     f, fs = rank_weights_derivative(full, weights, k0), rank_weights_derivative(sub, weights, k0)
     v_full = full.variance(f) - full.scales_variance(f)
     v_sub = sub.variance(fs) - sub.scales_variance(fs)
@@ -758,11 +763,11 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
     tick_c = (lambda done: None) if first_order else stage("population: simulated sampling curves",
                                                             CURVE_SIMULATIONS)
 
-    def simulated_changes(k_end: int, parts: int) -> np.ndarray:
+    def simulated_changes(k_end: int, parts: int, force: bool = False) -> np.ndarray:
         """The sampling curve's change on samples simulated from the fitted population (its own stream), one
         random partition of 32 runs of consecutive rows each, centred like the data (none on the first-order
-        route: the change's error is then the data's partitions' own)."""
-        if first_order:
+        route: the change's error is then the data's partitions' own; nor on the analytic one unless ``force``)."""
+        if first_order and not force:
             return np.empty(0)
         rng_c = np.random.default_rng([seed, 20])
         out = np.empty(CURVE_SIMULATIONS)
@@ -779,7 +784,13 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
         return out
 
     def change_sd(k_end: int, parts: int, dof_sub: float) -> float:
-        return _change_sd(m, tau_hat, k_end, parts, dof_sub)
+        sd = _change_sd(m, tau_hat, k_end, parts, dof_sub)
+        if sd is not None:
+            return sd
+        m.notes.append("the sampling curve's scatter is simulated, not from theory: the sub-samples' limiting law "
+                       "cannot be had (its grid did not settle, or it misses the window)")
+        draws = simulated_changes(k_end, parts, force=True)
+        return float(draws.std(ddof=1))
 
     read = sampling_curve(replace(subsamples, spectra=sub_top), m.lam, n=n, k0=k0, k1=m.k1, margin=m.margin,
                           bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,

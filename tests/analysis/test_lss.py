@@ -224,3 +224,27 @@ def test_a_report_from_theory_follows_the_schema_and_says_its_route(validate):
     assert pop["sampling_curve"]["model_change_sd_from"] == "theory"
     assert rep["options"]["population"]["route"] == "analytic"
     assert "central limit theorem of linear spectral statistics" in pop["method"]
+
+
+def test_a_law_that_does_not_settle_gives_way_to_simulated_samples(monkeypatch):
+    """Where the grid's refinement stops at its budget (the solver's counts jumping), the part of the interval that
+    needs that law is simulated instead, and the notes say which: the interval itself (the whole sample's law), or
+    only the sampling curve's scatter (the sub-samples' law)."""
+    import dataclasses
+
+    import spectra_cli as spectra
+    import spectra_cli.analysis.lss as lss
+    from tests.conftest import powerlaw_matrix
+
+    X = powerlaw_matrix(256, 64, 1.0, seed=2)
+    orig = lss.sample_law
+    monkeypatch.setattr(lss, "sample_law", lambda *a, **k: dataclasses.replace(
+        orig(*a, **k), settled=k["counts"][1] > 30))  # (the sub-samples' law, over the window 5..30 alone)
+    p = spectra.fit(X, window="5:30", population=True).fit.population
+    assert p.route == "analytic"
+    assert any("the sampling curve's scatter is simulated, not from theory" in n for n in p.notes)
+    assert p.sampling_curve["model_change_sd"] > 0
+    monkeypatch.setattr(lss, "sample_law", lambda *a, **k: dataclasses.replace(orig(*a, **k), settled=False))
+    p = spectra.fit(X, window="5:30", population=True).fit.population
+    assert p.route == "simulated" and p.replicates == 40
+    assert any("not from theory: the limiting law's grid did not settle" in n for n in p.notes)

@@ -120,39 +120,12 @@ class SampleLaw:
 
     def _a(self, i: np.ndarray, j: np.ndarray, conj: bool, b_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``a(z_i, z_j)`` (``conj``: ``a(z_i, conj z_j)``), the kernel's ``c [sum pi t^2 / (D_i D_j)] [sum p w^2 /
-        (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``. The population's sums
-        by partial fractions, ``1 / (D_i D_j) = (X_i / D_i - X_j / D_j) / (X_j z_i - X_i z_j)``: one sum a point
-        instead of one a pair (exact; where ``z_i = z_j`` the sums themselves), with ``X sum pi t^2 / D = sum pi t +
-        z sum pi t / D`` and ``X sum pi t / D = sum pi + z sum pi / D``, so that the constants cancel exactly
-        rather than in rounding (the spectrum's lowest points lie many decades below its top). ``b_only``: ``B``
-        alone (``a`` returned empty)."""
-        t, pw = self.atoms, self.weights
-        X, z, e = self.X, self.z, self.e
-        Xj, zj, ej = (np.conj(X[j]), np.conj(z[j]), np.conj(e[j])) if conj else (X[j], z[j], e[j])
-        # (at conj z the sums are the conjugates: the atoms and weights are real)
-        zv_j = np.conj(z[j] * self.v[j]) if conj else z[j] * self.v[j]
-        zw_j = np.conj(z[j] * self.w[j]) if conj else z[j] * self.w[j]
-        Xi, zi = X[i][:, None], z[i][:, None]
-        den = Xj[None, :] * zi - Xi * zj[None, :]
-        same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
-        den = np.where(same, 1.0, den)
-        B = ((z[i] * self.w[i])[:, None] - zw_j[None, :]) / den
-        T2 = np.empty((0, 0), dtype=complex) if b_only else ((z[i] * self.v[i])[:, None] - zv_j[None, :]) / den
-        if same.any():
-            r, k = np.nonzero(same)
-            prod = (1.0 / (np.multiply.outer(X[i][r], t) - z[i][r][:, None])
-                    / (np.multiply.outer(Xj[k], t) - zj[k][:, None]))
-            B[r, k] = prod @ (pw * t)
-            if not b_only:
-                T2[r, k] = prod @ (pw * t * t)
+        (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``
+        (:func:`_pair_sums`); ``b_only``: ``B`` alone (``a`` returned empty)."""
+        T2, B = _pair_sums(self, i, self, j, conj, t2=not b_only, b=True)
         if b_only:
             return T2, B
-        assert self.scales is not None
-        w, p = self.scales
-        Ei = 1.0 / (1.0 + self.c * np.multiply.outer(e[i], w))
-        Ej = 1.0 / (1.0 + self.c * np.multiply.outer(ej, w))
-        W2 = (Ei * (p * w * w)) @ Ej.T
-        return self.c * T2 * W2, B
+        return self.c * T2 * _scale_sums(self, i, self, j, conj), B
 
     def _smooth(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """The kernel less ``-log|x - y|`` at the pairs ``i x j`` (its diagonal's own value where ``i = j``)."""
@@ -252,6 +225,51 @@ class SampleLaw:
         return out
 
 
+def _pair_sums(A: SampleLaw, i: np.ndarray, B: SampleLaw, j: np.ndarray, conj: bool, *, t2: bool,
+               b: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The population's sums over pairs of points, ``T2 = sum pi t^2 / (D_i D_j)`` and ``B = sum pi t / (D_i D_j)``
+    (``D = t X - z``; points ``i`` of ``A``, ``j`` of ``B``, at ``conj z_j`` where ``conj``; each asked for by ``t2``
+    and ``b``, else empty), by partial fractions: ``1 / (D_i D_j) = (X_i / D_i - X_j / D_j) / (X_j z_i - X_i z_j)``,
+    one sum a point instead of one a pair (exact; where ``z_i = z_j`` the sums themselves, over ``A``'s atoms), with
+    ``X sum pi t^2 / D = sum pi t + z sum pi t / D`` and ``X sum pi t / D = sum pi + z sum pi / D``, so that the
+    constants cancel exactly rather than in rounding (the spectrum's lowest points lie many decades below its top).
+    Two laws of one population at different ``c`` hold its atoms merged differently: each point's sums are its own
+    law's."""
+    t, pw = A.atoms, A.weights
+    Xj, zj = (np.conj(B.X[j]), np.conj(B.z[j])) if conj else (B.X[j], B.z[j])
+    Xi, zi = A.X[i][:, None], A.z[i][:, None]
+    den = Xj[None, :] * zi - Xi * zj[None, :]
+    same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
+    den = np.where(same, 1.0, den)
+    empty = np.empty((0, 0), dtype=complex)
+
+    def by_fractions(s_i: np.ndarray, s_j: np.ndarray) -> np.ndarray:
+        zs_j = np.conj(B.z[j] * s_j) if conj else B.z[j] * s_j  # (at conj z the sums are the conjugates)
+        return ((A.z[i] * s_i)[:, None] - zs_j[None, :]) / den
+
+    T2 = by_fractions(A.v[i], B.v[j]) if t2 else empty
+    Bs = by_fractions(A.w[i], B.w[j]) if b else empty
+    if same.any():
+        r, k = np.nonzero(same)
+        prod = 1.0 / (np.multiply.outer(A.X[i][r], t) - A.z[i][r][:, None]) / (np.multiply.outer(Xj[k], t)
+                                                                              - zj[k][:, None])
+        if t2:
+            T2[r, k] = prod @ (pw * t * t)
+        if b:
+            Bs[r, k] = prod @ (pw * t)
+    return T2, Bs
+
+
+def _scale_sums(A: SampleLaw, i: np.ndarray, B: SampleLaw, j: np.ndarray, conj: bool) -> np.ndarray:
+    """``sum_w p_w w^2 / (E_i E_j)`` over the rows' scales (``E = 1 + c w e``, each law at its own ``c``; ``conj``:
+    ``e_j`` conjugated); ``1 / ((1 + c_A e_i) (1 + c_B e_j))`` for Gaussian rows."""
+    w, p = (np.array([1.0]), np.array([1.0])) if A.scales is None else A.scales
+    ej = np.conj(B.e[j]) if conj else B.e[j]
+    Ei = 1.0 / (1.0 + A.c * np.multiply.outer(A.e[i], w))
+    Ej = 1.0 / (1.0 + B.c * np.multiply.outer(ej, w))
+    return (Ei * (p * w * w)) @ Ej.T
+
+
 def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray, shared: float) -> float:
     """The limiting covariance of ``sum f_a`` over the eigenvalues of one sample covariance and ``sum f_b`` over those
     of another from the same rows' law (the same population and scales), ``A`` and ``B`` their laws (each at its own
@@ -267,30 +285,13 @@ def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray,
         return 0.0
     nA, nB = A.d / A.c, B.d / B.c
     scale = A.d * shared / (nA * nB)
-    t, pw = A.atoms, A.weights
-    w, p = (np.array([1.0]), np.array([1.0])) if A.scales is None else A.scales
     total = 0.0
     for a0 in range(0, ia.size, BLOCK):
         i = ia[a0:a0 + BLOCK]
         out = np.zeros((i.size, ib.size))
         for conj, sign in ((False, 1.0), (True, -1.0)):
-            Xj, zj, ej, zvj = B.X[ib], B.z[ib], B.e[ib], B.z[ib] * B.v[ib]
-            if conj:
-                Xj, zj, ej, zvj = np.conj(Xj), np.conj(zj), np.conj(ej), np.conj(zvj)
-            Xi, zi = A.X[i][:, None], A.z[i][:, None]
-            den = Xj[None, :] * zi - Xi * zj[None, :]
-            same = np.abs(den) <= 1e-13 * np.abs(Xi * zj[None, :])
-            den = np.where(same, 1.0, den)
-            # (the population's sums at each law's own atoms: the same population, merged for each c)
-            T2 = ((A.z[i] * A.v[i])[:, None] - zvj[None, :]) / den
-            if same.any():
-                r, k = np.nonzero(same)
-                T2[r, k] = ((1.0 / (np.multiply.outer(A.X[i][r], t) - A.z[i][r][:, None])
-                             / (np.multiply.outer(Xj[k], t) - zj[k][:, None])) @ (pw * t * t))
-            Ei = 1.0 / (1.0 + A.c * np.multiply.outer(A.e[i], w))
-            Ej = 1.0 / (1.0 + B.c * np.multiply.outer(ej, w))
-            W2 = (Ei * (p * w * w)) @ Ej.T
-            out += sign * np.log(np.abs(1.0 - scale * T2 * W2))
+            T2, _ = _pair_sums(A, i, B, ib, conj, t2=True, b=False)
+            out += sign * np.log(np.abs(1.0 - scale * T2 * _scale_sums(A, i, B, ib, conj)))
         total += float(ga[i] @ (out @ gb[ib]))
     return total / math.pi ** 2
 

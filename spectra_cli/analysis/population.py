@@ -624,18 +624,16 @@ def _theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float,
     71 % of the variance and the sd was 20 % below simulated samples'; with Gamma(1) scales at n = d it carries
     55-76 % and the intervals cover as the simulated ones do (bench/README.md). The data's own grouped jackknife
     bounds the interval from below either way.)"""
-    from spectra_cli.analysis.lss import rank_weights_derivative
 
     law = _law(m, tau_hat)
     if not law.settled:
         return "the limiting law's grid did not settle (the solver's counts jump)"
     if not law.x.size or float(law.count.max()) < m.r_max - 0.5 or float(law.count.min()) > m.k0 - 0.5:
         return "the limiting law does not cover the matched ranks"
-    fp = rank_weights_derivative(law, weights, m.k0)
-    var = law.variance(fp)
-    if not (math.isfinite(var) and var > 0):
+    bias, sd = _analytic(m, weights, tau_hat)
+    if not (math.isfinite(sd) and sd > 0 and math.isfinite(bias)):
         return "the theorem's variance is not positive"
-    return law.mean(fp), math.sqrt(var)
+    return bias, sd
 
 
 def _law(m: _Match, tau_hat: np.ndarray) -> Any:

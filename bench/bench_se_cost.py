@@ -1,10 +1,12 @@
-"""What the standard errors cost: `spectra fit` as whole processes, this checkout against another (one made before
-the errors read the row groups), alternated round-robin, on the 4k x 384 sample and on 8,192 x 4,096 float32 rows.
+"""What the standard errors cost: `spectra fit` as whole processes, this checkout with its row-group errors ("new")
+against the same checkout with them off ("off": `ERROR_GROUPS = 0`, every error first order, the fit as it was
+before the groups), and optionally against another checkout ("old"), alternated round-robin, on the 4k x 384 sample
+and on 8,192 x 4,096 float32 rows.
 
-    git worktree add /tmp/old <commit>     # the code to compare with
-    python bench/bench_se_cost.py --old /tmp/old [--rounds 5] [--wide-rounds 2] [--busy 2]
+    python bench/bench_se_cost.py [--old /tmp/old] [--rounds 5] [--wide-rounds 2] [--busy 2]
+    git worktree add /tmp/old <commit>     # (for --old: the code to compare with)
 
-Prints each contender's median wall seconds and the ratio; and, in process, the fit's own `timings` (its
+Prints each contender's median wall seconds and the ratios; and, in process, the fit's own `timings` (its
 `uncertainty_s` and the whole `total_s`, the median of 5 calls after a warm-up).
 """
 
@@ -40,16 +42,17 @@ def _from(code: Path) -> str:
             f"sys.path.insert(0, {str(code)!r}); ")
 
 
-def run(code: Path, data: Path) -> float:
-    script = _from(code) + f"import runpy; sys.argv = ['spectra', 'fit', {str(data)!r}, '--json']; " \
+def run(code: Path, data: Path, off: bool = False) -> float:
+    script = _from(code) + ("import spectra_cli.run.fit_steps as f; f.ERROR_GROUPS = 0; " if off else "") + \
+        f"import runpy; sys.argv = ['spectra', 'fit', {str(data)!r}, '--json']; " \
         "runpy.run_module('spectra_cli', run_name='__main__')"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", script], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
-def in_process(code: Path, data: Path) -> str:
-    script = _from(code) + (
+def in_process(code: Path, data: Path, off: bool = False) -> str:
+    script = _from(code) + ("import spectra_cli.run.fit_steps as f; f.ERROR_GROUPS = 0; " if off else "") + (
         "import json, statistics, warnings, numpy as np, spectra_cli as s; warnings.simplefilter('ignore');"
         f"assert s.__file__.startswith({str(code)!r}), s.__file__;"
         f"X = np.load({str(data)!r}); s.fit(X); t = [s.fit(X).timings for _ in range(5)];"
@@ -61,7 +64,7 @@ def in_process(code: Path, data: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--old", required=True, type=Path)
+    ap.add_argument("--old", type=Path, help="another checkout to compare with")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--wide-rounds", type=int, default=2)
     ap.add_argument("--busy", type=int, default=0, help="this many busy processes on the cores meanwhile (loaded)")
@@ -80,15 +83,18 @@ def measure(args: argparse.Namespace) -> None:
                                 args.rounds), ("8,192 x 4,096 float32", wide(), args.wide_rounds)):
         if not rounds:
             continue
-        times: dict[str, list[float]] = {"old": [], "new": []}
+        contenders = [("off", ROOT, True), ("new", ROOT, False)] + ([("old", args.old, False)] if args.old else [])
+        times: dict[str, list[float]] = {label: [] for label, _, _ in contenders}
         for _ in range(rounds):
-            for label, code in (("old", args.old), ("new", ROOT)):
-                times[label].append(run(code, data))
-        old, new = statistics.median(times["old"]), statistics.median(times["new"])
-        print(f"{name}: whole process old {old:.2f} s, new {new:.2f} s: {new / old:.3f}x")
+            for label, code, off in contenders:
+                times[label].append(run(code, data, off))
+        med = {label: statistics.median(t) for label, t in times.items()}
+        print(f"{name}: whole process " + ", ".join(f"{k} {v:.3f} s" for k, v in med.items())
+              + f": new / off {med['new'] / med['off']:.3f}x"
+              + (f", new / old {med['new'] / med['old']:.3f}x" if "old" in med else ""))
         if rounds and name.startswith("4k"):
-            print(f"    in process, old: {in_process(args.old, data)}")
-            print(f"    in process, new: {in_process(ROOT, data)}")
+            for label, code, off in contenders:
+                print(f"    in process, {label}: {in_process(code, data, off)}")
 
 
 if __name__ == "__main__":

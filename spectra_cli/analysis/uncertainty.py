@@ -434,8 +434,14 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
                                      check_finite=False, overwrite_a=True)
             w, V = w.astype(np.float64), V.astype(np.float64)
         elif d >= SINGLE_FROM_D:
-            w, V = np.linalg.eigh(S.astype(np.float32))
-            w, V = w.astype(np.float64), V.astype(np.float64)
+            from spectra_cli.eigen.lapacke import eigh_float32
+
+            found = eigh_float32(S)  # (LAPACK's ssyevd itself: NumPy's float32 eigh takes a float64 one's time)
+            if found is None:
+                w, V = np.linalg.eigh(S.astype(np.float32))
+                w, V = w.astype(np.float64), V.astype(np.float64)
+            else:
+                w, V = found
         else:
             w, V = np.linalg.eigh(S)
     V = V[:, ::-1][:, : lam.size]

@@ -343,3 +343,45 @@ def test_a_drifted_block_is_centred_once_on_its_own_mean(monkeypatch):
     assert len(calls) == 1
     np.testing.assert_allclose(scratch[:, :6], X - X.mean(axis=0), atol=1e-9)
     np.testing.assert_allclose(bm.m2, np.cov(X, rowvar=False, bias=True) * 400, rtol=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_each_group_holds_its_own_rows_moments_and_the_groups_merge_to_the_whole(precision):
+    """A pass keeping groups: every group's moments are those of its own rows (its first block's product written
+    where the group keeps it, the later ones added in place), whatever the blocks, and they merge to the whole."""
+    from spectra_cli.stream.states import MomentsState
+
+    rng = np.random.default_rng(7)
+    d, rows, blocks, groups = 12, 30, 8, 4
+    X = rng.standard_normal((rows * blocks, d)) * np.arange(1, d + 1) ** -0.5 + 3.0
+    state = MomentsState(d, precision=precision, groups=groups, n_blocks=blocks, block_rows=rows)
+    for b in range(blocks):
+        state.update(X[b * rows:(b + 1) * rows], None)
+    filled = state.filled_groups()
+    assert len(filled) == groups
+    tol = 1e-12 if precision == "float64" else 1e-5
+    for g, m in enumerate(filled):
+        own = X[g * 2 * rows:(g + 1) * 2 * rows]
+        assert m.n == 2 * rows
+        np.testing.assert_allclose(m.m2 * m.scale**2, np.cov(own, rowvar=False) * (len(own) - 1), rtol=0,
+                                   atol=tol * len(own))
+    merged = filled[0]
+    for m in filled[1:]:
+        merged = merged.merge(m)
+    np.testing.assert_allclose(merged.m2, state.moments.m2, rtol=0, atol=tol * len(X))
+    np.testing.assert_allclose(state.moments.m2, np.cov(X, rowvar=False) * (len(X) - 1), rtol=0, atol=tol * len(X))
+
+
+def test_fewer_groups_than_asked_get_blocks_of_their_own(monkeypatch):
+    """Wide rows keep fewer groups than asked (their matrices within the groups' memory): the pass then plans a
+    block per group, not per group asked, and the groups are the same runs of rows."""
+    import spectra_cli.stream.passes as passes
+
+    X = np.random.default_rng(8).standard_normal((640, 16))
+    monkeypatch.setattr(passes, "GROUP_MEMORY", 8 * 16 * 16 * 8)  # room for 8 groups' matrices
+    with Input(X, ReadOptions()) as inp:
+        first = inp.first_pass(groups=16, min_blocks=16)
+        assert len(first.groups) == 8 and inp.block_rows_used == 80
+    for g, m in enumerate(first.groups):
+        own = X[80 * g:80 * (g + 1)]
+        np.testing.assert_allclose(m.m2 * m.scale**2, np.cov(own, rowvar=False) * 79, rtol=0, atol=1e-10)

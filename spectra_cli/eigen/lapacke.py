@@ -13,11 +13,13 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-_LAYOUT_COLUMN_MAJOR = 102
+#: LAPACKE's matrix layout argument for column-major storage.
+LAYOUT_COLUMN_MAJOR = 102
 _found: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -31,35 +33,52 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock)
 
 
+def lookup_lock() -> threading.Lock:
+    """The lock a one-time lookup of a LAPACK routine takes (this module's, :mod:`two_stage`'s): renewed in a forked
+    child."""
+    return _lock
+
+
+def openblas_handles() -> Iterator[Any]:
+    """Each OpenBLAS the process has loaded, as a ``ctypes`` library (found with ``threadpoolctl``)."""
+    from threadpoolctl import ThreadpoolController
+
+    for lib in ThreadpoolController().info():
+        if lib.get("internal_api") == "openblas" and lib.get("filepath"):
+            yield ctypes.CDLL(lib["filepath"])
+
+
+def lp64(handle: Any, prefix: str) -> bool:
+    """Whether the OpenBLAS behind ``handle`` takes 32-bit integers under unsuffixed names: its configuration string
+    names USE64BITINT where they are 64-bit (a distribution's libopenblas64 without suffixed names)."""
+    get_config = getattr(handle, f"{prefix}openblas_get_config", None)
+    if get_config is None:
+        return False
+    get_config.restype = ctypes.c_char_p
+    get_config.argtypes = []
+    return b"USE64BITINT" not in (get_config() or b"")
+
+
 def _routine() -> Any:
-    """``(ssyevd, integer type)`` of the first loaded OpenBLAS with LAPACKE's ``ssyevd``, or None (looked up once)."""
-    with _lock:
+    """``(ssyevd, pointer type, 64-bit integers)`` of the first loaded OpenBLAS with LAPACKE's ``ssyevd``, or None
+    (looked up once)."""
+    with lookup_lock():
         if "done" in _found:
             return _found["routine"]
         routine = None
         try:
-            from threadpoolctl import ThreadpoolController
-
-            for lib in ThreadpoolController().info():
-                if lib.get("internal_api") != "openblas" or not lib.get("filepath"):
-                    continue
-                handle = ctypes.CDLL(lib["filepath"])
+            for handle in openblas_handles():
                 for prefix in ("scipy_", ""):
-                    for suffix in ("64_", ""):  # (an ILP64 build suffixes every symbol: 64-bit integers)
+                    # (an ILP64 build suffixes every symbol "64_": 64-bit integers; unsuffixed names must be LP64)
+                    for suffix in ("64_", ""):
                         fn = getattr(handle, f"{prefix}LAPACKE_ssyevd{suffix}", None)
-                        if fn is None:
+                        if fn is None or not (suffix or lp64(handle, prefix)):
                             continue
-                        wide = bool(suffix)
-                        if not wide:  # (or says USE64BITINT in its configuration, with unsuffixed names)
-                            get_config = getattr(handle, f"{prefix}openblas_get_config", None)
-                            if get_config is not None:
-                                get_config.restype, get_config.argtypes = ctypes.c_char_p, []
-                                wide = b"USE64BITINT" in (get_config() or b"")
-                        integer = ctypes.c_int64 if wide else ctypes.c_int
+                        integer = ctypes.c_int64 if suffix else ctypes.c_int
                         pointer = ctypes.POINTER(ctypes.c_float)
                         fn.restype = integer
                         fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, integer, pointer, integer, pointer]
-                        routine = (fn, pointer, wide)
+                        routine = (fn, pointer, bool(suffix))
                         break
                     if routine:
                         break
@@ -86,7 +105,7 @@ def eigh_float32(S: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     # the vectors come back as the columns of the column-major array, the rows of this one
     a = np.array(S, dtype=np.float32, order="C", copy=True)
     w = np.empty(n, dtype=np.float32)
-    info = fn(_LAYOUT_COLUMN_MAJOR, b"V", b"U", n, a.ctypes.data_as(pointer), n, w.ctypes.data_as(pointer))
+    info = fn(LAYOUT_COLUMN_MAJOR, b"V", b"U", n, a.ctypes.data_as(pointer), n, w.ctypes.data_as(pointer))
     if info != 0 or not (np.all(np.isfinite(w))):
         return None
     return w.astype(np.float64), a.T.astype(np.float64)

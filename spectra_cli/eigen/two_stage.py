@@ -20,11 +20,13 @@ one-stage solver runs, and ``method`` names the routine that did.
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 from typing import Any, Literal
 
 import numpy as np
+
+from spectra_cli.eigen.lapacke import LAYOUT_COLUMN_MAJOR as _LAYOUT_COLUMN_MAJOR
+from spectra_cli.eigen.lapacke import lookup_lock, openblas_handles
+from spectra_cli.eigen.lapacke import lp64 as _lp64
 
 #: From this order, a float64 decomposition on one thread takes the two-stage solver (see the module's docstring).
 TWO_STAGE_MIN_ORDER = 3072
@@ -41,46 +43,20 @@ def min_order(dtype: str) -> int:
 #: which overflow past 46,340^2; larger matrices take NumPy's one-stage solver, whose integers are 64-bit.
 MAX_ORDER = 46340
 
-_LAYOUT_COLUMN_MAJOR = 102
 _found: dict[str, Any] = {}
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    global _lock
-    _lock = threading.Lock()  # (a child forked while another thread held the lock must not inherit it held)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock)
-
-
-def _lp64(handle: Any, prefix: str) -> bool:
-    """Whether the OpenBLAS behind ``handle`` takes 32-bit integers: its configuration string names USE64BITINT
-    where they are 64-bit (NumPy's own build, or a distribution's libopenblas64 without suffixed names)."""
-    get_config = getattr(handle, f"{prefix}openblas_get_config", None)
-    if get_config is None:
-        return False
-    get_config.restype = ctypes.c_char_p
-    get_config.argtypes = []
-    return b"USE64BITINT" not in (get_config() or b"")
 
 
 def _routines() -> dict[str, Any]:
     """``{"float32": ssyevd_2stage, "float64": dsyevd_2stage}`` of the first OpenBLAS with 32-bit integers that has
     them, or ``{}`` (looked up once per process; imports SciPy, whose OpenBLAS it is)."""
-    with _lock:
+    with lookup_lock():
         if "done" in _found:
             return _found["routines"]
         routines: dict[str, Any] = {}
         try:
             import scipy.linalg  # noqa: F401 - loads SciPy's OpenBLAS (LP64: 32-bit integers)
-            from threadpoolctl import ThreadpoolController
 
-            for lib in ThreadpoolController().info():
-                if lib.get("internal_api") != "openblas" or not lib.get("filepath"):
-                    continue
-                handle = ctypes.CDLL(lib["filepath"])
+            for handle in openblas_handles():
                 for prefix in ("scipy_", ""):
                     # (ILP64 builds name theirs with a "64_" suffix, or say USE64BITINT in their configuration)
                     names = {"float32": f"{prefix}LAPACKE_ssyevd_2stage", "float64": f"{prefix}LAPACKE_dsyevd_2stage"}

@@ -395,12 +395,15 @@ def lag_correlation(w: np.ndarray, t: np.ndarray) -> float:
     return float(np.dot(dev[:-1], dev[1:])) / total if total > 0 and math.isfinite(total) else 0.0
 
 
-def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int = 0) -> GroupSpread | None:
+def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int = 0,
+                 pooled: Any = None) -> GroupSpread | None:
     """The groups of a pass (:class:`~spectra_cli.stream.moments.Moments`, contiguous runs of rows) ready for
     :meth:`GroupSpread.linearised`, with the eigenvectors of their pooled covariance: every one up to
     :data:`ALL_VECTORS_D` features; past it only the ``leading`` ones (the windows' and the top; a metric that needs
     more, the entropy rank, then has no grouped value: a full decomposition with vectors costs twice the spectrum's
-    own). None with fewer than :data:`MIN_GROUPS` groups of rows."""
+    own). ``pooled``: the pass's moments of every row, whose scatter is the groups' pooled one (read in place of
+    summing the groups' matrices again where their units agree: centred, one scale, the same weight). None with fewer
+    than :data:`MIN_GROUPS` groups of rows."""
     from spectra_cli.analysis.bootstrap import group_sums
 
     filled = [g for g in groups if g.weight_sum > 0]
@@ -410,10 +413,14 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
     u = sums.S1 if centered else sums.S1 + sums.W[:, None] * sums.shift[None, :]
     Wt = float(sums.W.sum())
     d = u.shape[1]
-    T = np.zeros((d, d))
-    for m, r in zip(sums.m2, sums.r2, strict=True):
-        T += r * m
-    T += (u / sums.W[:, None]).T @ u
+    if (centered and pooled is not None and pooled.m2.shape == (d, d) and pooled.scale == sums.scale
+            and bool(np.all(sums.r2 == 1.0)) and math.isclose(pooled.weight_sum, Wt, rel_tol=1e-12)):
+        T = pooled.m2  # (read only: the groups' scatter about the whole mean, summed, is this matrix to rounding)
+    else:
+        T = np.zeros((d, d))
+        for m, r in zip(sums.m2, sums.r2, strict=True):
+            T += r * m
+        T += (u / sums.W[:, None]).T @ u
     total = float(np.trace(T))
     if not (total > 0 and math.isfinite(total)):
         return None

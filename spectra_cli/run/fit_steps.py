@@ -343,8 +343,8 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         windows = [f.window.k_max for f in (suite.fits if suite else ())]
         if suite is not None and suite.models is not None:
             windows += [m.window.k_max for m in suite.models.fits]
-        spread = group_spread(first.groups, lam, centered=centered,
-                              leading=max(windows, default=0)) if first.moments is not None else None
+        spread = group_spread(first.groups, lam, centered=centered, leading=max(windows, default=0),
+                              pooled=first.moments) if first.moments is not None else None
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         rank_grads = rank_gradients(lam)

@@ -309,3 +309,28 @@ def test_rows_written_twice_are_counted_and_said():
     for i in range(0, 4000, 500):
         count.update(X[i:i + 500], None)
     assert count.estimate() == pytest.approx(4000, rel=0.02)  # (HyperLogLog with linear counting: about 0.6 % here)
+
+
+@pytest.mark.parametrize("d", [40, 300])
+def test_the_pooled_moments_stand_for_the_groups_summed_again(d):
+    """The spread read with the pass's own moments of every row (no second sum of the groups' matrices) is the one
+    read from the groups alone, to rounding: the same covariance, directions and per-group inner products."""
+    from spectra_cli.stream.states import MomentsState
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((16 * 40, d)) * np.arange(1, d + 1) ** -0.5 + 2.0
+    state = MomentsState(d, groups=16, n_blocks=16, block_rows=40)
+    for b in range(16):
+        state.update(X[40 * b:40 * (b + 1)], None)
+    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    alone = u.group_spread(state.filled_groups(), lam, centered=True, leading=20)
+    pooled = u.group_spread(state.filled_groups(), lam, centered=True, leading=20, pooled=state.moments)
+    assert alone is not None and pooled is not None
+    np.testing.assert_allclose(pooled.S, alone.S, rtol=0, atol=1e-12 * np.abs(alone.S).max())
+    np.testing.assert_allclose(pooled.with_S, alone.with_S, rtol=1e-10)
+    np.testing.assert_allclose(pooled.head, alone.head, rtol=1e-5)  # (float32 directions from d = 256)
+    g = np.linspace(1.0, 0.0, lam.size)
+    np.testing.assert_allclose(pooled.linearised(g), alone.linearised(g), rtol=1e-5)
+    # uncentred moments are not the groups' scatter about the whole mean: summed from the groups as before
+    raw = u.group_spread(state.filled_groups(), lam, centered=False, leading=20, pooled=state.moments)
+    assert raw is not None and not np.allclose(raw.S, pooled.S)

@@ -758,15 +758,14 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
         e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=m.sc, grid=g_curve, points_per_decade=ppd_curve)
         return slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
-    tick_c = (lambda done: None) if first_order else stage("population: simulated sampling curves",
-                                                            CURVE_SIMULATIONS)
-
-    def simulated_changes(k_end: int, parts: int, force: bool = False) -> np.ndarray:
+    def simulated_changes(k_end: int, parts: int) -> np.ndarray:
         """The sampling curve's change on samples simulated from the fitted population (its own stream), one
         random partition of 32 runs of consecutive rows each, centred like the data (none on the first-order
-        route: the change's error is then the data's partitions' own; nor on the analytic one unless ``force``)."""
-        if first_order and not force:
+        route: the change's error is then the data's partitions' own; on the analytic one only where the theory
+        gave no standard deviation: :func:`sampling_curve` asks for them then)."""
+        if first_order:
             return np.empty(0)
+        tick_c = stage("population: simulated sampling curves", CURVE_SIMULATIONS)
         rng_c = np.random.default_rng([seed, 20])
         out = np.empty(CURVE_SIMULATIONS)
         G = min(32, n)
@@ -781,14 +780,12 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
             tick_c(b + 1)
         return out
 
-    def change_sd(k_end: int, parts: int, dof_sub: float) -> float:
+    def change_sd(k_end: int, parts: int, dof_sub: float) -> float | None:
         sd = _change_sd(m, tau_hat, k_end, parts, dof_sub)
-        if sd is not None:
-            return sd
-        m.notes.append("the sampling curve's scatter is simulated, not from theory: the sub-samples' limiting law "
-                       "cannot be had (its grid did not settle, or it misses the window)")
-        draws = simulated_changes(k_end, parts, force=True)
-        return float(draws.std(ddof=1))
+        if sd is None:  # (sampling_curve simulates it then)
+            m.notes.append("the sampling curve's scatter is simulated, not from theory: the sub-samples' limiting "
+                           "law cannot be had (its grid did not settle, or it misses the window)")
+        return sd
 
     read = sampling_curve(replace(subsamples, spectra=sub_top), m.lam, n=n, k0=k0, k1=m.k1, margin=m.margin,
                           bias=expected_slope - alpha, gain=gain, expected_slope=expected_slope_at,
@@ -929,7 +926,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     curve: dict[str, Any] = {}
     if subsamples is not None:
         estimate, half, curve = _curve_read(m, subsamples, alpha, gain, lin.expected_slope, tau_hat, estimate, half,
-                                            first_order=first_order or analytic, seed=seed, level=level,
+                                            first_order=first_order, seed=seed, level=level,
                                             analytic=analytic)
     null = _analytic(m, -bend_of.q / bend_of.qq, tau_hat) if analytic and bend_of.qq > 0 else None
     bend = _bend_tested(m, lin, alpha, ab, bends, bend_of, naive, gain, first_order=first_order, level=level,

@@ -94,7 +94,7 @@ class Subsamples:
 def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: int, margin: float, bias: float,
                    gain: float, expected_slope: Callable[[float, int], float],
                    simulated_changes: Callable[[int, int], np.ndarray],
-                   notes: list[str], change_sd: Callable[[int, int, float], float] | None = None,
+                   notes: list[str], change_sd: Callable[[int, int, float], float | None] | None = None,
                    ) -> tuple[float, float, int, dict[str, Any]] | None:
     """The row model checked against the data's own sampling curve.
 
@@ -103,7 +103,8 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
     expected change ``E S(n') - E S(n)`` (``n'`` the sub-samples' mean degrees of freedom) at the fitted
     population, ``expected_slope(dof, k1c)``. ``D_obs`` varies from sample to sample: ``simulated_changes(k1c,
     parts)`` gives the change of samples simulated from the fitted population, one partition each, whose standard
-    deviation (or ``change_sd(k1c, parts, n')``, that standard deviation from theory, where given), with the
+    deviation (or ``change_sd(k1c, parts, n')``, that standard deviation from theory, where given and it gives one:
+    then nothing is simulated), with the
     partitions' own ``sd_r(D_obs) / sqrt(R)``, is its error ``e``. The raw spread ratio
     ``r = D_obs / D_model`` is drawn towards 1 by the positive-part James-Stein factor ``max(0, 1 - (2 e' / (r -
     1))^2)``, ``e' = e / |D_model|`` (1 within twice its error: a sample's own scatter is not read as the data's
@@ -136,16 +137,15 @@ def sampling_curve(sub: Subsamples, lam: np.ndarray, *, n: float, k0: int, k1: i
     observed = slopes.mean(axis=1) - full
     d_obs = float(observed.mean())
     noise = float(observed.std(ddof=1)) / math.sqrt(R) if R > 1 else 0.0
-    draws = np.asarray(simulated_changes(k1c, m), dtype=np.float64)
+    theory = change_sd(k1c, m, dof) if change_sd is not None else None
+    draws = np.empty(0) if theory is not None else np.asarray(simulated_changes(k1c, m), dtype=np.float64)
     draws = draws[np.isfinite(draws)]
-    model_sd = float(draws.std(ddof=1)) if draws.size > 2 else 0.0
-    if change_sd is not None:
-        model_sd = change_sd(k1c, m, dof)
+    model_sd = theory if theory is not None else float(draws.std(ddof=1)) if draws.size > 2 else 0.0
     info: dict[str, Any] = {
         "groups": sub.groups, "parts": m, "partitions": R, "source": sub.source, "rows": dof,
         "ranks": [k0, k1c], "observed_change": d_obs, "observed_change_se": noise, "model_change": model_change,
         "model_change_simulated": float(draws.mean()) if draws.size else None, "model_change_sd": model_sd,
-        "model_change_sd_from": "theory" if change_sd is not None else "simulations" if draws.size else "none",
+        "model_change_sd_from": "theory" if theory is not None else "simulations" if draws.size else "none",
         "simulations": int(draws.size)}
     # the observed change varies from sample to sample (the model's simulated samples say by how much), and
     # with the partitions: the spread ratio's error

@@ -244,6 +244,9 @@ def test_a_law_that_does_not_settle_gives_way_to_simulated_samples(monkeypatch):
     assert p.route == "analytic"
     assert any("the sampling curve's scatter is simulated, not from theory" in n for n in p.notes)
     assert p.sampling_curve["model_change_sd"] > 0
+    # (and the curve says where its scatter came from: the simulated samples, counted)
+    assert p.sampling_curve["model_change_sd_from"] == "simulations" and p.sampling_curve["simulations"] > 2
+    assert p.sampling_curve["model_change_simulated"] is not None
     monkeypatch.setattr(lss, "sample_law", lambda *a, **k: dataclasses.replace(orig(*a, **k), settled=False))
     p = spectra.fit(X, window="5:30", population=True).fit.population
     assert p.route == "simulated" and p.replicates == 40

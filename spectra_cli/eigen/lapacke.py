@@ -20,6 +20,9 @@ import numpy as np
 
 #: LAPACKE's matrix layout argument for column-major storage.
 LAYOUT_COLUMN_MAJOR = 102
+#: The largest order passed to an LP64 LAPACKE: it indexes the matrix with 32-bit integers (its NaN check reads
+#: ``a[i + j * lda]``), which overflow past 46,340^2; larger matrices take NumPy's solvers, whose integers are 64-bit.
+MAX_ORDER = 46340
 _found: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -99,7 +102,7 @@ def eigh_float32(S: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     if routine is None or S.ndim != 2 or S.shape[1] != n or n < 1:
         return None
     fn, pointer, wide = routine
-    if not wide and n > 46340:  # (LAPACKE's 32-bit indices of an n x n array)
+    if not wide and n > MAX_ORDER:
         return None
     # a C-ordered copy read as column-major is the transpose: its lower triangle is the upper one LAPACK is told of;
     # the vectors come back as the columns of the column-major array, the rows of this one

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from spectra_cli.eigen.lapacke import LAYOUT_COLUMN_MAJOR as _LAYOUT_COLUMN_MAJOR
-from spectra_cli.eigen.lapacke import lookup_lock, openblas_handles
+from spectra_cli.eigen.lapacke import MAX_ORDER, lookup_lock, openblas_handles
 from spectra_cli.eigen.lapacke import lp64 as _lp64
 
 #: From this order, a float64 decomposition on one thread takes the two-stage solver (see the module's docstring).
@@ -39,9 +39,6 @@ def min_order(dtype: str) -> int:
     """The order from which a decomposition in ``dtype`` on one thread takes the two-stage solver."""
     return TWO_STAGE_MIN_ORDER_FLOAT32 if dtype == "float32" else TWO_STAGE_MIN_ORDER
 
-#: The largest order passed: LAPACKE indexes the matrix with 32-bit integers (its NaN check reads ``a[i + j * lda]``),
-#: which overflow past 46,340^2; larger matrices take NumPy's one-stage solver, whose integers are 64-bit.
-MAX_ORDER = 46340
 
 _found: dict[str, Any] = {}
 

@@ -357,16 +357,16 @@ class Input:
             raise InputError(f"{info.path} has 0 rows (shape {info.shape}); at least 2 are required.")
         weighted = self.weights is not None or self.source.has_weights
         use_gram = gram and total < d
-        block_rows, n_groups, n_blocks = self.first_pass_blocks(total, groups=0 if use_gram else groups,
-                                                                min_blocks=min_blocks)
+        # the groups' d x d matrices stay within GROUP_MEMORY: wide rows keep fewer groups than asked, and their blocks
+        # are planned for the groups kept (each block costs passes over d x d matrices: at d = 4,096 with 8 groups,
+        # 16 blocks of 512 rows took 1 s more than 8 of 1,024; the groups are the same rows), unless the user set
+        # the block size
+        kept = max(1, GROUP_MEMORY // (8 * d * d))
+        block_rows, n_groups, n_blocks = self.first_pass_blocks(
+            total, groups=0 if use_gram else groups,
+            min_blocks=min(min_blocks, kept) if self.read.block_rows is None else min_blocks)
         if n_blocks is not None:
-            n_groups = max(1, min(groups, n_blocks, GROUP_MEMORY // (8 * d * d)))
-            if n_groups < min(groups, min_blocks) and self.read.block_rows is None:
-                # fewer groups than asked (wide rows: their d x d matrices within GROUP_MEMORY): blocks for those
-                # groups only, not for the groups asked (each block costs passes over d x d matrices: at d = 4,096
-                # with 8 groups, 16 blocks of 512 rows took 1 s more than 8 of 1,024; the groups are the same rows)
-                block_rows, _, n_blocks = self.first_pass_blocks(total, groups=groups, min_blocks=n_groups)
-                n_groups = min(n_groups, n_blocks or n_groups)
+            n_groups = max(1, min(groups, n_blocks, kept))
         self.block_rows_used = block_rows
         self.check_memory(d, total, use_gram=use_gram, extra_matrices=n_groups)
         main: MomentsState | RowsBuffer = RowsBuffer(total, d, weighted=weighted) if use_gram else MomentsState(

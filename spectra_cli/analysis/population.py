@@ -402,7 +402,7 @@ class _Match:
     evals: int = 0
     done: int = 0
     tick: Callable[[int], None] = field(default=lambda done: None)
-    law: tuple[int, Any] | None = None
+    law: tuple[np.ndarray, Any] | None = None
 
     @property
     def d(self) -> int:
@@ -625,15 +625,23 @@ def _theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float,
     55-76 % and the intervals cover as the simulated ones do (bench/README.md). The data's own grouped jackknife
     bounds the interval from below either way.)"""
 
-    law = _law(m, tau_hat)
-    if not law.settled:
-        return "the limiting law's grid did not settle (the solver's counts jump)"
-    if not law.x.size or float(law.count.max()) < m.r_max - 0.5 or float(law.count.min()) > m.k0 - 0.5:
-        return "the limiting law does not cover the matched ranks"
+    why = _law_short(_law(m, tau_hat), m.k0, m.r_max)
+    if why is not None:
+        return why
     bias, sd = _analytic(m, weights, tau_hat)
     if not (math.isfinite(sd) and sd > 0 and math.isfinite(bias)):
         return "the theorem's variance is not positive"
     return bias, sd
+
+
+def _law_short(law: Any, k_lo: int, k_hi: int) -> str | None:
+    """Why the limiting law ``law`` cannot stand for the sample over ranks ``k_lo..k_hi`` (None: it can): its grid did
+    not settle, or its counting function does not reach both ends (the solver lost part of the spectrum)."""
+    if not law.settled:
+        return "the limiting law's grid did not settle (the solver's counts jump)"
+    if not law.x.size or float(law.count.max()) < k_hi - 0.5 or float(law.count.min()) > k_lo - 0.5:
+        return "the limiting law does not cover the matched ranks"
+    return None
 
 
 def _law(m: _Match, tau_hat: np.ndarray) -> Any:
@@ -641,9 +649,8 @@ def _law(m: _Match, tau_hat: np.ndarray) -> Any:
     bend's null share it)."""
     from spectra_cli.analysis.lss import sample_law
 
-    key = id(tau_hat)
-    if m.law is None or m.law[0] != key:
-        m.law = (key, sample_law(tau_hat, m.c, counts=(m.k0 - 1, m.r_max), scales=m.sc))
+    if m.law is None or m.law[0] is not tau_hat:
+        m.law = (tau_hat, sample_law(tau_hat, m.c, counts=(m.k0 - 1, m.r_max), scales=m.sc))
     return m.law[1]
 
 
@@ -721,7 +728,7 @@ def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: 
     weights = slope_weights(k0, k_end - k0 + 1)
     full = _law(m, tau_hat)
     sub = sample_law(tau_hat, d / dof_sub, counts=(k0 - 1, k_end), scales=m.sc)
-    if not sub.settled or not sub.x.size or float(sub.count.max()) < k_end - 0.5:
+    if _law_short(sub, k0, k_end) is not None:
         return None  # (the caller simulates instead)
     f, fs = rank_weights_derivative(full, weights, k0), rank_weights_derivative(sub, weights, k0)
     v_full = full.variance(f) - full.scales_variance(f)

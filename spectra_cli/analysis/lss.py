@@ -118,15 +118,6 @@ class SampleLaw:
         """The companion Stieltjes transform (of the ``n x n`` matrix), ``-X / z``."""
         return -self.X / self.z
 
-    def _a(self, i: np.ndarray, j: np.ndarray, conj: bool, b_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """``a(z_i, z_j)`` (``conj``: ``a(z_i, conj z_j)``), the kernel's ``c [sum pi t^2 / (D_i D_j)] [sum p w^2 /
-        (E_i E_j)]`` (``D = t X - z``, ``E = 1 + c w e``), and ``B = sum pi t / (D_i D_j)``
-        (:func:`_pair_sums`); ``b_only``: ``B`` alone (``a`` returned empty)."""
-        T2, B = _pair_sums(self, i, self, j, conj, t2=not b_only, b=True)
-        if b_only:
-            return T2, B
-        return self.c * T2 * _scale_sums(self, i, self, j, conj), B
-
     def _smooth(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """The kernel less ``-log|x - y|`` at the pairs ``i x j`` (its diagonal's own value where ``i = j``)."""
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -146,15 +137,20 @@ class SampleLaw:
                 return out
             # row scales: 1 - a(x+, y-) = (x - y) B(x+, y-) / (e(x) - conj e(y)) (from Silverstein's equations), so
             # the kernel log|1 - a(x+, y+)| - log|1 - a(x+, y-)| is this less log|x - y|
-            a_pp, _ = self._a(i, j, conj=False)
-            _, b_pm = self._a(i, j, conj=True, b_only=True)
+            # (a(x+, y+) = c [sum pi t^2 / (D_i D_j)] [sum p w^2 / (E_i E_j)], D = t X - z, E = 1 + c w e; and
+            # B(x+, y-) = sum pi t / (D_i conj D_j): each pair sum asked for alone)
+            t2_pp, _ = _pair_sums(self, i, self, j, False, t2=True, b=False)
+            a_pp = self.c * t2_pp * _scale_sums(self, i, self, j, False)
+            _, b_pm = _pair_sums(self, i, self, j, True, t2=False, b=True)
             ei, ej = self.e[i][:, None], self.e[j][None, :]
             return np.log(np.abs(1.0 - a_pp)) - np.log(np.abs(b_pm)) + np.log(np.abs(ei - np.conj(ej)))
 
-    def variance(self, fprime: np.ndarray, kappa: float = 0.0) -> float:
+    def variance(self, fprime: np.ndarray, kappa: float = 0.0, *, scales: bool = True) -> float:
         """The limiting variance of ``sum_i f(lambda_i)`` (``fprime``: ``f'`` at :attr:`x`), real entries with fourth
         cumulant ``kappa`` (0: Gaussian; Gaussian rows only); with row scales, also the scales' own sampling
-        (:meth:`scales_variance`)."""
+        (:meth:`scales_variance`) unless ``scales`` is False (the variance given the scales)."""
+        if kappa and self.scales is not None:
+            raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
         g = fprime * self.dx
         keep = np.flatnonzero(g != 0.0)
         g_k, h = g[keep], self.dx[keep]
@@ -182,12 +178,10 @@ class SampleLaw:
             total += 2.0 * float(g_k[i] @ ((np.log(np.abs(x[j] - x[i])) - exact) * g_k[j]))
         var = total / math.pi ** 2
         if kappa:
-            if self.scales is not None:
-                raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
             t = self.atoms
             inner = (np.imag(1.0 / (1.0 + np.multiply.outer(self.m, t))).T @ g)
             var += kappa * self.c / math.pi ** 2 * float(self.weights @ (inner * inner))
-        return var + self.scales_variance(fprime)
+        return var + self.scales_variance(fprime) if scales else var
 
     def scales_variance(self, fprime: np.ndarray) -> float:
         """What the rows' scales being a sample adds to the variance (0 without scales): the variance over the scales'
@@ -205,6 +199,8 @@ class SampleLaw:
 
     def mean(self, fprime: np.ndarray, kappa: float = 0.0) -> float:
         """The limiting mean of ``sum_i f(lambda_i) - d int f dF^{c_n, H_n}`` (``fprime``: ``f'`` at :attr:`x`)."""
+        if kappa and self.scales is not None:
+            raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
         if self.scales is None:
             t, w, m = self.atoms, self.weights, self.m
             tm = 1.0 + np.multiply.outer(m, t)
@@ -217,8 +213,6 @@ class SampleLaw:
             big_a = self.c * ((inv * inv) @ (pw * t * t)) * ((inv_e * inv_e) @ (p * w * w))
         out = float((fprime * self.dx) @ np.angle(1.0 - big_a)) / (2.0 * math.pi)
         if kappa:
-            if self.scales is not None:
-                raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
             tm = 1.0 + np.multiply.outer(self.m, self.atoms)
             phi = self.c * ((0.5 / (tm * tm) - 1.0 / tm) @ self.weights)
             out -= kappa / math.pi * float((fprime * self.dx) @ phi.imag)

@@ -731,8 +731,8 @@ def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: 
     if _law_short(sub, k0, k_end) is not None:
         return None  # (the caller simulates instead)
     f, fs = rank_weights_derivative(full, weights, k0), rank_weights_derivative(sub, weights, k0)
-    v_full = full.variance(f) - full.scales_variance(f)
-    v_sub = sub.variance(fs) - sub.scales_variance(fs)
+    v_full = full.variance(f, scales=False)  # (given the scales: their own sampling is phi's term below)
+    v_sub = sub.variance(fs, scales=False)
     c_pair = cross_covariance(sub, fs, sub, fs, shared=max(2.0 * dof_sub - n, 0.0))
     c_nest = cross_covariance(sub, fs, full, f, shared=dof_sub)
     var = (parts * v_sub + parts * (parts - 1) * c_pair) / parts ** 2 - 2.0 * c_nest + v_full

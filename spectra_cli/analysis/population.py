@@ -104,14 +104,14 @@ BEND_DEFINITION = ("statistic: the bend of the observed log spectrum over the wi
 
 
 def bend_test(observed: float, simulated: np.ndarray | None, *, level: float = 0.95,
-              null: tuple[float, float] | None = None) -> dict[str, Any]:
+              null: tuple[float, float] | None = None, null_from: str = "first order") -> dict[str, Any]:
     """The observed bend against the bends of samples simulated from the fitted population (a parametric
     bootstrap test of the power-law population over the window), or against ``null = (mean, sd)``, a normal
-    law (the first-order route)."""
+    law (the first-order route's, or the theory's: ``null_from`` names it in the result's ``null``)."""
     from scipy.special import ndtr, stdtr
 
     out: dict[str, Any] = {"statistic": observed, "simulated_mean": None, "simulated_sd": None, "p_value": None,
-                           "fits": True, "null": "simulated" if null is None else "first order",
+                           "fits": True, "null": "simulated" if null is None else null_from,
                            "definition": BEND_DEFINITION}
     if null is not None:
         mean, sd = null
@@ -825,8 +825,7 @@ def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: n
         bend = bend_test(observed_bend, None, level=level,
                          null=(0.0, lin.sd_rank * float(np.linalg.norm(bend_of.q)) / bend_of.qq))
     elif analytic_null is not None:  # (and an L-statistic: its mean and sd from the theory, as the slope's)
-        bend = bend_test(observed_bend, None, level=level, null=analytic_null)
-        bend["null"] = "analytic"
+        bend = bend_test(observed_bend, None, level=level, null=analytic_null, null_from="analytic")
     else:
         bend = bend_test(observed_bend, bends, level=level)
     if bend["fits"]:

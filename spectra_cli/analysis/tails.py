@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from spectra_cli.analysis.density import hill
+
 #: A comparison decides at this p-value (Clauset, Shalizi & Newman 2009).
 P_DECIDES = 0.1
 #: The laws, in the order they are reported.
@@ -210,21 +212,17 @@ def alphapruning_alpha(eigenvalues: np.ndarray, bins: int = 100) -> tuple[float,
     counts, edges = np.histogram(h, bins=bins, range=(float(h.min()), float(h.max())))
     peak = 10.0 ** float(edges[int(np.argmax(counts))])
     lo, hi = math.log10(0.95 * peak), 1.5 * peak
-    log_e = np.log(e)
     best: tuple[float, float, float, int] | None = None
     for i in range(e.size - 1):
         if e[i] < lo:
             continue
         if e[i] > hi:
             break
-        n = e.size - i
-        s = float(np.sum(log_e[i:]) - n * log_e[i])
-        if not s > 0:
+        a, ks = hill(e[i:], float(e[i]))  # (the Hill MLE and its KS distance, as the density fit's)
+        if not math.isfinite(a):
             continue
-        a = 1.0 + n / s
-        ks = float(np.max(np.abs(1.0 - (e[i:] / e[i]) ** (1.0 - a) - np.arange(n) / n))) if a > 1 else 1.0
         if best is None or ks < best[0]:
-            best = (ks, a, float(e[i]), n)
+            best = (ks, a, float(e[i]), e.size - i)
     return None if best is None else (best[1], best[2], best[3])
 
 
@@ -258,7 +256,9 @@ def _errors(f: Any, theta: list[float], names: tuple[str, str]) -> dict[str, flo
     return {n: float(math.sqrt(v)) for n, v in zip(names, np.diag(cov), strict=True)}
 
 
-def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np.ndarray]:
+def _truncated(x: np.ndarray, xmin: float, alpha_pl: float, ll_pl: np.ndarray) -> tuple[TailLaw, np.ndarray]:
+    """The truncated power law on the tail ``x >= xmin`` (``ll_pl``: the power law's log-likelihoods there, at
+    ``alpha_pl``, the optimum where the cut goes to 0) and its log-likelihoods."""
     n = x.size
     slx, sx = float(np.sum(np.log(x))), float(np.sum(x))
 
@@ -307,9 +307,8 @@ def _truncated(x: np.ndarray, xmin: float, alpha_pl: float) -> tuple[TailLaw, np
     a, log_l = (float(v) for v in best.x)
     best = float(best.fun)
     lam = math.exp(log_l)
-    pl_nll = -float(np.sum(np.log((alpha_pl - 1.0) / xmin) - alpha_pl * np.log(x / xmin)))
-    if pl_nll <= best + 1e-9:  # (the optimum is the power law: the cut at L -> 0)
-        ll = np.log((alpha_pl - 1.0) / xmin) - alpha_pl * np.log(x / xmin)
+    if -float(np.sum(ll_pl)) <= best + 1e-9:  # (the optimum is the power law: the cut at L -> 0)
+        ll = ll_pl
         return TailLaw("truncated_power_law", {"alpha": alpha_pl, "Lambda": 0.0}, {"alpha": None, "Lambda": None},
                        float(np.sum(ll)), "its optimum is the power law (the cut L -> 0, at the parameters' boundary: "
                        "no standard errors)"), ll
@@ -417,7 +416,7 @@ def _tail_models(e: np.ndarray, xmin: float) -> TailModels | None:
     ll = {"power_law": np.log((alpha - 1.0) / xmin) - alpha * np.log(x / xmin)}
     laws = [TailLaw("power_law", {"alpha": alpha}, {"alpha": (alpha - 1.0) / math.sqrt(n)},
                     float(np.sum(ll["power_law"])))]
-    tpl, ll["truncated_power_law"] = _truncated(x, xmin, alpha)
+    tpl, ll["truncated_power_law"] = _truncated(x, xmin, alpha, ll["power_law"])
     logn, ll["lognormal"] = _lognormal(x, xmin, ll["power_law"])
     lam = 1.0 / (float(np.mean(x)) - xmin)
     ll["exponential"] = np.log(lam) - lam * (x - xmin)

@@ -104,29 +104,32 @@ def conv2d_slices(kernel: np.ndarray) -> list[np.ndarray]:
     return [w.T if w.shape[0] < w.shape[1] else w for w in slices]
 
 
-def conv2d_esd(kernel: np.ndarray) -> tuple[np.ndarray, int, int, int, float]:
+def conv2d_singular_values(kernel: np.ndarray) -> list[np.ndarray]:
+    """The singular values of every slice of a 4-D kernel (:func:`conv2d_slices`) scaled by :data:`WW_CONV2D_NORM`,
+    each slice's descending (LAPACK's SVD, as WeightWatcher computes them)."""
+    kernel = np.asarray(kernel, dtype=np.float64)
+    return [np.linalg.svd(w * WW_CONV2D_NORM, compute_uv=False) for w in conv2d_slices(kernel)]
+
+
+def conv2d_esd(kernel: np.ndarray, each: list[np.ndarray] | None = None) -> tuple[np.ndarray, int, int, int, float]:
     """WeightWatcher's ESD of a convolution (``combined_eigenvalues``): the squared singular values of every slice
     (:func:`conv2d_slices`) scaled by :data:`WW_CONV2D_NORM`, concatenated (``rf min(out, in)`` of them), largest
     first; with its labels ``N``, ``M``, ``rf`` and its ``sv_min``, which 0.7.7 takes as the largest of the slices'
-    smallest singular values (``np.max`` where the name says min)."""
-    kernel = np.asarray(kernel, dtype=np.float64)
-    n, m, rf, _ = conv2d_labels(kernel.shape)
-    each = [np.linalg.svd(w * WW_CONV2D_NORM, compute_uv=False) for w in conv2d_slices(kernel)]
+    smallest singular values (``np.max`` where the name says min). ``each``: the slices' singular values where
+    already computed (:func:`conv2d_singular_values`)."""
+    n, m, rf, _ = conv2d_labels(np.shape(kernel))
+    each = conv2d_singular_values(kernel) if each is None else each
     sv = np.concatenate(each)
     return np.sort(sv * sv)[::-1], n, m, rf, float(max(float(x.min()) for x in each))
 
 
-def conv2d_rank_loss(kernel: np.ndarray) -> int:
+def conv2d_rank_loss(kernel: np.ndarray, each: list[np.ndarray] | None = None) -> int:
     """WeightWatcher's ``rank_loss`` of a convolution: the sum over its slices of each slice's singular values at or
-    below ``max(sv) N eps`` (``calc_rank_loss`` per slice, ``N`` its label)."""
-    kernel = np.asarray(kernel, dtype=np.float64)
-    n, _, _, _ = conv2d_labels(kernel.shape)
+    below ``max(sv) N eps`` (``calc_rank_loss`` per slice, ``N`` its label). ``each``: as :func:`conv2d_esd`'s."""
+    n, _, _, _ = conv2d_labels(np.shape(kernel))
     eps = float(np.finfo(np.float64).eps)
-    loss = 0
-    for w in conv2d_slices(kernel):
-        sv = np.linalg.svd(w * WW_CONV2D_NORM, compute_uv=False)
-        loss += int(np.count_nonzero(sv <= sv.max() * n * eps)) if sv.size else 0
-    return loss
+    each = conv2d_singular_values(kernel) if each is None else each
+    return sum(int(np.count_nonzero(sv <= sv.max() * n * eps)) if sv.size else 0 for sv in each)
 
 
 def ww_conv_skip(shape: list[int] | tuple[int, ...]) -> str | None:

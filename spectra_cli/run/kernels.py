@@ -17,7 +17,13 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The report of one convolution kernel (``file.safetensors::name``): its slices' spectrum in WeightWatcher's
     units (the eigenvalues of each slice's ``W^T W / 2``), every fit and rank of ``fit`` on it, and WeightWatcher's
     columns by its names (``N``, ``M`` as it labels them, ``rf``)."""
-    from spectra_cli.analysis.weightwatcher import WW_EVALS_THRESH, conv2d_esd, conv2d_labels, conv2d_rank_loss
+    from spectra_cli.analysis.weightwatcher import (
+        WW_EVALS_THRESH,
+        conv2d_esd,
+        conv2d_labels,
+        conv2d_rank_loss,
+        conv2d_singular_values,
+    )
     from spectra_cli.eigen.decomposition import Spectrum, floor_for
     from spectra_cli.errors import InputError
     from spectra_cli.options import ReadOptions
@@ -33,7 +39,8 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
     kernel = read_tensor(path, tensor)
     if not np.all(np.isfinite(kernel)):
         raise InputError(f"{name} has NaN or inf entries; no spectrum can be computed from it.")
-    lam, n, m, rf, sv_min = conv2d_esd(kernel)
+    each = conv2d_singular_values(kernel)  # (the ESD and the rank loss read the same SVDs)
+    lam, n, m, rf, sv_min = conv2d_esd(kernel, each)
     _, _, _, last = conv2d_labels(kernel.shape)
     d = lam.size
     spec = Spectrum(eigenvalues=lam, n_samples=None, n_features=d,
@@ -51,6 +58,6 @@ def kernel_line(name: str, options: dict[str, Any]) -> dict[str, Any]:
                       dtype=str(header[tensor]["dtype"]).lower(), n_rows=n, n_features=m,
                       layout=f"convolution kernel ({'out x in x kh x kw' if last else 'kh x kw x in x out'}): {rf} "
                              f"slices of {n} x {m} (WeightWatcher's labels)", key=tensor)
-    overrides = {"sv_min": sv_min, "rank_loss": conv2d_rank_loss(kernel)}
+    overrides = {"sv_min": sv_min, "rank_loss": conv2d_rank_loss(kernel, each)}
     return report_of_spectrum(spec, opts, info=info, fingerprint=fingerprint(name), rows_used=rows, read=read,
                               n_rows=n, factor=1.0, labels=(n, m, rf), overrides=overrides, started=started).to_dict()

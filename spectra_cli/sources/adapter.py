@@ -346,11 +346,12 @@ class AdaptedSource(ChangeSizes, Source):
                                key=layer.module, details={"adapter": layer.to_dict()})
 
     def iter_blocks(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        for w, delta in self._tally(self._pairs(start, stop, block_rows), start, stop, self.info.n_rows):
-            yield (delta if self.change else w + delta), None
+        for _, delta, adapted in self._tally(self._pairs(start, stop, block_rows), start, stop, self.info.n_rows):
+            yield (delta if self.change else adapted), None
 
-    def _pairs(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(W rows, Delta W rows)``: ``s B A``'s rows, or DoRA's rescaled rows less the base's."""
+    def _pairs(self, start: int, stop: int, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(W rows, Delta W rows, W' rows)``: ``s B A``'s rows, or DoRA's rescaled rows less the base's, and the
+        adapted rows themselves."""
         lo = start
         for block, _ in self._base.iter_blocks(start, stop, block_rows):
             hi = lo + block.shape[0]
@@ -361,7 +362,7 @@ class AdaptedSource(ChangeSizes, Source):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     factor = np.where(norms > 0, self._magnitude[lo:hi] / norms, 0.0)
                 adapted *= factor[:, None]
-            yield w, adapted - w
+            yield w, adapted - w, adapted
             lo = hi
 
     def close(self) -> None:

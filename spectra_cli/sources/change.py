@@ -55,14 +55,15 @@ class ChangeSizes:
     #: ``(||W_base||_F^2, ||Delta W||_F^2)`` once a pass read every row
     sizes: tuple[float, float] | None = None
 
-    def _tally(self, blocks: Iterator[tuple[np.ndarray, np.ndarray]], start: int, stop: int,
-               n_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``blocks`` of ``(base rows, change rows)`` passed through, their squared sizes summed."""
+    def _tally(self, blocks: Iterator[tuple[np.ndarray, ...]], start: int, stop: int,
+               n_rows: int) -> Iterator[tuple[np.ndarray, ...]]:
+        """``blocks`` of ``(base rows, change rows, ...)`` passed through, the first two's squared sizes summed."""
         sums = [0.0, 0.0]
-        for base, delta in blocks:
+        for block in blocks:
+            base, delta = block[0], block[1]
             sums[0] += float(np.einsum("ij,ij->", base, base))
             sums[1] += float(np.einsum("ij,ij->", delta, delta))
-            yield base, delta
+            yield block
         if start == 0 and stop == n_rows:  # (a whole pass: the sizes of the whole matrices)
             self.sizes = (sums[0], sums[1])
 

@@ -34,7 +34,6 @@ Jiang, Yao & Zheng 2009); ``f = x^r``: Bai & Silverstein 2004's sums.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -366,15 +365,13 @@ def sample_law(tau: np.ndarray, c: float, *, counts: tuple[float, float] | None 
                      count=N[inside], atoms=atoms, weights=pi, scales=scales, c=c, d=d)
 
 
-def rank_weights_derivative(law: SampleLaw, weights: np.ndarray, k0: int,
-                            g_prime: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """``psi'`` at the law's points for the L-statistic ``sum_k a_k g(lambda_(k))`` over ranks ``k0..k0 + len(a) - 1``
-    (``weights``: ``a``; ``g``: log unless ``g_prime`` is given): ``a(N(x)) g'(x)``, rank ``k`` holding the counts
-    ``(k - 1, k]`` above."""
+def rank_weights_derivative(law: SampleLaw, weights: np.ndarray, k0: int) -> np.ndarray:
+    """``psi'`` at the law's points for the L-statistic ``sum_k a_k log lambda_(k)`` over ranks ``k0..k0 + len(a) -
+    1`` (``weights``: ``a``): ``a(N(x)) / x``, rank ``k`` holding the counts ``(k - 1, k]`` above."""
     k = np.ceil(law.count).astype(np.int64)
     k = np.maximum(k, 1)
     idx = k - k0
     a = np.zeros(law.x.size)
     ok = (idx >= 0) & (idx < weights.size)
     a[ok] = weights[idx[ok]]
-    return a * (1.0 / law.x if g_prime is None else g_prime(law.x))
+    return a / law.x

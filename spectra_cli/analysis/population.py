@@ -446,8 +446,8 @@ class _Match:
         return out
 
 
-def row_model(eigenvalues: np.ndarray, n: int, scales: RowScales,
-              offset: float = 0.0) -> tuple[tuple[np.ndarray, np.ndarray] | None, dict[str, Any]]:
+def _scales_model(eigenvalues: np.ndarray, n: int, scales: RowScales,
+                  offset: float = 0.0) -> tuple[tuple[np.ndarray, np.ndarray] | None, dict[str, Any]]:
     """The rows' scales ``(values, weights)`` deconvolved from their squared norms (None: Gaussian rows) and what
     the deconvolution says, for the spectrum ``eigenvalues`` of ``n`` degrees of freedom (any scale, any order)."""
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
@@ -494,7 +494,7 @@ def _problem(eigenvalues: np.ndarray, n: int, window: tuple[int, int], scales: R
                                       "gathered)" if scales is None else scales.source}
     sc: tuple[np.ndarray, np.ndarray] | None = None
     if scales is not None:
-        sc, info = row_model(lam, n, scales, offset)
+        sc, info = _scales_model(lam, n, scales, offset)
         rows = {"model": ("separable rows x = sqrt(s) Sigma^(1/2) z, s from the histogram of squared row norms "
                           "deconvolved (the binned NPMLE of the scales' distribution, the directions' part taken as "
                           "Gamma)") if sc is not None else
@@ -920,13 +920,13 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     tau_hat = population_spectrum(log_c, alpha, tail, m.d, m.knots or (m.k1,))
     bend_of = BendStatistic(m.ranks[m.win])
     analytic = not first_order and route == "analytic"
-    theory = _theory(m, lin.a_lin, tau_hat) if analytic else None
-    if isinstance(theory, str):
+    found = _theory(m, lin.a_lin, tau_hat) if analytic else None
+    theory = found if isinstance(found, tuple) else None
+    if isinstance(found, str):
         analytic = False
-        m.notes.append(f"the interval and the bend test are simulated, not from theory: {theory}")
+        m.notes.append(f"the interval and the bend test are simulated, not from theory: {found}")
     bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
-                                             replicates=replicates, level=level, rng=rng,
-                                             theory=theory if isinstance(theory, tuple) else None)
+                                             replicates=replicates, level=level, rng=rng, theory=theory)
     estimate = alpha - share * bias
     model_estimate, half = estimate, zq * sd
     curve: dict[str, Any] = {}

@@ -56,9 +56,13 @@ def group_sums(groups: Sequence[Moments]) -> GroupSums:
 
 
 def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *, centered: bool, ddof: int,
-                         weighted: bool) -> None:
-    """The covariance (or second moment) of the rows drawn ``counts`` times each group, into ``out``,
-    in units of ``scale**2``."""
+                         weighted: bool, lower: bool = False, total: np.ndarray | None = None) -> None:
+    """The covariance (or second moment) of the rows drawn ``counts`` times each group, into ``out``, in units of
+    ``scale**2``. ``lower``: its lower triangle alone (what a symmetric eigensolver reads), in slabs of rows up to
+    their diagonal block, the rest of ``out`` untouched. ``total``: every group's ``r2 m2`` summed
+    (:func:`_group_total`, its lower triangle at least), for counts of 0 and 1 that keep more groups than they leave
+    out: the kept groups' sum is the total less the left-out ones' (the same matrix to rounding, with a third of the
+    additions at a quarter left out)."""
     d = out.shape[0]
     Wb = float(counts @ sums.W)
     s1 = counts @ sums.S1
@@ -66,27 +70,57 @@ def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *
         coef = np.where(sums.W > 0, counts / sums.W, 0.0)
     Bt = np.ascontiguousarray((sums.S1 * coef[:, None]).T)  # d x G, made once: contiguous row slabs (np.dot
     # with out= and a transposed operand skips BLAS)
-    drawn = [(sums.m2[i], float(counts[i] * sums.r2[i])) for i in np.flatnonzero(counts)]
+    left_out = np.flatnonzero(counts == 0)
+    complement = (total is not None and bool(np.all((counts == 0) | (counts == 1)))
+                  and left_out.size < counts.size - left_out.size)
+    if complement:
+        drawn = [(sums.m2[i], -float(sums.r2[i])) for i in left_out]
+    else:
+        drawn = [(sums.m2[i], float(counts[i] * sums.r2[i])) for i in np.flatnonzero(counts)]
     denom = (Wb if weighted else float(counts @ sums.n) - ddof) if centered else Wb
     tmp = np.empty((min(_SLAB, d), d))
     for a in range(0, d, _SLAB):
         e = min(a + _SLAB, d)
-        o = out[a:e]
-        np.dot(Bt[a:e], sums.S1, out=o)
-        t = tmp[:e - a]
+        cols = e if lower else d
+        o = out[a:e, :cols]
+        t = tmp.reshape(-1)[:(e - a) * cols].reshape(e - a, cols)  # (contiguous, as np.dot's out= must be)
+        if cols == d:
+            np.dot(Bt[a:e], sums.S1, out=o)
+        else:
+            o[...] = np.dot(Bt[a:e], sums.S1[:, :cols], out=t)
+        if complement:
+            assert total is not None
+            o += total[a:e, :cols]
         for m2, k in drawn:  # o += k m2, in place (scipy's daxpy would wake a second BLAS's threads)
             if k == 1.0:
-                o += m2[a:e]
+                o += m2[a:e, :cols]
+            elif k == -1.0:
+                o -= m2[a:e, :cols]
             else:
-                o += np.multiply(m2[a:e], k, out=t)
+                o += np.multiply(m2[a:e, :cols], k, out=t)
         if centered:
-            o -= np.multiply.outer(s1[a:e], s1 / Wb, out=t)
+            o -= np.multiply.outer(s1[a:e], s1[:cols] / Wb, out=t)
         else:
             shift = sums.shift
-            o += np.multiply.outer(s1[a:e], shift, out=t)
-            o += np.multiply.outer(shift[a:e], s1, out=t)
-            o += np.multiply.outer(shift[a:e], Wb * shift, out=t)
+            o += np.multiply.outer(s1[a:e], shift[:cols], out=t)
+            o += np.multiply.outer(shift[a:e], s1[:cols], out=t)
+            o += np.multiply.outer(shift[a:e], Wb * shift[:cols], out=t)
         o /= denom
+
+
+def _group_total(sums: GroupSums) -> np.ndarray:
+    """Every group's ``r2 m2`` summed, its lower triangle (the upper left zero)."""
+    d = sums.S1.shape[1]
+    total = np.zeros((d, d))
+    for a in range(0, d, _SLAB):
+        e = min(a + _SLAB, d)
+        o = total[a:e, :e]
+        for m2, r2 in zip(sums.m2, sums.r2, strict=True):
+            if r2 == 1.0:
+                o += m2[a:e, :e]
+            else:
+                o += m2[a:e, :e] * float(r2)
+    return total
 
 
 def _mirror_lower(C: np.ndarray) -> None:
@@ -187,7 +221,10 @@ def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: boo
     # a few covariances at a time (within the side-by-side memory budget), each decomposed on its own thread where
     # the thread policy gives such a decomposition one (the same bits as one after another)
     at_once = parallel_count(d, d)
-    buffers = [np.empty((d, d)) for _ in range(min(at_once, len(todo)))]
+    # (the lower triangles alone, what the eigensolver reads: the upper ones stay zero, finite for its check; a
+    # sub-sample's kept groups as the total less the groups it leaves out, where those are fewer)
+    buffers = [np.zeros((d, d)) for _ in range(min(at_once, len(todo)))]
+    total = _group_total(sums) if todo else None
 
     def decompose(C: np.ndarray) -> np.ndarray:
         return leading_eigenvalues(C, None) * (sums.scale * sums.scale)
@@ -195,7 +232,8 @@ def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: boo
     for a in range(0, len(todo), at_once):
         batch = todo[a:a + at_once]
         for C, (_, counts) in zip(buffers, batch, strict=False):  # (the last batch may be shorter)
-            replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted)
+            replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted, lower=True,
+                                 total=total)
         done = side_by_side([partial(decompose, C) for C in buffers[:len(batch)]], d)
         for (i, _), values in zip(batch, done, strict=True):
             spectra[i] = values

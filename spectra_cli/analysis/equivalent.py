@@ -42,6 +42,11 @@ MAX_ATOMS = 1000
 #: density's quadrature (7 sqrt(n) points a decade, at most 1,000, before issue 33's sixth round) moved it by 0.008
 #: between 500 and 4,000 (the top eigenvalues' clusters, ~2 / sqrt(n) wide in log, fell between its points).
 POINTS_PER_DECADE = (300, 1000)
+#: An evaluation after the first on a :class:`Grid` starts its grid this many decades below where the last one's ranks
+#: ended (relative to the population's eigenvalue of the last rank): the points below, a third of the grid in a
+#: population fit, only count eigenvalues no rank asks for. Where the population moved the ranks' end past it, the
+#: evaluation is made again on the whole grid.
+FLOOR_MARGIN = 0.1
 
 
 def grid_density(d: int, c: float) -> int:
@@ -319,6 +324,10 @@ class Grid:
     atoms: int = 0
     warm: bool = True
     last: tuple[np.ndarray, np.ndarray] | None = None  # log x, e
+    #: The last evaluation's lowest grid point that the ranks needed (the highest one with at least ``ranks + 0.5``
+    #: eigenvalues above it), over the population's eigenvalue of that rank: the next evaluation starts its grid
+    #: :data:`FLOOR_MARGIN` below the same ratio (None: at the grid's own lower end).
+    floor: float | None = None
 
     def start(self, x: np.ndarray) -> np.ndarray | None:
         """The last solution interpolated (in log x) onto ``x``: a start near the root wherever the population,
@@ -354,9 +363,14 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     x_hi = top * (1.0 + math.sqrt(c)) ** 2 * max(wmax, 1.0) * 1.5
     x_lo = float(np.sort(tau)[::-1][min(ranks, d) - 1]) * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2)
                                                                  if c < 1 else 1e-3)
-    for _ in range(4):
+    tau_r = float(np.sort(tau)[::-1][min(ranks, d) - 1])
+    trim = grid.floor is not None
+    for _ in range(5):
         points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
         x = np.geomspace(x_lo, x_hi, points)
+        if trim:  # (the same points from the first one the ranks can need: the counts above them are the same)
+            assert grid.floor is not None
+            x = x[max(int(np.searchsorted(x, tau_r * grid.floor * 10.0 ** -FLOOR_MARGIN)) - 1, 0):]
         F, e = sample_distribution(atoms, pi, scales, c, x, start=grid.start(x))
         grid.last = (np.log(x), e)
         # N: the expected count above each point, 0 at the grid's top (where the last EPS_PATH's Lorentzian leaves
@@ -368,8 +382,12 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
         M = x * N + np.concatenate([np.cumsum(((N[1:] + N[:-1]) * 0.5 * np.diff(x))[::-1])[::-1], [0.0]])
         if N[0] >= ranks + 0.5:
             break
+        if trim:  # (the population moved the ranks' lower end past the margin: the whole grid again)
+            trim = False
+            continue
         x_lo *= 1e-2
-    grid.points, grid.atoms = points, int(atoms.size)
+    grid.points, grid.atoms = int(x.size), int(atoms.size)
+    grid.floor = float(x[int(np.flatnonzero(N >= ranks + 0.5)[-1])]) / tau_r if N[0] >= ranks + 0.5 else None
     Mk = np.interp(np.arange(ranks + 1, dtype=np.float64), N[::-1], M[::-1])
     return np.diff(Mk)
 

@@ -150,8 +150,8 @@ def on_grid_copies(f_on: Callable[[np.ndarray, Grid], np.ndarray],
     from spectra_cli import threads
 
     def many(points: list[np.ndarray]) -> list[np.ndarray]:
-        groups, last = grid.groups, grid.last
-        return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last)), points,
+        groups, last, floor = grid.groups, grid.last, grid.floor
+        return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last, floor=floor)), points,
                                         wanted=evaluations_side_by_side(grid.points, grid.atoms))
 
     return many
@@ -830,7 +830,7 @@ def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: n
         bend = bend_test(observed_bend, bends, level=level)
     if bend["fits"]:
         return bend
-    grid_b = Grid(last=m.grid.last)
+    grid_b = Grid(last=m.grid.last, floor=m.grid.floor)
     ranks, knots = m.ranks, m.knots
 
     def f_bent(ab_: np.ndarray, g: Grid = grid_b) -> np.ndarray:

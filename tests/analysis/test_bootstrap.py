@@ -160,3 +160,24 @@ def test_sub_sample_spectra_are_the_kept_rows_covariance_spectra_at_any_thread_c
     with threads.call(1):
         alone, _ = subset_spectra(groups, keep, centered=True, ddof=1)
     assert np.array_equal(alone, spectra)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_a_sub_samples_lower_triangle_from_the_total_is_its_covariance(centered):
+    """The lower triangle alone, and the kept groups' sum as the total less the left-out ones: the same matrix as
+    the whole, drawn group by group, to rounding; multinomial counts (the bootstrap's) add the drawn groups as
+    before."""
+    from spectra_cli.analysis.bootstrap import _group_total, group_sums, replicate_covariance
+
+    rows, _ = _data(4)
+    groups = [Moments.from_block(r) for r in rows]
+    sums = group_sums(groups)
+    total = _group_total(sums)
+    d = rows[0].shape[1]
+    lower = np.tril_indices(d)
+    for counts in (np.r_[0.0, np.ones(G - 1)], np.r_[np.ones(G - 2), 0.0, 0.0], np.r_[2.0, 0.0, np.ones(G - 2)]):
+        whole = np.empty((d, d))
+        replicate_covariance(whole, sums, counts, centered=centered, ddof=1, weighted=False)
+        part = np.full((d, d), 7.0)
+        replicate_covariance(part, sums, counts, centered=centered, ddof=1, weighted=False, lower=True, total=total)
+        np.testing.assert_allclose(part[lower], whole[lower], rtol=1e-12, atol=1e-14 * np.abs(whole).max())

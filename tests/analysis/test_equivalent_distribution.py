@@ -96,3 +96,28 @@ def test_the_expected_slope_no_longer_depends_on_the_grid_at_many_rows():
     assert max(slopes) - min(slopes) < 5e-5
     # and near the sampling's own bias (8 simulated samples of this shape: -0.0010 +- 0.0003; the limit here: -0.0016)
     assert -0.003 < slopes[0] - 1.0 < 0.0
+
+
+@pytest.mark.parametrize("scales", [None, (np.array([0.3, 1.0, 2.2]), np.array([0.25, 0.5, 0.25]))])
+@pytest.mark.parametrize("step", [0.01, 0.3, -0.6])
+def test_a_grid_after_its_first_evaluation_starts_where_the_ranks_end_with_the_same_numbers(scales, step):
+    """An evaluation on a Grid that has seen one starts its grid a margin below where the last one's ranks ended: the
+    same numbers as the whole grid (the counts above each point do not depend on the points below), on fewer points;
+    a population that moved the ranks' end past the margin (a step of 0.6 in the exponent) is evaluated again on
+    the whole grid, with the same numbers too."""
+    from spectra_cli.analysis.equivalent import Grid
+
+    d, c, ranks = 300, 0.1, 270
+    j = np.arange(1, d + 1, dtype=np.float64)
+    grid = Grid()
+    expected_eigenvalues(j ** -1.0, c, ranks, scales=scales, grid=grid)
+    whole = grid.points
+    assert grid.floor is not None
+    tau = j ** -(1.0 + step)
+    trimmed = expected_eigenvalues(tau, c, ranks, scales=scales, grid=grid)
+    fresh_grid = Grid(groups=grid.groups)  # (the same atoms: a Grid keeps its first population's merging)
+    fresh = expected_eigenvalues(tau, c, ranks, scales=scales, grid=fresh_grid)
+    np.testing.assert_allclose(trimmed, fresh, rtol=1e-11)
+    assert grid.points < fresh_grid.points
+    if abs(step) < 0.1:
+        assert grid.points < 0.9 * whole

@@ -94,10 +94,13 @@ def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarr
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         k = np.ceil(np.log2(sb.imag / eb.imag))
     k = np.clip(np.nan_to_num(k, nan=30.0, posinf=30.0, neginf=1.0), 1.0, 30.0)
-    for _ in range(4):
+    for _ in range(4):  # (the logarithm's rounding corrected: once, nearly always; stopped when nothing moves)
         lower = np.maximum(k - 1.0, 1.0)
-        k = np.where((k > 1.0) & ((eb - sb * 2.0 ** -lower).imag >= 0), lower, k)
-        k = np.where(((eb - sb * 2.0 ** -k).imag < 0) & (k < 30.0), k + 1.0, k)
+        moved = np.where((k > 1.0) & ((eb - sb * 2.0 ** -lower).imag >= 0), lower, k)
+        moved = np.where(((eb - sb * 2.0 ** -moved).imag < 0) & (moved < 30.0), moved + 1.0, moved)
+        if np.array_equal(moved, k):
+            break
+        k = moved
     step[bad] = sb * 2.0 ** -k
     new[bad] = eb - step[bad]
 
@@ -252,15 +255,41 @@ def _solved(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarra
             z: np.ndarray, start: np.ndarray | None) -> np.ndarray:
     """The solution at ``z = x (1 + i EPS_PATH[-1])``: Newton from ``start`` (the points it leaves unconverged, or
     with a residual above :data:`WARM_RESIDUAL`, by the continuation), else by the continuation."""
+    return _solved_parts(tau, pi, scales, c, x, z, start)[0]
+
+
+def _differences(X: np.ndarray, z: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The real and imaginary parts of ``tau_a X - z`` at every point and atom."""
+    re = np.multiply.outer(X.real, tau)
+    re -= z.real[:, None]
+    im = np.multiply.outer(X.imag, tau)
+    im -= z.imag[:, None]
+    return re, im
+
+
+def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
+                  x: np.ndarray, z: np.ndarray,
+                  start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_solved`'s solution ``e`` and, at it, the parts of ``tau_a X(e) - z`` (:func:`_differences`): the warm
+    start's residual check and the distribution function read the same ones."""
     if start is None:
-        return _continued(x, tau, pi, scales, c)
+        e = _continued(x, tau, pi, scales, c)
+        return (e, *_differences(x_of(e, scales, c), z, tau))
     e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
-    # a point whose steps were halved at the axis can stop short of the root: the residual tells
-    s1 = _resolvent_sums(x_of(e, scales, c), z, tau, pi * tau, None)[0]
+    # a point whose steps were halved at the axis can stop short of the root: the residual tells (sum_a pi_a tau_a /
+    # (tau_a X - z), as :func:`_resolvent_sums` forms it: the same numbers)
+    re, im = _differences(x_of(e, scales, c), z, tau)
+    den = re * re
+    den += im * im
+    np.reciprocal(den, out=den)
+    pt = pi * tau
+    real_part = np.multiply(re, den, out=np.empty_like(den)) @ pt
+    s1 = real_part - 1j * (np.multiply(im, den, out=den) @ pt)
     left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
     if left.size:
         e[left] = _continued(x[left], tau, pi, scales, c)
-    return e
+        re[left], im[left] = _differences(x_of(e[left], scales, c), z[left], tau)
+    return e, re, im
 
 
 def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
@@ -286,13 +315,8 @@ def _distribution_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarra
     0``). In a gap of the spectrum it is the exact count of the atoms above (Bai & Silverstein 1998's exact
     separation); inside a cluster, the fraction the density's integral would give, without its quadrature error."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
-    e = _solved(tau, pi, scales, c, x, z, start)
-    X = x_of(e, scales, c)
     # (arctan2 of the real arithmetic's parts: Im(tau X - z) < 0, so each argument lies in (-pi, 0))
-    re = np.multiply.outer(X.real, tau)
-    re -= z.real[:, None]
-    im = np.multiply.outer(X.imag, tau)
-    im -= z.imag[:, None]
+    e, re, im = _solved_parts(tau, pi, scales, c, x, z, start)
     # (each argument kept on its side of the real axis: a solution whose imaginary part is a rounding below zero, as
     # Newton leaves some below the support when c > 1, would otherwise turn a -pi into +pi, or a pi into -pi)
     logs = np.arctan2(np.minimum(im, 0.0), re) @ pi

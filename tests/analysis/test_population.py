@@ -655,3 +655,42 @@ def test_weighted_rows_take_the_first_order_route_by_their_effective_sample():
     theory = spectra.fit(X, weights=w, window="3:12", population=True).fit.population
     assert theory.replicates == 0 and theory.to_dict()["bootstrap"]["route"] == "analytic"
     assert plain.replicates == 0 and plain.to_dict()["bootstrap"]["route"] == "first order"
+
+
+def test_at_first_order_the_match_starts_its_tail_at_the_observed_slopes_and_reaches_the_same_population():
+    """With n >= 10 d the sample's tail is near the population's: the match starts each tail segment at its observed
+    slope (not the window's) and reaches the least-squares population the window's start reaches, in fewer
+    evaluations of the expected spectrum."""
+    from spectra_cli.analysis.population import _matched, _problem
+
+    d, n = 96, 1200
+    j = np.arange(1, d + 1, dtype=np.float64)
+    tau = np.where(j <= 20, j ** -0.7, 20 ** -0.7 * (j / 20) ** -2.0)  # a tail twice as steep as the window
+    lam = simulated_spectrum(tau, n, np.random.default_rng(3), None)
+    found = {}
+    for first_order in (True, False):
+        m, naive, _ = _problem(lam, n, (5, 20), None, 0.0, 0)
+        ab, _, rms = _matched(m, naive, first_order)
+        found[first_order] = (ab, rms, m.evals)
+    (ab1, rms1, e1), (ab0, rms0, e0) = found[True], found[False]
+    np.testing.assert_allclose(ab1, ab0, atol=5e-3)
+    assert rms1 == pytest.approx(rms0, rel=1e-2)
+    assert e1 < e0
+
+
+def test_gauss_newton_stops_when_the_sum_of_squares_stops_moving():
+    """Without a step tolerance a converged fit keeps stepping (and evaluating) to its iteration cap; with
+    ``sse_rtol`` it stops once a step lowers the sum of squares by less than that fraction of it, at the same
+    exponent."""
+    from spectra_cli.analysis.population import gauss_newton
+
+    x = np.linspace(0.0, 1.0, 40)
+    y = np.exp(-1.3 * x) + np.random.default_rng(0).normal(0.0, 1e-3, x.size)
+
+    def f(ab: np.ndarray) -> np.ndarray:
+        return np.exp(-ab[0] * x)
+
+    free = gauss_newton(y, np.array([1.0]), f, max_iter=12, tol=0.0)
+    settled = gauss_newton(y, np.array([1.0]), f, max_iter=12, tol=0.0, sse_rtol=1e-4)
+    assert free[2] == 1 + 12 * 2 and settled[2] < 10
+    assert settled[0][0] == pytest.approx(free[0][0], abs=1e-4)

@@ -352,6 +352,10 @@ class Grid:
     #: eigenvalues above it), over the population's eigenvalue of that rank: the next evaluation starts its grid
     #: :data:`FLOOR_MARGIN` below the same ratio (None: at the grid's own lower end).
     floor: float | None = None
+    #: The last evaluation's lowest grid point below which its count had passed ``from_rank - 1``, over the
+    #: population's eigenvalue of that rank: the next evaluation that reads from the same rank ends its grid
+    #: :data:`FLOOR_MARGIN` above the same ratio, and its top point (None: the grid's own top).
+    ceiling: float | None = None
 
     def start(self, x: np.ndarray) -> np.ndarray | None:
         """The last solution interpolated (in log x) onto ``x``: a start near the root wherever the population,
@@ -366,14 +370,23 @@ class Grid:
 
 def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
                          scales: tuple[np.ndarray, np.ndarray] | None = None,
-                         grid: Grid | None = None, points_per_decade: int | None = None) -> np.ndarray:
+                         grid: Grid | None = None, points_per_decade: int | None = None,
+                         from_rank: int = 1) -> np.ndarray:
     """The expected sample eigenvalues of ranks ``1..ranks`` (descending) of the population ``tau``.
 
     Rank ``j``'s value is ``d`` times the integral of the quantile function of the limiting sample
     spectrum over the ``j``-th slice of mass ``1/d`` counted from the top (Ledoit & Wolf 2017's QuEST
     discretisation), from the distribution function on a log-spaced grid (:func:`grid_density` points a decade),
     exact at every point (:func:`_distribution_piece`) and linear between them, counted from the top so that the
-    grid's lower end only has to pass the last rank asked for."""
+    grid's lower end only has to pass the last rank asked for.
+
+    ``from_rank``: the caller reads ranks from this one on (those above are NaN). On a ``grid`` that has seen an
+    evaluation the grid then runs from a margin below where the last one's ranks ended (:attr:`Grid.floor`) to a
+    margin above where its count passed ``from_rank - 1`` (:attr:`Grid.ceiling`), and its top point: the counts at
+    those points are the whole grid's (each point is solved on its own; the count is normalised at the top), and the
+    sums of the eigenvalues above them differ from the whole grid's by one constant (the integral over the points
+    left out), which their differences, the ranks' values, cancel. A population that moved past a margin is
+    evaluated again on the whole grid."""
     tau = np.asarray(tau, dtype=np.float64)
     d = tau.size
     grid = grid if grid is not None else Grid()
@@ -385,16 +398,25 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     wmin = 1.0 if scales is None else float(scales[0].min())
     top = float(tau.max())
     x_hi = top * (1.0 + math.sqrt(c)) ** 2 * max(wmax, 1.0) * 1.5
-    x_lo = float(np.sort(tau)[::-1][min(ranks, d) - 1]) * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2)
-                                                                 if c < 1 else 1e-3)
-    tau_r = float(np.sort(tau)[::-1][min(ranks, d) - 1])
+    ordered = np.sort(tau)[::-1]
+    tau_r = float(ordered[min(ranks, d) - 1])
+    x_lo = tau_r * wmin * (max(1e-3, 0.25 * (1 - math.sqrt(c)) ** 2) if c < 1 else 1e-3)
+    above = from_rank - 1  # (the count the grid's upper part must pass: the ranks asked for start below it)
+    tau_a = float(ordered[min(above, d) - 1]) if above >= 1 else top
     trim = grid.floor is not None
+    ceiling = grid.ceiling if above >= 1 and ranks > above else None
     for _ in range(5):
         points = int(math.ceil(math.log10(x_hi / x_lo) * ppd)) + 1
         x = np.geomspace(x_lo, x_hi, points)
+        cut = False
         if trim:  # (the same points from the first one the ranks can need: the counts above them are the same)
             assert grid.floor is not None
             x = x[max(int(np.searchsorted(x, tau_r * grid.floor * 10.0 ** -FLOOR_MARGIN)) - 1, 0):]
+            if ceiling is not None:  # (and up to the first past from_rank's, with the top point kept)
+                last = int(np.searchsorted(x, tau_a * ceiling * 10.0 ** FLOOR_MARGIN))
+                if last < x.size - 2:
+                    x = np.r_[x[:last + 1], x[-1]]
+                    cut = True
         F, e = sample_distribution(atoms, pi, scales, c, x, start=grid.start(x))
         grid.last = (np.log(x), e)
         # N: the expected count above each point, 0 at the grid's top (where the last EPS_PATH's Lorentzian leaves
@@ -404,16 +426,21 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
         N -= N[-1]
         N = np.maximum.accumulate(N[::-1])[::-1]
         M = x * N + np.concatenate([np.cumsum(((N[1:] + N[:-1]) * 0.5 * np.diff(x))[::-1])[::-1], [0.0]])
-        if N[0] >= ranks + 0.5:
+        if N[0] >= ranks + 0.5 and not (cut and N[-2] >= above):
             break
-        if trim:  # (the population moved the ranks' lower end past the margin: the whole grid again)
+        if trim:  # (the population moved the ranks' ends past a margin: the whole grid again)
             trim = False
             continue
         x_lo *= 1e-2
     grid.points, grid.atoms = int(x.size), int(atoms.size)
     grid.floor = float(x[int(np.flatnonzero(N >= ranks + 0.5)[-1])]) / tau_r if N[0] >= ranks + 0.5 else None
+    passed = np.flatnonzero(N < above)
+    grid.ceiling = float(x[int(passed[0])]) / tau_a if above >= 1 and passed.size and passed[0] < x.size - 1 else None
     Mk = np.interp(np.arange(ranks + 1, dtype=np.float64), N[::-1], M[::-1])
-    return np.diff(Mk)
+    out = np.diff(Mk)
+    if from_rank > 1:
+        out[:from_rank - 1] = np.nan  # (not read: on a cut grid they would not be the whole grid's)
+    return out
 
 
 def _centred_log_ranks(k0: int, count: int) -> np.ndarray:

@@ -154,8 +154,9 @@ def on_grid_copies(f_on: Callable[[np.ndarray, Grid], np.ndarray],
     from spectra_cli import threads
 
     def many(points: list[np.ndarray]) -> list[np.ndarray]:
-        groups, last, floor = grid.groups, grid.last, grid.floor
-        return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last, floor=floor)), points,
+        groups, last, floor, ceiling = grid.groups, grid.last, grid.floor, grid.ceiling
+        return threads.map_side_by_side(lambda ab: f_on(ab, Grid(groups=groups, last=last, floor=floor,
+                                                                 ceiling=ceiling)), points,
                                         wanted=evaluations_side_by_side(grid.points, grid.atoms))
 
     return many
@@ -436,8 +437,8 @@ class _Match:
         ab = np.clip(ab, *ALPHA_BOUNDS)
         tau = population_spectrum(0.0, ab[0], ab[1:], self.d, self.knots or (self.k1,))
         ranks = self.ranks
-        return np.log(np.maximum(expected_eigenvalues(tau, self.c, int(ranks[-1]), scales=self.sc,
-                                                      grid=g)[ranks - 1], 1e-300))
+        return np.log(np.maximum(expected_eigenvalues(tau, self.c, int(ranks[-1]), scales=self.sc, grid=g,
+                                                      from_rank=self.k0)[ranks - 1], 1e-300))
 
     def f(self, ab: np.ndarray) -> np.ndarray:
         out = self.f_on(ab, self.grid)
@@ -775,7 +776,8 @@ def _curve_read(m: _Match, subsamples: Subsamples, alpha: float, gain: float, ex
     ppd_curve = grid_density(d, m.c)
 
     def expected_slope_at(dof: float, k_end: int) -> float:
-        e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=m.sc, grid=g_curve, points_per_decade=ppd_curve)
+        e = expected_eigenvalues(tau_hat, d / dof, k_end, scales=m.sc, grid=g_curve, points_per_decade=ppd_curve,
+                                 from_rank=k0)
         return slope_of(np.log(np.maximum(e[k0 - 1:k_end], 1e-300)), k0)
 
     def simulated_changes(k_end: int, parts: int) -> np.ndarray:
@@ -843,15 +845,15 @@ def _bend_tested(m: _Match, lin: _Linear, alpha: float, ab: np.ndarray, bends: n
         bend = bend_test(observed_bend, bends, level=level)
     if bend["fits"]:
         return bend
-    grid_b = Grid(last=m.grid.last, floor=m.grid.floor)
+    grid_b = Grid(last=m.grid.last, floor=m.grid.floor, ceiling=m.grid.ceiling)
     ranks, knots = m.ranks, m.knots
 
     def f_bent(ab_: np.ndarray, g: Grid = grid_b) -> np.ndarray:
         a = float(np.clip(ab_[0], *ALPHA_BOUNDS))
         beta = float(np.clip(ab_[1], -a / bend_of.span, a / bend_of.span))  # (kept monotone over the window)
         tau = population_spectrum(0.0, a, np.clip(ab_[2:], *ALPHA_BOUNDS), d, knots or (k1,), bend=(beta, k0))
-        return np.log(np.maximum(expected_eigenvalues(tau, m.c, int(ranks[-1]), scales=m.sc, grid=g)[ranks - 1],
-                                 1e-300))
+        return np.log(np.maximum(expected_eigenvalues(tau, m.c, int(ranks[-1]), scales=m.sc, grid=g,
+                                                      from_rank=k0)[ranks - 1], 1e-300))
 
     # the curved alternative fitted like the power law (its bend started at the observed one), then its alpha
     # moved (the bend and the tail kept) until its expected slope is the observed one

@@ -100,24 +100,49 @@ def test_the_expected_slope_no_longer_depends_on_the_grid_at_many_rows():
 
 @pytest.mark.parametrize("scales", [None, (np.array([0.3, 1.0, 2.2]), np.array([0.25, 0.5, 0.25]))])
 @pytest.mark.parametrize("step", [0.01, 0.3, -0.6])
-def test_a_grid_after_its_first_evaluation_starts_where_the_ranks_end_with_the_same_numbers(scales, step):
-    """An evaluation on a Grid that has seen one starts its grid a margin below where the last one's ranks ended: the
-    same numbers as the whole grid (the counts above each point do not depend on the points below), on fewer points;
-    a population that moved the ranks' end past the margin (a step of 0.6 in the exponent) is evaluated again on
-    the whole grid, with the same numbers too."""
+@pytest.mark.parametrize("from_rank", [1, 11])
+def test_a_grid_after_its_first_evaluation_covers_the_ranks_asked_for_with_the_same_numbers(scales, step, from_rank):
+    """An evaluation on a Grid that has seen one starts its grid a margin below where the last one's ranks ended
+    and, reading from rank 11, ends it a margin above where the count passed 10 (the top point kept): the same
+    values of the ranks read as the whole grid's (the counts above each point do not depend on the points below,
+    and the points left out at the top move every sum above by one constant), on fewer points; the ranks above
+    from_rank are NaN. A population that moved the ranks' ends past a margin (a step of 0.6 in the exponent) is
+    evaluated again on the whole grid, with the same numbers too."""
     from spectra_cli.analysis.equivalent import Grid
 
     d, c, ranks = 300, 0.1, 270
     j = np.arange(1, d + 1, dtype=np.float64)
     grid = Grid()
-    expected_eigenvalues(j ** -1.0, c, ranks, scales=scales, grid=grid)
+    expected_eigenvalues(j ** -1.0, c, ranks, scales=scales, grid=grid, from_rank=from_rank)
     whole = grid.points
-    assert grid.floor is not None
+    assert grid.floor is not None and (grid.ceiling is None) == (from_rank == 1)
     tau = j ** -(1.0 + step)
-    trimmed = expected_eigenvalues(tau, c, ranks, scales=scales, grid=grid)
+    trimmed = expected_eigenvalues(tau, c, ranks, scales=scales, grid=grid, from_rank=from_rank)
     fresh_grid = Grid(groups=grid.groups)  # (the same atoms: a Grid keeps its first population's merging)
     fresh = expected_eigenvalues(tau, c, ranks, scales=scales, grid=fresh_grid)
-    np.testing.assert_allclose(trimmed, fresh, rtol=1e-11)
+    read = slice(from_rank - 1, None)
+    np.testing.assert_allclose(trimmed[read], fresh[read], rtol=1e-11)
+    assert np.all(np.isnan(trimmed[:from_rank - 1]))
     assert grid.points < fresh_grid.points
     if abs(step) < 0.1:
-        assert grid.points < 0.9 * whole
+        assert grid.points < (0.9 if from_rank == 1 else 0.7) * whole
+
+
+@pytest.mark.parametrize("from_rank", [1, 11])
+def test_a_cut_grid_that_misses_the_ranks_is_evaluated_again_whole(monkeypatch, from_rank):
+    """The same grid at ten times the ratio d / n: the lower ranks fall far below the last evaluation's, the cut grid
+    misses them, and the evaluation is made again on the whole grid, with the whole grid's numbers."""
+    from spectra_cli.analysis import equivalent
+    from spectra_cli.analysis.equivalent import Grid
+
+    sizes: list[int] = []
+    solve = equivalent.sample_distribution
+    monkeypatch.setattr(equivalent, "sample_distribution", lambda *a, **k: sizes.append(a[4].size) or solve(*a, **k))
+    tau = np.arange(1, 301, dtype=np.float64) ** -1.0
+    grid = Grid()
+    expected_eigenvalues(tau, 0.05, 250, grid=grid, from_rank=from_rank)
+    sizes.clear()
+    again = expected_eigenvalues(tau, 0.5, 250, grid=grid, from_rank=from_rank)
+    assert len(sizes) == 2 and sizes[0] < sizes[1]  # (cut, then whole)
+    whole = expected_eigenvalues(tau, 0.5, 250, grid=Grid(groups=grid.groups))
+    np.testing.assert_allclose(again[from_rank - 1:], whole[from_rank - 1:], rtol=1e-11)

@@ -105,17 +105,22 @@ def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarr
     new[bad] = eb - step[bad]
 
 
-def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray,
-                    ptt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray, ptt: np.ndarray | None,
+                    work: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """``sum_a pt_a / (tau_a X - z)`` and ``sum_a ptt_a / (tau_a X - z)^2`` at every point, in real arithmetic
     (``1 / D = conj(D) / |D|^2``: about three times numpy's complex division, the same numbers to ~1e-14;
-    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch); ``ptt`` None: the first alone."""
-    re = np.multiply.outer(X.real, tau)
+    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch); ``ptt`` None: the first alone. ``work``: four
+    arrays of at least as many rows as points and ``tau.size`` columns to compute in (:func:`_workspace`; None: new
+    ones), the same numbers."""
+    k = X.size
+    re, im, den, tmp = ([w[:k] for w in work] if work is not None
+                        else [np.empty((k, tau.size)) for _ in range(4)])
+    np.multiply.outer(X.real, tau, out=re)
     re -= z.real[:, None]
-    im = np.multiply.outer(X.imag, tau)
+    np.multiply.outer(X.imag, tau, out=im)
     im -= z.imag[:, None]
-    den = re * re
-    den += im * im
+    np.multiply(re, re, out=den)
+    den += np.multiply(im, im, out=tmp)
     np.reciprocal(den, out=den)
     re *= den
     im *= den  # 1 / D = re - i im
@@ -123,9 +128,16 @@ def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarra
     if ptt is None:  # (the first sum alone: a residual)
         return first, None
     np.multiply(re, re, out=den)
-    den -= im * im
+    den -= np.multiply(im, im, out=tmp)
     im *= re  # (re - i im)^2 = re^2 - im^2 - 2 i re im
     return first, den @ ptt - 2j * (im @ ptt)
+
+
+def _workspace(points: int, atoms: int) -> list[np.ndarray]:
+    """Four arrays of ``points x atoms`` for :func:`_resolvent_sums`, made once for a solve's iterations (arrays of
+    a few MiB made and freed at every iteration are mapped and faulted afresh where the allocator hands them back to
+    the system: a library caller's process)."""
+    return [np.empty((points, atoms)) for _ in range(4)]
 
 
 def x_of(e: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
@@ -145,6 +157,7 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
     e = e0.copy()
     act = np.arange(e.size)
     pt, ptt = pi * tau, pi * tau * tau
+    work = _workspace(e.size, tau.size)
     for _ in range(iters):
         ea, za = e[act], z[act]
         if scales is None:
@@ -155,7 +168,7 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
             q = 1.0 / (1.0 + c * ea[:, None] * w[None, :])
             X = q @ (p * w)
             dX = -c * ((q * q) @ (p * w * w))
-        s1, s2 = _resolvent_sums(X, za, tau, pt, ptt)
+        s1, s2 = _resolvent_sums(X, za, tau, pt, ptt, work)
         assert s2 is not None
         step = (ea - s1) / (1.0 + dX * s2)
         new = ea - step

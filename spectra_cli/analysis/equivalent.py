@@ -397,8 +397,9 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
     evaluation the grid then runs from a margin below where the last one's ranks ended (:attr:`Grid.floor`) to a
     margin above where its count passed ``from_rank - 1`` (:attr:`Grid.ceiling`), and its top point: the counts at
     those points are the whole grid's (each point is solved on its own; the count is normalised at the top), and the
-    sums of the eigenvalues above them differ from the whole grid's by one constant (the integral over the points
-    left out), which their differences, the ranks' values, cancel. A population that moved past a margin is
+    sums of the eigenvalues above them leave out the part above the last point kept below the top: one constant,
+    which their differences, the ranks' values, cancel (and smaller sums, whose differences lose fewer digits to
+    rounding where the ranks read are many decades below the top). A population that moved past a margin is
     evaluated again on the whole grid."""
     tau = np.asarray(tau, dtype=np.float64)
     d = tau.size
@@ -438,7 +439,11 @@ def expected_eigenvalues(tau: np.ndarray, c: float, ranks: int, *,
         N = d * (1.0 - F)
         N -= N[-1]
         N = np.maximum.accumulate(N[::-1])[::-1]
-        M = x * N + np.concatenate([np.cumsum(((N[1:] + N[:-1]) * 0.5 * np.diff(x))[::-1])[::-1], [0.0]])
+        cells = (N[1:] + N[:-1]) * 0.5 * np.diff(x)
+        if cut:  # (the cell up to the top point is left out of every sum: a constant the ranks cancel, and a large
+            # one, ~ x_top (from_rank - 1) / 2, whose rounding the differences of the sums would read off)
+            cells[-1] = 0.0
+        M = x * N + np.concatenate([np.cumsum(cells[::-1])[::-1], [0.0]])
         if N[0] >= ranks + 0.5 and not (cut and N[-2] >= above):
             break
         if trim:  # (the population moved the ranks' ends past a margin: the whole grid again)

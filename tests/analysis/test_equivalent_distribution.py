@@ -146,3 +146,19 @@ def test_a_cut_grid_that_misses_the_ranks_is_evaluated_again_whole(monkeypatch, 
     assert len(sizes) == 2 and sizes[0] < sizes[1]  # (cut, then whole)
     whole = expected_eigenvalues(tau, 0.5, 250, grid=Grid(groups=grid.groups))
     np.testing.assert_allclose(again[from_rank - 1:], whole[from_rank - 1:], rtol=1e-11)
+
+
+def test_a_cut_grid_reads_ranks_far_below_the_top_without_the_left_out_sums_rounding():
+    """Ranks read eight decades below the top (a steep power law, from rank 243 of 538): the sums of the eigenvalues
+    above each point leave out the cut cell (~ x_top * 242 / 2, which the differences lost 1.6e-7 of their value to
+    in rounding); the values agree with the whole grid's to its own rounding."""
+    from spectra_cli.analysis.equivalent import Grid
+
+    d, c, ranks = 538, 0.5, 300
+    j = np.arange(1, d + 1, dtype=np.float64)
+    grid = Grid()
+    expected_eigenvalues(j ** -2.466, c, ranks, grid=grid, from_rank=243)
+    cut = expected_eigenvalues(j ** -2.476, c, ranks, grid=grid, from_rank=243)
+    whole = expected_eigenvalues(j ** -2.476, c, ranks, grid=Grid(groups=grid.groups))
+    assert whole[242] / whole[0] < 1e-5
+    np.testing.assert_allclose(cut[242:], whole[242:], rtol=5e-9)

@@ -26,6 +26,10 @@ EPS_PATH = (1.0, 0.1, 1e-2, 1e-3, 1e-5)
 #: A step halved to stay in the upper half plane (a point just off the real axis, where the density is about 0:
 #: Newton then converges only linearly) ends the point's iteration below this relative size.
 HALVED_TOL = 1e-7
+#: A point whose relative residual is above this after the continuation is off the root (its path down from far off
+#: the real axis crossed into another basin: with row scales and n near d, 0.3 where the root's is 1e-15) and is
+#: solved again from its neighbours (:func:`_marched`).
+FAILED_RESIDUAL = 1e-6
 #: Newton iterations from a warm start (the last solution, at nearby parameters) before a point takes the
 #: continuation instead.
 WARM_ITERATIONS = 12
@@ -280,13 +284,50 @@ def _differences(X: np.ndarray, z: np.ndarray, tau: np.ndarray) -> tuple[np.ndar
     return re, im
 
 
+def _relative_residuals(e: np.ndarray, z: np.ndarray, tau: np.ndarray, pi: np.ndarray,
+                        scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
+    """``|F(e)| / |e|`` at each point (:func:`_solve_e`'s equation)."""
+    s1 = _resolvent_sums(x_of(e, scales, c), z, tau, pi * tau, None)[0]
+    return np.abs(e - s1) / (np.abs(e) + 1e-300)
+
+
+def _marched(e: np.ndarray, z: np.ndarray, tau: np.ndarray, pi: np.ndarray,
+             scales: tuple[np.ndarray, np.ndarray] | None, c: float, failed: np.ndarray) -> None:
+    """The points ``failed`` (indices; the continuation left them off the root) solved again, in place, by Newton
+    from a converged neighbour's solution, up the grid and then down it (each point solved becomes the next one's
+    start): the branch followed along the real axis, node to node, where the path down from far off the axis
+    crossed into another basin. A point that does not reach the root so is left as it was."""
+    ok = np.ones(e.size, dtype=bool)
+    ok[failed] = False
+    for step in (1, -1):
+        for i in (failed if step == 1 else failed[::-1]):
+            j = i - step
+            if ok[i] or not (0 <= j < e.size and ok[j]):
+                continue
+            cand = _solve_e(z[i:i + 1], tau, pi, scales, c, e[j:j + 1])[0]
+            if _relative_residuals(cand, z[i:i + 1], tau, pi, scales, c)[0] <= FAILED_RESIDUAL:
+                e[i], ok[i] = cand[0], True
+
+
+def _off_the_root(e: np.ndarray, z: np.ndarray, tau: np.ndarray, pi: np.ndarray,
+                  scales: tuple[np.ndarray, np.ndarray] | None, c: float, among: np.ndarray) -> np.ndarray:
+    """The points of ``among`` (indices) whose solution is off the root (:data:`FAILED_RESIDUAL`)."""
+    if not among.size:
+        return among
+    return among[_relative_residuals(e[among], z[among], tau, pi, scales, c) > FAILED_RESIDUAL]
+
+
 def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
                   x: np.ndarray, z: np.ndarray,
                   start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_solved`'s solution ``e`` and, at it, the parts of ``tau_a X(e) - z`` (:func:`_differences`): the warm
-    start's residual check and the distribution function read the same ones."""
+    start's residual check and the distribution function read the same ones. The points the continuation leaves off
+    the root are marched to from their neighbours (:func:`_marched`)."""
     if start is None:
         e = _continued(x, tau, pi, scales, c)
+        failed = _off_the_root(e, z, tau, pi, scales, c, np.arange(e.size))
+        if failed.size:
+            _marched(e, z, tau, pi, scales, c, failed)
         return (e, *_differences(x_of(e, scales, c), z, tau))
     e, left = _solve_e(z, tau, pi, scales, c, start, iters=WARM_ITERATIONS)
     # a point whose steps were halved at the axis can stop short of the root: the residual tells (sum_a pi_a tau_a /
@@ -301,6 +342,9 @@ def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.
     left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
     if left.size:
         e[left] = _continued(x[left], tau, pi, scales, c)
+        failed = _off_the_root(e, z, tau, pi, scales, c, left)
+        if failed.size:
+            _marched(e, z, tau, pi, scales, c, failed)
         re[left], im[left] = _differences(x_of(e[left], scales, c), z[left], tau)
     return e, re, im
 

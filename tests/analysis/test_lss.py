@@ -201,16 +201,40 @@ def test_the_theory_gives_way_where_its_law_misses_the_matched_ranks():
     assert _theory(m, weights, tau) == "the limiting law does not cover the matched ranks"
 
 
-def test_rows_the_solver_cannot_follow_get_no_population_exponent_and_say_why():
-    """Scales 0.1 or 1.9 on 97 rows of 96 features: the deterministic equivalent loses the lower spectrum; the fit
-    says so instead of a match 150 log units off (it was alpha 1.37 with an RMS of 156)."""
+def test_rows_the_solver_lost_are_followed_now_and_their_interval_holds_the_population():
+    """Scales 0.1 or 1.9 on 97 rows of 96 features: the continuation used to leave the lower spectrum's points off
+    the root (the expected spectrum vanished, and the fit was refused; before that, a match 150 log units off); those
+    points are now marched to from their neighbours: the match fits (RMS 0.07), the interval is wide and holds the
+    population's exponent, and the simulated route agrees."""
     import spectra_cli as spectra
     from tests.conftest import powerlaw_matrix
 
     X = powerlaw_matrix(97, 96, 1.0, seed=1) * np.sqrt(np.random.default_rng(51).choice([0.1, 1.9], size=97))[:, None]
-    rep = spectra.fit(X, window="6:40", population=True)
+    pop = spectra.fit(X, window="6:40", population=True).fit.population
+    assert pop is not None and pop.match_rms < 0.2 and pop.low <= 1.0 <= pop.high
+    simulated = spectra.fit(X, window="6:40", population=True, population_route="simulate").fit.population
+    assert simulated is not None and abs(simulated.alpha - pop.alpha) < 0.1
+
+
+def test_an_expected_spectrum_that_vanishes_in_the_matched_ranks_is_refused_in_one_line(monkeypatch):
+    """Where the expected spectrum of a fitted population is zero at a matched rank (the solver lost that part of the
+    spectrum), the fit says so rather than matching log(0)."""
+    import spectra_cli as spectra
+    from spectra_cli.analysis import population
+    from tests.conftest import powerlaw_matrix
+
+    solved = population.expected_eigenvalues
+
+    def lost(*args, **kwargs):
+        out = solved(*args, **kwargs)
+        out[30:] = 0.0
+        return out
+
+    monkeypatch.setattr(population, "expected_eigenvalues", lost)
+    rep = spectra.fit(powerlaw_matrix(200, 96, 1.0, seed=1), window="6:25", population=True)
     assert rep.fit.population is None
-    assert any("the expected sample spectrum of the fitted population vanishes from rank" in w for w in rep.warnings)
+    assert any("the expected sample spectrum of the fitted population vanishes from rank 31" in w
+               for w in rep.warnings)
 
 
 def test_a_report_from_theory_follows_the_schema_and_says_its_route(validate):

@@ -181,3 +181,21 @@ def test_a_sub_samples_lower_triangle_from_the_total_is_its_covariance(centered)
         part = np.full((d, d), 7.0)
         replicate_covariance(part, sums, counts, centered=centered, ddof=1, weighted=False, lower=True, total=total)
         np.testing.assert_allclose(part[lower], whole[lower], rtol=1e-12, atol=1e-14 * np.abs(whole).max())
+
+
+def test_a_sub_sample_that_leaves_out_a_dominant_group_sums_its_kept_groups_directly():
+    """One group 10,000 times the others' scale: the sub-sample that leaves it out is summed from its kept groups (the
+    total less that group left the large group's rounding in the kept rows' smallest eigenvalues: 3.7e-9 of them,
+    against 2e-11 summed directly); its spectrum is the kept rows' to 2e-10 of each eigenvalue, the smallest
+    included."""
+    from spectra_cli.analysis.bootstrap import subset_spectra
+
+    rng = np.random.default_rng(8)
+    rows = [rng.standard_normal((60, D)) * np.linspace(1.0, 1e-3, D) for _ in range(G)]
+    rows[0] = rows[0] * 1e4
+    groups = [Moments.from_block(r) for r in rows]
+    keep = np.array([[g != 0 for g in range(G)]])
+    spectra, _ = subset_spectra(groups, keep, centered=True, ddof=1)
+    X = np.concatenate(rows[1:])
+    ref = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    np.testing.assert_allclose(spectra[0], ref, rtol=2e-10)

@@ -350,7 +350,7 @@ def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.
                   start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_solved`'s solution ``e`` and, at it, the parts of ``tau_a X(e) - z`` (:func:`_differences`): the warm
     start's residual check and the distribution function read the same ones. The points the continuation leaves off
-    the root are marched to from their neighbours (:func:`_marched`)."""
+    the root are solved again (:func:`_recovered`)."""
     if start is None:
         e = _continued(x, tau, pi, scales, c)
         _recovered(e, x, z, tau, pi, scales, c, _off_the_root(e, z, tau, pi, scales, c, np.arange(e.size)))

@@ -37,7 +37,7 @@ HALVED_TOL = 1e-7
 #: solved again from its neighbours (:func:`_marched`).
 FAILED_RESIDUAL = 1e-6
 #: A marched point is taken only at a root this close (and in the upper half plane): Newton stalled on the real axis
-#: by halved steps can stop at a residual of 6e-7 on no root at all (a review checked 16,486 marched points against
+#: by halved steps can stop at a residual of 6e-7 on no root at all (16,486 marched points checked against
 #: the exact roots of few-atom populations: at 1e-6 five were such, at 1e-10 none, as many recovered).
 MARCHED_RESIDUAL = 1e-10
 #: Newton iterations from a warm start (the last solution, at nearby parameters) before a point takes the

@@ -61,8 +61,8 @@ def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *
     ``scale**2``. ``lower``: its lower triangle alone (what a symmetric eigensolver reads), in slabs of rows up to
     their diagonal block, the rest of ``out`` untouched. ``total``: every group's ``r2 m2`` summed
     (:func:`_group_total`, its lower triangle at least), for counts of 0 and 1 that keep more groups than they leave
-    out: the kept groups' sum is the total less the left-out ones' (the same matrix to rounding, with a third of the
-    additions at a quarter left out)."""
+    out, and more of the trace: the kept groups' sum is the total less the left-out ones' (the same matrix to
+    rounding, with a third of the additions at a quarter left out)."""
     d = out.shape[0]
     Wb = float(counts @ sums.W)
     s1 = counts @ sums.S1
@@ -73,6 +73,12 @@ def replicate_covariance(out: np.ndarray, sums: GroupSums, counts: np.ndarray, *
     left_out = np.flatnonzero(counts == 0)
     complement = (total is not None and bool(np.all((counts == 0) | (counts == 1)))
                   and left_out.size < counts.size - left_out.size)
+    if complement:  # (and only where the left-out groups hold no more of the trace than the kept ones: a left-out
+        # group far larger than the rest would leave its rounding in the kept rows' smallest eigenvalues, 100x a
+        # direct sum's at a group of sd 10,000 among groups of sd 1)
+        assert total is not None
+        left_trace = sum(float(sums.r2[i]) * float(np.trace(sums.m2[i])) for i in left_out)
+        complement = left_trace <= float(np.trace(total)) - left_trace
     if complement:
         drawn = [(sums.m2[i], -float(sums.r2[i])) for i in left_out]
     else:
@@ -225,10 +231,6 @@ def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: boo
     # sub-sample's kept groups as the total less the groups it leaves out, where those are fewer)
     buffers = [np.zeros((d, d)) for _ in range(min(at_once, len(todo)))]
     total = _group_total(sums) if todo else None
-    # (the total less the left-out groups only where those hold no more of the trace than the kept ones: a left-out
-    # group far larger than the rest would leave its rounding in the kept rows' smallest eigenvalues, 100x a direct
-    # sum's at a group of sd 1,000 among groups of sd 1)
-    traces = np.array([float(r2) * float(np.trace(m2)) for m2, r2 in zip(sums.m2, sums.r2, strict=True)])
 
     def decompose(C: np.ndarray) -> np.ndarray:
         return leading_eigenvalues(C, None) * (sums.scale * sums.scale)
@@ -236,9 +238,8 @@ def subset_spectra(groups: Sequence[Moments], keep: np.ndarray, *, centered: boo
     for a in range(0, len(todo), at_once):
         batch = todo[a:a + at_once]
         for C, (_, counts) in zip(buffers, batch, strict=False):  # (the last batch may be shorter)
-            left = counts == 0
             replicate_covariance(C, sums, counts, centered=centered, ddof=ddof, weighted=weighted, lower=True,
-                                 total=total if traces[left].sum() <= traces[~left].sum() else None)
+                                 total=total)
         done = side_by_side([partial(decompose, C) for C in buffers[:len(batch)]], d)
         for (i, _), values in zip(batch, done, strict=True):
             spectra[i] = values

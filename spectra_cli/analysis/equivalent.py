@@ -294,10 +294,20 @@ def _differences(X: np.ndarray, z: np.ndarray, tau: np.ndarray) -> tuple[np.ndar
     return re, im
 
 
+def _first_sums(re: np.ndarray, im: np.ndarray, pt: np.ndarray) -> np.ndarray:
+    """``sum_a pt_a / (tau_a X - z)`` from the parts of ``tau_a X - z`` (:func:`_differences`), which are kept: the
+    arithmetic of :func:`_resolvent_sums`'s first sum, the same numbers."""
+    den = re * re
+    den += im * im
+    np.reciprocal(den, out=den)
+    real_part = np.multiply(re, den, out=np.empty_like(den)) @ pt
+    return real_part - 1j * (np.multiply(im, den, out=den) @ pt)
+
+
 def _relative_residuals(e: np.ndarray, z: np.ndarray, tau: np.ndarray, pi: np.ndarray,
                         scales: tuple[np.ndarray, np.ndarray] | None, c: float) -> np.ndarray:
     """``|F(e)| / |e|`` at each point (:func:`_solve_e`'s equation)."""
-    s1 = _resolvent_sums(x_of(e, scales, c), z, tau, pi * tau, None)[0]
+    s1 = _first_sums(*_differences(x_of(e, scales, c), z, tau), pi * tau)
     return np.abs(e - s1) / (np.abs(e) + 1e-300)
 
 
@@ -359,12 +369,7 @@ def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.
     # a point whose steps were halved at the axis can stop short of the root: the residual tells (sum_a pi_a tau_a /
     # (tau_a X - z), as :func:`_resolvent_sums` forms it: the same numbers)
     re, im = _differences(x_of(e, scales, c), z, tau)
-    den = re * re
-    den += im * im
-    np.reciprocal(den, out=den)
-    pt = pi * tau
-    real_part = np.multiply(re, den, out=np.empty_like(den)) @ pt
-    s1 = real_part - 1j * (np.multiply(im, den, out=den) @ pt)
+    s1 = _first_sums(re, im, pi * tau)
     left = np.union1d(left, np.flatnonzero(np.abs(e - s1) > WARM_RESIDUAL * np.abs(e)))
     if left.size:
         e[left] = _continued(x[left], tau, pi, scales, c)

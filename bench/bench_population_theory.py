@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> None:
                                           "sd": p["bootstrap"]["sd"], "bias": p["bootstrap"]["bias"],
                                           "fits": (p.get("bend") or {}).get("fits", True),
                                           "seconds": rep["timings"]["population_s"],
-                                          "naive": rep["fit"]["alpha"]}
+                                          "naive": rep["fit"]["alpha"],
+                                          "kappa": (p.get("rows") or {}).get("kappa")}
                         out.append(rec)
                         print(json.dumps(rec), flush=True)
     if args.json:

@@ -177,8 +177,7 @@ class SampleLaw:
             total += 2.0 * float(g_k[i] @ ((np.log(np.abs(x[j] - x[i])) - exact) * g_k[j]))
         var = total / math.pi ** 2
         if kappa:
-            t = self.atoms
-            inner = (np.imag(1.0 / (1.0 + np.multiply.outer(self.m, t))).T @ g)
+            inner = _cumulant_inner(self, g, self.atoms)
             var += kappa * self.c / math.pi ** 2 * float(self.weights @ (inner * inner))
         return var + self.scales_variance(fprime) if scales else var
 
@@ -263,7 +262,14 @@ def _scale_sums(A: SampleLaw, i: np.ndarray, B: SampleLaw, j: np.ndarray, conj: 
     return (Ei * (p * w * w)) @ Ej.T
 
 
-def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray, shared: float) -> float:
+def _cumulant_inner(law: SampleLaw, g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``int f'(x) Im 1 / (1 + t m(x)) dx`` at each population eigenvalue ``t`` (``g``: ``f' dx`` at the law's
+    points): one coordinate's part in the fourth cumulant's terms."""
+    return np.imag(1.0 / (1.0 + np.multiply.outer(law.m, t))).T @ g
+
+
+def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray, shared: float,
+                     kappa: float = 0.0) -> float:
     """The limiting covariance of ``sum f_a`` over the eigenvalues of one sample covariance and ``sum f_b`` over those
     of another from the same rows' law (the same population and scales), ``A`` and ``B`` their laws (each at its own
     ``c``), sharing ``shared`` of their rows (a count; ``n_A = d / c_A`` and ``n_B`` rows each, neither the other):
@@ -271,7 +277,10 @@ def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray,
     E_s[s^2 / (E_A E_B)]``, the sum over rows running over the shared ones (Gaussian integration by parts, each
     row weighted by ``1 / n`` in its matrix; one matrix, ``shared = n``, is :meth:`SampleLaw.variance`'s ``a``).
     Two different matrices share no eigenvalue: the kernel has no singularity. The scales' own sampling is not in
-    it (:func:`scales_influence`)."""
+    it (:func:`scales_influence`). Coordinates of fourth cumulant ``kappa`` (Gaussian rows' law only) add, row by
+    shared row, the covariance of its two quadratic forms' ``kappa sum_j M_jj N_jj``: ``(kappa d shared / (n_A n_B
+    pi^2)) int dH(t) I_A(t) I_B(t)``, ``I(t) = int f'(x) Im 1 / (1 + t m(x)) dx`` (with ``A = B`` and ``shared = n``,
+    :meth:`SampleLaw.variance`'s term)."""
     ga, gb = fa * A.dx, fb * B.dx
     ia, ib = np.flatnonzero(ga != 0.0), np.flatnonzero(gb != 0.0)
     if not (ia.size and ib.size):
@@ -286,6 +295,12 @@ def cross_covariance(A: SampleLaw, fa: np.ndarray, B: SampleLaw, fb: np.ndarray,
             T2, _ = _pair_sums(A, i, B, ib, conj, t2=True, b=False)
             out += sign * np.log(np.abs(1.0 - scale * T2 * _scale_sums(A, i, B, ib, conj)))
         total += float(ga[i] @ (out @ gb[ib]))
+    if kappa:
+        if A.scales is not None or B.scales is not None:
+            raise ValueError("the fourth cumulant's term is for Gaussian rows' law (no row scales)")
+        # (over A's atoms: B's law holds the same population, merged at its own c)
+        inner = _cumulant_inner(A, ga, A.atoms) * _cumulant_inner(B, gb, A.atoms)
+        total += kappa * A.d * shared / (nA * nB) * float(A.weights @ inner)
     return total / math.pi ** 2
 
 

@@ -39,7 +39,12 @@ from spectra_cli.analysis.equivalent import (
     slope_of,
     slope_weights,
 )
-from spectra_cli.analysis.row_scales import RowScales, deconvolved_scales, directions_t2
+from spectra_cli.analysis.row_scales import (
+    RowScales,
+    coordinate_cumulant,
+    deconvolved_scales,
+    directions_t2,
+)
 from spectra_cli.analysis.sampling_curve import CURVE_SIMULATIONS, Subsamples, sampling_curve
 from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_stream
 from spectra_cli.errors import FitError
@@ -279,7 +284,11 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "statistic sum psi(lambda_i), psi' = a(N(x)) / x, by the central limit theorem of linear spectral "
           "statistics at the fitted population (Bai & Silverstein 2004, real Gaussian entries; with row scales its "
           "separable form given the scales, plus the scales' own sampling through their influence on the expected "
-          "statistic; centred rows through n = rows - 1, Zheng, Bai & Yao 2015), the bias subtracted whole, a "
+          "statistic; centred rows through n = rows - 1, Zheng, Bai & Yao 2015; independent heavy-tailed "
+          "coordinates, their excess kurtosis kappa read from a second pass (the rows' projections on the 5 leading "
+          "eigenvectors and their norms, solved together) where it is beyond 2 grouped-jackknife standard errors "
+          "above 0 and the norms' spread is its own, through the theorem's fourth-cumulant terms, Pan & Zhou 2008, "
+          "Najim & Yao 2016, in place of row scales: rows.fourth_cumulant), the bias subtracted whole, a "
           "normal quantile; with population_route \"simulate\", or where the theory does not hold (the limiting law "
           "does not cover the matched ranks: said in notes), a linearised parametric bootstrap from the fitted "
           "population; either widened to the "
@@ -396,7 +405,8 @@ class _Match:
     """One population fit's problem, shared by its phases: the scale-free sample spectrum ``lam`` (``top`` its
     level), the rows ``n``, ``c = d / n``, the window ``k0..k1`` within the matched ranks ``k0..r_max``, the tail's
     knots, the observed log eigenvalues ``y`` over the matched ranks, the rows' scales ``sc`` (None: Gaussian rows),
-    the grid of the expected spectrum, the notes said and the expected spectra evaluated so far."""
+    the grid of the expected spectrum, the notes said and the expected spectra evaluated so far; ``kappa``: the
+    coordinates' fourth cumulant the analytic route takes (0: Gaussian coordinates, or not read)."""
 
     lam: np.ndarray
     top: float
@@ -413,6 +423,7 @@ class _Match:
     done: int = 0
     tick: Callable[[int], None] = field(default=lambda done: None)
     law: tuple[np.ndarray, Any] | None = None
+    kappa: float = 0.0
 
     @property
     def d(self) -> int:
@@ -597,6 +608,51 @@ class _Linear:
     a_lin: np.ndarray
 
 
+#: The coordinates' fourth cumulant is taken where it is beyond this many of its jackknife standard errors from 0
+#: and the scales' second moment within this many of 1 (:func:`_coordinates`).
+CUMULANT_SDS = 2.0
+
+
+def _coordinates(m: _Match, rows: dict[str, Any], projections: tuple[np.ndarray, ...]) -> None:
+    """The coordinates' fourth cumulant read (:func:`~spectra_cli.analysis.row_scales.coordinate_cumulant`) and,
+    where the data tell it from zero and the norms' spread is its own (no row scales beyond it), taken: the row
+    model becomes Gaussian rows' law with that cumulant (``m.kappa``, whose terms the analytic route adds) in place of
+    the scales the norms alone suggested. Said in ``rows`` and ``m.notes``."""
+    count, p2, p4, h1, h2 = (np.asarray(a, dtype=np.float64) for a in projections)
+    t2 = rows.get("t2")
+    if not isinstance(t2, float):
+        total = float(count.sum())
+        v = float(h2.sum() / total) / float(h1.sum() / total) ** 2 if total > 0 and h1.sum() > 0 else 1.0
+        t2 = directions_t2(m.lam, v, m.n)
+    cum = coordinate_cumulant(count, p2, p4, h1, h2, t2)
+    if isinstance(cum, str):
+        rows["fourth_cumulant"] = {"kappa": None, "reason": cum}
+        return
+    rows["fourth_cumulant"] = cum.to_dict()
+    heavy, scaled = cum.beyond(CUMULANT_SDS)
+    rows["kappa"] = 0.0
+    said = (f"the coordinates' excess kurtosis {cum.kappa:.3g} +- {cum.kappa_se:.2g} (from the rows' projections on "
+            f"the {cum.directions} leading directions and their norms; the scales' second moment {cum.m2:.3g} +- "
+            f"{cum.m2_se:.2g})")
+    if not heavy:
+        return
+    if cum.kappa < 0:
+        m.notes.append(f"{said}: lighter-tailed than Gaussian coordinates, which would narrow the interval; the "
+                       "Gaussian coordinates' interval (the wider) is kept")
+    elif scaled:
+        m.notes.append(f"{said}: the rows have both heavy-tailed coordinates and scales of their own; the theorem's "
+                       "fourth-cumulant term holds for one scale only, so the interval takes the row scales alone "
+                       "and may be narrow")
+    else:
+        m.sc, m.kappa = None, cum.kappa
+        rows["model"] = ("rows of independent coordinates in the population's eigenbasis with excess kurtosis kappa "
+                         "(the norms' spread is theirs, not row scales'): Gaussian rows' law, whose interval the "
+                         "fourth cumulant's terms widen (Najim & Yao 2016)")
+        m.notes.append(f"{said}: heavy-tailed coordinates, not row scales; the row model is one scale with that "
+                       "fourth cumulant, whose terms widen the interval")
+    rows["kappa"] = m.kappa
+
+
 def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear:
     final = np.r_[alpha, ab[1:]]
     f_final = m.f(final)
@@ -630,7 +686,7 @@ def _analytic(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[floa
 
     law = _law(m, tau_hat)
     fp = rank_weights_derivative(law, weights, m.k0)
-    return law.mean(fp), math.sqrt(max(law.variance(fp), 0.0))
+    return law.mean(fp, m.kappa), math.sqrt(max(law.variance(fp, m.kappa), 0.0))
 
 
 def _theory(m: _Match, weights: np.ndarray, tau_hat: np.ndarray) -> tuple[float, float] | str:
@@ -748,10 +804,10 @@ def _change_sd(m: _Match, tau_hat: np.ndarray, k_end: int, parts: int, dof_sub: 
     if _law_short(sub, k0, k_end) is not None:
         return None  # (the caller simulates instead)
     f, fs = rank_weights_derivative(full, weights, k0), rank_weights_derivative(sub, weights, k0)
-    v_full = full.variance(f, scales=False)  # (given the scales: their own sampling is phi's term below)
-    v_sub = sub.variance(fs, scales=False)
-    c_pair = cross_covariance(sub, fs, sub, fs, shared=max(2.0 * dof_sub - n, 0.0))
-    c_nest = cross_covariance(sub, fs, full, f, shared=dof_sub)
+    v_full = full.variance(f, m.kappa, scales=False)  # (given the scales: their own sampling is phi's term below)
+    v_sub = sub.variance(fs, m.kappa, scales=False)
+    c_pair = cross_covariance(sub, fs, sub, fs, shared=max(2.0 * dof_sub - n, 0.0), kappa=m.kappa)
+    c_nest = cross_covariance(sub, fs, full, f, shared=dof_sub, kappa=m.kappa)
     var = (parts * v_sub + parts * (parts - 1) * c_pair) / parts ** 2 - 2.0 * c_nest + v_full
     if m.sc is not None:  # (a row's scale moves D by its influence on a sub-sample's statistic less the whole's)
         p = m.sc[1]
@@ -907,7 +963,8 @@ def _interval(m: _Match, estimate: float, half: float, curve: dict[str, Any],
 def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], scales: RowScales | None = None,
                    offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
                    level: float = 0.95, null_directions: int = 0,
-                   subsamples: Subsamples | None = None, route: str = "analytic") -> PopulationFit:
+                   subsamples: Subsamples | None = None, route: str = "analytic",
+                   projections: tuple[np.ndarray, ...] | str | None = None) -> PopulationFit:
     """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
 
     ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
@@ -917,7 +974,11 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     ratio); ``null_directions``: how many directions
     the caller left out of ``eigenvalues`` (null ones: the population's dimension is the rest; noted);
     ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
-    sampling curve scales the row model's bias correction, and its spread bounds the interval from below.
+    sampling curve scales the row model's bias correction, and its spread bounds the interval from below;
+    ``projections``: per run of consecutive rows, the sums of the rows' projections on the leading eigenvectors and
+    of their norms, ``(count, p2, p4, h1, h2)`` (:class:`spectra_cli.stream.states.ProjectionSums`): on the analytic
+    route the coordinates' fourth cumulant is read from them and, where it is told from zero and the norms' spread
+    is its own, taken instead of row scales (:func:`_coordinates`); a string: why they could not be had (reported).
     ``route``: one of :data:`POPULATION_ROUTES` (below ``n/d = 10``: the interval from theory, or from simulated
     samples where the theory does not hold, said in ``notes``; or from simulated samples always). The population
     model, the equations and the interval are in :data:`METHOD` and the module docstring; the matched ranks are those
@@ -930,6 +991,10 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     t0 = time.perf_counter()
     m, naive, rows = _problem(eigenvalues, n, window, scales, offset, null_directions)
     first_order = is_first_order(n, m.d, n_effective)
+    if isinstance(projections, str):
+        rows["fourth_cumulant"] = {"kappa": None, "reason": projections}
+    elif projections is not None and route == "analytic" and not first_order:
+        _coordinates(m, rows, projections)
     ab, log_c, match_rms = _matched(m, naive, first_order)
     shape_alpha, tail = float(ab[0]), tuple(float(b) for b in ab[1:])
     alpha, gain = _slope_alpha(m, ab, naive)
@@ -943,7 +1008,9 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     theory = found if isinstance(found, tuple) else None
     if isinstance(found, str):
         analytic = False
-        m.notes.append(f"the interval and the bend test are simulated, not from theory: {found}")
+        m.notes.append(f"the interval and the bend test are simulated, not from theory: {found}"
+                       + (f"; the simulations draw Gaussian coordinates, without the coordinates' kurtosis "
+                          f"({m.kappa:.3g}): the interval may be narrow" if m.kappa else ""))
     bends, bias, sd, share, zq = _replicated(m, lin, alpha, gain, tau_hat, bend_of, first_order=first_order,
                                              replicates=replicates, level=level, rng=rng, theory=theory)
     estimate = alpha - share * bias

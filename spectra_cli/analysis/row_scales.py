@@ -242,3 +242,90 @@ def directions_t2(eigenvalues: np.ndarray, m2_obs: float, n: float) -> float:
     t = float(eigenvalues.sum())
     t2s = float(np.dot(eigenvalues, eigenvalues))
     return max((t2s - m2_obs * t * t / n) / ((1.0 - 1.0 / n) * t * t), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinateCumulant:
+    """The rows' coordinates' excess kurtosis ``kappa`` told from their scales' second moment ``m2 = E s^2 /
+    (E s)^2`` (:func:`coordinate_cumulant`), each with its grouped jackknife standard error.
+
+    Attributes:
+        kappa, kappa_se: the fourth cumulant of the coordinates in the population's eigenbasis (0: Gaussian).
+        m2, m2_se: the scales' second moment (1: every row the same scale).
+        projections_kurtosis: ``k``, the leading directions' projections' mean excess kurtosis.
+        norms_cv2: ``v``, the squared norms' squared coefficient of variation.
+        t2: ``tr Sigma^2 / (tr Sigma)^2``, from the row model.
+        directions, groups, rows: what it was read from.
+    """
+
+    kappa: float
+    kappa_se: float
+    m2: float
+    m2_se: float
+    projections_kurtosis: float
+    norms_cv2: float
+    t2: float
+    directions: int
+    groups: int
+    rows: int
+
+    def beyond(self, sds: float = 2.0) -> tuple[bool, bool]:
+        """Whether ``kappa`` is beyond ``sds`` standard errors of 0, and ``m2`` of 1."""
+        return (abs(self.kappa) > sds * self.kappa_se, abs(self.m2 - 1.0) > sds * self.m2_se)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kappa": self.kappa, "kappa_se": self.kappa_se, "m2": self.m2, "m2_se": self.m2_se,
+                "projections_kurtosis": self.projections_kurtosis, "norms_cv2": self.norms_cv2, "t2": self.t2,
+                "directions": self.directions, "groups": self.groups, "rows": self.rows,
+                "definition": COORDINATE_CUMULANT_DEFINITION}
+
+
+#: How the coordinates' fourth cumulant is read (reported beside it).
+COORDINATE_CUMULANT_DEFINITION = (
+    "rows x = mu + sqrt(s) Sigma^(1/2) z, z of independent coordinates with excess kurtosis kappa in the population's "
+    "eigenbasis: the projections on the leading sample eigenvectors have kurtosis m2 (3 + kappa) and the squared "
+    "norms E h^2 / (E h)^2 = m2 (1 + (2 + kappa) t2), solved together (a method of moments); standard errors by a "
+    "grouped jackknife over runs of consecutive rows")
+
+
+def _cumulant_of(count: float, p2: np.ndarray, p4: np.ndarray, h1: float, h2: float,
+                 t2: float) -> tuple[float, float, float, float]:
+    """``(kappa, m2, k, v)`` from the summed projections and norms (:class:`CoordinateCumulant`); NaN where the two
+    equations do not separate them."""
+    m2p, m4p = p2 / count, p4 / count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = float(np.mean(m4p / (m2p * m2p))) - 3.0
+        v = (h2 / count) / (h1 / count) ** 2 - 1.0
+        den = (1.0 + v) - (3.0 + k) * t2
+        kappa = ((3.0 + k) * (1.0 + 2.0 * t2) - 3.0 * (1.0 + v)) / den if den > 0 else math.nan
+        m2 = (1.0 + v) / (1.0 + (2.0 + kappa) * t2)
+    return kappa, m2, k, v
+
+
+def coordinate_cumulant(count: np.ndarray, p2: np.ndarray, p4: np.ndarray, h1: np.ndarray, h2: np.ndarray,
+                        t2: float) -> CoordinateCumulant | str:
+    """The coordinates' fourth cumulant and the scales' second moment, told apart (:class:`CoordinateCumulant`),
+    from per-group sums of the rows' projections on the leading eigenvectors (``p2``, ``p4``: groups x
+    directions) and of their squared norms (``h1``, ``h2``), all about the mean (:class:`spectra_cli.stream.states.
+    ProjectionSums`), at the row model's ``t2``; or why it cannot be read. Each group is left out in turn for the
+    standard errors (the standard errors' own design: dependence within a run of rows is kept)."""
+    live = np.flatnonzero(count > 0)
+    if live.size < 3:
+        return f"the rows fill {live.size} run(s) of the jackknife; it needs at least 3"
+    c, P2, P4, H1, H2 = count[live], p2[live], p4[live], h1[live], h2[live]
+    if not (np.all(P2.sum(axis=0) > 0) and H1.sum() > 0):
+        return "the rows do not vary along the leading directions"
+    whole = _cumulant_of(float(c.sum()), P2.sum(axis=0), P4.sum(axis=0), float(H1.sum()), float(H2.sum()), t2)
+    if not all(math.isfinite(x) for x in whole):
+        return ("the norms and the projections do not separate the coordinates' kurtosis from the row scales here "
+                "(one direction carries most of the variance)")
+    parts = np.array([_cumulant_of(float(c.sum() - c[g]), P2.sum(axis=0) - P2[g], P4.sum(axis=0) - P4[g],
+                                   float(H1.sum() - H1[g]), float(H2.sum() - H2[g]), t2)[:2]
+                      for g in range(live.size)])
+    if not np.all(np.isfinite(parts)):
+        return "a run of rows left out leaves the coordinates' kurtosis undefined (the jackknife cannot bound it)"
+    G = live.size
+    se = np.sqrt((G - 1) * np.mean((parts - parts.mean(axis=0)) ** 2, axis=0))
+    return CoordinateCumulant(kappa=whole[0], kappa_se=float(se[0]), m2=whole[1], m2_se=float(se[1]),
+                              projections_kurtosis=whole[2], norms_cv2=whole[3], t2=t2, directions=p2.shape[1],
+                              groups=G, rows=int(c.sum()))

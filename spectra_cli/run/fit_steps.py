@@ -90,6 +90,60 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
     return ShuffledControl(ctrl.eigenvalues, len(X), sub, seed, meets_at(real, ctrl))
 
 
+#: The leading directions whose projections' kurtosis tells heavy-tailed coordinates from row scales, and the runs of
+#: consecutive rows their jackknife leaves out in turn (:func:`coordinate_sums`).
+PROJECTED_DIRECTIONS = 5
+COORDINATE_GROUPS = 32
+
+
+def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int,
+                    route: str, progress: Progress | None = None) -> tuple[np.ndarray, ...] | str | None:
+    """What ``--population``'s analytic route reads the coordinates' fourth cumulant from: per run of consecutive
+    rows, the sums of the rows' projections on the covariance's leading eigenvectors and of their squared norms
+    (:class:`~spectra_cli.stream.states.ProjectionSums`), from a second pass (or the rows kept, n < d). None where
+    that route is not taken (the first-order ratio, the simulated route); why not, for weighted rows (their weights
+    are row scales already) and accumulated moments (no rows to read again)."""
+    from spectra_cli.analysis.population import is_first_order
+    from spectra_cli.stream.states import ProjectionSums
+
+    rows = first.positive_rows
+    dof = rows - 1 if centered else rows
+    d = main.n_features - main.near_null_count - main.below_floor
+    if route != "analytic" or d <= PROJECTED_DIRECTIONS or dof < 3 or is_first_order(dof, d):
+        return None
+    if first.weighted:
+        return "weighted rows: the weights enter the row model as row scales, and the coordinates are taken as Gaussian"
+    if first.rows is None and inp.source is None:
+        return ("accumulated moments (an Accumulator or a moment file) keep no rows to read again: the coordinates "
+                "are taken as Gaussian")
+    V = _leading_directions(first, PROJECTED_DIRECTIONS, centered=centered, ddof=ddof)
+    state = ProjectionSums(V, first.mean(), rows=first.n_rows, groups=min(COORDINATE_GROUPS, first.n_rows))
+    if first.rows is not None:
+        state.update(first.rows, None)
+    else:
+        inp.second_pass([state], need=param("population"), progress=progress)
+    return state.count, state.p2, state.p4, state.h1, state.h2
+
+
+def _leading_directions(first: Accumulated, k: int, *, centered: bool, ddof: int) -> np.ndarray:
+    """The covariance's ``k`` leading eigenvectors (columns): by ARPACK's Lanczos iteration on the d x d matrix
+    (a few products with it: 0.16 s at d = 4,096 where LAPACK's subset takes 2.3 s), from a fixed start; by
+    :func:`~spectra_cli.eigen.decomposition.leading_vectors` where it does not converge, or from the rows kept."""
+    from spectra_cli.eigen.decomposition import leading_vectors
+
+    kept = (first.rows, first.weights) if first.rows is not None else None
+    if first.moments is not None:
+        from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+
+        C = first.moments.second_moment_matrix(centered=centered, ddof=ddof)
+        try:
+            _, V = eigsh(C, k=k, which="LA", v0=np.random.default_rng(0).standard_normal(C.shape[0]))
+            return V
+        except ArpackNoConvergence:
+            pass
+    return leading_vectors(first.moments, kept, k, centered=centered, ddof=ddof)
+
+
 def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,
                 scale: str | None = None, scale_value: float | None = None, isoscore: bool = False) -> Isotropy:
     note = DIRECTIONS_GRAM if first.rows is not None else DIRECTIONS_DXD
@@ -450,11 +504,12 @@ def _keep(name: str, value: float | None, errors: dict[str, float | None], missi
 
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
-                    warnings: list[str], eigen_seconds: float | None = None, route: str = "analytic") -> FitSuite:
+                    warnings: list[str], eigen_seconds: float | None = None, route: str = "analytic",
+                    projections: tuple[np.ndarray, ...] | str | None = None) -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
     (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
     squared norms. ``eigen_seconds``: what the spectrum's own decomposition took (the expected time of the
-    population's decompositions is told from it, before they start)."""
+    population's decompositions is told from it, before they start); ``projections``: :func:`coordinate_sums`."""
     from spectra_cli.analysis.population import population_fit
     from spectra_cli.analysis.powerlaw import with_population as fit_with_population
     from spectra_cli.analysis.row_scales import RowScales, participation_ratio_population
@@ -519,7 +574,7 @@ def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, cent
         try:
             pop = population_fit(lam, n=dof, window=(f.window.k_min, f.window.k_max), scales=scales, offset=offset,
                                  n_effective=n_eff, replicates=POPULATION_REPLICATES, seed=seed, null_directions=nulls,
-                                 subsamples=subsamples, route=route)
+                                 subsamples=subsamples, route=route, projections=projections)
         except FitError as exc:
             warnings.append(Message(f"no population exponent over ranks {f.window.k_min}..{f.window.k_max} "
                                     f"({param('population', True)}): {raw(exc)}"))

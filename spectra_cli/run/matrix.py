@@ -194,7 +194,7 @@ def fit(
     if opening.kind == "eigenvalues":
         return _from_eigenvalues("fit", data, opts)
     if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
-        threads.import_in_background("scipy.special")
+        threads.import_in_background("scipy.special", "scipy.sparse.linalg")  # (the second: coordinate_sums)
     clock = Stopwatch()
     control = logz = scale_value = None
     with Input(opening, read) as inp:
@@ -215,7 +215,11 @@ def fit(
         if shuffled_control:
             control = fit_steps.shuffled_control(inp, first, main, seed=control_seed, centered=read.centered,
                                              ddof=read.ddof)
-        if partition_isotropy or shuffled_control:
+        projections = None
+        if population:
+            projections = fit_steps.coordinate_sums(inp, first, main, centered=read.centered, ddof=read.ddof,
+                                                    route=opts.population_route, progress=progress)
+        if partition_isotropy or shuffled_control or projections is not None:
             clock.mark("second_pass_s")
     weightwatcher = opts.convention.is_weightwatcher
     # (a weight matrix's rows are not a sample: no sampling bias to warn of)
@@ -239,7 +243,7 @@ def fit(
         clock.mark("analysis_s")
         suite = fit_steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
                                       warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"),
-                                      route=opts.population_route)
+                                      route=opts.population_route, projections=projections)
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,

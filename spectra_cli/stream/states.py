@@ -281,3 +281,40 @@ class DistinctRows:
         if raw <= 2.5 * m and zeros:
             raw = m * math.log(m / zeros)
         return min(raw, float(self.rows))
+
+
+class ProjectionSums:
+    """Per run of consecutive rows, the sums that tell heavy-tailed coordinates from row scales: each row's
+    projections ``p = (x - mean) . v`` on ``k`` directions (the columns of ``V``, the leading eigenvectors) and its
+    squared norm ``h = |x - mean|^2``, summed as ``p^2``, ``p^4``, ``h`` and ``h^2`` (float64) with the row count.
+    Rows go to ``groups`` runs by their position among ``rows`` (the selected rows, known before a second pass), so
+    that a run left out in turn is a grouped jackknife's (:func:`spectra_cli.analysis.row_scales.coordinate_cumulant`).
+    Unweighted rows only."""
+
+    def __init__(self, V: np.ndarray, mean: np.ndarray, *, rows: int, groups: int) -> None:
+        self.V = np.asarray(V, dtype=np.float64)
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.rows = max(int(rows), 1)
+        self.groups = max(int(groups), 1)
+        k = self.V.shape[1]
+        self.count = np.zeros(self.groups)
+        self.p2 = np.zeros((self.groups, k))
+        self.p4 = np.zeros((self.groups, k))
+        self.h1 = np.zeros(self.groups)
+        self.h2 = np.zeros(self.groups)
+        self.seen = 0
+
+    def update(self, X: np.ndarray, w: np.ndarray | None) -> None:
+        if not len(X):
+            return
+        Xc = np.asarray(X, dtype=np.float64) - self.mean
+        P = Xc @ self.V
+        h = np.einsum("ij,ij->i", Xc, Xc)
+        label = np.minimum((self.seen + np.arange(len(X))) * self.groups // self.rows, self.groups - 1)
+        self.seen += len(X)
+        P2 = P * P
+        np.add.at(self.count, label, 1.0)
+        np.add.at(self.p2, label, P2)
+        np.add.at(self.p4, label, P2 * P2)
+        np.add.at(self.h1, label, h)
+        np.add.at(self.h2, label, h * h)

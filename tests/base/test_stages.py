@@ -34,10 +34,11 @@ def test_fit_reports_the_read_then_the_replicates_then_the_population():
     first = rec.events.index(("stage", "bootstrap replicates", 12))
     assert rec.events[first - 1] == (200, 200)  # the read ended before
     assert rec.events[first + 1:first + 14] == [(b, 12) for b in range(13)]
-    # by default, Gaussian rows below n = 10 d take their interval from theory: nothing is simulated either
+    # by default, Gaussian rows below n = 10 d take their interval from theory: nothing is simulated either (a
+    # second pass reads the coordinates' kurtosis)
     rec = Recorder()
     spectra.fit(powerlaw_matrix(200, 32, 1.0, seed=0), window="3:16", population=True, progress=rec)
-    assert rec.stages() == ["population: sub-sample spectra",
+    assert rec.stages() == ["second pass: --population", "population: sub-sample spectra",
                             "population: matching the expected spectrum (ranks 3..16)"]
     # from n = 10 d degrees of freedom the population's interval is first order: nothing is simulated
     rec = Recorder()

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
             for law in args.laws:
                 for ratio in args.ratios:
                     n = int(round(ratio * d))
-                    for s in range(seeds):
+                    for s in range(args.first_seed, args.first_seed + seeds):
                         rng = np.random.default_rng([s, d, int(ratio * 10), args.laws.index(law), len(shape)])
                         X = rows(tau, n, law, rng)
                         rec = {"d": d, "n": n, "ratio": ratio, "law": law, "shape": shape, "seed": s, "truth": truth}
@@ -134,6 +134,7 @@ def main() -> None:
     ap.add_argument("--d", type=int, nargs="+", default=[96, 256])
     ap.add_argument("--seeds", type=int, nargs="+", default=[16, 8])
     ap.add_argument("--ratios", type=float, nargs="+", default=[1, 2, 5])
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds from this one (more samples of the same cells)")
     ap.add_argument("--laws", nargs="+", default=["gaussian", "elliptical", "laplace"])
     ap.add_argument("--shapes", nargs="+", default=["power-0.5", "power-1", "power-1.5", "broken", "cutoff"])
     ap.add_argument("--json", help="write every record here")

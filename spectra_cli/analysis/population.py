@@ -631,8 +631,8 @@ def _coordinates(m: _Match, rows: dict[str, Any], projections: tuple[np.ndarray,
     rows["fourth_cumulant"] = cum.to_dict()
     heavy, scaled = cum.beyond(CUMULANT_SDS)
     rows["kappa"] = 0.0
-    said = (f"the coordinates' excess kurtosis {cum.kappa:.3g} +- {cum.kappa_se:.2g} (from the rows' projections on "
-            f"the {cum.directions} leading directions and their norms; the scales' second moment {cum.m2:.3g} +- "
+    said = (f"the coordinates' excess kurtosis {cum.kappa:.3g} (SE {cum.kappa_se:.2g}; from the rows' projections "
+            f"on the {cum.directions} leading directions and their norms, the scales' second moment {cum.m2:.3g}, SE "
             f"{cum.m2_se:.2g})")
     if not heavy:
         return

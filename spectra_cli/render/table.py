@@ -181,10 +181,15 @@ def _fit_tables(doc: dict[str, Any], width: int | None) -> list[Any]:
             said = (f"; the rows spread the spectrum {curve['spread_ratio']:.2f} times as much as the row model "
                     f"predicts (their sampling curve), which alone gives {pop['model_alpha']:.4f}" if curve
                     else "; from the row model alone (too few row groups for a sampling curve)")
+            rows = pop.get("rows") or {}
+            tails = rows.get("fourth_cumulant") or {}
+            heavy = (f"; its interval counts the coordinates' heavy tails (excess kurtosis {rows['kappa']:.2f} "
+                     f"± {tails['kappa_se']:.2g})" if rows.get("kappa") and tails.get("kappa_se") is not None
+                     else "")
             notes.append(f"population exponent over {pop['window'][0]}..{pop['window'][1]}: {pop['alpha']:.4f} "
                          f"(95% {pop['ci'][0]:.4f}..{pop['ci'][1]:.4f}), against the sample slope "
                          f"{pop['naive_alpha']:.4f}{said}; the fitted population matches the spectrum to "
-                         f"{pop['match_rms']:.2g} in log lambda (RMS)")
+                         f"{pop['match_rms']:.2g} in log lambda (RMS){heavy}")
     models = doc.get("models")
     if models:
         # each alpha as the fit table shows it (the broken law's to 3 decimals, the others' to 4)

@@ -96,7 +96,7 @@ def _population(X: np.ndarray, **kw):
         return spectra.fit(X, window="5:25", population=True, **kw).fit.population
 
 
-def test_heavy_tailed_coordinates_widen_the_analytic_interval_and_are_said():
+def test_heavy_tailed_coordinates_widen_the_analytic_interval_and_are_said(validate):
     """Laplace rows at n = 2 d: the coordinates' kurtosis is read from a second pass and taken (the row model one
     scale, the interval wider than the Gaussian theory's); Gaussian and elliptical rows keep theirs."""
     from spectra_cli.analysis.population import population_fit
@@ -108,6 +108,11 @@ def test_heavy_tailed_coordinates_widen_the_analytic_interval_and_are_said():
     assert pop.route == "analytic" and rows["kappa"] > 1.0 and rows["fourth_cumulant"]["groups"] == 32
     assert rows["model"].startswith("rows of independent coordinates")
     assert any("heavy-tailed coordinates, not row scales" in n for n in pop.notes)
+    import spectra_cli as spectra
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        validate(spectra.fit(X, window="5:25", population=True).to_dict())
     lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
     plain = population_fit(lam, n=2 * d - 1, window=(5, 25))
     assert pop.bootstrap_sd > 1.2 * plain.bootstrap_sd
@@ -118,3 +123,37 @@ def test_heavy_tailed_coordinates_widen_the_analytic_interval_and_are_said():
     # the simulated route and the first-order one read nothing (no second pass)
     assert "fourth_cumulant" not in _population(X, population_route="simulate").scales
     assert "fourth_cumulant" not in _population(_rows(12 * d, d, "laplace", np.random.default_rng(8))).scales
+
+
+def test_accumulated_moments_and_weighted_rows_say_why_the_coordinates_are_taken_as_gaussian():
+    import spectra_cli as spectra
+
+    X = _rows(256, 64, "laplace", np.random.default_rng(2))
+    acc = spectra.Accumulator(64, groups=32)
+    acc.update(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pop = spectra.fit(acc, window="5:25", population=True).fit.population
+        weighted = spectra.fit(X, weights=np.linspace(1.0, 2.0, 256), window="5:25", population=True).fit.population
+    assert pop.scales["fourth_cumulant"] == {
+        "kappa": None, "reason": "accumulated moments (an Accumulator or a moment file) keep no rows to read again: "
+                                 "the coordinates are taken as Gaussian"}
+    assert weighted.scales["fourth_cumulant"]["reason"].startswith("weighted rows: the weights enter the row model")
+
+
+def test_the_terminal_says_the_interval_counts_heavy_tails():
+    import io
+
+    from rich.console import Console
+
+    import spectra_cli as spectra
+    from spectra_cli.render.table import print_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        doc = spectra.fit(_rows(256, 128, "laplace", np.random.default_rng(8)), window="5:25",
+                          population=True).to_dict()
+    out = io.StringIO()
+    print_report(doc, Console(file=out, width=400))
+    kappa = doc["fit"]["population"]["rows"]["kappa"]
+    assert f"its interval counts the coordinates' heavy tails (excess kurtosis {kappa:.2f} ± " in out.getvalue()

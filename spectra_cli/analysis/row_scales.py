@@ -269,9 +269,12 @@ class CoordinateCumulant:
     groups: int
     rows: int
 
-    def beyond(self, sds: float = 2.0) -> tuple[bool, bool]:
-        """Whether ``kappa`` is beyond ``sds`` standard errors of 0, and ``m2`` of 1."""
-        return (abs(self.kappa) > sds * self.kappa_se, abs(self.m2 - 1.0) > sds * self.m2_se)
+    def beyond(self, sds: float = 2.0, tolerance: float = 0.1) -> tuple[bool, bool]:
+        """Whether ``kappa`` is beyond ``sds`` standard errors above 0 (heavy tails), and whether the rows have scales
+        of their own: ``m2`` beyond ``sds`` standard errors above 1, or above ``1 + tolerance`` whatever its error
+        (heavy-tailed scales, Student-t rows, spread ``m2`` so much that its jackknife error is as large as it)."""
+        return (self.kappa > sds * self.kappa_se,
+                self.m2 - 1.0 > sds * self.m2_se or self.m2 > 1.0 + tolerance)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kappa": self.kappa, "kappa_se": self.kappa_se, "m2": self.m2, "m2_se": self.m2_se,
@@ -292,10 +295,11 @@ def _cumulant_of(count: float, p2: np.ndarray, p4: np.ndarray, h1: float, h2: fl
                  t2: float) -> tuple[float, float, float, float]:
     """``(kappa, m2, k, v)`` from the summed projections and norms (:class:`CoordinateCumulant`); NaN where the two
     equations do not separate them."""
-    m2p, m4p = p2 / count, p4 / count
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        m2p, m4p = p2 / count, p4 / count
         k = float(np.mean(m4p / (m2p * m2p))) - 3.0
-        v = (h2 / count) / (h1 / count) ** 2 - 1.0
+        h = np.float64(h1) / count
+        v = float(np.float64(h2) / count / (h * h)) - 1.0
         den = (1.0 + v) - (3.0 + k) * t2
         kappa = ((3.0 + k) * (1.0 + 2.0 * t2) - 3.0 * (1.0 + v)) / den if den > 0 else math.nan
         m2 = (1.0 + v) / (1.0 + (2.0 + kappa) * t2)

@@ -114,10 +114,12 @@ def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered:
     if first.weighted:
         return "weighted rows: the weights enter the row model as row scales, and the coordinates are taken as Gaussian"
     if first.rows is None and inp.source is None:
-        return ("accumulated moments (an Accumulator or a moment file) keep no rows to read again: the coordinates "
-                "are taken as Gaussian")
-    V = _leading_directions(first, PROJECTED_DIRECTIONS, centered=centered, ddof=ddof)
-    state = ProjectionSums(V, first.mean(), rows=first.n_rows, groups=min(COORDINATE_GROUPS, first.n_rows))
+        return (("accumulated moments (an Accumulator or a moment file) keep no rows to read again" if
+                 inp.accumulator is not None else "the input's rows are not read a second time here (a Dask array)")
+                + ": the coordinates are taken as Gaussian")
+    V, unit = _leading_directions(first, PROJECTED_DIRECTIONS, centered=centered, ddof=ddof)
+    state = ProjectionSums(V, first.mean(), rows=first.n_rows, groups=min(COORDINATE_GROUPS, first.n_rows),
+                           unit=unit)
     if first.rows is not None:
         state.update(first.rows, None)
     else:
@@ -125,23 +127,28 @@ def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered:
     return state.count, state.p2, state.p4, state.h1, state.h2
 
 
-def _leading_directions(first: Accumulated, k: int, *, centered: bool, ddof: int) -> np.ndarray:
-    """The covariance's ``k`` leading eigenvectors (columns): by ARPACK's Lanczos iteration on the d x d matrix
-    (a few products with it: 0.16 s at d = 4,096 where LAPACK's subset takes 2.3 s), from a fixed start; by
+def _leading_directions(first: Accumulated, k: int, *, centered: bool, ddof: int) -> tuple[np.ndarray, float]:
+    """The covariance's ``k`` leading eigenvectors (columns) and a typical row's norm about the mean in the data's
+    units (the root of the covariance's trace): the vectors by ARPACK's Lanczos iteration on the d x d matrix (a few
+    products with it: 0.16 s at d = 4,096 where LAPACK's subset takes 2.3 s), from a fixed start; by
     :func:`~spectra_cli.eigen.decomposition.leading_vectors` where it does not converge, or from the rows kept."""
     from spectra_cli.eigen.decomposition import leading_vectors
 
-    kept = (first.rows, first.weights) if first.rows is not None else None
     if first.moments is not None:
         from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
         C = first.moments.second_moment_matrix(centered=centered, ddof=ddof)
+        unit = math.sqrt(max(float(np.trace(C)), 0.0)) * first.moments.scale
         try:
             _, V = eigsh(C, k=k, which="LA", v0=np.random.default_rng(0).standard_normal(C.shape[0]))
-            return V
+            return V, unit
         except ArpackNoConvergence:
-            pass
-    return leading_vectors(first.moments, kept, k, centered=centered, ddof=ddof)
+            return leading_vectors(first.moments, None, k, centered=centered, ddof=ddof), unit
+    assert first.rows is not None
+    top = float(np.max(np.abs(first.rows))) if first.rows.size else 1.0  # (the rows' own scale, then their spread)
+    spread = first.rows / top - first.mean() / top if top > 0 else first.rows
+    unit = math.sqrt(float(np.mean(np.einsum("ij,ij->i", spread, spread)))) * (top if top > 0 else 1.0)
+    return leading_vectors(None, (first.rows, first.weights), k, centered=centered, ddof=ddof), unit
 
 
 def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,

@@ -219,7 +219,7 @@ def fit(
         if population:
             projections = fit_steps.coordinate_sums(inp, first, main, centered=read.centered, ddof=read.ddof,
                                                     route=opts.population_route, progress=progress)
-        if partition_isotropy or shuffled_control or projections is not None:
+        if partition_isotropy or shuffled_control or isinstance(projections, tuple):
             clock.mark("second_pass_s")
     weightwatcher = opts.convention.is_weightwatcher
     # (a weight matrix's rows are not a sample: no sampling bias to warn of)

@@ -289,11 +289,14 @@ class ProjectionSums:
     squared norm ``h = |x - mean|^2``, summed as ``p^2``, ``p^4``, ``h`` and ``h^2`` (float64) with the row count.
     Rows go to ``groups`` runs by their position among ``rows`` (the selected rows, known before a second pass), so
     that a run left out in turn is a grouped jackknife's (:func:`spectra_cli.analysis.row_scales.coordinate_cumulant`).
-    Unweighted rows only."""
+    The rows about the mean are divided by ``unit`` (a typical row's norm, in the data's units) before any power is
+    taken, so that inputs near 1e150 or 1e-150 neither overflow nor underflow (the reading is a ratio of moments:
+    the unit cancels). Unweighted rows only."""
 
-    def __init__(self, V: np.ndarray, mean: np.ndarray, *, rows: int, groups: int) -> None:
+    def __init__(self, V: np.ndarray, mean: np.ndarray, *, rows: int, groups: int, unit: float = 1.0) -> None:
         self.V = np.asarray(V, dtype=np.float64)
         self.mean = np.asarray(mean, dtype=np.float64)
+        self.unit = float(unit) if math.isfinite(unit) and unit > 0 else 1.0
         self.rows = max(int(rows), 1)
         self.groups = max(int(groups), 1)
         k = self.V.shape[1]
@@ -308,6 +311,7 @@ class ProjectionSums:
         if not len(X):
             return
         Xc = np.asarray(X, dtype=np.float64) - self.mean
+        Xc /= self.unit
         P = Xc @ self.V
         h = np.einsum("ij,ij->i", Xc, Xc)
         label = np.minimum((self.seen + np.arange(len(X))) * self.groups // self.rows, self.groups - 1)

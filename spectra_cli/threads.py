@@ -48,26 +48,23 @@ _in_pool = threading.local()  # (active: this thread runs a task of a pool)
 _IMPORTING: list[threading.Thread] = []
 
 
-def import_in_background(*names: str) -> threading.Thread | None:
-    """Start importing the modules ``names`` in turn in a thread of their own, so that their start-up overlaps the
-    caller's work (reading, products, decompositions: numpy releases the GIL inside them); a later ``import`` of one
-    waits for that import to finish (Python's lock on the module) and finds it done. ``--population``'s
-    ``scipy.special`` is 0.3 s of start-up, a fifth of the whole run at d = 384. An error is left for the later import
-    to raise. Not a daemon: a process that ends first waits for it (no module is left half imported). One thread for
-    all (two importing packages that share submodules side by side could meet on each other's locks). None when every
-    one is imported already."""
-    todo = [name for name in names if name not in sys.modules]
-    if not todo:
+def import_in_background(name: str) -> threading.Thread | None:
+    """Start importing the module ``name`` in a thread of its own, so that its start-up overlaps the caller's work
+    (reading, products, decompositions: numpy releases the GIL inside them); a later ``import`` of it waits for
+    that import to finish (Python's lock on the module) and finds it done. ``--population``'s ``scipy.special``
+    is 0.3 s of start-up, a fifth of the whole run at d = 384. An error is left for the later import to raise. Not
+    a daemon: a process that ends first waits for it (no module is left half imported). None when ``name`` is
+    imported already."""
+    if name in sys.modules:
         return None
 
     def load() -> None:
         import importlib
 
-        for name in todo:
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
-    thread = threading.Thread(target=load, name=f"spectra-import-{'+'.join(todo)}")
+    thread = threading.Thread(target=load, name=f"spectra-import-{name}")
     thread.start()
     _IMPORTING.append(thread)
     return thread

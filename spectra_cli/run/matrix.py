@@ -194,7 +194,7 @@ def fit(
     if opening.kind == "eigenvalues":
         return _from_eigenvalues("fit", data, opts)
     if population:  # (its quantiles and incomplete gamma: started now, done by the time the pass is)
-        threads.import_in_background("scipy.special", "scipy.sparse.linalg")  # (the second: coordinate_sums)
+        threads.import_in_background("scipy.special")
     clock = Stopwatch()
     control = logz = scale_value = None
     with Input(opening, read) as inp:

@@ -269,12 +269,13 @@ class CoordinateCumulant:
     groups: int
     rows: int
 
-    def beyond(self, sds: float = 2.0, tolerance: float = 0.1) -> tuple[bool, bool]:
+    def beyond(self, sds: float = 2.0, tolerance: float = 0.1, material: float = 0.0) -> tuple[bool, bool]:
         """Whether ``kappa`` is beyond ``sds`` standard errors above 0 (heavy tails), and whether the rows have scales
-        of their own: ``m2`` beyond ``sds`` standard errors above 1, or above ``1 + tolerance`` whatever its error
-        (heavy-tailed scales, Student-t rows, spread ``m2`` so much that its jackknife error is as large as it)."""
+        of their own: ``m2`` beyond ``sds`` standard errors and ``material`` above 1, or above ``1 + tolerance``
+        whatever its error (heavy-tailed scales, Student-t rows, spread ``m2`` so much that its jackknife error is as
+        large as it)."""
         return (self.kappa > sds * self.kappa_se,
-                self.m2 - 1.0 > sds * self.m2_se or self.m2 > 1.0 + tolerance)
+                (self.m2 - 1.0 > sds * self.m2_se and self.m2 - 1.0 > material) or self.m2 > 1.0 + tolerance)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kappa": self.kappa, "kappa_se": self.kappa_se, "m2": self.m2, "m2_se": self.m2_se,

@@ -190,3 +190,19 @@ def test_a_dask_array_says_its_rows_are_not_read_again():
     pop = _population(da.from_array(X, chunks=(64, 64)))
     assert pop.scales["fourth_cumulant"]["reason"] == ("the input's rows are not read a second time here (a Dask "
                                                        "array): the coordinates are taken as Gaussian")
+
+
+def test_scales_of_their_own_are_told_by_error_materiality_and_size():
+    from spectra_cli.analysis.row_scales import CoordinateCumulant
+
+    def reading(m2: float, m2_se: float, kappa: float = 1.0, kappa_se: float = 0.1) -> CoordinateCumulant:
+        return CoordinateCumulant(kappa=kappa, kappa_se=kappa_se, m2=m2, m2_se=m2_se, projections_kurtosis=1.0,
+                                  norms_cv2=0.1, t2=0.01, directions=5, groups=32, rows=1000)
+
+    assert reading(1.007, 0.0026).beyond(2.0, 0.1, 0.02) == (True, False)  # (significant, but immaterial)
+    assert reading(1.007, 0.0026).beyond(2.0, 0.1) == (True, True)
+    assert reading(1.05, 0.01).beyond(2.0, 0.1, 0.02) == (True, True)
+    assert reading(1.05, 0.04).beyond(2.0, 0.1, 0.02) == (True, False)  # (within its error)
+    assert reading(16.6, 8.9).beyond(2.0, 0.1, 0.02) == (True, True)  # (Student-t rows: above 1.1 whatever its error)
+    assert reading(0.85, 0.06).beyond(2.0, 0.1, 0.02)[1] is False  # (below 1: never scales)
+    assert reading(1.0, 0.01, kappa=-0.5).beyond()[0] is False  # (lighter tails: never heavy)

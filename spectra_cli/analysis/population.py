@@ -49,6 +49,7 @@ from spectra_cli.analysis.sampling_curve import CURVE_SIMULATIONS, Subsamples, s
 from spectra_cli.analysis.simulate import partition_spectra, simulated_rows, simulated_stream
 from spectra_cli.errors import FitError
 from spectra_cli.options import POPULATION_ROUTES
+from spectra_cli.stream.states import ProjectionMoments
 
 #: The exponents the population model spans; an estimate at either bound is not reported.
 ALPHA_BOUNDS = (0.0, 12.0)
@@ -618,33 +619,36 @@ CUMULANT_M2_TOLERANCE = 0.1
 CUMULANT_M2_MATERIAL = 0.02
 
 
-def _coordinates(m: _Match, rows: dict[str, Any], projections: tuple[np.ndarray, ...]) -> None:
+def _coordinates(m: _Match, rows: dict[str, Any], projections: ProjectionMoments) -> None:
     """The coordinates' fourth cumulant read (:func:`~spectra_cli.analysis.row_scales.coordinate_cumulant`) and,
     where the data tell it from zero and the norms' spread is its own (no row scales beyond it), taken: the row
     model becomes Gaussian rows' law with that cumulant (``m.kappa``, whose terms the analytic route adds) in place of
     the scales the norms alone suggested. Said in ``rows`` and ``m.notes``."""
-    count, p2, p4, h1, h2 = (np.asarray(a, dtype=np.float64) for a in projections)
     t2 = rows.get("t2")
-    if not isinstance(t2, float):
-        total = float(count.sum())
-        v = float(h2.sum() / total) / float(h1.sum() / total) ** 2 if total > 0 and h1.sum() > 0 else 1.0
-        t2 = directions_t2(m.lam, v, m.n)
-    cum = coordinate_cumulant(count, p2, p4, h1, h2, t2)
+    if not isinstance(t2, float):  # (no histogram of norms: the directions' t2 from the spectrum, the norms' spread
+        total = float(projections.count.sum())  # from the pass's own sums)
+        mean_h = float(projections.h1.sum()) / total if total > 0 else 0.0
+        m2_obs = float(projections.h2.sum()) / total / mean_h ** 2 if mean_h > 0 else 1.0
+        t2 = directions_t2(m.lam, m2_obs, m.n)
+    cum = coordinate_cumulant(projections, t2)
     if isinstance(cum, str):
         rows["fourth_cumulant"] = {"kappa": None, "reason": cum}
         return
     rows["fourth_cumulant"] = cum.to_dict()
-    heavy, scaled = cum.beyond(CUMULANT_SDS, CUMULANT_M2_TOLERANCE, CUMULANT_M2_MATERIAL)
-    rows["kappa"] = 0.0
+    heavy, scaled, below = cum.beyond(CUMULANT_SDS, CUMULANT_M2_TOLERANCE, CUMULANT_M2_MATERIAL)
     said = (f"the coordinates' excess kurtosis {cum.kappa:.3g} (SE {cum.kappa_se:.2g}; from the rows' projections "
             f"on the {cum.directions} leading directions and their norms, the scales' second moment {cum.m2:.3g}, SE "
             f"{cum.m2_se:.2g})")
     if not heavy:  # (a negative kappa, lighter tails, would narrow the interval: never taken, and not said: Gaussian
         return     # coordinates read slightly below 0 on the leading sample directions, fitted to the same rows)
-    if scaled:
-        m.notes.append(f"{said}: the rows' scales spread their norms and the projections read heavy tails too; the "
-                       "theorem's fourth-cumulant term holds for one scale only, so the interval takes the row scales "
-                       "alone and may be narrow")
+    if below:
+        m.notes.append(f"{said}: the norms spread less than one scale and those tails would make them (a second moment "
+                       "below 1, which no row scales give): the reading's model does not hold, and the coordinates are "
+                       "taken as Gaussian; the interval may be narrow")
+    elif scaled:
+        m.notes.append(f"{said}: the norms read row scales beside heavy tails; the theorem's fourth-cumulant term "
+                       "holds for one scale only, so the interval takes "
+                       + ("the row scales alone" if m.sc is not None else "Gaussian rows") + " and may be narrow")
     else:
         m.sc, m.kappa = None, cum.kappa
         rows["model"] = ("rows of independent coordinates in the population's eigenbasis with excess kurtosis kappa "
@@ -652,7 +656,6 @@ def _coordinates(m: _Match, rows: dict[str, Any], projections: tuple[np.ndarray,
                          "fourth cumulant's terms widen (Najim & Yao 2016)")
         m.notes.append(f"{said}: heavy-tailed coordinates, not row scales; the row model is one scale with that "
                        "fourth cumulant, whose terms widen the interval")
-    rows["kappa"] = m.kappa
 
 
 def _linearised(m: _Match, alpha: float, ab: np.ndarray, gain: float) -> _Linear:
@@ -966,7 +969,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
                    offset: float = 0.0, n_effective: float | None = None, replicates: int = 40, seed: int = 0,
                    level: float = 0.95, null_directions: int = 0,
                    subsamples: Subsamples | None = None, route: str = "analytic",
-                   projections: tuple[np.ndarray, ...] | str | None = None) -> PopulationFit:
+                   projections: ProjectionMoments | str | None = None) -> PopulationFit:
     """The population exponent over ``window`` (1-based, inclusive) of a sample spectrum.
 
     ``eigenvalues``: the sample covariance (or second moment), descending, all d of them; ``n``: the
@@ -978,7 +981,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
     ``subsamples``: the spectra of sub-samples of the same rows (:func:`sampling_curve`): the data's own
     sampling curve scales the row model's bias correction, and its spread bounds the interval from below;
     ``projections``: per run of consecutive rows, the sums of the rows' projections on the leading eigenvectors and
-    of their norms, ``(count, p2, p4, h1, h2)`` (:class:`spectra_cli.stream.states.ProjectionSums`): on the analytic
+    of their norms (:class:`~spectra_cli.stream.states.ProjectionMoments`): on the analytic
     route the coordinates' fourth cumulant is read from them and, where it is told from zero and the norms' spread
     is its own, taken instead of row scales (:func:`_coordinates`); a string: why they could not be had (reported).
     ``route``: one of :data:`POPULATION_ROUTES` (below ``n/d = 10``: the interval from theory, or from simulated
@@ -997,6 +1000,7 @@ def population_fit(eigenvalues: np.ndarray, *, n: int, window: tuple[int, int], 
         rows["fourth_cumulant"] = {"kappa": None, "reason": projections}
     elif projections is not None and route == "analytic" and not first_order:
         _coordinates(m, rows, projections)
+    rows["kappa"] = m.kappa  # (the coordinates' fourth cumulant the interval took: 0, Gaussian, unless read and taken)
     ab, log_c, match_rms = _matched(m, naive, first_order)
     shape_alpha, tail = float(ab[0]), tuple(float(b) for b in ab[1:])
     alpha, gain = _slope_alpha(m, ab, naive)

@@ -16,6 +16,7 @@ import numpy as np
 
 from spectra_cli.analysis.equivalent import merge_groups, merged
 from spectra_cli.stream.norms import NormHistogram
+from spectra_cli.stream.states import ProjectionMoments
 
 #: Row scales are kept within this factor of their mean either way (the grid spans their range).
 SCALE_RANGE = 1e6
@@ -269,13 +270,15 @@ class CoordinateCumulant:
     groups: int
     rows: int
 
-    def beyond(self, sds: float = 2.0, tolerance: float = 0.1, material: float = 0.0) -> tuple[bool, bool]:
-        """Whether ``kappa`` is beyond ``sds`` standard errors above 0 (heavy tails), and whether the rows have scales
-        of their own: ``m2`` beyond ``sds`` standard errors and ``material`` above 1, or above ``1 + tolerance``
+    def beyond(self, sds: float, tolerance: float, material: float) -> tuple[bool, bool, bool]:
+        """Whether ``kappa`` is beyond ``sds`` standard errors above 0 (heavy tails); whether the rows have scales of
+        their own: ``m2`` beyond ``sds`` standard errors and ``material`` above 1, or above ``1 + tolerance``
         whatever its error (heavy-tailed scales, Student-t rows, spread ``m2`` so much that its jackknife error is as
-        large as it)."""
+        large as it); and whether ``m2`` is beyond ``sds`` standard errors below 1, which no scales can make (the
+        reading's model does not hold)."""
         return (self.kappa > sds * self.kappa_se,
-                (self.m2 - 1.0 > sds * self.m2_se and self.m2 - 1.0 > material) or self.m2 > 1.0 + tolerance)
+                (self.m2 - 1.0 > sds * self.m2_se and self.m2 - 1.0 > material) or self.m2 > 1.0 + tolerance,
+                1.0 - self.m2 > sds * self.m2_se)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kappa": self.kappa, "kappa_se": self.kappa_se, "m2": self.m2, "m2_se": self.m2_se,
@@ -307,17 +310,15 @@ def _cumulant_of(count: float, p2: np.ndarray, p4: np.ndarray, h1: float, h2: fl
     return kappa, m2, k, v
 
 
-def coordinate_cumulant(count: np.ndarray, p2: np.ndarray, p4: np.ndarray, h1: np.ndarray, h2: np.ndarray,
-                        t2: float) -> CoordinateCumulant | str:
+def coordinate_cumulant(sums: ProjectionMoments, t2: float) -> CoordinateCumulant | str:
     """The coordinates' fourth cumulant and the scales' second moment, told apart (:class:`CoordinateCumulant`),
-    from per-group sums of the rows' projections on the leading eigenvectors (``p2``, ``p4``: groups x
-    directions) and of their squared norms (``h1``, ``h2``), all about the mean (:class:`spectra_cli.stream.states.
-    ProjectionSums`), at the row model's ``t2``; or why it cannot be read. Each group is left out in turn for the
-    standard errors (the standard errors' own design: dependence within a run of rows is kept)."""
-    live = np.flatnonzero(count > 0)
+    from per-group sums of the rows' projections on the leading eigenvectors and of their squared norms
+    (:class:`ProjectionMoments`), at the row model's ``t2``; or why it cannot be read. Each group is left out in turn
+    for the standard errors (the standard errors' own design: dependence within a run of rows is kept)."""
+    live = np.flatnonzero(sums.count > 0)
     if live.size < 3:
         return f"the rows fill {live.size} run(s) of the jackknife; it needs at least 3"
-    c, P2, P4, H1, H2 = count[live], p2[live], p4[live], h1[live], h2[live]
+    c, P2, P4, H1, H2 = sums.count[live], sums.p2[live], sums.p4[live], sums.h1[live], sums.h2[live]
     if not (np.all(P2.sum(axis=0) > 0) and H1.sum() > 0):
         return "the rows do not vary along the leading directions"
     whole = _cumulant_of(float(c.sum()), P2.sum(axis=0), P4.sum(axis=0), float(H1.sum()), float(H2.sum()), t2)
@@ -332,5 +333,5 @@ def coordinate_cumulant(count: np.ndarray, p2: np.ndarray, p4: np.ndarray, h1: n
     G = live.size
     se = np.sqrt((G - 1) * np.mean((parts - parts.mean(axis=0)) ** 2, axis=0))
     return CoordinateCumulant(kappa=whole[0], kappa_se=float(se[0]), m2=whole[1], m2_se=float(se[1]),
-                              projections_kurtosis=whole[2], norms_cv2=whole[3], t2=t2, directions=p2.shape[1],
+                              projections_kurtosis=whole[2], norms_cv2=whole[3], t2=t2, directions=P2.shape[1],
                               groups=G, rows=int(c.sum()))

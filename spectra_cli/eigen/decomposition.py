@@ -573,3 +573,25 @@ def leading_vectors(m: Moments | None, rows: tuple[np.ndarray, np.ndarray | None
     A, _ = _prepared_rows(*rows, centered=centered)
     _, _, Vt = np.linalg.svd(A, full_matrices=False)
     return Vt[:k].T
+
+
+#: :func:`leading_subspace`'s products and the vectors beyond those asked for: with 10 more and 12 products the 5th
+#: direction is within 3e-3 of LAPACK's (|cos| 0.997) where the spectrum is as flat as j^-0.3 at d = 1,024 (8
+#: products and 5 more: 0.63 there), and to 1e-6 on j^-1. Flatter still, the leading directions are nearly degenerate
+#: and the iteration returns mixtures of them (|cos| 0.66-0.98 at j^0, d = 512), as a sample's own eigenvectors are.
+SUBSPACE_ITERATIONS = 12
+SUBSPACE_OVERSAMPLING = 10
+
+
+def leading_subspace(C: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` leading eigenvectors of the symmetric ``C`` (columns, largest first) by subspace iteration (Halko,
+    Martinsson & Tropp 2011): :data:`SUBSPACE_ITERATIONS` products with ``k +`` :data:`SUBSPACE_OVERSAMPLING` vectors
+    from a fixed random start, each orthonormalised, then Rayleigh-Ritz; 0.009 s at d = 1,024 and 0.14 s at 4,096,
+    where LAPACK's subset (:func:`leading_vectors`) takes 0.07 and 2.3 s. For a reading that needs the directions,
+    not their last digits (the coordinates' kurtosis of ``--population``)."""
+    d = C.shape[0]
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((d, min(d, k + SUBSPACE_OVERSAMPLING))))[0]
+    for _ in range(SUBSPACE_ITERATIONS):
+        Q = np.linalg.qr(C @ Q)[0]
+    _, U = np.linalg.eigh(Q.T @ C @ Q)
+    return (Q @ U[:, ::-1])[:, :k]

@@ -24,11 +24,17 @@ from spectra_cli.analysis.isotropy import (
 from spectra_cli.analysis.isotropy import summary as isotropy_summary
 from spectra_cli.analysis.powerlaw import BootstrapCI, RankFit, Window
 from spectra_cli.analysis.suite import FitSuite
-from spectra_cli.eigen.decomposition import Spectrum, spectrum_from_moments, spectrum_from_rows
+from spectra_cli.eigen.decomposition import (
+    Spectrum,
+    leading_subspace,
+    leading_vectors,
+    spectrum_from_moments,
+    spectrum_from_rows,
+)
 from spectra_cli.errors import FitError, Message, OptionError, param, raw
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Accumulated, Input
-from spectra_cli.stream.states import RowsBuffer
+from spectra_cli.stream.states import ProjectionMoments, ProjectionSums, RowsBuffer
 from spectra_cli.validate import product_dtype
 
 if TYPE_CHECKING:
@@ -94,66 +100,50 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
 #: consecutive rows their jackknife leaves out in turn (:func:`coordinate_sums`).
 PROJECTED_DIRECTIONS = 5
 COORDINATE_GROUPS = 32
-#: The leading directions' subspace iteration (:func:`_leading_directions`): with 10 vectors beyond the 5 and 12
-#: products, the 5th direction is within 3e-3 of LAPACK's (|cos| 0.997) even where the spectrum is as flat as j^-0.3
-#: at d = 1,024 (8 products and 5 more vectors: 0.63 there), and to 1e-6 on j^-1.
-SUBSPACE_ITERATIONS = 12
-SUBSPACE_OVERSAMPLING = 10
 
 
 def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int,
-                    route: str, progress: Progress | None = None) -> tuple[np.ndarray, ...] | str | None:
+                    route: str, progress: Progress | None = None) -> ProjectionMoments | str | None:
     """What ``--population``'s analytic route reads the coordinates' fourth cumulant from: per run of consecutive
     rows, the sums of the rows' projections on the covariance's leading eigenvectors and of their squared norms
     (:class:`~spectra_cli.stream.states.ProjectionSums`), from a second pass (or the rows kept, n < d). None where
-    that route is not taken (the first-order ratio, the simulated route); why not, for weighted rows (their weights
-    are row scales already) and accumulated moments (no rows to read again)."""
-    from spectra_cli.analysis.population import is_first_order
-    from spectra_cli.stream.states import ProjectionSums
+    that route is not taken (the first-order ratio, the simulated route); why not, for uncentred fits, weighted
+    rows and inputs whose rows are not read again."""
+    from spectra_cli.analysis.population import is_first_order  # (the population's modules: only when asked for)
 
     rows = first.positive_rows
     dof = rows - 1 if centered else rows
     d = main.n_features - main.near_null_count - main.below_floor
     if route != "analytic" or d <= PROJECTED_DIRECTIONS or dof < 3 or is_first_order(dof, d):
         return None
+    if not centered:
+        return ("an uncentred fit: its rows' model holds the mean in every row, whose direction leads the second "
+                "moment; the coordinates are taken as Gaussian")
     if first.weighted:
         return "weighted rows: the weights enter the row model as row scales, and the coordinates are taken as Gaussian"
     if first.rows is None and inp.source is None:
         return (("accumulated moments (an Accumulator or a moment file) keep no rows to read again" if
                  inp.accumulator is not None else "the input's rows are not read a second time here (a Dask array)")
                 + ": the coordinates are taken as Gaussian")
-    V, unit = _leading_directions(first, PROJECTED_DIRECTIONS, centered=centered, ddof=ddof)
+    if first.moments is not None:
+        C = first.moments.second_moment_matrix(centered=True, ddof=ddof)
+        V = leading_subspace(C, PROJECTED_DIRECTIONS)
+        typical = math.sqrt(max(float(np.trace(C)), 0.0)) * first.moments.scale
+    else:
+        assert first.rows is not None
+        V = leading_vectors(None, (first.rows, None), PROJECTED_DIRECTIONS, centered=True, ddof=ddof)
+        top = float(np.max(np.abs(first.rows))) if first.rows.size else 0.0  # (the rows' scale, then their spread)
+        spread = (first.rows - first.mean()) / top if top > 0 else first.rows
+        typical = math.sqrt(float(np.mean(np.einsum("ij,ij->i", spread, spread)))) * (top if top > 0 else 1.0)
+    # (a power of two near a typical row's norm: dividing by it is exact, and no fourth power leaves float64)
+    unit = 2.0 ** math.floor(math.log2(typical)) if math.isfinite(typical) and typical > 0 else 1.0
     state = ProjectionSums(V, first.mean(), rows=first.n_rows, groups=min(COORDINATE_GROUPS, first.n_rows),
                            unit=unit)
     if first.rows is not None:
         state.update(first.rows, None)
     else:
         inp.second_pass([state], need=param("population"), progress=progress)
-    return state.count, state.p2, state.p4, state.h1, state.h2
-
-
-def _leading_directions(first: Accumulated, k: int, *, centered: bool, ddof: int) -> tuple[np.ndarray, float]:
-    """The covariance's ``k`` leading eigenvectors (columns) and a typical row's norm about the mean in the data's
-    units (the root of the covariance's trace): the vectors by subspace iteration on the d x d matrix (Halko,
-    Martinsson & Tropp 2011: :data:`SUBSPACE_ITERATIONS` products with ``k +`` :data:`SUBSPACE_OVERSAMPLING` vectors
-    from a fixed random start, each orthonormalised, then Rayleigh-Ritz; 0.14 s at d = 4,096 where LAPACK's subset
-    takes 2.3 s, and no ARPACK, whose import alone cost a 2,048 x 1,024 fit 0.3 s), or from the rows kept."""
-    from spectra_cli.eigen.decomposition import leading_vectors
-
-    if first.moments is not None:
-        C = first.moments.second_moment_matrix(centered=centered, ddof=ddof)
-        unit = math.sqrt(max(float(np.trace(C)), 0.0)) * first.moments.scale
-        d = C.shape[0]
-        Q = np.linalg.qr(np.random.default_rng(0).standard_normal((d, min(d, k + SUBSPACE_OVERSAMPLING))))[0]
-        for _ in range(SUBSPACE_ITERATIONS):
-            Q = np.linalg.qr(C @ Q)[0]
-        _, U = np.linalg.eigh(Q.T @ C @ Q)
-        return (Q @ U[:, ::-1])[:, :k], unit
-    assert first.rows is not None
-    top = float(np.max(np.abs(first.rows))) if first.rows.size else 1.0  # (the rows' own scale, then their spread)
-    spread = first.rows / top - first.mean() / top if top > 0 else first.rows
-    unit = math.sqrt(float(np.mean(np.einsum("ij,ij->i", spread, spread)))) * (top if top > 0 else 1.0)
-    return leading_vectors(None, (first.rows, first.weights), k, centered=centered, ddof=ddof), unit
+    return state.result()
 
 
 def isotropy_of(first: Accumulated, main: Spectrum, *, logz: LogZAccumulator | None = None,
@@ -483,7 +473,6 @@ def spikes_of(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: 
     each with the coordinates that load on it (its eigenvector: a second, partial decomposition of the
     leading directions only)."""
     from spectra_cli.analysis.spikes import Spikes, find_spikes
-    from spectra_cli.eigen.decomposition import leading_vectors
 
     _, dof = sampling_dof(first, centered=centered)
     if not suite.fits:
@@ -517,7 +506,7 @@ def _keep(name: str, value: float | None, errors: dict[str, float | None], missi
 
 def with_population(suite: FitSuite, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int, seed: int,
                     warnings: list[str], eigen_seconds: float | None = None, route: str = "analytic",
-                    projections: tuple[np.ndarray, ...] | str | None = None) -> FitSuite:
+                    projections: ProjectionMoments | str | None = None) -> FitSuite:
     """The population exponent of every fit, and the bias-corrected participation ratio
     (:mod:`spectra_cli.analysis.population`, :mod:`spectra_cli.analysis.row_scales`), from the spectrum and the rows'
     squared norms. ``eigen_seconds``: what the spectrum's own decomposition took (the expected time of the

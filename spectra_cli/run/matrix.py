@@ -66,6 +66,7 @@ from spectra_cli.stream import moment_file
 from spectra_cli.stream.accumulator import Accumulator
 from spectra_cli.stream.local import Progress
 from spectra_cli.stream.passes import Input, input_paths
+from spectra_cli.stream.states import ProjectionMoments
 from spectra_cli.validate import check_bool, check_int
 
 BOOTSTRAP_GROUPS = 32
@@ -215,11 +216,9 @@ def fit(
         if shuffled_control:
             control = fit_steps.shuffled_control(inp, first, main, seed=control_seed, centered=read.centered,
                                              ddof=read.ddof)
-        projections = None
-        if population:
-            projections = fit_steps.coordinate_sums(inp, first, main, centered=read.centered, ddof=read.ddof,
-                                                    route=opts.population_route, progress=progress)
-        if partition_isotropy or shuffled_control or isinstance(projections, tuple):
+        sums = fit_steps.coordinate_sums(inp, first, main, centered=read.centered, ddof=read.ddof,
+                                         route=opts.population_route, progress=progress) if population else None
+        if partition_isotropy or shuffled_control or (first.rows is None and isinstance(sums, ProjectionMoments)):
             clock.mark("second_pass_s")
     weightwatcher = opts.convention.is_weightwatcher
     # (a weight matrix's rows are not a sample: no sampling bias to warn of)
@@ -243,7 +242,7 @@ def fit(
         clock.mark("analysis_s")
         suite = fit_steps.with_population(suite, first, main, centered=read.centered, ddof=read.ddof, seed=ci_seed,
                                       warnings=warnings, eigen_seconds=clock.laps.get("eigen_s"),
-                                      route=opts.population_route, projections=projections)
+                                      route=opts.population_route, projections=sums)
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,

@@ -11,7 +11,7 @@ see it (weights checked, non-finite rows refused or dropped).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -283,6 +283,20 @@ class DistinctRows:
         return min(raw, float(self.rows))
 
 
+@dataclass(frozen=True, slots=True)
+class ProjectionMoments:
+    """Per run of consecutive rows (axis 0), the sums a pass keeps of the rows' projections on the leading
+    eigenvectors (axis 1) and of their squared norms, all about the mean and in one unit (:class:`ProjectionSums`;
+    read by :func:`spectra_cli.analysis.row_scales.coordinate_cumulant`): ``count`` rows, ``p2``, ``p4`` the
+    projections' squares and fourth powers, ``h1``, ``h2`` the squared norms and their squares."""
+
+    count: np.ndarray
+    p2: np.ndarray
+    p4: np.ndarray
+    h1: np.ndarray
+    h2: np.ndarray
+
+
 class ProjectionSums:
     """Per run of consecutive rows, the sums that tell heavy-tailed coordinates from row scales: each row's
     projections ``p = (x - mean) . v`` on ``k`` directions (the columns of ``V``, the leading eigenvectors) and its
@@ -322,3 +336,7 @@ class ProjectionSums:
         np.add.at(self.p4, label, P2 * P2)
         np.add.at(self.h1, label, h)
         np.add.at(self.h2, label, h * h)
+
+    def result(self) -> ProjectionMoments:
+        """The sums, kept (:class:`ProjectionMoments`)."""
+        return ProjectionMoments(self.count.copy(), self.p2.copy(), self.p4.copy(), self.h1.copy(), self.h2.copy())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spectra_cli.analysis.row_scales import coordinate_cumulant
-from spectra_cli.stream.states import ProjectionSums
+from spectra_cli.stream.states import ProjectionMoments, ProjectionSums
 
 
 def _rows(n: int, d: int, law: str, rng: np.random.Generator, rotate: bool = True) -> np.ndarray:
@@ -25,13 +25,19 @@ def _rows(n: int, d: int, law: str, rng: np.random.Generator, rotate: bool = Tru
     return X
 
 
-def _sums(X: np.ndarray, k: int = 5, groups: int = 16, blocks: int = 1) -> tuple[np.ndarray, ...]:
+def _sums(X: np.ndarray, k: int = 5, groups: int = 16, blocks: int = 1) -> ProjectionMoments:
     mean = X.mean(axis=0)
     _, V = np.linalg.eigh(np.cov(X, rowvar=False))
     state = ProjectionSums(V[:, ::-1][:, :k], mean, rows=len(X), groups=groups)
     for part in np.array_split(X, blocks):
         state.update(part, None)
-    return state.count, state.p2, state.p4, state.h1, state.h2
+    return state.result()
+
+
+def _gate(got):
+    from spectra_cli.analysis.population import CUMULANT_M2_MATERIAL, CUMULANT_M2_TOLERANCE, CUMULANT_SDS
+
+    return got.beyond(CUMULANT_SDS, CUMULANT_M2_TOLERANCE, CUMULANT_M2_MATERIAL)
 
 
 def _t2(d: int) -> float:
@@ -42,12 +48,12 @@ def _t2(d: int) -> float:
 def test_the_sums_do_not_depend_on_the_blocks_and_fill_runs_of_consecutive_rows():
     X = _rows(203, 12, "gaussian", np.random.default_rng(0))
     one, many = _sums(X, k=3, groups=7), _sums(X, k=3, groups=7, blocks=9)
-    for a, b in zip(one, many, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+    for name in ("count", "p2", "p4", "h1", "h2"):
+        np.testing.assert_allclose(getattr(one, name), getattr(many, name), rtol=1e-12)
     # run g holds rows g n / G .. (g + 1) n / G: 29 each, by position
-    np.testing.assert_array_equal(one[0], np.bincount(np.arange(203) * 7 // 203))
+    np.testing.assert_array_equal(one.count, np.bincount(np.arange(203) * 7 // 203))
     Xc = X - X.mean(axis=0)
-    np.testing.assert_allclose(one[3][0], float(np.sum(Xc[:29] ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(one.h1[0], float(np.sum(Xc[:29] ** 2)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("law, kappa, m2", [("gaussian", 0.0, 1.0), ("laplace", 3.0, 1.0),
@@ -56,14 +62,14 @@ def test_kappa_and_the_scales_second_moment_are_told_apart(law, kappa, m2):
     """Independent coordinates in the population's eigenbasis (rotated), n = 20 d: the joint reading recovers the
     law's kappa and m2 within three of its standard errors (and the errors are small enough to say which law)."""
     d = 64
-    got = coordinate_cumulant(*_sums(_rows(20 * d, d, law, np.random.default_rng(3)), groups=32), _t2(d))
+    got = coordinate_cumulant(_sums(_rows(20 * d, d, law, np.random.default_rng(3)), groups=32), _t2(d))
     assert not isinstance(got, str)
     assert abs(got.kappa - kappa) < 3 * got.kappa_se + 0.3
     assert abs(got.m2 - m2) < 3 * got.m2_se + 0.05
-    heavy, scaled = got.beyond(2.0)
+    heavy, scaled, below = _gate(got)
     # (Gaussian coordinates read slightly platykurtic on the leading sample directions, fitted to the same rows: only
     # a kappa above 0 counts)
-    assert heavy == (law == "laplace") and scaled == (law == "elliptical")
+    assert heavy == (law == "laplace") and scaled == (law == "elliptical") and not below
     assert got.to_dict()["definition"].startswith("rows x = mu + sqrt(s)")
 
 
@@ -71,7 +77,7 @@ def test_the_jackknife_error_is_the_spread_of_the_estimate():
     """Its standard error against the spread of kappa over 60 samples of Laplace rows (d = 32, n = 1,000)."""
     d, kappas, ses = 32, [], []
     for seed in range(60):
-        got = coordinate_cumulant(*_sums(_rows(1000, d, "laplace", np.random.default_rng(100 + seed))), _t2(d))
+        got = coordinate_cumulant(_sums(_rows(1000, d, "laplace", np.random.default_rng(100 + seed))), _t2(d))
         assert not isinstance(got, str)
         kappas.append(got.kappa)
         ses.append(got.kappa_se)
@@ -79,13 +85,15 @@ def test_the_jackknife_error_is_the_spread_of_the_estimate():
 
 
 def test_what_cannot_be_read_is_said():
+    import dataclasses
+
     X = _rows(100, 8, "gaussian", np.random.default_rng(1))
-    count, p2, p4, h1, h2 = _sums(X, groups=2, k=2)
-    assert coordinate_cumulant(count, p2, p4, h1, h2, 0.2) == \
+    assert coordinate_cumulant(_sums(X, groups=2, k=2), 0.2) == \
         "the rows fill 2 run(s) of the jackknife; it needs at least 3"
-    count, p2, p4, h1, h2 = _sums(X, groups=4, k=2)
-    assert "one direction carries most of the variance" in str(coordinate_cumulant(count, p2, p4, h1, h2, 0.99))
-    assert coordinate_cumulant(count, 0 * p2, p4, h1, h2, 0.2) == "the rows do not vary along the leading directions"
+    sums = _sums(X, groups=4, k=2)
+    assert "one direction carries most of the variance" in str(coordinate_cumulant(sums, 0.99))
+    assert coordinate_cumulant(dataclasses.replace(sums, p2=0 * sums.p2), 0.2) == \
+        "the rows do not vary along the leading directions"
 
 
 def _population(X: np.ndarray, **kw):
@@ -166,8 +174,8 @@ def test_student_t_rows_are_row_scales_not_heavy_coordinates():
     d = 100
     for nu in (3, 5):
         X = _rows(5 * d, d, "gaussian", rng) / np.sqrt(rng.chisquare(nu, size=5 * d) / nu)[:, None]
-        got = coordinate_cumulant(*_sums(X, groups=32), _t2(d))
-        assert not isinstance(got, str) and got.beyond(2.0, 0.1)[1]
+        got = coordinate_cumulant(_sums(X, groups=32), _t2(d))
+        assert not isinstance(got, str) and _gate(got)[1]
         assert _population(X).scales["kappa"] == 0.0
 
 
@@ -199,10 +207,40 @@ def test_scales_of_their_own_are_told_by_error_materiality_and_size():
         return CoordinateCumulant(kappa=kappa, kappa_se=kappa_se, m2=m2, m2_se=m2_se, projections_kurtosis=1.0,
                                   norms_cv2=0.1, t2=0.01, directions=5, groups=32, rows=1000)
 
-    assert reading(1.007, 0.0026).beyond(2.0, 0.1, 0.02) == (True, False)  # (significant, but immaterial)
-    assert reading(1.007, 0.0026).beyond(2.0, 0.1) == (True, True)
-    assert reading(1.05, 0.01).beyond(2.0, 0.1, 0.02) == (True, True)
-    assert reading(1.05, 0.04).beyond(2.0, 0.1, 0.02) == (True, False)  # (within its error)
-    assert reading(16.6, 8.9).beyond(2.0, 0.1, 0.02) == (True, True)  # (Student-t rows: above 1.1 whatever its error)
-    assert reading(0.85, 0.06).beyond(2.0, 0.1, 0.02)[1] is False  # (below 1: never scales)
-    assert reading(1.0, 0.01, kappa=-0.5).beyond()[0] is False  # (lighter tails: never heavy)
+    assert _gate(reading(1.007, 0.0026)) == (True, False, False)  # (significant, but immaterial)
+    assert reading(1.007, 0.0026).beyond(2.0, 0.1, 0.0) == (True, True, False)
+    assert _gate(reading(1.05, 0.01)) == (True, True, False)
+    assert _gate(reading(1.05, 0.04)) == (True, False, False)  # (within its error)
+    assert _gate(reading(16.6, 8.9)) == (True, True, False)  # (Student-t rows: above 1.1 whatever its error)
+    assert _gate(reading(0.85, 0.06)) == (True, False, True)  # (below 1: no scales make it; the model fails)
+    assert _gate(reading(0.95, 0.06)) == (True, False, False)
+    assert _gate(reading(1.0, 0.01, kappa=-0.5))[0] is False  # (lighter tails: never heavy)
+
+
+def test_the_leading_subspace_is_lapacks():
+    """Subspace iteration's 5 leading directions against LAPACK's subset, on a power-law spectrum and a flat one."""
+    import scipy.linalg
+
+    from spectra_cli.eigen.decomposition import leading_subspace
+
+    rng = np.random.default_rng(1)
+    for a, floor in ((1.0, 1 - 1e-6), (0.3, 0.99)):
+        d = 512
+        X = rng.standard_normal((2 * d, d)) * np.arange(1, d + 1) ** (-a / 2)
+        C = X.T @ X / (2 * d)
+        _, E = scipy.linalg.eigh(C, subset_by_index=[d - 5, d - 1])
+        cos = np.abs(np.sum(leading_subspace(C, 5) * E[:, ::-1], axis=0))
+        assert np.all(cos > floor)
+
+
+def test_uncentred_fits_and_the_other_routes_say_what_the_interval_took():
+    """Every population report says the cumulant its interval took (`rows.kappa`); an uncentred fit says why it read
+    none; the rows kept at n < d are read without a pass."""
+    X = _rows(256, 64, "laplace", np.random.default_rng(9)) + 5.0
+    uncentred = _population(X, centered=False)
+    assert uncentred.scales["kappa"] == 0.0
+    assert uncentred.scales["fourth_cumulant"]["reason"].startswith("an uncentred fit")
+    assert _population(X, population_route="simulate").scales["kappa"] == 0.0
+    assert _population(_rows(12 * 64, 64, "laplace", np.random.default_rng(9))).scales["kappa"] == 0.0
+    wide = _population(_rows(96, 160, "laplace", np.random.default_rng(9)))
+    assert wide.scales["fourth_cumulant"]["groups"] == 32 and wide.scales["fourth_cumulant"]["rows"] == 96

@@ -244,3 +244,44 @@ def test_uncentred_fits_and_the_other_routes_say_what_the_interval_took():
     assert _population(_rows(12 * 64, 64, "laplace", np.random.default_rng(9))).scales["kappa"] == 0.0
     wide = _population(_rows(96, 160, "laplace", np.random.default_rng(9)))
     assert wide.scales["fourth_cumulant"]["groups"] == 32 and wide.scales["fourth_cumulant"]["rows"] == 96
+
+
+def test_the_reading_is_plain_numpy_written_differently():
+    """kappa, m2 and their jackknife errors against the same method of moments computed from the rows themselves:
+    the projections' excess kurtosis per direction averaged, the norms' squared coefficient of variation, the two
+    equations solved as a 2 x 2 linear system in (m2, m2 kappa), and each run of rows deleted from the matrix."""
+    X = _rows(300, 40, "laplace", np.random.default_rng(12))
+    G, k, t2 = 10, 5, 0.05
+    Xc = X - X.mean(axis=0)
+    V = np.linalg.eigh(np.cov(X, rowvar=False))[1][:, ::-1][:, :k]
+
+    def solve(rows: np.ndarray) -> tuple[float, float]:
+        P = rows @ V
+        kurt = float(np.mean(np.mean(P ** 4, axis=0) / np.mean(P ** 2, axis=0) ** 2))
+        h = np.sum(rows ** 2, axis=1)
+        ratio = float(np.mean(h ** 2) / np.mean(h) ** 2)
+        # unknowns a = m2, b = m2 kappa: kurt = 3 a + b; ratio = a (1 + 2 t2) + b t2
+        a, b = np.linalg.solve([[3.0, 1.0], [1.0 + 2.0 * t2, t2]], [kurt, ratio])
+        return b / a, a
+
+    label = np.arange(len(X)) * G // len(X)
+    parts = np.array([solve(Xc[label != g]) for g in range(G)])
+    se = np.sqrt((G - 1) * np.mean((parts - parts.mean(axis=0)) ** 2, axis=0))
+    state = ProjectionSums(V, X.mean(axis=0), rows=len(X), groups=G)
+    state.update(X, None)
+    got = coordinate_cumulant(state.result(), t2)
+    assert not isinstance(got, str)
+    kappa, m2 = solve(Xc)
+    assert got.kappa == pytest.approx(kappa, rel=1e-10) and got.m2 == pytest.approx(m2, rel=1e-10)
+    assert got.kappa_se == pytest.approx(se[0], rel=1e-9) and got.m2_se == pytest.approx(se[1], rel=1e-9)
+
+
+def test_a_library_call_without_row_scales_reads_t2_from_the_spectrum():
+    """`population_fit` given the pass's sums but no histogram of norms (a library caller): t2 comes from the
+    spectrum and the sums' own norms, and Laplace rows still take their kurtosis."""
+    from spectra_cli.analysis.population import population_fit
+
+    X = _rows(512, 128, "laplace", np.random.default_rng(13))
+    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    pop = population_fit(lam, n=511, window=(5, 25), projections=_sums(X, groups=32))
+    assert pop.scales["fourth_cumulant"]["t2"] > 0 and pop.scales["kappa"] > 1.0

@@ -132,9 +132,13 @@ def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered:
     else:
         assert first.rows is not None
         V = leading_vectors(None, (first.rows, None), PROJECTED_DIRECTIONS, centered=True, ddof=ddof)
-        top = float(np.max(np.abs(first.rows))) if first.rows.size else 0.0  # (the rows' scale, then their spread)
-        spread = (first.rows - first.mean()) / top if top > 0 else first.rows
-        typical = math.sqrt(float(np.mean(np.einsum("ij,ij->i", spread, spread)))) * (top if top > 0 else 1.0)
+        # (the rows' scale, then their spread about the mean in it: a block of rows at a time, no copy of them all)
+        top = float(np.max(np.abs(first.rows))) if first.rows.size else 0.0
+        top = top if top > 0 else 1.0
+        mean = first.mean() / top
+        blocks = np.array_split(first.rows, max(1, -(-len(first.rows) // 1024)))
+        square = sum(float(np.sum((b / top - mean) ** 2)) for b in blocks)
+        typical = math.sqrt(square / max(len(first.rows), 1)) * top
     # (a power of two near a typical row's norm: dividing by it is exact, and no fourth power leaves float64)
     unit = 2.0 ** math.floor(math.log2(typical)) if math.isfinite(typical) and typical > 0 else 1.0
     state = ProjectionSums(V, first.mean(), rows=first.n_rows, groups=min(COORDINATE_GROUPS, first.n_rows),

@@ -119,11 +119,12 @@ def _halve_into_upper_half_plane(ea: np.ndarray, step: np.ndarray, new: np.ndarr
     new[bad] = eb - step[bad]
 
 
-def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray, ptt: np.ndarray | None,
-                    work: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarray, ptt: np.ndarray,
+                    work: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``sum_a pt_a / (tau_a X - z)`` and ``sum_a ptt_a / (tau_a X - z)^2`` at every point, in real arithmetic
     (``1 / D = conj(D) / |D|^2``: about three times numpy's complex division, the same numbers to ~1e-14;
-    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch); ``ptt`` None: the first alone. ``work``: four
+    ``|D| >= Im z > 0``, as ``Im X <= 0`` on the Stieltjes branch; the first sum alone, on parts kept:
+    :func:`_first_sums`, the same arithmetic). ``work``: four
     arrays of at least as many rows as points and ``tau.size`` columns to compute in (:func:`_workspace`; None: new
     ones), the same numbers."""
     k = X.size
@@ -139,8 +140,6 @@ def _resolvent_sums(X: np.ndarray, z: np.ndarray, tau: np.ndarray, pt: np.ndarra
     re *= den
     im *= den  # 1 / D = re - i im
     first = re @ pt - 1j * (im @ pt)
-    if ptt is None:  # (the first sum alone: a residual)
-        return first, None
     np.multiply(re, re, out=den)
     den -= np.multiply(im, im, out=tmp)
     im *= re  # (re - i im)^2 = re^2 - im^2 - 2 i re im
@@ -183,7 +182,6 @@ def _solve_e(z: np.ndarray, tau: np.ndarray, pi: np.ndarray, scales: tuple[np.nd
             X = q @ (p * w)
             dX = -c * ((q * q) @ (p * w * w))
         s1, s2 = _resolvent_sums(X, za, tau, pt, ptt, work)
-        assert s2 is not None
         step = (ea - s1) / (1.0 + dX * s2)
         new = ea - step
         bad = np.flatnonzero(new.imag < 0)
@@ -278,13 +276,6 @@ def _in_pieces(piece_of: Piece, tau: np.ndarray, pi: np.ndarray, scales: tuple[n
     return np.concatenate([f for f, _ in done]), np.concatenate([e for _, e in done])
 
 
-def _solved(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float, x: np.ndarray,
-            z: np.ndarray, start: np.ndarray | None) -> np.ndarray:
-    """The solution at ``z = x (1 + i EPS_PATH[-1])``: Newton from ``start`` (the points it leaves unconverged, or
-    with a residual above :data:`WARM_RESIDUAL`, by the continuation), else by the continuation."""
-    return _solved_parts(tau, pi, scales, c, x, z, start)[0]
-
-
 def _differences(X: np.ndarray, z: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The real and imaginary parts of ``tau_a X - z`` at every point and atom."""
     re = np.multiply.outer(X.real, tau)
@@ -358,9 +349,11 @@ def _off_the_root(e: np.ndarray, z: np.ndarray, tau: np.ndarray, pi: np.ndarray,
 def _solved_parts(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np.ndarray] | None, c: float,
                   x: np.ndarray, z: np.ndarray,
                   start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_solved`'s solution ``e`` and, at it, the parts of ``tau_a X(e) - z`` (:func:`_differences`): the warm
-    start's residual check and the distribution function read the same ones. The points the continuation leaves off
-    the root are solved again (:func:`_recovered`)."""
+    """The solution ``e`` at ``z = x (1 + i EPS_PATH[-1])`` (Newton from ``start``, the points it leaves unconverged
+    or with a residual above :data:`WARM_RESIDUAL` by the continuation; else the continuation) and, at it, the parts
+    of ``tau_a X(e) - z`` (:func:`_differences`): the warm start's residual check, the distribution function and
+    the density read the same ones. The points the continuation leaves off the root are solved again
+    (:func:`_recovered`)."""
     if start is None:
         e = _continued(x, tau, pi, scales, c)
         _recovered(e, x, z, tau, pi, scales, c, _off_the_root(e, z, tau, pi, scales, c, np.arange(e.size)))
@@ -382,9 +375,8 @@ def _density_piece(tau: np.ndarray, pi: np.ndarray, scales: tuple[np.ndarray, np
                    x: np.ndarray, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`sample_density` on the points ``x``, in this thread."""
     z = x * (1.0 + 1j * EPS_PATH[-1])
-    e = _solved(tau, pi, scales, c, x, z, start)
-    X = x_of(e, scales, c)
-    m = _resolvent_sums(X, z, tau, pi, None)[0]  # sum_a pi_a / (tau_a X - z)
+    e, re, im = _solved_parts(tau, pi, scales, c, x, z, start)
+    m = _first_sums(re, im, pi)  # sum_a pi_a / (tau_a X - z), on the parts the solve left
     if c > 1:
         m = m + (1.0 - 1.0 / c) / z
     return np.maximum(m.imag, 0.0) / np.pi, e

@@ -267,6 +267,12 @@ def _jacobian(ab: np.ndarray, f: Callable[[np.ndarray], np.ndarray], f0: np.ndar
                                                  for i in range(k)])
 
 
+#: The leading directions whose projections' kurtosis tells heavy-tailed coordinates from row scales, and the runs of
+#: consecutive rows their jackknife leaves out in turn (:func:`spectra_cli.run.fit_steps.coordinate_sums`; 10 or 20
+#: directions reach ones the sample mixes more, and read a smaller kappa: bench/README.md).
+PROJECTED_DIRECTIONS = 5
+COORDINATE_GROUPS = 32
+
 METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over the window (continued to rank 1) "
           "and, past its end, up to 3 continuous log-linear segments with fitted slopes (a free tail: real spectra "
           "steepen), whose expected sample spectrum at the same n and d has the observed sample slope over the "
@@ -286,8 +292,9 @@ METHOD = ("the exponent alpha of a population spectrum tau_j = C j^-alpha over t
           "statistics at the fitted population (Bai & Silverstein 2004, real Gaussian entries; with row scales its "
           "separable form given the scales, plus the scales' own sampling through their influence on the expected "
           "statistic; centred rows through n = rows - 1, Zheng, Bai & Yao 2015; independent heavy-tailed "
-          "coordinates, their excess kurtosis kappa read from a second pass (the rows' projections on the 5 leading "
-          "eigenvectors and their norms, solved together) where it is beyond 2 grouped-jackknife standard errors "
+          "coordinates, their excess kurtosis kappa read from a second pass (the rows' projections on the "
+          f"{PROJECTED_DIRECTIONS} leading eigenvectors and their norms, solved together) where it is beyond 2 "
+          "grouped-jackknife standard errors "
           "above 0 and the norms' spread is its own, through the theorem's fourth-cumulant terms, Pan & Zhou 2008, "
           "Najim & Yao 2016, in place of row scales: rows.fourth_cumulant), the bias subtracted whole, a "
           "normal quantile; with population_route \"simulate\", or where the theory does not hold (the limiting law "

@@ -96,12 +96,6 @@ def shuffled_control(inp: Input, first: Accumulated, real: Spectrum, *, seed: in
     return ShuffledControl(ctrl.eigenvalues, len(X), sub, seed, meets_at(real, ctrl))
 
 
-#: The leading directions whose projections' kurtosis tells heavy-tailed coordinates from row scales, and the runs of
-#: consecutive rows their jackknife leaves out in turn (:func:`coordinate_sums`).
-PROJECTED_DIRECTIONS = 5
-COORDINATE_GROUPS = 32
-
-
 def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered: bool, ddof: int,
                     route: str, progress: Progress | None = None) -> ProjectionMoments | str | None:
     """What ``--population``'s analytic route reads the coordinates' fourth cumulant from: per run of consecutive
@@ -109,7 +103,11 @@ def coordinate_sums(inp: Input, first: Accumulated, main: Spectrum, *, centered:
     (:class:`~spectra_cli.stream.states.ProjectionSums`), from a second pass (or the rows kept, n < d). None where
     that route is not taken (the first-order ratio, the simulated route); why not, for uncentred fits, weighted
     rows and inputs whose rows are not read again."""
-    from spectra_cli.analysis.population import is_first_order  # (the population's modules: only when asked for)
+    from spectra_cli.analysis.population import (  # (the population's modules: only when asked for)
+        COORDINATE_GROUPS,
+        PROJECTED_DIRECTIONS,
+        is_first_order,
+    )
 
     rows = first.positive_rows
     dof = rows - 1 if centered else rows

@@ -14,7 +14,10 @@ matrices is 127 MB against 125 MB (with 32 MiB and 1 GiB: 138 MB). A program tha
 from __future__ import annotations
 
 import ctypes
+import mmap
 import sys
+
+import numpy as np
 
 #: ``mallopt`` parameters (glibc's malloc.h) and the values set.
 M_TRIM_THRESHOLD = -1
@@ -36,3 +39,15 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
+
+
+def fresh_array(shape: tuple[int, ...], *, order: str = "C") -> np.ndarray:
+    """An uninitialised float64 array in anonymous memory of its own, mapped without the huge-page advice NumPy gives
+    its large arrays. For the few large matrices that are written once and read a few times (the row groups'
+    matrices, a tridiagonal reduction): where the kernel's huge pages come only by compacting memory on the fault
+    (``transparent_hugepage/defrag`` set to ``madvise``, the usual default), the first touch of 1 GB took 1.2-2.1 s
+    in a process that followed another large one, and 0.35-0.45 s in 4 KiB pages. The memory goes back with the
+    array. ``order``: ``"F"`` lays the array out column-major (a LAPACK operand)."""
+    size = int(np.prod(shape))
+    flat = np.frombuffer(mmap.mmap(-1, max(size, 1) * 8), dtype=np.float64)[:size]
+    return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)

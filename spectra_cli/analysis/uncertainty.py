@@ -36,6 +36,7 @@ import numpy as np
 
 from spectra_cli.analysis.equivalent import merged as atoms
 from spectra_cli.analysis.rank import TOP_FUNCTIONS
+from spectra_cli.memory import fresh_array
 
 METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Var f = [a sum g_j^2 lambda_j^2 + "
           "c (sum g_j lambda_j)^2] / n_eff, g = grad f, with a and c of the rows' fourth moments read from the "
@@ -246,7 +247,9 @@ class GroupSpread:
     r2: np.ndarray
     u: np.ndarray
     c: float
-    S: np.ndarray
+    #: the pooled covariance in units of the top eigenvalue where it was decomposed here (else None: the spectrum's
+    #: own reduction gave the eigenvectors)
+    S: np.ndarray | None
     lam: np.ndarray
     V: np.ndarray
     #: the unit of ``lam``, ``S`` and ``A_g`` (the top eigenvalue: data near 1e150 stays finite)
@@ -271,7 +274,8 @@ class GroupSpread:
 
     def inner(self, M: np.ndarray) -> np.ndarray:
         """``<A_g, M>`` for every group (``M`` symmetric, ``d x d``)."""
-        own = np.array([float(np.vdot(m, M)) for m in self.m2])
+        # (einsum reads a group's matrix where it lies; vdot would copy one that is a view into a wider slot first)
+        own = np.array([float(np.einsum("ij,ij->", m, M)) for m in self.m2])
         cross = ((self.u @ M) * self.u).sum(axis=1)
         return self.c * (self.r2 * own + cross / self.W) / self.W
 
@@ -374,8 +378,14 @@ class GroupSpread:
             return t + self.head[:, support] @ g[support]
         if support[-1] >= self.V.shape[1]:
             return None  # (a direction past the leading ones computed: see group_spread's ``leading``)
+        from spectra_cli import threads
+
         Vs = self.V[:, support]
-        return t + self.inner((Vs * g[support]) @ Vs.T)
+        d = self.V.shape[0]
+        M = fresh_array((d, d))  # (4 KiB pages: see fresh_array; the memory goes back after the call)
+        with threads.blas(2.0 * d * d * support.size):  # (a product of its size on the cores the policy gives it)
+            np.matmul(Vs * g[support], Vs.T, out=M)
+        return t + self.inner(M)
 
 
 def merged(w: np.ndarray, t: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -396,14 +406,16 @@ def lag_correlation(w: np.ndarray, t: np.ndarray) -> float:
 
 
 def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int = 0,
-                 pooled: Any = None) -> GroupSpread | None:
+                 pooled: Any = None, reduction: Any = None) -> GroupSpread | None:
     """The groups of a pass (:class:`~spectra_cli.stream.moments.Moments`, contiguous runs of rows) ready for
     :meth:`GroupSpread.linearised`, with the eigenvectors of their pooled covariance: every one up to
     :data:`ALL_VECTORS_D` features; past it only the ``leading`` ones (the windows' and the top; a metric that needs
     more, the entropy rank, then has no grouped value: a full decomposition with vectors costs twice the spectrum's
     own). ``pooled``: the pass's moments of every row, whose scatter is the groups' pooled one (read in place of
-    summing the groups' matrices again where their units agree: centred, one scale, the same weight). None with fewer
-    than :data:`MIN_GROUPS` groups of rows."""
+    summing the groups' matrices again where their units agree: centred, one scale, the same weight). ``reduction``:
+    the spectrum's own tridiagonal reduction (:class:`~spectra_cli.eigen.tridiagonal.Reduction`, of a matrix
+    proportional to the pooled one), whose leading eigenvectors then come without a second decomposition. None with
+    fewer than :data:`MIN_GROUPS` groups of rows."""
     from spectra_cli.analysis.bootstrap import group_sums
 
     filled = [g for g in groups if g.weight_sum > 0]
@@ -427,36 +439,43 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
     unit = float(lam[0])
     lam = np.asarray(lam, dtype=np.float64) / unit
     c = float(np.sum(lam)) / (total / Wt)  # the spectrum's normalisation (ddof, weights, the moments' scale)
-    S = T * (c / Wt)
-    if not (math.isfinite(c) and np.all(np.isfinite(S))):
+    if not (math.isfinite(c) and math.isfinite(total * (c / Wt))):
         return None
+    S = None  # (S = T c / Wt: made only for a decomposition here)
     from spectra_cli import threads
 
     with threads.blas(9.0 * float(d) ** 3, threads.SMALL_EIGEN_FLOPS):  # (the policy's threads: one for a small one)
-        if d > ALL_VECTORS_D:
-            import scipy.linalg
-
-            k = min(d, max(leading, HEAD))
-            w, V = scipy.linalg.eigh(S.astype(np.float32), subset_by_index=[d - k, d - 1], driver="evr",
-                                     check_finite=False, overwrite_a=True)
-            w, V = w.astype(np.float64), V.astype(np.float64)
-        elif d >= SINGLE_FROM_D:
-            from spectra_cli.eigen.lapacke import eigh_float32
-
-            found = eigh_float32(S)  # (LAPACK's ssyevd itself: NumPy's float32 eigh takes a float64 one's time)
-            if found is None:
-                w, V = np.linalg.eigh(S.astype(np.float32))
-                w, V = w.astype(np.float64), V.astype(np.float64)
-            else:
-                w, V = found
+        k = min(d, max(leading, HEAD))
+        kept = reduction.leading(k) if d > ALL_VECTORS_D and reduction is not None and reduction.order == d else None
+        if kept is not None:
+            V = kept[1][:, ::-1]  # (ascending, as below; the spectrum's own reduction: no second decomposition)
         else:
-            w, V = np.linalg.eigh(S)
+            S = T * (c / Wt)
+            if not np.all(np.isfinite(S)):
+                return None
+            if d > ALL_VECTORS_D:
+                import scipy.linalg
+
+                w, V = scipy.linalg.eigh(S.astype(np.float32), subset_by_index=[d - k, d - 1], driver="evr",
+                                         check_finite=False, overwrite_a=True)
+                V = V.astype(np.float64)
+            elif d >= SINGLE_FROM_D:
+                from spectra_cli.eigen.lapacke import eigh_float32
+
+                found = eigh_float32(S)  # (LAPACK's ssyevd itself: NumPy's float32 eigh takes a float64 one's time)
+                if found is None:
+                    w, V = np.linalg.eigh(S.astype(np.float32))
+                    w, V = w.astype(np.float64), V.astype(np.float64)
+                else:
+                    w, V = found
+            else:
+                w, V = np.linalg.eigh(S)
     V = V[:, ::-1][:, : lam.size]
     spread = GroupSpread(sums.W / Wt, sums.W, sums.m2, sums.r2, u, c, S, lam, V, unit)
     with np.errstate(over="ignore", invalid="ignore"):
         block = spread.block(V[:, :HEAD])
-        return replace(spread, tr=spread.traces(), with_S=spread.inner(S), head=np.einsum("gii->gi", block).copy(),
-                       head_block=block)
+        return replace(spread, tr=spread.traces(), with_S=spread.inner(T) * (c / Wt),
+                       head=np.einsum("gii->gi", block).copy(), head_block=block)
 
 
 #: The metrics that are functions of the top eigenvalue and the trace alone, ``fn(lambda_1, tr)``: their grouped

@@ -9,6 +9,7 @@ import numpy as np
 
 from spectra_cli import threads
 from spectra_cli.eigen import two_stage
+from spectra_cli.eigen.tridiagonal import Reduction, eigvalsh_reduced
 from spectra_cli.errors import InputError, Message, param
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
@@ -283,13 +284,23 @@ def eigvalsh_checked(C: np.ndarray, what: str = "the covariance", *, uplo: Liter
 
 def eigvalsh_routed(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L",
                     solver: str = "float64") -> tuple[np.ndarray, str]:
+    """``numpy.linalg.eigvalsh`` of a matrix that must be finite, and the LAPACK routine that ran (see
+    :func:`eigvalsh_kept`)."""
+    lam, routine, _ = eigvalsh_kept(C, what, uplo=uplo, solver=solver)
+    return lam, routine
+
+
+def eigvalsh_kept(C: np.ndarray, what: str = "the covariance", *, uplo: Literal["L", "U"] = "L",
+                  solver: str = "float64", keep: bool = False) -> tuple[np.ndarray, str, Reduction | None]:
     """The eigenvalues (ascending) of a matrix that must be finite: a matrix whose entries overflowed
     float64 (moments of values near 1e154, or a moment file that says so) is an input error, never
     LAPACK's "did not converge". ``uplo``: the triangle that holds the matrix (``"U"``: the upper one).
     ``solver``: ``"float32"`` decomposes a float32 copy (:func:`solver_precision`); the values come back as float64.
     Also returns the LAPACK routine that ran: ``?syevd``, or from
     :func:`~spectra_cli.eigen.two_stage.min_order` on one thread ``?syevd_2stage``
-    (:mod:`spectra_cli.eigen.two_stage`)."""
+    (:mod:`spectra_cli.eigen.two_stage`). ``keep``: where ``dsyevd`` would run, its two halves run instead and the
+    tridiagonal reduction comes back too, for eigenvectors later (:mod:`spectra_cli.eigen.tridiagonal`: the same
+    eigenvalues, bit for bit); else None."""
     if not np.all(np.isfinite(C)):
         raise InputError(f"{what} overflows float64 (entries beyond 1e308: values or a mean near 1e154); "
                          "rescale the data.")
@@ -314,13 +325,15 @@ def eigvalsh_routed(C: np.ndarray, what: str = "the covariance", *, uplo: Litera
                 else:
                     lam = two_stage.eigvalsh_two_stage(C, "float64", uplo=uplo)
                 if lam is not None:
-                    return lam, ("s" if solver == "float32" else "d") + "syevd_2stage"
+                    return lam, ("s" if solver == "float32" else "d") + "syevd_2stage", None
             if single is not None:
                 import scipy.linalg
 
                 return scipy.linalg.eigh(single, lower=uplo == "L", eigvals_only=True, driver="evd",
-                                         overwrite_a=True, check_finite=False).astype(np.float64), "ssyevd"
-            return np.linalg.eigvalsh(C, UPLO=uplo), "dsyevd"
+                                         overwrite_a=True, check_finite=False).astype(np.float64), "ssyevd", None
+            if keep and (reduced := eigvalsh_reduced(C, uplo)) is not None:
+                return reduced[0], "dsyevd", reduced[1]
+            return np.linalg.eigvalsh(C, UPLO=uplo), "dsyevd", None
     except np.linalg.LinAlgError as exc:  # pragma: no cover - finite symmetric input converges
         raise InputError(f"the eigendecomposition of {what} failed ({exc}).") from None
 
@@ -381,6 +394,16 @@ def spectrum_from_moments(
     (:func:`spectra_cli.eigen.lanczos.top_eigenvalues`), with the trace and the Frobenius norm
     taken from the matrix; past ``d / TOP_MAX_FRACTION``, or when the subspace reaches its cap
     first, the full decomposition is made instead and ``method`` says so."""
+    return spectrum_and_reduction(m, centered=centered, ddof=ddof, precision=precision, top=top,
+                                  top_reason=top_reason)[0]
+
+
+def spectrum_and_reduction(
+    m: Moments, *, centered: bool = True, ddof: int = 1, precision: str = "float64", top: int | None = None,
+    top_reason: str = "", keep: bool = False,
+) -> tuple[Spectrum, Reduction | None]:
+    """:func:`spectrum_from_moments`, and with ``keep`` the tridiagonal reduction its decomposition made, where it made
+    one (:func:`eigvalsh_kept`: the float64 one-stage route), for eigenvectors later; else None."""
     C = m.second_moment_matrix(centered=centered, ddof=ddof)
     d = m.d
     factor = m.scale * m.scale
@@ -395,6 +418,7 @@ def spectrum_from_moments(
         method += f"; {declined}"
         top = None
     lam_scaled = None
+    reduction = None
     if top is not None:
         from spectra_cli.eigen.lanczos import top_eigenvalues
 
@@ -415,7 +439,7 @@ def spectrum_from_moments(
     solver = "float64"
     if lam_scaled is None:
         solver = solver_precision(precision, d)
-        lam_scaled, routine = eigvalsh_routed(C, solver=solver)
+        lam_scaled, routine, reduction = eigvalsh_kept(C, solver=solver, keep=keep)
         method += solver_note(solver, routine)
     del C
     lam = _finish(lam_scaled, factor)
@@ -446,7 +470,7 @@ def spectrum_from_moments(
         method=method,
         top=top_info,
         top_declined=declined,
-    )
+    ), reduction
 
 
 #: The float32 Gram route prepares its rows this many values at a time in float64 (32 MiB).

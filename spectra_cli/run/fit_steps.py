@@ -28,6 +28,7 @@ from spectra_cli.eigen.decomposition import (
     Spectrum,
     leading_subspace,
     leading_vectors,
+    spectrum_and_reduction,
     spectrum_from_moments,
     spectrum_from_rows,
 )
@@ -40,6 +41,7 @@ from spectra_cli.validate import product_dtype
 if TYPE_CHECKING:
     from spectra_cli.analysis.sampling_curve import Subsamples
     from spectra_cli.analysis.spikes import Spikes
+    from spectra_cli.eigen.tridiagonal import Reduction
 
 # Rows the shuffled control may hold in memory (float64): beyond this it uses a uniform sample.
 CONTROL_MEMORY = 256 << 20
@@ -57,6 +59,22 @@ def spectrum_of(first: Accumulated, *, centered: bool, ddof: int, top: int | Non
                                      top=top, top_reason=top_reason)
     assert first.rows is not None
     return spectrum_from_rows(first.rows, first.weights, centered=centered, ddof=ddof, precision=first.precision)
+
+
+def spectrum_and_reduction_of(first: Accumulated, *, centered: bool, ddof: int, top: int | None = None,
+                              top_reason: str = "", keep: bool = True) -> tuple[Spectrum, Reduction | None]:
+    """:func:`spectrum_of`, with the decomposition's tridiagonal reduction kept (``keep``) where the grouped standard
+    errors will read leading eigenvectors from it (past :data:`~spectra_cli.analysis.uncertainty.ALL_VECTORS_D`
+    features, with enough row groups: :func:`~spectra_cli.analysis.uncertainty.group_spread`); else None."""
+    from spectra_cli.analysis.uncertainty import ALL_VECTORS_D, MIN_GROUPS
+
+    m = first.moments
+    wide = m is not None and m.d > ALL_VECTORS_D and sum(g.weight_sum > 0 for g in first.groups) >= MIN_GROUPS
+    if not (keep and wide) or top is not None or (centered and not first.weighted and ddof >= first.n_rows):
+        return spectrum_of(first, centered=centered, ddof=ddof, top=top, top_reason=top_reason), None
+    assert m is not None
+    return spectrum_and_reduction(m, centered=centered, ddof=ddof, precision=first.precision, top_reason=top_reason,
+                                  keep=True)
 
 
 def uncentered_of(first: Accumulated, main: Spectrum, *, centered: bool) -> Spectrum:
@@ -359,11 +377,14 @@ def grouped_errors(spread: Any, grads: list[np.ndarray | None], first: Accumulat
 
 def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumulated, main: Spectrum, *,
                      centered: bool, isoscore: bool = False, warnings: list[str] | None = None,
-                     sample: bool = True) -> tuple[FitSuite | None, Isotropy | None]:
+                     sample: bool = True,
+                     reduction: Reduction | None = None) -> tuple[FitSuite | None, Isotropy | None]:
     """The standard error of every rank and isotropy measure that has one and of each fit's alpha
     (:mod:`spectra_cli.analysis.uncertainty`: the spread of their linearisation between the pass's row groups, else
     the first-order delta method), and for every one without a standard error why there is none (never a zero).
-    ``sample``: False for a weight matrix (its rows are no sample: no warning of how its errors were made)."""
+    ``sample``: False for a weight matrix (its rows are no sample: no warning of how its errors were made).
+    ``reduction``: the spectrum's tridiagonal reduction (:func:`spectrum_and_reduction_of`), which the grouped
+    errors' leading eigenvectors come from where it is given."""
     from spectra_cli.analysis.rank import GRADIENTS, NO_ERROR, participation_ratio, rank_gradients
     from spectra_cli.analysis.uncertainty import (
         FLAT_PR_SHARE,
@@ -402,7 +423,7 @@ def with_uncertainty(suite: FitSuite | None, iso: Isotropy | None, first: Accumu
         if suite is not None and suite.models is not None:
             windows += [m.window.k_max for m in suite.models.fits]
         spread = group_spread(first.groups, lam, centered=centered, leading=max(windows, default=0),
-                              pooled=first.moments) if first.moments is not None else None
+                              pooled=first.moments, reduction=reduction) if first.moments is not None else None
         model = row_model(lam, n_effective=dof, norms=first.norm_histogram(),
                           variances=feature_variances(first, centered=centered), weighted=first.weighted)
         rank_grads = rank_gradients(lam)

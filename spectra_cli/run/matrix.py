@@ -209,7 +209,8 @@ def fit(
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, opts.needs_all, centered=read.centered)
-        main = spectrum_of(first, centered=read.centered, ddof=read.ddof, top=k, top_reason=reason)
+        main, reduction = fit_steps.spectrum_and_reduction_of(first, centered=read.centered, ddof=read.ddof, top=k,
+                                                              top_reason=reason, keep=not (ci or population))  # (*)
         clock.mark("eigen_s")
         if partition_isotropy:
             logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress)
@@ -246,7 +247,8 @@ def fit(
         clock.mark("population_s")
     clock.mark("analysis_s")
     with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
-                                             warnings=warnings, sample=not weights)
+                                             warnings=warnings, sample=not weights, reduction=reduction)
+    del reduction  # (d^2 floats, not held through the steps after; (*) nor beside --ci's and --population's own)
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")
@@ -308,7 +310,7 @@ def isotropy(
         groups = fit_steps.ERROR_GROUPS if inp.n_selected >= fit_steps.GROUPED_ERRORS_ROWS else 0  # (as fit reads them)
         first = inp.first_pass(groups=groups, min_blocks=groups, cosine=True, progress=progress)
         clock.mark("read_accumulate_s")
-        main = spectrum_of(first, centered=True, ddof=read.ddof)
+        main, reduction = fit_steps.spectrum_and_reduction_of(first, centered=True, ddof=read.ddof)
         clock.mark("eigen_s")
         logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress,
                                            need=ISOTROPY_NEED)
@@ -318,7 +320,8 @@ def isotropy(
     if iso.zero_rows:
         warnings.append(f"{iso.zero_rows} all-zero row(s): excluded from the mean cosine and the mean norm, but "
                         "counted in the covariance; if they are padding, remove them before the analysis")
-    _, with_se = fit_steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore, warnings=warnings)
+    _, with_se = fit_steps.with_uncertainty(None, iso, first, main, centered=True, isoscore=isoscore, warnings=warnings,
+                                            reduction=reduction)
     iso = with_se if with_se is not None else iso
     clock.mark("analysis_s")
     return assemble("isotropy", inp, first, main, options=inp.options_report(), warnings=warnings, clock=clock,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spectra_cli.errors import InputError, param
+from spectra_cli.memory import fresh_array
 from spectra_cli.stream.moments import Moments
 from spectra_cli.validate import product_dtype
 
@@ -84,7 +85,8 @@ class MomentsState:
                     # a group's first block: its product written into the group's own slot of one array made for
                     # every group, which the group keeps (no copy: at d = 4,096 eight 134 MB copies took 0.74 s)
                     if self._slab is None or self._slab.shape[1] != d + 1:
-                        self._slab = np.empty((self.n_groups, d + 1, d + 1))
+                        # (memory without huge-page advice: see fresh_array)
+                        self._slab = fresh_array((self.n_groups, d + 1, d + 1))
                     slot = self._slab[g]
                 else:
                     # a later block's moments are added to its group before the next block: its product can be

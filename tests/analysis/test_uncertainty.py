@@ -334,3 +334,34 @@ def test_the_pooled_moments_stand_for_the_groups_summed_again(d):
     # uncentred moments are not the groups' scatter about the whole mean: summed from the groups as before
     raw = u.group_spread(state.filled_groups(), lam, centered=False, leading=20, pooled=state.moments)
     assert raw is not None and not np.allclose(raw.S, pooled.S)
+
+
+def test_the_wide_errors_take_their_directions_from_the_spectrum_s_own_reduction(monkeypatch):
+    """Past ALL_VECTORS_D features (lowered here) the grouped errors' leading directions come from the spectrum's
+    tridiagonal reduction, with no second decomposition: the same errors as from the float32 partial one, to its
+    rounding, and the spectrum the plain one, bit for bit."""
+    import spectra_cli
+    from spectra_cli.eigen import tridiagonal
+
+    if tridiagonal._routines() is None:
+        pytest.skip("NumPy's BLAS is not its wheels' OpenBLAS")
+    monkeypatch.setattr(u, "ALL_VECTORS_D", 64)
+    X = np.random.default_rng(5).standard_normal((3000, 120)) * np.arange(1, 121) ** -0.5
+    asked: list[int] = []
+    leading = tridiagonal.Reduction.leading
+    monkeypatch.setattr(tridiagonal.Reduction, "leading", lambda self, k: asked.append(k) or leading(self, k))
+    kept = spectra_cli.fit(X)
+    assert asked and asked[0] >= kept.fits[0].window.k_max
+    monkeypatch.setattr(tridiagonal, "_found", {"done": True, "routines": None})
+    again = spectra_cli.fit(X)
+    assert np.array_equal(kept.spectrum.eigenvalues, again.spectrum.eigenvalues)
+    assert kept.rank.se.keys() == again.rank.se.keys() and kept.rank.se_method["route"] == "row groups"
+    for name, se in kept.rank.se.items():
+        assert se == pytest.approx(again.rank.se[name], rel=1e-4), name
+    assert kept.fits[0].se == pytest.approx(again.fits[0].se, rel=1e-4)
+    assert kept.isotropy.se["top_pc_share"] == pytest.approx(again.isotropy.se["top_pc_share"], rel=1e-4)
+    # a fit that keeps no reduction (--ci, --population hold their own matrices) decomposes again, as before
+    asked.clear()
+    monkeypatch.setattr(tridiagonal, "_found", {})
+    spectra_cli.fit(X, ci=True, ci_replicates=20)
+    assert not asked

@@ -1,4 +1,5 @@
-"""The C allocator's settings for the ``spectra`` process.
+"""The C allocator's settings for the ``spectra`` process, and memory of its own for the largest matrices
+(:func:`fresh_array`, for the library too).
 
 glibc's ``malloc`` hands every free block above its *trim threshold* back to the system and maps every
 request above its *mmap threshold* afresh (both adapt, between 128 KiB and 32 MiB). The expected spectrum
@@ -48,16 +49,18 @@ FRESH_FLAGS = (mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
                if all(hasattr(mmap, f) for f in ("MAP_PRIVATE", "MAP_ANONYMOUS", "MAP_POPULATE")) else None)
 
 
-def fresh_array(shape: tuple[int, ...], *, order: str = "C") -> np.ndarray:
+def fresh_array(shape: tuple[int, ...], *, order: str = "C", populate: bool = True) -> np.ndarray:
     """An uninitialised float64 array in anonymous memory of its own, mapped without the huge-page advice NumPy gives
     its large arrays, every page made at once (:data:`FRESH_FLAGS`). For the few large matrices that are written
     whole once and read a few times (the row groups' matrices, a tridiagonal reduction, the errors' d x d products):
     where the kernel's huge pages come only by compacting memory on the fault (``transparent_hugepage/defrag`` set to
     ``madvise``, the usual default), the first touch of 1 GB took 1.2-2.1 s in a process that followed another
     large one, against 0.3 s populated in 4 KiB pages. The memory goes back with the array. ``order``: ``"F"`` lays
-    the array out column-major (a LAPACK operand)."""
+    the array out column-major (a LAPACK operand). ``populate``: False for an array that may stay partly unwritten
+    (its pages are then made as they are first touched)."""
     size = int(np.prod(shape))
     nbytes = max(size, 1) * 8
-    buffer = mmap.mmap(-1, nbytes) if FRESH_FLAGS is None else mmap.mmap(-1, nbytes, flags=FRESH_FLAGS)
+    flags = FRESH_FLAGS if populate else None
+    buffer = mmap.mmap(-1, nbytes) if flags is None else mmap.mmap(-1, nbytes, flags=flags)
     flat = np.frombuffer(buffer, dtype=np.float64)[:size]
     return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)

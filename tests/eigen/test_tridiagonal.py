@@ -79,3 +79,10 @@ def test_fresh_arrays_are_laid_out_as_asked_and_writable():
     b[...] = 1.5
     assert float(b.sum()) == 48.0
     assert fresh_array((0, 3)).shape == (0, 3)
+
+
+def test_an_unpopulated_fresh_array_is_the_same_array():
+    a = fresh_array((300, 200), populate=False)
+    assert a.shape == (300, 200) and a.flags.c_contiguous and a.flags.writeable
+    a[-1, -1] = 2.0
+    assert a[-1, -1] == 2.0

@@ -17,8 +17,10 @@ from __future__ import annotations
 import ctypes
 import mmap
 import sys
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``mallopt`` parameters (glibc's malloc.h) and the values set.
 M_TRIM_THRESHOLD = -1
@@ -58,6 +60,8 @@ def fresh_array(shape: tuple[int, ...], *, order: str = "C", populate: bool = Tr
     large one, against 0.3 s populated in 4 KiB pages. The memory goes back with the array. ``order``: ``"F"`` lays
     the array out column-major (a LAPACK operand). ``populate``: False for an array that may stay partly unwritten
     (its pages are then made as they are first touched)."""
+    import numpy as np  # (here: the command line imports this module before it needs NumPy)
+
     size = int(np.prod(shape))
     nbytes = max(size, 1) * 8
     flags = FRESH_FLAGS if populate else None

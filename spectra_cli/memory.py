@@ -15,6 +15,7 @@ matrices is 127 MB against 125 MB (with 32 MiB and 1 GiB: 138 MB). A program tha
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import sys
 from typing import TYPE_CHECKING
@@ -44,27 +45,31 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
 
 
-#: The flags of :func:`fresh_array`'s mappings where the platform has them: private, anonymous and populated (every
-#: page made in one call, not one fault at a time: 1 GB took 0.29-0.31 s against 0.53-0.56 s faulted, and went back
-#: in 0.06 s against 0.18 s).
-FRESH_FLAGS = (mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
-               if all(hasattr(mmap, f) for f in ("MAP_PRIVATE", "MAP_ANONYMOUS", "MAP_POPULATE")) else None)
+#: The flags of :func:`fresh_array`'s mappings: private and anonymous (a forked child's writes stay its own, as
+#: NumPy's memory's), and populated where the platform can (Linux: every page made in one call, not one fault at a
+#: time: 1 GB took 0.29-0.31 s against 0.53-0.56 s faulted, and went back in 0.06 s against 0.18 s).
+FRESH_FLAGS = (getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0) | getattr(mmap, "MAP_POPULATE", 0)
+               if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS") else None)
 
 
-def fresh_array(shape: tuple[int, ...], *, order: str = "C", populate: bool = True) -> np.ndarray:
+def fresh_array(shape: tuple[int, ...], *, order: str = "C") -> np.ndarray:
     """An uninitialised float64 array in anonymous memory of its own, mapped without the huge-page advice NumPy gives
     its large arrays, every page made at once (:data:`FRESH_FLAGS`). For the few large matrices that are written
-    whole once and read a few times (the row groups' matrices, a tridiagonal reduction, the errors' d x d products):
-    where the kernel's huge pages come only by compacting memory on the fault (``transparent_hugepage/defrag`` set to
-    ``madvise``, the usual default), the first touch of 1 GB took 1.2-2.1 s in a process that followed another
+    whole at once and read a few times (a row group's matrix, a tridiagonal reduction, the errors' d x d products):
+    where the kernel's huge pages come only by compacting memory on the fault (``transparent_hugepage/defrag`` set
+    to ``madvise``, the usual default), the first touch of 1 GB took 1.2-2.1 s in a process that followed another
     large one, against 0.3 s populated in 4 KiB pages. The memory goes back with the array. ``order``: ``"F"`` lays
-    the array out column-major (a LAPACK operand). ``populate``: False for an array that may stay partly unwritten
-    (its pages are then made as they are first touched)."""
+    the array out column-major (a LAPACK operand). Out of memory: :class:`MemoryError`, as NumPy's."""
     import numpy as np  # (here: the command line imports this module before it needs NumPy)
 
     size = int(np.prod(shape))
     nbytes = max(size, 1) * 8
-    flags = FRESH_FLAGS if populate else None
-    buffer = mmap.mmap(-1, nbytes) if flags is None else mmap.mmap(-1, nbytes, flags=flags)
+    try:
+        # (Windows has no flags: its anonymous mappings are private to the process, which never forks)
+        buffer = mmap.mmap(-1, nbytes) if FRESH_FLAGS is None else mmap.mmap(-1, nbytes, flags=FRESH_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENOMEM:
+            raise MemoryError(f"cannot map {nbytes:,} bytes for a {' x '.join(map(str, shape))} array") from None
+        raise
     flat = np.frombuffer(buffer, dtype=np.float64)[:size]
     return flat.reshape(shape[::-1]).T if order == "F" else flat.reshape(shape)

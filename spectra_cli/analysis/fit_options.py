@@ -280,6 +280,12 @@ class FitOptions:
         return [name for name in NEEDS_ALL if bool(getattr(self, name))]
 
     @property
+    def own_matrices(self) -> bool:
+        """Whether a step asked for holds d x d matrices of its own beside the spectrum's (the bootstrap, the
+        population, the partition pass, the shuffled control): the spectrum then keeps no reduction for later."""
+        return bool(self.ci or self.population or self.partition_isotropy or self.shuffled_control)
+
+    @property
     def window_ends(self) -> tuple[int, ...] | None:
         """The last rank of every window, or None when a window is the default or ``auto``."""
         if any(w is None for w in self.requested):

@@ -29,8 +29,8 @@ from spectra_cli.memory import fresh_array
 #: The routines, by name in NumPy's OpenBLAS (``scipy_LAPACKE_<name>64_``).
 ROUTINES = ("dsytrd", "dsterf", "dstemr", "dormtr")
 #: ``dsyevd`` scales a matrix whose largest entry lies outside ``[sqrt(safmin / eps), sqrt(eps / safmin)]`` (about
-#: 1e-146..1e146) before reducing it; these routines alone would not. Such matrices (and any with a largest diagonal
-#: entry within a factor of 1e6 of those bounds: a covariance's largest entry is on its diagonal) are left to NumPy.
+#: 1e-146..1e146) before reducing it; these routines alone would not. Such matrices (and any within a factor of 1e6
+#: of those bounds) are left to NumPy.
 _SAFE = (math.sqrt(float(np.finfo(np.float64).tiny) / float(np.finfo(np.float64).eps)) * 1e6,
          math.sqrt(float(np.finfo(np.float64).eps) / float(np.finfo(np.float64).tiny)) / 1e6)
 _found: dict[str, Any] = {}
@@ -60,8 +60,20 @@ def _routines() -> dict[str, Any] | None:
             routines["dstemr"].argtypes = [ctypes.c_int, ch, ch, i64, dp, dp, f64, f64, i64, i64, ip, dp, dp, i64,
                                            i64, ip, ip]
             routines["dormtr"].argtypes = [ctypes.c_int, ch, ch, ch, i64, i64, dp, i64, dp, dp, i64]
+            if not _agrees(routines):
+                routines = None
         _found.update(done=True, routines=routines)
         return routines
+
+
+def _agrees(routines: dict[str, Any]) -> bool:
+    """Whether the routines found are the ones NumPy's ``eigvalsh`` runs: the same bits on a matrix past the
+    reduction's block size (another copy of the library, loaded first, would not be held to that)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 80))
+    C = X.T @ X
+    lam = _eigenvalues(routines, C, b"L")
+    return lam is not None and bool(np.array_equal(lam[0], np.linalg.eigvalsh(C)))
 
 
 def _ptr(a: np.ndarray) -> Any:
@@ -119,13 +131,19 @@ def eigvalsh_reduced(C: np.ndarray, uplo: str = "L") -> tuple[np.ndarray, Reduct
     n = int(C.shape[0]) if C.ndim == 2 else 0
     if routines is None or n < 2 or C.shape[1] != n:
         return None
-    top = float(np.max(np.abs(np.diagonal(C))))
+    top = max(float(np.max(C)), -float(np.min(C)))  # (dsyevd's scaling reads the largest entry: no copy of |C|)
     if not _SAFE[0] < top < _SAFE[1]:
         return None
+    return _eigenvalues(routines, C, b"U" if uplo == "U" else b"L")
+
+
+def _eigenvalues(routines: dict[str, Any], C: np.ndarray, side: bytes) -> tuple[np.ndarray, Reduction] | None:
+    """``dsytrd`` then ``dsterf`` on a column-major copy of ``C`` (the triangle ``side``): the eigenvalues and the
+    reduction, or None where LAPACK reports a failure."""
+    n = int(C.shape[0])
     a = fresh_array((n, n), order="F")  # (column-major, as NumPy's eigvalsh lays out its copy)
     a[...] = C
-    side = b"U" if uplo == "U" else b"L"
-    d, e, tau = np.empty(n), np.empty(n), np.empty(n)
+    d, e, tau = np.empty(n), np.zeros(n), np.zeros(n)  # (LAPACK sets n - 1 of e and tau)
     if routines["dsytrd"](LAYOUT_COLUMN_MAJOR, side, n, _ptr(a), n, _ptr(d), _ptr(e), _ptr(tau)) != 0:
         return None
     lam, off = d.copy(), e.copy()

@@ -210,7 +210,7 @@ def fit(
         clock.mark("read_accumulate_s")
         k, reason = _top_route(top, first, opts, opts.needs_all, centered=read.centered)
         main, reduction = fit_steps.spectrum_and_reduction_of(first, centered=read.centered, ddof=read.ddof, top=k,
-                                                              top_reason=reason, keep=not (ci or population))  # (*)
+                                                              top_reason=reason, keep=not opts.own_matrices)
         clock.mark("eigen_s")
         if partition_isotropy:
             logz, scale_value = partition_pass(inp, first, scale=scale, progress=progress)
@@ -248,7 +248,7 @@ def fit(
     clock.mark("analysis_s")
     with_se, iso_se = fit_steps.with_uncertainty(suite, iso, first, main, centered=read.centered, isoscore=isoscore,
                                              warnings=warnings, sample=not weights, reduction=reduction)
-    del reduction  # (d^2 floats, not held through the steps after; (*) nor beside --ci's and --population's own)
+    del reduction  # (d^2 floats: not held through the steps after, nor kept beside steps with matrices of their own)
     suite = with_se if with_se is not None else suite
     iso = iso_se if iso_se is not None else iso
     clock.mark("uncertainty_s")

@@ -56,11 +56,10 @@ class MomentsState:
         self._shift: np.ndarray | None = None
         self._scratch: np.ndarray | None = None
         self._product: np.ndarray | None = None  # (with groups: every later block's product in one buffer)
-        self._slab: np.ndarray | None = None  # (with groups: every group's first product, each in its slot)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_scratch"] = state["_product"] = state["_slab"] = None  # buffers (the groups pickle their own views)
+        state["_scratch"] = state["_product"] = None  # buffers (the groups pickle their own matrices)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -82,13 +81,10 @@ class MomentsState:
             prior = (m.weight_sum, self.weight_sq_sum, m.mean) if m.weight_sum > 0 and m.scale == 1.0 else None
             if g >= 0 and dt == np.float64:
                 if self.groups[g].weight_sum == 0.0:
-                    # a group's first block: its product written into the group's own slot of one array made for
-                    # every group, which the group keeps (no copy: at d = 4,096 eight 134 MB copies took 0.74 s)
-                    if self._slab is None or self._slab.shape[1] != d + 1:
-                        # (memory without huge-page advice, see fresh_array; populated at once where the pass is
-                        # planned, every group then filled; an online stream may stop before it fills them all)
-                        self._slab = fresh_array((self.n_groups, d + 1, d + 1), populate=self.n_blocks is not None)
-                    slot = self._slab[g]
+                    # a group's first block: its product written into memory of the group's own, which the group
+                    # keeps (no copy: at d = 4,096 eight 134 MB copies took 0.74 s; fresh_array's: without huge-page
+                    # advice, populated at once; a block that takes another path leaves it, and it goes back)
+                    slot = fresh_array((d + 1, d + 1))
                 else:
                     # a later block's moments are added to its group before the next block: its product can be
                     # written into one buffer, paying its memory's page faults once

@@ -81,8 +81,38 @@ def test_fresh_arrays_are_laid_out_as_asked_and_writable():
     assert fresh_array((0, 3)).shape == (0, 3)
 
 
-def test_an_unpopulated_fresh_array_is_the_same_array():
-    a = fresh_array((300, 200), populate=False)
-    assert a.shape == (300, 200) and a.flags.c_contiguous and a.flags.writeable
-    a[-1, -1] = 2.0
-    assert a[-1, -1] == 2.0
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_fresh_array_is_private_to_its_process():
+    """A forked child's writes stay its own (the mapping is private, as NumPy's memory is): an Accumulator's row
+    groups updated in a child must not change the parent's."""
+    import os
+
+    a = fresh_array((1000,))
+    a[:] = 1.0
+    pid = os.fork()
+    if pid == 0:  # (the child)
+        a[:] = 2.0
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert float(a.sum()) == 1000.0
+
+
+def test_running_out_of_memory_is_a_memory_error(monkeypatch):
+    import errno
+    import mmap
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(MemoryError, match="cannot map 8,000 bytes for a 10 x 100 array"):
+        fresh_array((10, 100))
+
+
+def test_the_routines_are_held_to_numpy_s_bits(monkeypatch):
+    """A library whose eigenvalues are not NumPy's own (another copy of OpenBLAS loaded first) is not used."""
+    monkeypatch.setattr(tridiagonal, "_found", {})
+    monkeypatch.setattr(tridiagonal, "_eigenvalues",
+                        lambda routines, C, side: (np.nextafter(np.linalg.eigvalsh(C), np.inf), None))
+    assert tridiagonal._routines() is None

@@ -52,6 +52,12 @@ FRESH_FLAGS = (getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 
                if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS") else None)
 
 
+#: Below this size :func:`fresh_array` takes NumPy's own memory: a matrix of a few MB comes from the heap a library
+#: call freed before, with no page to make (at d = 1,024 a fit's 16 row groups of 8 MB each, mapped and populated,
+#: took 45 ms of a 0.42 s fit).
+FRESH_MIN_BYTES = 64 << 20
+
+
 def fresh_array(shape: tuple[int, ...], *, order: str = "C") -> np.ndarray:
     """An uninitialised float64 array in anonymous memory of its own, mapped without the huge-page advice NumPy gives
     its large arrays, every page made at once (:data:`FRESH_FLAGS`). For the few large matrices that are written
@@ -59,11 +65,14 @@ def fresh_array(shape: tuple[int, ...], *, order: str = "C") -> np.ndarray:
     where the kernel's huge pages come only by compacting memory on the fault (``transparent_hugepage/defrag`` set
     to ``madvise``, the usual default), the first touch of 1 GB took 1.2-2.1 s in a process that followed another
     large one, against 0.3 s populated in 4 KiB pages. The memory goes back with the array. ``order``: ``"F"`` lays
-    the array out column-major (a LAPACK operand). Out of memory: :class:`MemoryError`, as NumPy's."""
+    the array out column-major (a LAPACK operand). Out of memory: :class:`MemoryError`, as NumPy's. Below
+    :data:`FRESH_MIN_BYTES`, NumPy's ``empty``."""
     import numpy as np  # (here: the command line imports this module before it needs NumPy)
 
     size = int(np.prod(shape))
     nbytes = max(size, 1) * 8
+    if nbytes < FRESH_MIN_BYTES:
+        return np.empty(shape, order="F" if order == "F" else "C")
     try:
         # (Windows has no flags: its anonymous mappings are private to the process, which never forks)
         buffer = mmap.mmap(-1, nbytes) if FRESH_FLAGS is None else mmap.mmap(-1, nbytes, flags=FRESH_FLAGS)

@@ -36,7 +36,6 @@ import numpy as np
 
 from spectra_cli.analysis.equivalent import merged as atoms
 from spectra_cli.analysis.rank import TOP_FUNCTIONS
-from spectra_cli.memory import fresh_array
 
 METHOD = ("delta method through the eigenvectors (d lambda_j = v_j^T dC v_j): Var f = [a sum g_j^2 lambda_j^2 + "
           "c (sum g_j lambda_j)^2] / n_eff, g = grad f, with a and c of the rows' fourth moments read from the "
@@ -224,6 +223,8 @@ ALL_VECTORS_D = 2048
 #: The leading directions whose group projections are read once (a metric of every eigenvalue beyond its a + b lambda
 #: part, such as the stable rank's top eigenvalue, reads them; a window's alpha reads its own).
 HEAD = 8
+#: Rows of a matrix :meth:`GroupSpread.inner` reads at a time (a slab of its lower triangle: at d = 4,096 up to 8 MB).
+SLAB_ROWS = 256
 #: Adjacent groups are merged while a metric's lag-1 autocorrelation over them exceeds this over sqrt(G) (one null
 #: standard deviation: merging when independent costs a few degrees of freedom; missing dependence, honesty).
 LAG_LIMIT = 1.0
@@ -272,12 +273,25 @@ class GroupSpread:
     def dof(self) -> int:
         return self.groups - 1
 
-    def inner(self, M: np.ndarray) -> np.ndarray:
-        """``<A_g, M>`` for every group (``M`` symmetric, ``d x d``)."""
-        # (einsum reads a group's matrix where it lies; vdot would copy one that is a view into a wider slot first)
-        own = np.array([float(np.einsum("ij,ij->", m, M)) for m in self.m2])
-        cross = ((self.u @ M) * self.u).sum(axis=1)
+    def inner(self, rows: Callable[[int, int], np.ndarray], cross: np.ndarray) -> np.ndarray:
+        """``<A_g, M>`` for every group, ``M`` symmetric ``d x d``, given a slab of its lower triangle at a time,
+        ``rows(a, b) = M[a:b, :b]`` (the diagonal block whole), and ``cross = u_g^T M u_g``: each group's matrix is
+        read in its lower half (``<m, M> = 2 <m, M>`` below the diagonal blocks ``+ <m, M>`` on them, ``m``
+        symmetric), ``M`` made a slab at a time if at all (at d = 4,096 a whole d x d product and its pages, and the
+        reads of both halves, took twice as long)."""
+        d = self.u.shape[1]
+        own = np.zeros(len(self.m2))
+        for a in range(0, d, SLAB_ROWS):
+            b = min(a + SLAB_ROWS, d)
+            slab = rows(a, b)
+            # (einsum reads a group's matrix where it lies; vdot would copy one that is a view into a wider slot)
+            own += [2.0 * float(np.einsum("ij,ij->", m[a:b, :a], slab[:, :a]))
+                    + float(np.einsum("ij,ij->", m[a:b, a:b], slab[:, a:b])) for m in self.m2]
         return self.c * (self.r2 * own + cross / self.W) / self.W
+
+    def inner_matrix(self, M: np.ndarray) -> np.ndarray:
+        """``<A_g, M>`` for every group, ``M`` symmetric ``d x d`` (:meth:`inner` reading its lower triangle)."""
+        return self.inner(lambda a, b: M[a:b, :b], ((self.u @ M) * self.u).sum(axis=1))
 
     def quad(self, v: np.ndarray) -> np.ndarray:
         """``v^T A_g v`` for every group and every column of ``v`` (``d x k``): ``(G, k)``."""
@@ -381,11 +395,12 @@ class GroupSpread:
         from spectra_cli import threads
 
         Vs = self.V[:, support]
+        Vg = Vs * g[support]
         d = self.V.shape[0]
-        M = fresh_array((d, d))  # (4 KiB pages: see fresh_array; the memory goes back after the call)
-        with threads.blas(2.0 * d * d * support.size):  # (a product of its size on the cores the policy gives it)
-            np.matmul(Vs * g[support], Vs.T, out=M)
-        return t + self.inner(M)
+        # M = Vs diag(g) Vs^T a slab of its lower triangle at a time (never d x d whole: see inner), its products on
+        # the cores the policy gives the whole product (u^T M u = sum_j g_j (u . v_j)^2)
+        with threads.blas(float(d) * d * support.size):
+            return t + self.inner(lambda a, b: Vg[a:b] @ Vs[:b].T, ((self.u @ Vs) ** 2) @ g[support])
 
 
 def merged(w: np.ndarray, t: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -474,7 +489,7 @@ def group_spread(groups: Any, lam: np.ndarray, *, centered: bool, leading: int =
     spread = GroupSpread(sums.W / Wt, sums.W, sums.m2, sums.r2, u, c, S, lam, V, unit)
     with np.errstate(over="ignore", invalid="ignore"):
         block = spread.block(V[:, :HEAD])
-        return replace(spread, tr=spread.traces(), with_S=spread.inner(T) * (c / Wt),
+        return replace(spread, tr=spread.traces(), with_S=spread.inner_matrix(T) * (c / Wt),
                        head=np.einsum("gii->gi", block).copy(), head_block=block)
 
 

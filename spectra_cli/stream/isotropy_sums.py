@@ -23,9 +23,24 @@ class CosineAccumulator:
         self.norm_sum = 0.0
         self.zero_rows = 0
         self.rows = 0
+        self._block: np.ndarray | None = None  # (a block converted to the dtype: one buffer for every block)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_block"] = None  # (a buffer, not a sum)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_block": None, **state})
 
     def update(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        X = np.asarray(X, dtype=self.dtype)
+        X = np.asarray(X)
+        if X.dtype != self.dtype:  # (into one buffer made once: a new block-sized array each block paid its pages)
+            if self._block is None or self._block.shape[0] < len(X) or self._block.shape[1:] != X.shape[1:]:
+                self._block = np.empty(X.shape, dtype=self.dtype)
+            converted = self._block[: len(X)]
+            np.copyto(converted, X, casting="unsafe")
+            X = converted
         with np.errstate(over="ignore", invalid="ignore"):
             sq = np.einsum("ij,ij->i", X, X)
         if not np.all(np.isfinite(sq)) or (sq.size and float(sq.max()) < 1e-30 and np.any(X)):

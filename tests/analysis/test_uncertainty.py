@@ -365,3 +365,33 @@ def test_the_wide_errors_take_their_directions_from_the_spectrum_s_own_reduction
     monkeypatch.setattr(tridiagonal, "_found", {})
     spectra_cli.fit(X, ci=True, ci_replicates=20)
     assert not asked
+
+
+@pytest.mark.parametrize("d", [7, 300, 600])
+def test_the_inner_products_read_the_lower_triangles_a_slab_at_a_time(d):
+    """<A_g, M> read from the lower triangles a slab of rows at a time (and the linearisation's M = V G V^T never made
+    whole) is the plain sum over every entry, c (r2 <m_g, M> + u_g^T M u_g / W_g) / W_g, to rounding."""
+    from spectra_cli.stream.states import MomentsState
+
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((16 * 50, d)) * np.arange(1, d + 1) ** -0.5 + 1.0
+    state = MomentsState(d, groups=16, n_blocks=16, block_rows=50)
+    for b in range(16):
+        state.update(X[50 * b:50 * (b + 1)], None)
+    lam = np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1]
+    spread = u.group_spread(state.filled_groups(), lam, centered=True, leading=min(d, 40), pooled=state.moments)
+    assert spread is not None
+
+    def plain(M):
+        own = np.array([float(np.sum(m * M)) for m in spread.m2])
+        cross = np.einsum("gi,ij,gj->g", spread.u, M, spread.u)
+        return spread.c * (spread.r2 * own + cross / spread.W) / spread.W
+
+    B = rng.standard_normal((d, d))
+    M = B + B.T
+    np.testing.assert_allclose(spread.inner_matrix(M), plain(M), rtol=1e-10, atol=1e-12 * np.abs(plain(M)).max())
+    g = np.zeros(lam.size)
+    g[min(d, 40) // 2: min(d, 40)] = rng.standard_normal(min(d, 40) - min(d, 40) // 2)
+    V = spread.V[:, : min(d, 40)]
+    M = (V * g[: V.shape[1]] * spread.unit) @ V.T  # (the spread's eigenvalues are in units of the top one)
+    np.testing.assert_allclose(spread.linearised(g), plain(M), rtol=1e-9, atol=1e-12 * np.abs(plain(M)).max())

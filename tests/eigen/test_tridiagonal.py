@@ -71,7 +71,19 @@ def test_without_the_routines_nothing_is_reduced(monkeypatch):
     assert tridiagonal.eigvalsh_reduced(_covariance(20, 60, seed=4)) is None
 
 
-def test_fresh_arrays_are_laid_out_as_asked_and_writable():
+@pytest.fixture()
+def mapped(monkeypatch):
+    """fresh_array's own mappings at every size (below FRESH_MIN_BYTES it takes NumPy's memory)."""
+    from spectra_cli import memory
+
+    monkeypatch.setattr(memory, "FRESH_MIN_BYTES", 0)
+
+
+@pytest.mark.parametrize("mapping", [True, False])
+def test_fresh_arrays_are_laid_out_as_asked_and_writable(mapping, monkeypatch):
+    from spectra_cli import memory
+
+    monkeypatch.setattr(memory, "FRESH_MIN_BYTES", 0 if mapping else 1 << 40)
     a = fresh_array((5, 3), order="F")
     assert a.shape == (5, 3) and a.flags.f_contiguous and a.flags.writeable and a.dtype == np.float64
     b = fresh_array((2, 4, 4))
@@ -83,7 +95,7 @@ def test_fresh_arrays_are_laid_out_as_asked_and_writable():
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
-def test_a_fresh_array_is_private_to_its_process():
+def test_a_fresh_array_is_private_to_its_process(mapped):
     """A forked child's writes stay its own (the mapping is private, as NumPy's memory is): an Accumulator's row
     groups updated in a child must not change the parent's."""
     import os
@@ -98,7 +110,7 @@ def test_a_fresh_array_is_private_to_its_process():
     assert float(a.sum()) == 1000.0
 
 
-def test_running_out_of_memory_is_a_memory_error(monkeypatch):
+def test_running_out_of_memory_is_a_memory_error(mapped, monkeypatch):
     import errno
     import mmap
 

@@ -223,7 +223,9 @@ ALL_VECTORS_D = 2048
 #: The leading directions whose group projections are read once (a metric of every eigenvalue beyond its a + b lambda
 #: part, such as the stable rank's top eigenvalue, reads them; a window's alpha reads its own).
 HEAD = 8
-#: Rows of a matrix :meth:`GroupSpread.inner` reads at a time (a slab of its lower triangle: at d = 4,096 up to 8 MB).
+#: Rows of a matrix :meth:`GroupSpread.inner` reads at a time (a slab of its lower triangle: at d = 4,096 up to 8 MB;
+#: the errors in slabs against the whole matrix at once, in process: 20.0 against 20.9 ms at d = 384, 163 against
+#: 180 ms at d = 1,024).
 SLAB_ROWS = 256
 #: Adjacent groups are merged while a metric's lag-1 autocorrelation over them exceeds this over sqrt(G) (one null
 #: standard deviation: merging when independent costs a few degrees of freedom; missing dependence, honesty).

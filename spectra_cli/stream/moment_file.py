@@ -250,6 +250,7 @@ def _moments_from(arrays: dict[str, np.ndarray], prefix: str, d: int, path: str)
                          "weight; the two must be zero together.")
     level = float(np.max(np.abs(mean_rel + (origin if origin is not None else 0.0)))) if d else 0.0
     _check_m2(m2, path, f"{prefix}m2", uncentred=weight_sum * level * level)
+    m2 = _symmetric(m2)
     norms = _norms_from(arrays, f"{prefix}norms", n_positive, path) if f"{prefix}norms" in arrays else None
     if norms is not None and f"{prefix}fourth" in arrays:
         norms = norms.with_fourth(*_fourth_from(arrays, f"{prefix}fourth", 0 if weighted else n_positive, path))
@@ -325,6 +326,22 @@ def _check_groups_total(groups: list[Moments], m: Moments, path: str) -> None:
     if not ok:
         raise InputError(f"{path}: its bootstrap groups, merged, are not its moments (weight sum, mean or second "
                          "moment differ beyond rounding); the groups must split the rows.")
+
+
+def _symmetric(m2: np.ndarray) -> np.ndarray:
+    """``(m2 + m2^T) / 2``, in place a block of rows at a time (no d x d temporary): a file written by spectra holds
+    a symmetric matrix, bit for bit, and keeps every bit; one whose triangles differ within :func:`_check_m2`'s
+    tolerance (an offset's rounding allows much) is read as their mean, whichever triangle a reader takes (the
+    grouped errors read the lower one)."""
+    m2 = m2 if m2.flags.writeable and m2.dtype == np.float64 else np.array(m2, dtype=np.float64)
+    for a in range(0, m2.shape[0], 256):
+        b = min(a + 256, m2.shape[0])
+        below = (m2[a:b, :a] + m2[:a, a:b].T) * 0.5
+        m2[a:b, :a] = below
+        m2[:a, a:b] = below.T
+        block = m2[a:b, a:b]
+        block[...] = (block + block.T) * 0.5
+    return m2
 
 
 def _check_m2(m2: np.ndarray, path: str, name: str, *, uncentred: float = 0.0) -> None:

@@ -188,3 +188,25 @@ def test_a_report_with_a_key_twice_is_not_strict_json(cli, tmp_path):
     (tmp_path / "r.json").write_text('{"schema": "spectra.report/1", "fit": {"alpha": 0.1, "alpha": 9}}')
     refused(cli, tmp_path, "check", tmp_path / "r.json", "--require", "fit.alpha > 1",
             match="is not strict JSON: it holds the key 'alpha' twice in one object.")
+
+
+def test_triangles_that_differ_within_the_tolerance_are_read_as_their_mean(cli, tmp_path):
+    """A large offset's rounding lets the symmetry check pass group matrices whose triangles differ by much (here by
+    the diagonal's size, the groups still summing to the moments): the file is read as each matrix's symmetric mean,
+    so that every reader of either triangle sees the same numbers; a file spectra wrote keeps every bit."""
+    far = X + 1e6
+    good = spectra.accumulate(far, groups=4).save(tmp_path / "good.npz")
+    parts = _parts(good)
+    g0 = parts["g0_m2"]
+    skew = np.triu(np.full_like(g0, float(np.diag(g0).max())), 1)
+    skew -= skew.T
+    parts["g0_m2"], parts["g1_m2"] = g0 + skew, parts["g1_m2"] - skew
+    np.savez(tmp_path / "m.npz", **parts)
+    loaded = spectra.Accumulator.load(tmp_path / "m.npz")._state.groups
+    for i, m in enumerate(loaded[:2]):
+        stored = parts[f"g{i}_m2"]
+        assert np.array_equal(m.m2, m.m2.T)
+        np.testing.assert_allclose(m.m2, (stored + stored.T) / 2, rtol=1e-15, atol=0)
+    again = spectra.Accumulator.load(good)._state.groups
+    assert all(np.array_equal(m.m2, _parts(good)[f"g{i}_m2"]) for i, m in enumerate(again))
+    assert cli("fit", tmp_path / "m.npz", "--json").exit_code == 0

@@ -29,7 +29,6 @@ from spectra_cli.eigen.decomposition import (
     leading_subspace,
     leading_vectors,
     spectrum_and_reduction,
-    spectrum_from_moments,
     spectrum_from_rows,
 )
 from spectra_cli.errors import FitError, Message, OptionError, param, raw
@@ -51,14 +50,8 @@ def spectrum_of(first: Accumulated, *, centered: bool, ddof: int, top: int | Non
                 top_reason: str = "") -> Spectrum:
     """The covariance (or uncentred second-moment) spectrum of the first pass (``top``: only the
     leading eigenvalues, on the d x d route; the n x n route is exact and cheap already)."""
-    if centered and not first.weighted and ddof >= first.n_rows:
-        raise OptionError(f"{param('ddof', ddof)} must be less than the number of rows used ({first.n_rows}): "
-                          "the covariance divides by n - ddof.")
-    if first.moments is not None:
-        return spectrum_from_moments(first.moments, centered=centered, ddof=ddof, precision=first.precision,
-                                     top=top, top_reason=top_reason)
-    assert first.rows is not None
-    return spectrum_from_rows(first.rows, first.weights, centered=centered, ddof=ddof, precision=first.precision)
+    return spectrum_and_reduction_of(first, centered=centered, ddof=ddof, top=top, top_reason=top_reason,
+                                     keep=False)[0]
 
 
 def spectrum_and_reduction_of(first: Accumulated, *, centered: bool, ddof: int, top: int | None = None,
@@ -66,15 +59,20 @@ def spectrum_and_reduction_of(first: Accumulated, *, centered: bool, ddof: int, 
     """:func:`spectrum_of`, with the decomposition's tridiagonal reduction kept (``keep``) where the grouped standard
     errors will read leading eigenvectors from it (past :data:`~spectra_cli.analysis.uncertainty.ALL_VECTORS_D`
     features, with enough row groups: :func:`~spectra_cli.analysis.uncertainty.group_spread`); else None."""
-    from spectra_cli.analysis.uncertainty import ALL_VECTORS_D, MIN_GROUPS
-
+    if centered and not first.weighted and ddof >= first.n_rows:
+        raise OptionError(f"{param('ddof', ddof)} must be less than the number of rows used ({first.n_rows}): "
+                          "the covariance divides by n - ddof.")
     m = first.moments
-    wide = m is not None and m.d > ALL_VECTORS_D and sum(g.weight_sum > 0 for g in first.groups) >= MIN_GROUPS
-    if not (keep and wide) or top is not None or (centered and not first.weighted and ddof >= first.n_rows):
-        return spectrum_of(first, centered=centered, ddof=ddof, top=top, top_reason=top_reason), None
-    assert m is not None
-    return spectrum_and_reduction(m, centered=centered, ddof=ddof, precision=first.precision, top_reason=top_reason,
-                                  keep=True)
+    if m is None:
+        assert first.rows is not None
+        return spectrum_from_rows(first.rows, first.weights, centered=centered, ddof=ddof,
+                                  precision=first.precision), None
+    if keep and top is None:
+        from spectra_cli.analysis.uncertainty import ALL_VECTORS_D, MIN_GROUPS
+
+        keep = m.d > ALL_VECTORS_D and sum(g.weight_sum > 0 for g in first.groups) >= MIN_GROUPS
+    return spectrum_and_reduction(m, centered=centered, ddof=ddof, precision=first.precision, top=top,
+                                  top_reason=top_reason, keep=keep and top is None)
 
 
 def uncentered_of(first: Accumulated, main: Spectrum, *, centered: bool) -> Spectrum:
